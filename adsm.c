@@ -1,0 +1,2 @@
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"

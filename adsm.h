@@ -1,0 +1,458 @@
+/* adsm.h -- Asymmetric Distributed Shared Memory for C11, v0.1.0, MIT licence (see the end of file)
+
+   One pointer per data object, valid on the CPU and inside accelerator kernels. The runtime moves
+   data between host and device memory by itself: page protection tells it what the CPU reads and
+   writes, kernel annotations tell it what a kernel writes. A modern reimplementation of GMAC
+   (Gelado et al., ASPLOS 2010).
+
+   DO THIS in exactly one C file (C11, not C++) of your program:
+
+       #define ADSM_IMPLEMENTATION
+       #include "adsm.h"
+
+   and build with:  cc -std=c11 -I<dir of adsm.h> app.c -pthread -ldl
+   Every other file just includes "adsm.h" (C or C++).
+
+   TABLE OF CONTENTS
+       1. Step by step
+       2. Kernels: the DSL
+       3. Configuration
+       4. Protocols
+       5. Backends
+       6. Errors
+       7. Threads, signals and fork
+       8. Limits
+
+   1. STEP BY STEP
+   ===============
+       ADSM_KERNEL(vecadd, ADSM_OUT(float, c), ADSM_IN(float, a), ADSM_IN(float, b),
+                   ADSM_VALUE(size_t, n));
+
+       void vecadd(adsm_grid g, float *c, const float *a, const float *b, size_t n) {
+           ADSM_FOR_EACH_THREAD(g, i) { if (i < n) c[i] = a[i] + b[i]; }
+       }
+
+       float *a = adsm_alloc(n * sizeof *a), *b = ..., *c = ...;   // shared objects
+       for (size_t i = 0; i < n; i++) { a[i] = i; b[i] = 2 * i; }  // plain CPU code
+       ADSM_CALL(vecadd, adsm_grid_1d((n + 255) / 256, 256), c, a, b, n);  // asynchronous
+       adsm_sync();                                                // wait, report kernel errors
+       printf("%f\n", c[10]);                                      // c comes back by itself
+       adsm_free(a); ...
+
+   Shared objects start zero-filled on both sides. adsm_init()/adsm_shutdown() are optional: the
+   first call initialises from defaults and the environment.
+
+   2. KERNELS: THE DSL
+   ===================
+   ADSM_KERNEL(name, params...) declares a kernel once, with the access it makes to each of its
+   1..16 parameters:
+       ADSM_IN(T, p)     const T *p, read only
+       ADSM_OUT(T, p)    T *p, written (bytes the kernel does not write keep their values)
+       ADSM_INOUT(T, p)  T *p, read and written
+       ADSM_VALUE(T, p)  T p, passed by value
+   It declares the CPU body `void name(adsm_grid g, <params>)` used by the emu and host backends;
+   define it as ordinary C. A mismatching definition is a compile error; a missing one is the
+   error ADSM_ERROR_NO_KERNEL_BODY at launch (the body is a weak symbol).
+   ADSM_CALL(name, grid, args...) launches it through a typed launcher, so the compiler checks the
+   arguments (build with -Werror=incompatible-pointer-types to make mismatches errors; GCC 14 does
+   by default). Pointer arguments may point anywhere inside a shared object; NULL is passed as is.
+   Any other pointer is refused with ADSM_ERROR_NOT_SHARED (a device cannot reach host memory).
+   At the call every CPU change to any shared object is made visible to the device (kernels may
+   follow pointers stored in shared memory); OUT/INOUT objects become Invalid on the CPU and
+   come back on the next CPU touch; IN objects stay valid on both sides. On the emu backend device
+   memory outside OUT/INOUT objects is read only while the kernel runs: a kernel that writes an IN
+   object (or any shared object it was not given as OUT) fails with ADSM_ERROR_KERNEL_WROTE_INPUT
+   naming the kernel and parameter; a kernel that crashes fails with ADSM_ERROR_KERNEL_CRASHED.
+   Launch errors are reported by the next adsm_sync(), like a GPU's.
+   ADSM_FOR_EACH_THREAD(g, i) stmt runs stmt for every flattened global thread index i of the part
+   of the grid this invocation was given (bodies run split over a pool of worker threads).
+   Kernels must only touch their arguments and shared memory: on emu they run in another process
+   and see the program's globals as they were at adsm_init().
+
+   3. CONFIGURATION
+   ================
+   adsm_init(&cfg) with a zero-initialised adsm_config; fields left zero take the environment
+   variable, else the default. A bad value fails adsm_init (or the first call) with
+   ADSM_ERROR_INVALID_CONFIG and a message naming the variable.
+       ADSM_BACKEND       auto | emu | host | cuda                     (auto: cuda if a GPU answers, else emu)
+       ADSM_PROTOCOL      batch | lazy | rolling                       (rolling)
+       ADSM_BLOCK_SIZE    power of two, multiple of the page size, 4K..1G; K/M/G suffixes (2M)
+       ADSM_ROLLING_SIZE  dirty blocks kept before eager eviction; 0 = adaptive (0)
+       ADSM_ROLLING_STEP  adaptive growth per allocation, shrinks on free (2)
+       ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
+       ADSM_EMU_WORKERS   kernel worker threads of the emulated device (CPU count)
+       ADSM_LOG           error | warn | info | debug                  (warn)
+
+   4. PROTOCOLS
+   ============
+   Block states (CPU view): Invalid (device copy only, PROT_NONE), ReadOnly (both valid,
+   PROT_READ), Dirty (host newer, PROT_READ|PROT_WRITE).
+       batch    no tracking: every object goes to the device at each call, and back at sync.
+       lazy     whole objects: first CPU touch of an Invalid object fetches it; dirty objects are
+                flushed at the call.
+       rolling  lazy at block granularity, plus at most "rolling size" Dirty blocks: the oldest is
+                sent to the device asynchronously while the CPU goes on (the default).
+
+   5. BACKENDS
+   ===========
+       emu   a discrete accelerator emulated by a child process that owns device memory at the
+             same addresses; a DMA thread copies asynchronously; kernels run on a worker pool in
+             the child. Host and device memory are really separate: coherence bugs show up.
+       host  the device is the CPU: no copies, no faults, kernels run in the calling process.
+       cuda  reserved (ADSM_ERROR_BACKEND_UNAVAILABLE in this version).
+
+   6. ERRORS
+   =========
+   Every fallible call returns adsm_result (ADSM_OK = 0, errors < 0); calls returning pointers
+   return NULL. adsm_last_result() and adsm_last_error() give the code and a readable message of
+   the calling thread's last failure; adsm_result_string() names a code. adsm never aborts on a
+   user mistake. adsm_free(NULL) is ADSM_OK; adsm_alloc(0) is NULL with ADSM_ERROR_INVALID_VALUE;
+   freeing an unknown pointer or freeing twice is ADSM_ERROR_NOT_SHARED; an interior pointer is
+   ADSM_ERROR_NOT_OBJECT_START.
+
+   7. THREADS, SIGNALS AND FORK
+   ============================
+   Any thread may touch shared memory, allocate, free, launch and sync; all calls are thread safe.
+   adsm installs a SIGSEGV handler (SA_SIGINFO). Faults outside shared memory go to the handler
+   that was installed before adsm, or to the default action, so stray accesses still crash. Do
+   not touch shared memory from your own signal handlers. A forked child of an adsm program may
+   only exec or _exit.
+
+   8. LIMITS
+   =========
+   x86-64 and aarch64 Linux. Objects are page granular (a 1-byte object uses a page). Each run of
+   pages with its own protection is one kernel mapping (vm.max_map_count); prefer large blocks.
+*/
+/* The implementation needs Linux extensions (memfd, MAP_NORESERVE, futex); they must be requested
+   before the first system header of the translation unit, so include adsm.h first there. */
+#if defined(ADSM_IMPLEMENTATION) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE 1
+#endif
+
+#ifndef ADSM_H_INCLUDED
+#define ADSM_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ADSM_VERSION_MAJOR 0
+#define ADSM_VERSION_MINOR 1
+#define ADSM_VERSION_PATCH 0
+#define ADSM_VERSION_STRING "0.1.0"
+
+#ifndef ADSM_API
+#ifdef __cplusplus
+#define ADSM_API extern "C"
+#else
+#define ADSM_API extern
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- results: one list, codes and messages ------------------------------------------------ */
+#define ADSM_RESULT_LIST(X)                                                                      \
+    X(ADSM_OK, 0, "success")                                                                     \
+    X(ADSM_ERROR_INVALID_VALUE, -1, "invalid argument value")                                    \
+    X(ADSM_ERROR_INVALID_CONFIG, -2, "invalid configuration")                                    \
+    X(ADSM_ERROR_NOT_SHARED, -3, "pointer is not inside a live shared object")                   \
+    X(ADSM_ERROR_NOT_OBJECT_START, -4, "pointer is inside a shared object but not at its start") \
+    X(ADSM_ERROR_OUT_OF_MEMORY, -5, "out of host memory or address space")                       \
+    X(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, -6, "out of device memory")                               \
+    X(ADSM_ERROR_BACKEND_UNAVAILABLE, -7, "backend not available")                               \
+    X(ADSM_ERROR_KERNEL_WROTE_INPUT, -8, "kernel wrote memory it may only read")                 \
+    X(ADSM_ERROR_KERNEL_CRASHED, -9, "kernel crashed")                                           \
+    X(ADSM_ERROR_NO_KERNEL_BODY, -10, "kernel has no body for this backend")                     \
+    X(ADSM_ERROR_DEVICE_LOST, -11, "device lost")                                                \
+    X(ADSM_ERROR_SYSTEM, -12, "operating system call failed")                                    \
+    X(ADSM_ERROR_ALREADY_INITIALIZED, -13, "runtime already initialised")                        \
+    X(ADSM_ERROR_UNSUPPORTED, -14, "not supported")
+
+typedef enum adsm_result {
+#define ADSM__RESULT_ENUM(name, value, text) name = value,
+    ADSM_RESULT_LIST(ADSM__RESULT_ENUM)
+#undef ADSM__RESULT_ENUM
+    ADSM__RESULT_END_ = -15
+} adsm_result;
+
+/* ---- configuration ------------------------------------------------------------------------ */
+typedef enum adsm_backend_kind {
+    ADSM_BACKEND_DEFAULT = 0, /* environment, else auto */
+    ADSM_BACKEND_AUTO,
+    ADSM_BACKEND_EMU,
+    ADSM_BACKEND_HOST,
+    ADSM_BACKEND_CUDA
+} adsm_backend_kind;
+
+typedef enum adsm_protocol_kind {
+    ADSM_PROTOCOL_DEFAULT = 0, /* environment, else rolling */
+    ADSM_PROTOCOL_BATCH,
+    ADSM_PROTOCOL_LAZY,
+    ADSM_PROTOCOL_ROLLING
+} adsm_protocol_kind;
+
+typedef enum adsm_log_level {
+    ADSM_LOG_DEFAULT = 0,
+    ADSM_LOG_ERROR,
+    ADSM_LOG_WARN,
+    ADSM_LOG_INFO,
+    ADSM_LOG_DEBUG
+} adsm_log_level;
+
+typedef struct adsm_config {
+    adsm_backend_kind backend;
+    adsm_protocol_kind protocol;
+    size_t block_size;   /* bytes; 0 = ADSM_BLOCK_SIZE or the default */
+    size_t rolling_size; /* 0 = ADSM_ROLLING_SIZE or adaptive */
+    size_t rolling_step; /* 0 = ADSM_ROLLING_STEP or 2 */
+    size_t emu_memory;   /* bytes; 0 = ADSM_EMU_MEMORY or the default */
+    unsigned emu_workers;
+    adsm_log_level log_level;
+} adsm_config;
+
+/* ---- statistics --------------------------------------------------------------------------- */
+typedef struct adsm_stats {
+    uint64_t h2d_bytes, d2h_bytes, d2d_bytes; /* bytes copied host->device, device->host, device->device */
+    uint64_t h2d_copies, d2h_copies, d2d_copies;
+    uint64_t read_faults, write_faults;       /* CPU faults on shared memory the runtime resolved */
+    uint64_t evictions;                       /* rolling: blocks sent to the device eagerly */
+    uint64_t launches;                        /* kernel launches accepted */
+    uint64_t fault_ns;                        /* time spent resolving faults */
+    uint64_t objects, object_bytes;           /* live shared objects and their bytes (not reset) */
+} adsm_stats;
+
+/* ---- kernels -------------------------------------------------------------------------------- */
+typedef struct adsm_dim3 {
+    uint32_t x, y, z;
+} adsm_dim3;
+
+/* Grid and block dimensions, and the range [begin, end) of flattened global thread indices this
+   invocation of a kernel body covers. */
+typedef struct adsm_grid {
+    adsm_dim3 grid, block;
+    size_t begin, end;
+} adsm_grid;
+
+typedef enum adsm_access {
+    ADSM_ACCESS_VALUE = 0,
+    ADSM_ACCESS_IN,
+    ADSM_ACCESS_OUT,
+    ADSM_ACCESS_INOUT
+} adsm_access;
+
+typedef struct adsm_param_desc {
+    const char *name;
+    adsm_access access;
+    size_t offset, size; /* of the parameter in the packed argument struct */
+} adsm_param_desc;
+
+typedef struct adsm_kernel_desc {
+    const char *name;
+    unsigned nparams;
+    size_t args_size;
+    const adsm_param_desc *params;
+    void (*entry)(adsm_grid g, const void *args); /* unpacks args and calls the body */
+    void (*body)(void);                            /* NULL when the program defines no body */
+} adsm_kernel_desc;
+
+/* ---- API ---------------------------------------------------------------------------------- */
+ADSM_API adsm_result adsm_init(const adsm_config *cfg);
+ADSM_API void adsm_shutdown(void);
+
+ADSM_API void *adsm_alloc(size_t size);
+ADSM_API void *adsm_safe_alloc(size_t size);
+ADSM_API void *adsm_safe(const void *host_ptr);
+ADSM_API adsm_result adsm_free(void *ptr);
+
+ADSM_API adsm_result adsm_sync(void);
+ADSM_API adsm_result adsm_memset(void *dst, int value, size_t n);
+ADSM_API adsm_result adsm_memcpy(void *dst, const void *src, size_t n);
+
+ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *kernel, adsm_grid grid, const void *args);
+
+ADSM_API adsm_result adsm_get_stats(adsm_stats *out);
+ADSM_API adsm_result adsm_reset_stats(void);
+
+ADSM_API const char *adsm_result_string(adsm_result r);
+ADSM_API const char *adsm_last_error(void);
+ADSM_API adsm_result adsm_last_result(void);
+
+/* Introspection used by tests and tools: protocol name, block size, backend name in use, and the
+   state of the block holding ptr ('I', 'R', 'D', or 0 when ptr is not shared). */
+ADSM_API const char *adsm_protocol_name(void);
+ADSM_API const char *adsm_backend_name(void);
+ADSM_API size_t adsm_block_size(void);
+ADSM_API char adsm_block_state(const void *ptr);
+
+static inline adsm_dim3 adsm_dim3_make(uint32_t x, uint32_t y, uint32_t z) {
+    adsm_dim3 d;
+    d.x = x; d.y = y; d.z = z;
+    return d;
+}
+
+static inline size_t adsm_grid_threads(adsm_grid g) {
+    return (size_t)g.grid.x * g.block.x * g.grid.y * g.block.y * g.grid.z * g.block.z;
+}
+
+static inline adsm_grid adsm_grid_3d(adsm_dim3 grid, adsm_dim3 block) {
+    adsm_grid g;
+    g.grid = grid;
+    g.block = block;
+    g.begin = 0;
+    g.end = adsm_grid_threads(g);
+    return g;
+}
+
+static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block) {
+    return adsm_grid_3d(adsm_dim3_make(blocks, 1, 1), adsm_dim3_make(threads_per_block, 1, 1));
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ---- the kernel DSL (macros) ---------------------------------------------------------------
+   A parameter is a tuple (ACCESS, T, name); ADSM__FE applies a macro to each tuple. */
+#define ADSM_IN(T, name) (IN, T, name)
+#define ADSM_OUT(T, name) (OUT, T, name)
+#define ADSM_INOUT(T, name) (INOUT, T, name)
+#define ADSM_VALUE(T, name) (VALUE, T, name)
+
+#define ADSM__CAT(a, b) ADSM__CAT_(a, b)
+#define ADSM__CAT_(a, b) a##b
+#define ADSM__NARGS(...) \
+    ADSM__NARGS_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define ADSM__NARGS_(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, n, ...) n
+#define ADSM__SEP_COMMA() ,
+#define ADSM__SEP_NONE()
+#define ADSM__FE(m, s, ...) ADSM__CAT(ADSM__FE_, ADSM__NARGS(__VA_ARGS__))(m, s, __VA_ARGS__)
+#define ADSM__FE_1(m, s, x) m(x)
+#define ADSM__FE_2(m, s, x, ...) m(x) s() ADSM__FE_1(m, s, __VA_ARGS__)
+#define ADSM__FE_3(m, s, x, ...) m(x) s() ADSM__FE_2(m, s, __VA_ARGS__)
+#define ADSM__FE_4(m, s, x, ...) m(x) s() ADSM__FE_3(m, s, __VA_ARGS__)
+#define ADSM__FE_5(m, s, x, ...) m(x) s() ADSM__FE_4(m, s, __VA_ARGS__)
+#define ADSM__FE_6(m, s, x, ...) m(x) s() ADSM__FE_5(m, s, __VA_ARGS__)
+#define ADSM__FE_7(m, s, x, ...) m(x) s() ADSM__FE_6(m, s, __VA_ARGS__)
+#define ADSM__FE_8(m, s, x, ...) m(x) s() ADSM__FE_7(m, s, __VA_ARGS__)
+#define ADSM__FE_9(m, s, x, ...) m(x) s() ADSM__FE_8(m, s, __VA_ARGS__)
+#define ADSM__FE_10(m, s, x, ...) m(x) s() ADSM__FE_9(m, s, __VA_ARGS__)
+#define ADSM__FE_11(m, s, x, ...) m(x) s() ADSM__FE_10(m, s, __VA_ARGS__)
+#define ADSM__FE_12(m, s, x, ...) m(x) s() ADSM__FE_11(m, s, __VA_ARGS__)
+#define ADSM__FE_13(m, s, x, ...) m(x) s() ADSM__FE_12(m, s, __VA_ARGS__)
+#define ADSM__FE_14(m, s, x, ...) m(x) s() ADSM__FE_13(m, s, __VA_ARGS__)
+#define ADSM__FE_15(m, s, x, ...) m(x) s() ADSM__FE_14(m, s, __VA_ARGS__)
+#define ADSM__FE_16(m, s, x, ...) m(x) s() ADSM__FE_15(m, s, __VA_ARGS__)
+
+/* parameter declaration: in the body's prototype and the packed argument struct */
+#define ADSM__PDECL(p) ADSM__PDECL_ p
+#define ADSM__PDECL_(acc, T, name) ADSM__PDECL_##acc(T, name)
+#define ADSM__PDECL_IN(T, name) const T *name
+#define ADSM__PDECL_OUT(T, name) T *name
+#define ADSM__PDECL_INOUT(T, name) T *name
+#define ADSM__PDECL_VALUE(T, name) T name
+#define ADSM__FIELD(p) ADSM__PDECL(p);
+/* unpacking in the entry trampoline, packing in the launcher */
+#define ADSM__UNPACK(p) ADSM__UNPACK_ p
+#define ADSM__UNPACK_(acc, T, name) adsm__a->name
+#define ADSM__PACK(p) ADSM__PACK_ p
+#define ADSM__PACK_(acc, T, name) adsm__a.name = name;
+/* parameter descriptors */
+#define ADSM__PDESC(p) ADSM__PDESC_ p
+#define ADSM__PDESC_(acc, T, name) ADSM__PDESC__(acc, name)
+#define ADSM__PDESC__(acc, name) \
+    {#name, ADSM_ACCESS_##acc, offsetof(struct adsm__args_t, name), sizeof(((struct adsm__args_t *)0)->name)}
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ADSM__WEAK __attribute__((weak))
+#else
+#define ADSM__WEAK
+#endif
+
+#ifdef __cplusplus
+#define ADSM__BODY_LINKAGE extern "C"
+#else
+#define ADSM__BODY_LINKAGE extern
+#endif
+
+/* Declares the kernel `kname`, its body prototype, its descriptor and its typed launcher. */
+#define ADSM_KERNEL(kname, ...)                                                                    \
+    ADSM__BODY_LINKAGE ADSM__WEAK void kname(adsm_grid adsm__g,                                    \
+                                             ADSM__FE(ADSM__PDECL, ADSM__SEP_COMMA, __VA_ARGS__)); \
+    typedef struct adsm__args_##kname {                                                           \
+        ADSM__FE(ADSM__FIELD, ADSM__SEP_NONE, __VA_ARGS__)                                         \
+    } adsm__args_##kname;                                                                          \
+    static inline void adsm__entry_##kname(adsm_grid adsm__g, const void *adsm__p) {              \
+        const adsm__args_##kname *adsm__a = (const adsm__args_##kname *)adsm__p;                  \
+        kname(adsm__g, ADSM__FE(ADSM__UNPACK, ADSM__SEP_COMMA, __VA_ARGS__));                     \
+    }                                                                                              \
+    static inline const adsm_kernel_desc *adsm__kernel_##kname(void) {                            \
+        typedef adsm__args_##kname adsm__args_alias;                                               \
+        struct adsm__args_t {                                                                      \
+            ADSM__FE(ADSM__FIELD, ADSM__SEP_NONE, __VA_ARGS__)                                     \
+        };                                                                                         \
+        static const adsm_param_desc adsm__params[] = {                                            \
+            ADSM__FE(ADSM__PDESC, ADSM__SEP_COMMA, __VA_ARGS__)};                                  \
+        static const adsm_kernel_desc adsm__desc = {                                               \
+            #kname, ADSM__NARGS(__VA_ARGS__), sizeof(adsm__args_alias), adsm__params,              \
+            adsm__entry_##kname, (void (*)(void))kname};                                           \
+        return &adsm__desc;                                                                        \
+    }                                                                                              \
+    static inline adsm_result adsm__launch_##kname(                                                \
+        adsm_grid adsm__g, ADSM__FE(ADSM__PDECL, ADSM__SEP_COMMA, __VA_ARGS__)) {                  \
+        adsm__args_##kname adsm__a;                                                                \
+        memset(&adsm__a, 0, sizeof adsm__a);                                                       \
+        ADSM__FE(ADSM__PACK, ADSM__SEP_NONE, __VA_ARGS__)                                          \
+        return adsm_launch(adsm__kernel_##kname(), adsm__g, &adsm__a);                             \
+    }                                                                                              \
+    typedef int adsm__kernel_declared_##kname
+
+/* Launches a declared kernel asynchronously; the arguments are checked against its declaration. */
+#define ADSM_CALL(kname, grid, ...) adsm__launch_##kname((grid), __VA_ARGS__)
+
+/* Runs `statement` for every flattened global thread index of this invocation, as size_t i. */
+#define ADSM_FOR_EACH_THREAD(g, i) for (size_t i = (g).begin; i < (g).end; ++i)
+
+#endif /* ADSM_H_INCLUDED */
+
+/* ============================================================================================ */
+#if defined(ADSM_IMPLEMENTATION) && !defined(ADSM__IMPL_INCLUDED)
+#define ADSM__IMPL_INCLUDED
+#ifdef __cplusplus
+#error "compile the adsm implementation (ADSM_IMPLEMENTATION) as C11; C++ files may include adsm.h without it"
+#endif
+#include "adsm_impl/common.h"
+#include "adsm_impl/os.h"
+#include "adsm_impl/blocktree.h"
+#include "adsm_impl/arena.h"
+#include "adsm_impl/stats.h"
+#include "adsm_impl/config.h"
+#include "adsm_impl/object.h"
+#include "adsm_impl/runtime.h"
+#include "adsm_impl/backend.h"
+#include "adsm_impl/kernel.h"
+#include "adsm_impl/protocol.h"
+#include "adsm_impl/protocol_batch.h"
+#include "adsm_impl/protocol_lazy.h"
+#include "adsm_impl/protocol_rolling.h"
+#include "adsm_impl/backend_host.h"
+#include "adsm_impl/backend_emu.h"
+#include "adsm_impl/backend_cuda.h"
+#include "adsm_impl/fault.h"
+#include "adsm_impl/io.h"
+#include "adsm_impl/api.h"
+#endif /* ADSM_IMPLEMENTATION */
+
+/*
+   LICENCE (MIT)
+   Copyright (c) 2026 the adsm authors.
+   Permission is hereby granted, free of charge, to any person obtaining a copy of this software
+   and associated documentation files (the "Software"), to deal in the Software without
+   restriction, including without limitation the rights to use, copy, modify, merge, publish,
+   distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the
+   Software is furnished to do so, subject to the following conditions: The above copyright
+   notice and this permission notice shall be included in all copies or substantial portions of
+   the Software. THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND.
+*/

@@ -1,0 +1,492 @@
+/* adsm_impl/api.h -- the public functions: initialisation, objects, launches, sync, stats.
+ *
+ * Every function here runs in normal thread context and is thread safe: object and protocol
+ * state changes happen under the runtime lock (the one the fault handler takes); initialisation
+ * and shutdown are serialised by their own mutex. Errors are returned as adsm_result, with the
+ * detail in the calling thread's last-error text; nothing aborts. */
+#ifndef ADSM__API_INCLUDED
+#define ADSM__API_INCLUDED
+
+/* ---- initialisation --------------------------------------------------------------------- */
+ADSM__PRIVATE adsm_result adsm__reserve(adsm__runtime *rt) {
+    size_t gib = (size_t)1 << 30;
+    size_t align = ADSM__MAX(rt->cfg.block_size, (size_t)2 << 20);
+    rt->half = ADSM__ALIGN_UP(ADSM__MAX((size_t)64 * gib, 2 * rt->cfg.emu_memory), gib);
+    size_t total = 2 * rt->half + align;
+    void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: %s", total / gib,
+                          strerror(errno));
+    uintptr_t raw = (uintptr_t)p, base = ADSM__ALIGN_UP(raw, align);
+    if (base > raw) munmap(p, base - raw);
+    if (raw + total > base + 2 * rt->half) munmap((void *)(base + 2 * rt->half), raw + total - base - 2 * rt->half);
+    rt->base = base;
+    /* Host copies live on transparent huge pages where the block size allows it: protecting a
+     * 2 MiB block is then one page-table entry instead of 512 (docs/design.md). */
+    madvise((void *)base, 2 * rt->half, MADV_HUGEPAGE);
+    if (adsm__arena_init(&rt->va_shared, base, rt->half, rt->page) != 0 ||
+        adsm__arena_init(&rt->va_safe, base + rt->half, rt->half, rt->page) != 0)
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of memory while initialising");
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE const adsm__protocol_vtbl *adsm__protocol_for(adsm_protocol_kind kind) {
+    switch (kind) {
+    case ADSM_PROTOCOL_BATCH: return &adsm__protocol_batch;
+    case ADSM_PROTOCOL_LAZY: return &adsm__protocol_lazy;
+    default: return &adsm__protocol_rolling;
+    }
+}
+
+ADSM__PRIVATE adsm_result adsm__backend_start(adsm__runtime *rt) {
+    const adsm__backend_vtbl *choice;
+    switch (rt->cfg.backend) {
+    case ADSM_BACKEND_HOST: choice = &adsm__backend_host; break;
+    case ADSM_BACKEND_CUDA: choice = &adsm__backend_cuda; break;
+    case ADSM_BACKEND_EMU: choice = &adsm__backend_emu; break;
+    default: /* auto: a GPU if one answers, else the emulator */
+        if (adsm__backend_cuda.init(rt, &rt->be_ctx) == ADSM_OK) {
+            rt->be = &adsm__backend_cuda;
+            return ADSM_OK;
+        }
+        adsm__log(ADSM_LOG_INFO, "no CUDA device (%s); using the emulated device", adsm__tls_error);
+        choice = &adsm__backend_emu;
+        break;
+    }
+    adsm_result r = choice->init(rt, &rt->be_ctx);
+    if (r == ADSM_OK) rt->be = choice;
+    return r;
+}
+
+ADSM__PRIVATE void adsm__release_reservation(adsm__runtime *rt) {
+    adsm__arena_destroy(&rt->va_shared);
+    adsm__arena_destroy(&rt->va_safe);
+    if (rt->base) munmap((void *)rt->base, 2 * rt->half);
+    if (rt->procmem_fd >= 0) close(rt->procmem_fd);
+    rt->base = 0;
+    rt->procmem_fd = -1;
+}
+
+ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm_result r;
+    rt->page = (size_t)sysconf(_SC_PAGESIZE);
+    if ((r = adsm__settings_resolve(cfg, rt->page, &rt->cfg)) != ADSM_OK) return r;
+    if ((r = adsm__reserve(rt)) != ADSM_OK) {
+        adsm__release_reservation(rt);
+        return r;
+    }
+    rt->procmem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    adsm__tree_init(&rt->objects);
+    adsm__tree_init(&rt->safe_dev);
+    if ((r = adsm__backend_start(rt)) != ADSM_OK) {
+        adsm__release_reservation(rt);
+        return r;
+    }
+    rt->proto = rt->be->moves_data ? adsm__protocol_for(rt->cfg.protocol) : &adsm__protocol_untracked;
+    if ((r = adsm__fault_install(rt)) != ADSM_OK) {
+        rt->be->shutdown(rt->be_ctx);
+        adsm__release_reservation(rt);
+        return r;
+    }
+    adsm__log(ADSM_LOG_INFO, "backend %s, protocol %s, block size %zu", rt->be->name, adsm__protocol_for(rt->cfg.protocol)->name,
+              rt->cfg.block_size);
+    ADSM__STORE(&rt->state, ADSM__RT_READY);
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__ensure(void) {
+    if (ADSM__LIKELY(adsm__ready())) return ADSM_OK;
+    pthread_mutex_lock(&adsm__rt.init_mutex);
+    adsm_result r = adsm__ready() ? ADSM_OK : adsm__start(NULL);
+    pthread_mutex_unlock(&adsm__rt.init_mutex);
+    return r;
+}
+
+ADSM_API adsm_result adsm_init(const adsm_config *cfg) {
+    pthread_mutex_lock(&adsm__rt.init_mutex);
+    adsm_result r = adsm__ready() ? adsm__fail(ADSM_ERROR_ALREADY_INITIALIZED,
+                                                "adsm_init: already initialised (call adsm_shutdown first)")
+                                  : adsm__start(cfg);
+    pthread_mutex_unlock(&adsm__rt.init_mutex);
+    return r;
+}
+
+ADSM__PRIVATE void adsm__object_destroy(adsm__object *o) {
+    free(o->blocks);
+    free(o);
+}
+
+ADSM_API void adsm_shutdown(void) {
+    adsm__runtime *rt = &adsm__rt;
+    pthread_mutex_lock(&rt->init_mutex);
+    if (!adsm__ready()) {
+        pthread_mutex_unlock(&rt->init_mutex);
+        return;
+    }
+    rt->be->synchronize(rt->be_ctx);
+    ADSM__STORE(&rt->state, ADSM__RT_OFF);
+    adsm__lock(&rt->lock);
+    for (adsm__object *o = rt->first_object, *next; o; o = next) {
+        next = o->next;
+        adsm__object_destroy(o);
+    }
+    rt->first_object = rt->last_object = NULL;
+    rt->fifo_head = rt->fifo_tail = NULL;
+    rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = 0;
+    adsm__unlock(&rt->lock);
+    rt->be->shutdown(rt->be_ctx);
+    rt->be = NULL;
+    rt->be_ctx = NULL;
+    adsm__fault_uninstall(rt);
+    adsm__release_reservation(rt);
+    rt->launch_seq = rt->synced_seq = 0;
+    adsm__stats_reset(&rt->stats);
+    pthread_mutex_unlock(&rt->init_mutex);
+}
+
+/* ---- objects ------------------------------------------------------------------------------ */
+ADSM__PRIVATE void adsm__list_append(adsm__runtime *rt, adsm__object *o) {
+    o->prev = rt->last_object;
+    o->next = NULL;
+    if (rt->last_object) rt->last_object->next = o;
+    else rt->first_object = o;
+    rt->last_object = o;
+}
+
+ADSM__PRIVATE void adsm__list_remove(adsm__runtime *rt, adsm__object *o) {
+    if (o->prev) o->prev->next = o->next;
+    else rt->first_object = o->next;
+    if (o->next) o->next->prev = o->prev;
+    else rt->last_object = o->prev;
+}
+
+/* Undoes what adsm__object_create did so far (stage: 1 address, 2 device, 3 tree, 4 listed). */
+ADSM__PRIVATE void adsm__object_unwind(adsm__runtime *rt, adsm__object *o, int stage) {
+    if (stage >= 4) {
+        adsm__list_remove(rt, o);
+        rt->nobjects--;
+        rt->object_bytes -= o->size;
+        rt->device_used -= o->span;
+    }
+    if (stage >= 3) {
+        adsm__tree_remove(&rt->objects, &o->node);
+        if (o->safe) adsm__tree_remove(&rt->safe_dev, &o->dev_node);
+    }
+    if (stage >= 2) rt->be->dev_free(rt->be_ctx, o->dev, o->span);
+    if (stage >= 1) {
+        madvise((void *)o->host, o->span, MADV_DONTNEED); /* the next object here starts zeroed */
+        adsm__protect(o->host, o->span, PROT_NONE);
+        adsm__arena_free(o->safe ? &rt->va_safe : &rt->va_shared, o->host, o->span);
+        if (o->safe) adsm__arena_free(&rt->va_shared, o->dev, o->span);
+    }
+    adsm__object_destroy(o);
+}
+
+ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, int safe, adsm__object **out) {
+    size_t span = ADSM__ALIGN_UP(size, rt->page);
+    size_t align = span >= rt->cfg.block_size ? rt->cfg.block_size : rt->page;
+    size_t capacity = rt->be->capacity(rt->be_ctx);
+    if (span > capacity || rt->device_used > capacity - span)
+        return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY,
+                          "%zu bytes requested; the %s device has %zu of its %zu bytes free", size, rt->be->name,
+                          capacity - ADSM__MIN(capacity, rt->device_used), capacity);
+    adsm__object *o = (adsm__object *)calloc(1, sizeof *o);
+    size_t nblocks = (span + rt->cfg.block_size - 1) >> rt->cfg.block_shift;
+    if (o) o->blocks = (adsm__block *)calloc(nblocks, sizeof *o->blocks);
+    if (!o || !o->blocks) {
+        if (o) adsm__object_destroy(o);
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of host memory for the bookkeeping of %zu bytes", size);
+    }
+    o->size = size;
+    o->span = span;
+    o->nblocks = nblocks;
+    o->safe = safe;
+    for (size_t b = 0; b < nblocks; b++) {
+        o->blocks[b].obj = o;
+        o->blocks[b].index = (uint32_t)b;
+    }
+    o->host = adsm__arena_alloc(safe ? &rt->va_safe : &rt->va_shared, span, align);
+    o->dev = safe && o->host ? adsm__arena_alloc(&rt->va_shared, span, align) : o->host;
+    if (!o->host || !o->dev) {
+        if (o->host && safe) adsm__arena_free(&rt->va_safe, o->host, span);
+        adsm__object_destroy(o);
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of shared address space for %zu bytes", size);
+    }
+    adsm_result r = rt->be->dev_alloc(rt->be_ctx, o->dev, span);
+    if (r != ADSM_OK) {
+        adsm__object_unwind(rt, o, 1);
+        return r;
+    }
+    o->node.start = o->host;
+    o->node.end = o->host + span;
+    o->dev_node.start = o->dev;
+    o->dev_node.end = o->dev + span;
+    adsm__tree_insert(&rt->objects, &o->node);
+    if (safe) adsm__tree_insert(&rt->safe_dev, &o->dev_node);
+    adsm__list_append(rt, o);
+    rt->nobjects++;
+    rt->object_bytes += size;
+    rt->device_used += span;
+    if (rt->proto->on_alloc(rt, o) != 0) {
+        int e = errno;
+        adsm__object_unwind(rt, o, 4);
+        return adsm__fail(ADSM_ERROR_SYSTEM, "mprotect of a new object failed: %s", strerror(e));
+    }
+    *out = o;
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE void *adsm__alloc(size_t size, int safe, const char *fn) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm__object *o = NULL;
+    if (adsm__ensure() != ADSM_OK) return NULL;
+    if (size == 0) {
+        adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s(0): size 0 is not an object", fn);
+        return NULL;
+    }
+    if (size > rt->half) {
+        adsm__fail(size > SIZE_MAX / 2 ? ADSM_ERROR_INVALID_VALUE : ADSM_ERROR_DEVICE_OUT_OF_MEMORY,
+                   "%s(%zu): larger than the %zu bytes adsm can map", fn, size, rt->half);
+        return NULL;
+    }
+    adsm__lock(&rt->lock);
+    adsm_result r = adsm__object_create(rt, size, safe, &o);
+    adsm__unlock(&rt->lock);
+    return r == ADSM_OK ? (void *)o->host : NULL;
+}
+
+ADSM_API void *adsm_alloc(size_t size) { return adsm__alloc(size, 0, "adsm_alloc"); }
+ADSM_API void *adsm_safe_alloc(size_t size) { return adsm__alloc(size, 1, "adsm_safe_alloc"); }
+
+ADSM_API void *adsm_safe(const void *host_ptr) {
+    adsm__runtime *rt = &adsm__rt;
+    if (adsm__ensure() != ADSM_OK) return NULL;
+    adsm__lock(&rt->lock);
+    uintptr_t a = (uintptr_t)host_ptr, dev = 0;
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
+    if (o && a < o->host + o->size) dev = o->dev + (a - o->host);
+    adsm__unlock(&rt->lock);
+    if (!dev) adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_safe(%p): not inside a live shared object", host_ptr);
+    return (void *)dev;
+}
+
+ADSM_API adsm_result adsm_free(void *ptr) {
+    adsm__runtime *rt = &adsm__rt;
+    uintptr_t a = (uintptr_t)ptr;
+    if (!ptr) return ADSM_OK;
+    if (!adsm__ready())
+        return adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_free(%p): adsm is not initialised, so this is no shared object",
+                          ptr);
+    /* A kernel in flight may use the object: let every launch finish first (errors stay queued
+     * for adsm_sync). */
+    rt->be->wait(rt->be_ctx, ADSM__LOAD(&rt->launch_seq));
+    adsm__lock(&rt->lock);
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
+    adsm_result r = ADSM_OK;
+    if (!o) r = adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_free(%p): not a live shared object (freed twice?)", ptr);
+    else if (a != o->host)
+        r = adsm__fail(ADSM_ERROR_NOT_OBJECT_START, "adsm_free(%p): inside the object at %p, not its start", ptr,
+                       (void *)o->host);
+    if (r == ADSM_OK) {
+        rt->be->drain(rt->be_ctx);
+        rt->proto->on_free(rt, o);
+        adsm__object_unwind(rt, o, 4);
+    }
+    adsm__unlock(&rt->lock);
+    return r;
+}
+
+/* ---- launches ----------------------------------------------------------------------------- */
+ADSM__PRIVATE void adsm__add_range(adsm__range *ranges, size_t *n, uintptr_t addr, size_t len, const char *param) {
+    for (size_t i = 0; i < *n; i++)
+        if (ranges[i].addr == addr) return;
+    ranges[*n].addr = addr;
+    ranges[*n].len = len;
+    ranges[*n].param = param;
+    (*n)++;
+}
+
+/* Finds the object behind a pointer argument, translating host addresses of safe objects into
+ * device addresses in place. */
+ADSM__PRIVATE adsm_result adsm__bind_pointer(adsm__runtime *rt, const adsm_kernel_desc *k, const adsm_param_desc *p,
+                                             unsigned char *args, adsm__object **out) {
+    void *value;
+    memcpy(&value, args + p->offset, sizeof value);
+    uintptr_t a = (uintptr_t)value;
+    *out = NULL;
+    if (!value) return ADSM_OK;
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
+    if (o && o->safe) {
+        void *dev = (void *)(o->dev + (a - o->host));
+        memcpy(args + p->offset, &dev, sizeof dev);
+    } else if (!o) {
+        adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, a); /* already a device address */
+        if (n) o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
+    }
+    if (!o)
+        return adsm__fail(ADSM_ERROR_NOT_SHARED,
+                          "kernel '%s': parameter '%s' (%s) is %p, which is not inside a shared object", k->name,
+                          p->name, adsm__access_names[p->access], value);
+    *out = o;
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *l, unsigned char *args,
+                                               adsm__object **writes, size_t *nwrites) {
+    const adsm_kernel_desc *k = l->kernel;
+    for (unsigned i = 0; i < k->nparams; i++) {
+        const adsm_param_desc *p = &k->params[i];
+        adsm__object *o;
+        if (!adsm__access_is_pointer(p->access)) continue;
+        adsm_result r = adsm__bind_pointer(rt, k, p, args, &o);
+        if (r != ADSM_OK) return r;
+        if (!o) continue;
+        if (adsm__access_writes(p->access)) {
+            size_t before = l->nwritable;
+            adsm__add_range(l->writable, &l->nwritable, o->dev, o->span, p->name);
+            if (l->nwritable > before) writes[(*nwrites)++] = o;
+        } else {
+            adsm__add_range(l->inputs, &l->ninputs, o->dev, o->span, p->name);
+        }
+    }
+    return ADSM_OK;
+}
+
+ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm_result r;
+    if ((r = adsm__ensure()) != ADSM_OK) return r;
+    if ((r = adsm__check_kernel_desc(k)) != ADSM_OK) return r;
+    if (!k->body)
+        return adsm__fail(ADSM_ERROR_NO_KERNEL_BODY, "kernel '%s' has no body: define void %s(adsm_grid, ...)",
+                          k->name, k->name);
+    if (!args) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': NULL argument block", k->name);
+    size_t threads = adsm_grid_threads(grid);
+    if (threads == 0) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': empty grid", k->name);
+    grid.begin = 0;
+    grid.end = threads;
+    unsigned char *buf = (unsigned char *)malloc(k->args_size ? k->args_size : 1);
+    if (!buf) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': out of memory", k->name);
+    memcpy(buf, args, k->args_size);
+    adsm__launch l;
+    adsm__object *writes[ADSM__MAX_PARAMS];
+    size_t nwrites = 0;
+    memset(&l, 0, sizeof l);
+    l.kernel = k;
+    l.grid = grid;
+    l.args = buf;
+    adsm__lock(&rt->lock);
+    l.seq = rt->launch_seq + 1;
+    r = adsm__prepare_launch(rt, &l, buf, writes, &nwrites);
+    if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, l.seq);
+    if (r == ADSM_OK) r = rt->be->launch(rt->be_ctx, &l);
+    if (r == ADSM_OK) {
+        ADSM__STORE(&rt->launch_seq, l.seq);
+        ADSM__ADD(&rt->stats.launches, 1);
+    } else {
+        for (size_t i = 0; i < nwrites; i++) writes[i]->writer_seq = 0; /* no kernel will write them */
+    }
+    adsm__unlock(&rt->lock);
+    free(buf);
+    return r;
+}
+
+ADSM_API adsm_result adsm_sync(void) {
+    adsm__runtime *rt = &adsm__rt;
+    if (!adsm__ready()) return ADSM_OK;
+    adsm_result r = rt->be->synchronize(rt->be_ctx);
+    adsm__lock(&rt->lock);
+    adsm_result a = rt->proto->acquire(rt);
+    adsm__unlock(&rt->lock);
+    return r != ADSM_OK ? r : a;
+}
+
+/* ---- bulk memory ---------------------------------------------------------------------------- */
+ADSM__PRIVATE adsm_result adsm__check_range(const void *p, size_t n, const char *fn) {
+    if (n > 0 && !p) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: NULL pointer", fn);
+    if ((uintptr_t)p > UINTPTR_MAX - n) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: range wraps around", fn);
+    return ADSM_OK;
+}
+
+ADSM_API adsm_result adsm_memset(void *dst, int value, size_t n) {
+    adsm_result r;
+    if ((r = adsm__check_range(dst, n, "adsm_memset")) != ADSM_OK) return r;
+    if (n == 0) return ADSM_OK;
+    if ((r = adsm__ensure()) != ADSM_OK) return r;
+    return adsm__memset_impl(&adsm__rt, (uintptr_t)dst, value, n);
+}
+
+ADSM_API adsm_result adsm_memcpy(void *dst, const void *src, size_t n) {
+    adsm_result r;
+    if ((r = adsm__check_range(dst, n, "adsm_memcpy")) != ADSM_OK ||
+        (r = adsm__check_range(src, n, "adsm_memcpy")) != ADSM_OK)
+        return r;
+    if (n == 0) return ADSM_OK;
+    if ((r = adsm__ensure()) != ADSM_OK) return r;
+    return adsm__memcpy_impl(&adsm__rt, (uintptr_t)dst, (uintptr_t)src, n);
+}
+
+/* ---- stats, errors, introspection ----------------------------------------------------------- */
+ADSM_API adsm_result adsm_get_stats(adsm_stats *out) {
+    adsm__runtime *rt = &adsm__rt;
+    if (!out) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_get_stats: NULL");
+    memset(out, 0, sizeof *out);
+    adsm__stats_read(&rt->stats, out);
+    if (adsm__ready()) {
+        adsm__lock(&rt->lock);
+        out->objects = rt->nobjects;
+        out->object_bytes = rt->object_bytes;
+        adsm__unlock(&rt->lock);
+    }
+    return ADSM_OK;
+}
+
+ADSM_API adsm_result adsm_reset_stats(void) {
+    adsm__stats_reset(&adsm__rt.stats);
+    return ADSM_OK;
+}
+
+ADSM_API const char *adsm_result_string(adsm_result r) {
+    switch (r) {
+#define ADSM__RESULT_CASE(name, value, text) \
+    case name: return #name ": " text;
+        ADSM_RESULT_LIST(ADSM__RESULT_CASE)
+#undef ADSM__RESULT_CASE
+    default: return "unknown adsm_result";
+    }
+}
+
+ADSM_API const char *adsm_last_error(void) {
+    return adsm__tls_error[0] ? adsm__tls_error : adsm_result_string(adsm__tls_result);
+}
+
+ADSM_API adsm_result adsm_last_result(void) { return adsm__tls_result; }
+
+ADSM_API const char *adsm_protocol_name(void) {
+    if (adsm__ensure() != ADSM_OK) return "none";
+    return adsm__protocol_for(adsm__rt.cfg.protocol)->name;
+}
+
+ADSM_API const char *adsm_backend_name(void) {
+    if (adsm__ensure() != ADSM_OK) return "none";
+    return adsm__rt.be->name;
+}
+
+ADSM_API size_t adsm_block_size(void) {
+    if (adsm__ensure() != ADSM_OK) return 0;
+    return adsm__rt.cfg.block_size;
+}
+
+ADSM_API char adsm_block_state(const void *ptr) {
+    adsm__runtime *rt = &adsm__rt;
+    char state = 0;
+    if (!adsm__ready()) return 0;
+    adsm__lock(&rt->lock);
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, (uintptr_t)ptr));
+    if (o) state = adsm__state_letters[o->blocks[adsm__tree_block_index(&o->node, (uintptr_t)ptr, rt->cfg.block_shift)].state];
+    adsm__unlock(&rt->lock);
+    return state;
+}
+
+#endif /* ADSM__API_INCLUDED */

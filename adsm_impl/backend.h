@@ -1,0 +1,52 @@
+/* adsm_impl/backend.h -- the backend vtable: the few verbs the protocols need from a device.
+ *
+ * One `static const adsm__backend_vtbl` per backend (emu, host, cuda). Device addresses are chosen
+ * by the runtime (for same-address objects they equal the host address); the backend only backs
+ * and releases them. Verbs marked "signal-safe" are called from the SIGSEGV handler while the
+ * runtime lock is held, so they may only do async-signal-safe work (raw system calls, atomics,
+ * futex waits on other threads that never take the runtime lock). */
+#ifndef ADSM__BACKEND_INCLUDED
+#define ADSM__BACKEND_INCLUDED
+
+#define ADSM__MAX_PARAMS 16
+
+typedef struct adsm__range {
+    uintptr_t addr;
+    size_t len;
+    const char *param; /* parameter name, for error messages */
+} adsm__range;
+
+/* A launch as the runtime hands it to a backend: arguments already translated to device
+ * addresses, plus the device ranges the kernel may write and those it may only read. */
+typedef struct adsm__launch {
+    const adsm_kernel_desc *kernel;
+    adsm_grid grid;
+    const void *args;
+    uint64_t seq;
+    size_t nwritable, ninputs;
+    adsm__range writable[ADSM__MAX_PARAMS];
+    adsm__range inputs[ADSM__MAX_PARAMS];
+} adsm__launch;
+
+typedef struct adsm__backend_vtbl {
+    const char *name;
+    int moves_data; /* 0: the device works on host memory (no copies, no tracking) */
+    adsm_result (*init)(adsm__runtime *rt, void **ctx);
+    void (*shutdown)(void *ctx);
+    size_t (*capacity)(void *ctx);
+    adsm_result (*dev_alloc)(void *ctx, uintptr_t dev, size_t span);
+    void (*dev_free)(void *ctx, uintptr_t dev, size_t span);
+    /* signal-safe: host->device copy; async copies complete in order, before drain() returns */
+    int (*to_device)(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async);
+    /* signal-safe: device->host copy into a host range of any protection */
+    int (*from_device)(void *ctx, uintptr_t host, uintptr_t dev, size_t n);
+    /* signal-safe: wait until every async to_device copy has landed */
+    void (*drain)(void *ctx);
+    adsm_result (*launch)(void *ctx, const adsm__launch *l);
+    /* signal-safe: wait until launch `seq` finished; 0, or -1 when the device is lost */
+    int (*wait)(void *ctx, uint64_t seq);
+    /* wait for every launch; return (and forget) the first launch error since the last call */
+    adsm_result (*synchronize)(void *ctx);
+} adsm__backend_vtbl;
+
+#endif /* ADSM__BACKEND_INCLUDED */

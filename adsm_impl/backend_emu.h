@@ -1,0 +1,448 @@
+/* adsm_impl/backend_emu.h -- a discrete accelerator emulated by a child process.
+ *
+ * Device memory is one sparse memfd. The device process (forked at initialisation) maps it over
+ * the shared half of the address reservation, so every object lives at the same address on both
+ * sides; the parent reaches it only through a second mapping, the DMA window. Host and device
+ * memory are really separate: a missing copy is a wrong answer, as on a GPU.
+ *
+ * Contexts: to_device/from_device/drain/wait are called from the SIGSEGV handler under the
+ * runtime lock, so they use only memcpy, pwrite, atomics and futexes. The DMA thread (async
+ * copies) and the completion thread (launch results) never take the runtime lock. Everything
+ * else runs in normal thread context under the runtime lock. The device process runs kernels on a
+ * worker pool; each chunk runs under sigsetjmp so a crashing kernel, or one that writes memory it
+ * may only read (device memory is read-only outside the kernel's OUT/INOUT objects), fails its
+ * launch instead of the program. */
+#ifndef ADSM__BACKEND_EMU_INCLUDED
+#define ADSM__BACKEND_EMU_INCLUDED
+
+#include <setjmp.h>
+
+#define ADSM__DMA_RING 1024
+#define ADSM__EMU_MAX_ARGS 4096
+
+enum { ADSM__EMU_ALLOC = 1, ADSM__EMU_FREE, ADSM__EMU_LAUNCH, ADSM__EMU_QUIT, ADSM__EMU_DONE };
+
+typedef struct adsm__emu_msg {
+    uint32_t type;
+    int32_t status;
+    uint64_t seq;
+    uintptr_t addr;
+    size_t len;
+    const adsm_kernel_desc *kernel; /* valid in the device process: same binary, forked */
+    adsm_grid grid;
+    uint32_t nwritable, ninputs;
+    adsm__range writable[ADSM__MAX_PARAMS];
+    adsm__range inputs[ADSM__MAX_PARAMS];
+    char text[256];
+    _Alignas(16) unsigned char args[ADSM__EMU_MAX_ARGS];
+} adsm__emu_msg;
+
+typedef struct adsm__dma_job {
+    uintptr_t dev, host;
+    size_t len;
+} adsm__dma_job;
+
+typedef struct adsm__emu {
+    adsm__runtime *rt;
+    uintptr_t base;
+    size_t half, capacity;
+    int devfd;
+    unsigned char *window; /* parent's view of device memory: window[addr - base] */
+    int sock;
+    pid_t child;
+    unsigned workers;
+    pthread_t dma_thread, completion_thread;
+    int dma_started, completion_started;
+
+    /* single-producer (runtime lock holder) / single-consumer (DMA thread) ring */
+    adsm__dma_job ring[ADSM__DMA_RING];
+    int ring_tail, ring_done, dma_quit;
+
+    /* launch completion, published by the completion thread */
+    uint64_t completed_seq;
+    int completion_gen, lost, quitting;
+    pthread_mutex_t error_mutex;
+    adsm_result first_error;
+    char error_text[256];
+
+    /* device process only */
+    adsm__pool pool;
+    const adsm__emu_msg *current;
+    adsm__emu_msg msg;
+} adsm__emu;
+
+/* ---- device process ---------------------------------------------------------------------- */
+static __thread sigjmp_buf *adsm__tls_kernel_jmp;
+static __thread int adsm__tls_kernel_signal, adsm__tls_kernel_write;
+static __thread uintptr_t adsm__tls_kernel_addr;
+
+static void adsm__emu_kernel_signal(int sig, siginfo_t *si, void *context) {
+    if (!adsm__tls_kernel_jmp) { /* not inside a kernel: a bug in the device process itself */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    adsm__tls_kernel_signal = sig;
+    adsm__tls_kernel_addr = (uintptr_t)si->si_addr;
+    adsm__tls_kernel_write = adsm__fault_is_write(context);
+    siglongjmp(*adsm__tls_kernel_jmp, 1);
+}
+
+ADSM__PRIVATE int adsm__emu_classify(adsm__emu *e, char *msg, size_t size) {
+    const adsm__emu_msg *m = e->current;
+    uintptr_t a = adsm__tls_kernel_addr;
+    const char *kname = m->kernel->name;
+    if (adsm__tls_kernel_signal == SIGSEGV && adsm__tls_kernel_write != 0) {
+        for (uint32_t i = 0; i < m->ninputs; i++) {
+            if (a >= m->inputs[i].addr && a - m->inputs[i].addr < m->inputs[i].len) {
+                snprintf(msg, size, "kernel '%s' wrote its IN parameter '%s' (address %p)", kname,
+                         m->inputs[i].param, (void *)a);
+                return ADSM_ERROR_KERNEL_WROTE_INPUT;
+            }
+        }
+    }
+    snprintf(msg, size, "kernel '%s' crashed: %s at address %p", kname, strsignal(adsm__tls_kernel_signal),
+             (void *)a);
+    return ADSM_ERROR_KERNEL_CRASHED;
+}
+
+ADSM__PRIVATE int adsm__emu_run_chunk(adsm__pool *p, unsigned worker, adsm_grid chunk, char *msg, size_t size) {
+    adsm__emu *e = (adsm__emu *)adsm__rt.be_ctx;
+    sigjmp_buf jb;
+    (void)worker;
+    if (sigsetjmp(jb, 1) == 0) {
+        adsm__tls_kernel_jmp = &jb;
+        p->kernel->entry(chunk, p->args);
+        adsm__tls_kernel_jmp = NULL;
+        return 0;
+    }
+    adsm__tls_kernel_jmp = NULL;
+    return adsm__emu_classify(e, msg, size);
+}
+
+/* Each worker gets an alternate signal stack, so a kernel that overflows its stack still fails
+ * its launch cleanly. Called on the worker thread before its first chunk. */
+ADSM__PRIVATE void adsm__emu_ensure_altstack(void) {
+    static __thread void *stack;
+    if (stack) return;
+    stack = malloc(1 << 16);
+    if (!stack) return;
+    stack_t ss;
+    ss.ss_sp = stack;
+    ss.ss_size = 1 << 16;
+    ss.ss_flags = 0;
+    sigaltstack(&ss, NULL);
+}
+
+ADSM__PRIVATE int adsm__emu_run_chunk_guarded(adsm__pool *p, unsigned worker, adsm_grid chunk, char *msg,
+                                              size_t size) {
+    adsm__emu_ensure_altstack();
+    return adsm__emu_run_chunk(p, worker, chunk, msg, size);
+}
+
+ADSM__PRIVATE void adsm__emu_set_ranges(const adsm__range *r, uint32_t n, int prot) {
+    for (uint32_t i = 0; i < n; i++) adsm__protect(r[i].addr, r[i].len, prot);
+}
+
+ADSM__PRIVATE void adsm__emu_device_launch(adsm__emu *e, adsm__emu_msg *m, int sock) {
+    adsm__emu_msg *reply = &e->msg; /* reuse: m is e->msg too, so copy out what we need first */
+    uint64_t seq = m->seq;
+    char text[256];
+    int status;
+    e->current = m;
+    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE);
+    status = adsm__pool_run(&e->pool, m->kernel, m->grid, m->args, text, sizeof text);
+    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ);
+    e->current = NULL;
+    reply->type = ADSM__EMU_DONE;
+    reply->seq = seq;
+    reply->status = status;
+    snprintf(reply->text, sizeof reply->text, "%s", status ? text : "");
+    send(sock, reply, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);
+}
+
+/* The device process: owns device memory at the objects' addresses and serves commands from the
+ * parent in order until told to quit or the parent goes away. Never returns. */
+ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = adsm__emu_kernel_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    int crash_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof crash_signals / sizeof *crash_signals; i++)
+        sigaction(crash_signals[i], &sa, NULL);
+    signal(SIGINT, SIG_IGN); /* the parent decides when the device goes away */
+    /* Device memory replaces the host view of the shared half; safe host addresses vanish. */
+    if (mmap((void *)e->base, e->half, PROT_NONE, MAP_SHARED | MAP_FIXED, e->devfd, 0) == MAP_FAILED ||
+        mmap((void *)(e->base + e->half), e->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+             -1, 0) == MAP_FAILED)
+        _exit(3);
+    munmap(e->window, e->half);
+    if (adsm__pool_start(&e->pool, e->workers, adsm__emu_run_chunk_guarded) != 0) _exit(4);
+    adsm__emu_msg *m = &e->msg;
+    for (;;) {
+        ssize_t n = recv(sock, m, sizeof *m, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) _exit(0);
+        switch (m->type) {
+        case ADSM__EMU_ALLOC: adsm__protect(m->addr, m->len, PROT_READ); break;
+        case ADSM__EMU_FREE: adsm__protect(m->addr, m->len, PROT_NONE); break;
+        case ADSM__EMU_LAUNCH: adsm__emu_device_launch(e, m, sock); break;
+        default: _exit(0);
+        }
+    }
+}
+
+/* ---- parent: DMA thread ------------------------------------------------------------------- */
+ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
+    adsm__emu *e = (adsm__emu *)arg;
+    for (;;) {
+        int tail = ADSM__LOAD(&e->ring_tail), done = ADSM__LOAD(&e->ring_done);
+        if (tail == done) {
+            if (ADSM__LOAD(&e->dma_quit)) return NULL;
+            adsm__futex_wait(&e->ring_tail, tail);
+            continue;
+        }
+        adsm__dma_job job = e->ring[(unsigned)done % ADSM__DMA_RING];
+        memcpy(e->window + (job.dev - e->base), (const void *)job.host, job.len);
+        ADSM__STORE(&e->ring_done, done + 1);
+        adsm__futex_wake_all(&e->ring_done);
+    }
+}
+
+ADSM__PRIVATE void adsm__emu_drain(void *ctx) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    int tail = ADSM__LOAD(&e->ring_tail);
+    for (;;) {
+        int done = ADSM__LOAD(&e->ring_done);
+        if (done == tail) return;
+        adsm__futex_wait(&e->ring_done, done);
+    }
+}
+
+ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    if (dev < e->base || dev - e->base + n > e->half) return -1;
+    if (!async || !e->dma_started) {
+        adsm__emu_drain(ctx); /* keep copies to the same block in order */
+        memcpy(e->window + (dev - e->base), (const void *)host, n);
+        return 0;
+    }
+    int tail = ADSM__LOAD(&e->ring_tail);
+    for (;;) { /* ring full: wait for the DMA thread, which never needs the runtime lock */
+        int done = ADSM__LOAD(&e->ring_done);
+        if ((unsigned)tail - (unsigned)done < ADSM__DMA_RING) break;
+        adsm__futex_wait(&e->ring_done, done);
+    }
+    adsm__dma_job *job = &e->ring[(unsigned)tail % ADSM__DMA_RING];
+    job->dev = dev;
+    job->host = host;
+    job->len = n;
+    ADSM__STORE(&e->ring_tail, tail + 1);
+    adsm__futex_wake_all(&e->ring_tail);
+    return 0;
+}
+
+ADSM__PRIVATE int adsm__emu_from_device(void *ctx, uintptr_t host, uintptr_t dev, size_t n) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    if (dev < e->base || dev - e->base + n > e->half) return -1;
+    const unsigned char *src = e->window + (dev - e->base);
+    if (e->rt->procmem_fd >= 0 && adsm__pwrite_full(e->rt->procmem_fd, src, n, host) == 0) return 0;
+    /* No /proc/self/mem: open the pages, copy, and let the caller set the final protection. */
+    uintptr_t page = e->rt->page, start = ADSM__ALIGN_DOWN(host, page);
+    if (adsm__protect(start, ADSM__ALIGN_UP(host + n, page) - start, PROT_READ | PROT_WRITE) != 0) return -1;
+    memcpy((void *)host, src, n);
+    return 0;
+}
+
+/* ---- parent: completion thread ------------------------------------------------------------ */
+ADSM__PRIVATE void adsm__emu_record_error(adsm__emu *e, adsm_result r, const char *text) {
+    pthread_mutex_lock(&e->error_mutex);
+    if (e->first_error == ADSM_OK) {
+        e->first_error = r;
+        snprintf(e->error_text, sizeof e->error_text, "%s", text);
+    }
+    pthread_mutex_unlock(&e->error_mutex);
+}
+
+ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
+    adsm__emu *e = (adsm__emu *)arg;
+    adsm__emu_msg *m = (adsm__emu_msg *)malloc(sizeof *m);
+    for (;;) {
+        ssize_t n = m ? recv(e->sock, m, sizeof *m, 0) : 0;
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        if (m->type != ADSM__EMU_DONE) continue;
+        if (m->status != 0) adsm__emu_record_error(e, (adsm_result)m->status, m->text);
+        ADSM__STORE(&e->completed_seq, m->seq);
+        ADSM__ADD(&e->completion_gen, 1);
+        adsm__futex_wake_all(&e->completion_gen);
+    }
+    free(m);
+    if (!ADSM__LOAD(&e->quitting))
+        adsm__emu_record_error(e, ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
+    ADSM__STORE(&e->lost, 1);
+    ADSM__ADD(&e->completion_gen, 1);
+    adsm__futex_wake_all(&e->completion_gen);
+    return NULL;
+}
+
+ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    for (;;) {
+        int gen = ADSM__LOAD(&e->completion_gen);
+        if (ADSM__LOAD(&e->completed_seq) >= seq) return 0;
+        if (ADSM__LOAD(&e->lost)) return -1;
+        adsm__futex_wait(&e->completion_gen, gen);
+    }
+}
+
+ADSM__PRIVATE adsm_result adsm__emu_synchronize(void *ctx) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq));
+    pthread_mutex_lock(&e->error_mutex);
+    adsm_result r = e->first_error;
+    if (r != ADSM_OK) adsm__fail(r, "%s", e->error_text);
+    if (r != ADSM_ERROR_DEVICE_LOST) e->first_error = ADSM_OK; /* a lost device stays lost */
+    pthread_mutex_unlock(&e->error_mutex);
+    return r;
+}
+
+/* ---- parent: commands ------------------------------------------------------------------- */
+ADSM__PRIVATE adsm_result adsm__emu_send(adsm__emu *e, const adsm__emu_msg *m, size_t len) {
+    if (ADSM__LOAD(&e->lost)) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
+    for (;;) {
+        ssize_t n = send(e->sock, m, len, MSG_NOSIGNAL);
+        if (n == (ssize_t)len) return ADSM_OK;
+        if (n < 0 && errno == EINTR) continue;
+        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "cannot reach the emulated device: %s", strerror(errno));
+    }
+}
+
+ADSM__PRIVATE adsm_result adsm__emu_range_cmd(adsm__emu *e, uint32_t type, uintptr_t addr, size_t len) {
+    adsm__emu_msg m;
+    memset(&m, 0, offsetof(adsm__emu_msg, args));
+    m.type = type;
+    m.addr = addr;
+    m.len = len;
+    return adsm__emu_send(e, &m, offsetof(adsm__emu_msg, args));
+}
+
+ADSM__PRIVATE size_t adsm__emu_capacity(void *ctx) { return ((adsm__emu *)ctx)->capacity; }
+
+ADSM__PRIVATE adsm_result adsm__emu_dev_alloc(void *ctx, uintptr_t dev, size_t span) {
+    return adsm__emu_range_cmd((adsm__emu *)ctx, ADSM__EMU_ALLOC, dev, span);
+}
+
+/* The caller waited for every launch, so no kernel uses the range any more. Punching the hole
+ * returns the memory and leaves zeros for the next object at this address. */
+ADSM__PRIVATE void adsm__emu_dev_free(void *ctx, uintptr_t dev, size_t span) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    adsm__emu_range_cmd(e, ADSM__EMU_FREE, dev, span);
+    if (fallocate(e->devfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(dev - e->base), (off_t)span) != 0)
+        memset(e->window + (dev - e->base), 0, span);
+}
+
+ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    adsm__emu_msg *m = (adsm__emu_msg *)calloc(1, sizeof *m);
+    if (!m) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "launch: out of memory");
+    if (l->kernel->args_size > sizeof m->args) {
+        free(m);
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': %zu bytes of arguments, the limit is %d",
+                          l->kernel->name, l->kernel->args_size, ADSM__EMU_MAX_ARGS);
+    }
+    m->type = ADSM__EMU_LAUNCH;
+    m->seq = l->seq;
+    m->kernel = l->kernel;
+    m->grid = l->grid;
+    m->nwritable = (uint32_t)l->nwritable;
+    m->ninputs = (uint32_t)l->ninputs;
+    memcpy(m->writable, l->writable, sizeof m->writable);
+    memcpy(m->inputs, l->inputs, sizeof m->inputs);
+    memcpy(m->args, l->args, l->kernel->args_size);
+    adsm_result r = adsm__emu_send(e, m, offsetof(adsm__emu_msg, args) + l->kernel->args_size);
+    free(m);
+    return r;
+}
+
+/* ---- parent: lifetime ----------------------------------------------------------------------- */
+ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    ADSM__STORE(&e->quitting, 1);
+    if (e->dma_started) {
+        adsm__emu_drain(e);
+        ADSM__STORE(&e->dma_quit, 1);
+        ADSM__ADD(&e->ring_tail, 0);
+        adsm__futex_wake_all(&e->ring_tail);
+        pthread_join(e->dma_thread, NULL);
+    }
+    if (e->sock >= 0) shutdown(e->sock, SHUT_RDWR);
+    if (e->completion_started) pthread_join(e->completion_thread, NULL);
+    if (e->child > 0) {
+        kill(e->child, SIGKILL);
+        while (waitpid(e->child, NULL, 0) < 0 && errno == EINTR) {}
+    }
+    if (e->sock >= 0) close(e->sock);
+    if (e->window) munmap(e->window, e->half);
+    if (e->devfd >= 0) close(e->devfd);
+    pthread_mutex_destroy(&e->error_mutex);
+    free(e);
+}
+
+ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
+    adsm__emu *e = (adsm__emu *)calloc(1, sizeof *e);
+    int sv[2];
+    if (!e) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "emu backend: out of memory");
+    e->rt = rt;
+    e->base = rt->base;
+    e->half = rt->half;
+    e->capacity = rt->cfg.emu_memory;
+    e->workers = rt->cfg.emu_workers;
+    e->sock = -1;
+    pthread_mutex_init(&e->error_mutex, NULL);
+    e->devfd = adsm__memfd("adsm-emu-device", e->half);
+    if (e->devfd < 0) {
+        adsm__emu_shutdown(e);
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: memfd_create failed: %s", strerror(errno));
+    }
+    e->window = (unsigned char *)mmap(NULL, e->half, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, e->devfd, 0);
+    if (e->window == MAP_FAILED) {
+        e->window = NULL;
+        adsm__emu_shutdown(e);
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: cannot map device memory: %s", strerror(errno));
+    }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        adsm__emu_shutdown(e);
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: socketpair failed: %s", strerror(errno));
+    }
+    rt->be_ctx = e; /* the device process finds its state here */
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        adsm__emu_device_main(e, sv[1]);
+    }
+    close(sv[1]);
+    e->sock = sv[0];
+    if (pid < 0) {
+        adsm__emu_shutdown(e);
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: fork failed: %s", strerror(errno));
+    }
+    e->child = pid;
+    e->dma_started = pthread_create(&e->dma_thread, NULL, adsm__emu_dma_main, e) == 0;
+    e->completion_started = pthread_create(&e->completion_thread, NULL, adsm__emu_completion_main, e) == 0;
+    if (!e->completion_started) {
+        adsm__emu_shutdown(e);
+        return adsm__fail(ADSM_ERROR_SYSTEM, "emu backend: cannot start its threads");
+    }
+    *ctx = e;
+    return ADSM_OK;
+}
+
+static const adsm__backend_vtbl adsm__backend_emu = {
+    "emu", 1, adsm__emu_init, adsm__emu_shutdown, adsm__emu_capacity, adsm__emu_dev_alloc, adsm__emu_dev_free,
+    adsm__emu_to_device, adsm__emu_from_device, adsm__emu_drain, adsm__emu_launch, adsm__emu_wait,
+    adsm__emu_synchronize};
+
+#endif /* ADSM__BACKEND_EMU_INCLUDED */

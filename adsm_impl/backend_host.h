@@ -1,0 +1,81 @@
+/* adsm_impl/backend_host.h -- the host backend: the "device" is the CPU and works on host memory.
+ *
+ * No copies, no tracking (the runtime pairs it with the untracked protocol); kernels run on a
+ * worker pool in this process, synchronously inside the launch call. It is the zero-overhead CPU
+ * baseline and the paper's integrated-memory case. Runs in normal thread context only. */
+#ifndef ADSM__BACKEND_HOST_INCLUDED
+#define ADSM__BACKEND_HOST_INCLUDED
+
+typedef struct adsm__host {
+    adsm__pool pool;
+    pthread_mutex_t mutex; /* serialises launches on the pool */
+    adsm_result first_error;
+    char message[300];
+} adsm__host;
+
+ADSM__PRIVATE adsm_result adsm__host_init(adsm__runtime *rt, void **ctx) {
+    adsm__host *h = (adsm__host *)calloc(1, sizeof *h);
+    if (!h) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "host backend: out of memory");
+    if (adsm__pool_start(&h->pool, rt->cfg.emu_workers, NULL) != 0) {
+        adsm__pool_stop(&h->pool);
+        free(h);
+        return adsm__fail(ADSM_ERROR_SYSTEM, "host backend: cannot start worker threads");
+    }
+    pthread_mutex_init(&h->mutex, NULL);
+    *ctx = h;
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE void adsm__host_shutdown(void *ctx) {
+    adsm__host *h = (adsm__host *)ctx;
+    adsm__pool_stop(&h->pool);
+    pthread_mutex_destroy(&h->mutex);
+    free(h);
+}
+
+ADSM__PRIVATE size_t adsm__host_capacity(void *ctx) { (void)ctx; return adsm__phys_memory(); }
+ADSM__PRIVATE adsm_result adsm__host_dev_alloc(void *ctx, uintptr_t dev, size_t span) {
+    (void)ctx; (void)dev; (void)span;
+    return ADSM_OK;
+}
+ADSM__PRIVATE void adsm__host_dev_free(void *ctx, uintptr_t dev, size_t span) { (void)ctx; (void)dev; (void)span; }
+ADSM__PRIVATE int adsm__host_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
+    (void)ctx; (void)dev; (void)host; (void)n; (void)async;
+    return 0;
+}
+ADSM__PRIVATE int adsm__host_from_device(void *ctx, uintptr_t host, uintptr_t dev, size_t n) {
+    (void)ctx; (void)dev; (void)host; (void)n;
+    return 0;
+}
+ADSM__PRIVATE void adsm__host_drain(void *ctx) { (void)ctx; }
+ADSM__PRIVATE int adsm__host_wait(void *ctx, uint64_t seq) { (void)ctx; (void)seq; return 0; }
+
+ADSM__PRIVATE adsm_result adsm__host_launch(void *ctx, const adsm__launch *l) {
+    adsm__host *h = (adsm__host *)ctx;
+    char msg[256];
+    pthread_mutex_lock(&h->mutex);
+    int status = adsm__pool_run(&h->pool, l->kernel, l->grid, l->args, msg, sizeof msg);
+    if (status != 0 && h->first_error == ADSM_OK) {
+        h->first_error = (adsm_result)status;
+        snprintf(h->message, sizeof h->message, "%s", msg);
+    }
+    pthread_mutex_unlock(&h->mutex);
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__host_synchronize(void *ctx) {
+    adsm__host *h = (adsm__host *)ctx;
+    pthread_mutex_lock(&h->mutex);
+    adsm_result r = h->first_error;
+    if (r != ADSM_OK) adsm__fail(r, "%s", h->message);
+    h->first_error = ADSM_OK;
+    pthread_mutex_unlock(&h->mutex);
+    return r;
+}
+
+static const adsm__backend_vtbl adsm__backend_host = {
+    "host", 0, adsm__host_init, adsm__host_shutdown, adsm__host_capacity, adsm__host_dev_alloc,
+    adsm__host_dev_free, adsm__host_to_device, adsm__host_from_device, adsm__host_drain, adsm__host_launch,
+    adsm__host_wait, adsm__host_synchronize};
+
+#endif /* ADSM__BACKEND_HOST_INCLUDED */

@@ -1,0 +1,42 @@
+/* adsm_impl/common.h -- includes and helper macros shared by every implementation file.
+ *
+ * Pulled in first by the ADSM_IMPLEMENTATION section of adsm.h (and directly by white-box tests
+ * that exercise one implementation file on its own). It only declares macros and includes system
+ * headers, so it is safe in any context, the signal handler included. */
+#ifndef ADSM__COMMON_INCLUDED
+#define ADSM__COMMON_INCLUDED
+
+#if !defined(_GNU_SOURCE)
+#define _GNU_SOURCE 1
+#endif
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ADSM__UNUSED __attribute__((unused))
+#define ADSM__LIKELY(x) __builtin_expect(!!(x), 1)
+#define ADSM__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define ADSM__UNUSED
+#define ADSM__LIKELY(x) (x)
+#define ADSM__UNLIKELY(x) (x)
+#endif
+
+/* Every internal function is file-local to the implementation translation unit. */
+#ifndef ADSM__PRIVATE
+#define ADSM__PRIVATE static ADSM__UNUSED
+#endif
+
+#define ADSM__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ADSM__MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ADSM__ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uintptr_t)(a) - 1))
+#define ADSM__ALIGN_DOWN(x, a) ((x) & ~((uintptr_t)(a) - 1))
+
+#endif /* ADSM__COMMON_INCLUDED */

@@ -1,0 +1,165 @@
+/* adsm_impl/config.h -- defaults, environment variables and their validation.
+ *
+ * Resolves an adsm_config (fields left zero take the environment, then the default) into the
+ * settings the runtime uses, rejecting bad values with ADSM_ERROR_INVALID_CONFIG and a message
+ * that names the variable. Runs once, in normal thread context, during initialisation. */
+#ifndef ADSM__CONFIG_INCLUDED
+#define ADSM__CONFIG_INCLUDED
+
+/* 2 MiB: the size of a transparent huge page. Tracking a 2 MiB huge-page block costs one fault
+ * and one PMD update, which keeps tracked CPU writes far above PCIe line rate; see docs/design.md
+ * for the measurements behind this choice. */
+#ifndef ADSM_DEFAULT_BLOCK_SIZE
+#define ADSM_DEFAULT_BLOCK_SIZE ((size_t)2 << 20)
+#endif
+#define ADSM__MAX_BLOCK_SIZE ((size_t)1 << 30)
+#define ADSM__MAX_EMU_MEMORY ((size_t)1 << 40)
+#define ADSM__DEFAULT_ROLLING_STEP 2
+
+typedef struct adsm__settings {
+    adsm_backend_kind backend;
+    adsm_protocol_kind protocol;
+    size_t block_size;
+    unsigned block_shift;
+    size_t rolling_size; /* 0: adaptive */
+    size_t rolling_step;
+    size_t emu_memory;
+    unsigned emu_workers;
+    adsm_log_level log_level;
+} adsm__settings;
+
+typedef struct adsm__name_value {
+    const char *name;
+    int value;
+} adsm__name_value;
+
+static const adsm__name_value adsm__backend_names[] = {
+    {"auto", ADSM_BACKEND_AUTO}, {"emu", ADSM_BACKEND_EMU}, {"host", ADSM_BACKEND_HOST},
+    {"cuda", ADSM_BACKEND_CUDA}, {NULL, 0}};
+static const adsm__name_value adsm__protocol_names[] = {
+    {"batch", ADSM_PROTOCOL_BATCH}, {"lazy", ADSM_PROTOCOL_LAZY},
+    {"rolling", ADSM_PROTOCOL_ROLLING}, {NULL, 0}};
+static const adsm__name_value adsm__log_names[] = {
+    {"error", ADSM_LOG_ERROR}, {"warn", ADSM_LOG_WARN}, {"info", ADSM_LOG_INFO},
+    {"debug", ADSM_LOG_DEBUG}, {NULL, 0}};
+
+/* Parses "4096", "4K", "256k", "1M", "2G" (binary units) into *out, rejecting junk and overflow. */
+ADSM__PRIVATE int adsm__parse_size(const char *text, size_t *out) {
+    const char *p = text;
+    unsigned long long value = 0;
+    if (*p < '0' || *p > '9') return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned digit = (unsigned)(*p - '0');
+        if (value > (ULLONG_MAX - digit) / 10) return -1;
+        value = value * 10 + digit;
+    }
+    unsigned shift = 0;
+    switch (*p) {
+    case 'k': case 'K': shift = 10; p++; break;
+    case 'm': case 'M': shift = 20; p++; break;
+    case 'g': case 'G': shift = 30; p++; break;
+    case 't': case 'T': shift = 40; p++; break;
+    default: break;
+    }
+    if (*p == 'i' && shift) p++;          /* accept "KiB"-style "Ki" */
+    if ((*p == 'b' || *p == 'B') && shift) p++;
+    if (*p != 0) return -1;
+    if (shift && value > (SIZE_MAX >> shift)) return -1;
+    if (value > SIZE_MAX) return -1;
+    *out = (size_t)value << shift;
+    return 0;
+}
+
+ADSM__PRIVATE int adsm__parse_name(const char *text, const adsm__name_value *table, int *out) {
+    for (; table->name; table++) {
+        if (strcmp(text, table->name) == 0) {
+            *out = table->value;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+ADSM__PRIVATE adsm_result adsm__bad_env(const char *var, const char *value, const char *why) {
+    return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "%s='%s': %s", var, value, why);
+}
+
+/* Fills *field from environment variable `var` when it is still zero. */
+ADSM__PRIVATE adsm_result adsm__env_name(const char *var, const adsm__name_value *table, int *field,
+                                         const char *expected) {
+    const char *v = getenv(var);
+    if (*field != 0 || v == NULL || *v == 0) return ADSM_OK;
+    if (adsm__parse_name(v, table, field) != 0) return adsm__bad_env(var, v, expected);
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__env_size(const char *var, size_t *field) {
+    const char *v = getenv(var);
+    if (*field != 0 || v == NULL || *v == 0) return ADSM_OK;
+    if (adsm__parse_size(v, field) != 0)
+        return adsm__bad_env(var, v, "expected a size such as 4096, 4K, 2M or 1G");
+    return ADSM_OK;
+}
+
+
+ADSM__PRIVATE unsigned adsm__log2(size_t x) {
+    unsigned s = 0;
+    while (((size_t)1 << s) < x) s++;
+    return s;
+}
+
+ADSM__PRIVATE adsm_result adsm__validate(adsm__settings *s, size_t page) {
+    char why[160];
+    if (!adsm__is_pow2(s->block_size) || s->block_size < page || s->block_size > ADSM__MAX_BLOCK_SIZE) {
+        snprintf(why, sizeof why, "block size %zu must be a power of two between the page size (%zu) and 1G",
+                 s->block_size, page);
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_BLOCK_SIZE: %s", why);
+    }
+    if (s->rolling_size > ((size_t)1 << 24))
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_ROLLING_SIZE: %zu is above the limit of 16M blocks",
+                          s->rolling_size);
+    if (s->rolling_step > 4096)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_ROLLING_STEP: %zu is above the limit of 4096",
+                          s->rolling_step);
+    if (s->emu_memory < ((size_t)1 << 20) || s->emu_memory > ADSM__MAX_EMU_MEMORY)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_MEMORY: %zu bytes is outside 1M..1T",
+                          s->emu_memory);
+    if (s->emu_workers == 0 || s->emu_workers > 256)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_WORKERS: %u is outside 1..256", s->emu_workers);
+    s->block_shift = adsm__log2(s->block_size);
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t page, adsm__settings *s) {
+    adsm_config c;
+    adsm_result r;
+    size_t workers = 0;
+    if (cfg) c = *cfg;
+    else memset(&c, 0, sizeof c);
+    int backend = (int)c.backend, protocol = (int)c.protocol, log = (int)c.log_level;
+    if ((r = adsm__env_name("ADSM_BACKEND", adsm__backend_names, &backend, "expected auto, emu, host or cuda")) ||
+        (r = adsm__env_name("ADSM_PROTOCOL", adsm__protocol_names, &protocol, "expected batch, lazy or rolling")) ||
+        (r = adsm__env_name("ADSM_LOG", adsm__log_names, &log, "expected error, warn, info or debug")) ||
+        (r = adsm__env_size("ADSM_BLOCK_SIZE", &c.block_size)) ||
+        (r = adsm__env_size("ADSM_ROLLING_SIZE", &c.rolling_size)) ||
+        (r = adsm__env_size("ADSM_ROLLING_STEP", &c.rolling_step)) ||
+        (r = adsm__env_size("ADSM_EMU_MEMORY", &c.emu_memory)))
+        return r;
+    if (c.emu_workers == 0 && (r = adsm__env_size("ADSM_EMU_WORKERS", &workers))) return r;
+    if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_ROLLING ||
+        log < 0 || log > ADSM_LOG_DEBUG)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config: backend, protocol or log_level out of range");
+    s->backend = backend ? (adsm_backend_kind)backend : ADSM_BACKEND_AUTO;
+    s->protocol = protocol ? (adsm_protocol_kind)protocol : ADSM_PROTOCOL_ROLLING;
+    s->log_level = log ? (adsm_log_level)log : ADSM_LOG_WARN;
+    s->block_size = c.block_size ? c.block_size : ADSM_DEFAULT_BLOCK_SIZE;
+    s->rolling_size = c.rolling_size;
+    s->rolling_step = c.rolling_step ? c.rolling_step : ADSM__DEFAULT_ROLLING_STEP;
+    s->emu_memory = c.emu_memory ? c.emu_memory : ADSM__MIN(adsm__phys_memory() / 2, (size_t)32 << 30);
+    if (c.emu_workers) s->emu_workers = c.emu_workers;
+    else if (workers) s->emu_workers = workers > 1024 ? 1024 : (unsigned)workers;
+    else s->emu_workers = (unsigned)ADSM__MIN(adsm__cpu_count(), 64);
+    return adsm__validate(s, page);
+}
+
+#endif /* ADSM__CONFIG_INCLUDED */

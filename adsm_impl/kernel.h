@@ -1,0 +1,156 @@
+/* adsm_impl/kernel.h -- running kernel bodies on a pool of CPU worker threads, and checking
+ * launch requests against their declarations.
+ *
+ * The pool splits a grid's flattened thread range into one contiguous chunk per worker and runs
+ * the kernel's entry trampoline on each. It serves the emu device process (where each chunk is
+ * wrapped in crash recovery) and the host backend. All of it runs in normal thread context,
+ * never in a signal handler. */
+#ifndef ADSM__KERNEL_INCLUDED
+#define ADSM__KERNEL_INCLUDED
+
+struct adsm__pool;
+/* Runs one chunk; returns 0, or an adsm_result after writing a message into `msg`. */
+typedef int (*adsm__chunk_runner)(struct adsm__pool *p, unsigned worker, adsm_grid chunk, char *msg,
+                                  size_t msg_size);
+
+typedef struct adsm__pool {
+    pthread_t *threads;
+    unsigned nthreads, started;
+    pthread_mutex_t mutex;
+    pthread_cond_t go, done;
+    uint64_t generation;
+    unsigned remaining;
+    int quit;
+    adsm__chunk_runner runner;
+    const adsm_kernel_desc *kernel;
+    adsm_grid grid;
+    const void *args;
+    int status;      /* first failure of the current kernel */
+    char message[256];
+} adsm__pool;
+
+typedef struct adsm__worker_arg {
+    adsm__pool *pool;
+    unsigned index;
+} adsm__worker_arg;
+
+ADSM__PRIVATE int adsm__run_chunk_plain(adsm__pool *p, unsigned worker, adsm_grid chunk, char *msg,
+                                        size_t msg_size) {
+    (void)worker; (void)msg; (void)msg_size;
+    p->kernel->entry(chunk, p->args);
+    return 0;
+}
+
+ADSM__PRIVATE adsm_grid adsm__chunk_of(adsm_grid g, unsigned worker, unsigned n) {
+    size_t total = g.end - g.begin, per = (total + n - 1) / n;
+    adsm_grid c = g;
+    c.begin = g.begin + ADSM__MIN(total, per * worker);
+    c.end = g.begin + ADSM__MIN(total, per * (worker + 1));
+    return c;
+}
+
+ADSM__PRIVATE void *adsm__pool_worker(void *arg) {
+    adsm__worker_arg wa = *(adsm__worker_arg *)arg;
+    adsm__pool *p = wa.pool;
+    free(arg);
+    uint64_t seen = 0;
+    char msg[256];
+    pthread_mutex_lock(&p->mutex);
+    for (;;) {
+        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->go, &p->mutex);
+        if (p->quit) break;
+        seen = p->generation;
+        adsm_grid chunk = adsm__chunk_of(p->grid, wa.index, p->nthreads);
+        pthread_mutex_unlock(&p->mutex);
+        int status = chunk.begin < chunk.end ? p->runner(p, wa.index, chunk, msg, sizeof msg) : 0;
+        pthread_mutex_lock(&p->mutex);
+        if (status != 0 && p->status == 0) {
+            p->status = status;
+            snprintf(p->message, sizeof p->message, "%s", msg);
+        }
+        if (--p->remaining == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mutex);
+    return NULL;
+}
+
+ADSM__PRIVATE int adsm__pool_start(adsm__pool *p, unsigned nthreads, adsm__chunk_runner runner) {
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->mutex, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->runner = runner ? runner : adsm__run_chunk_plain;
+    p->threads = (pthread_t *)calloc(nthreads, sizeof *p->threads);
+    if (!p->threads) return -1;
+    p->nthreads = nthreads;
+    for (unsigned i = 0; i < nthreads; i++) {
+        adsm__worker_arg *wa = (adsm__worker_arg *)malloc(sizeof *wa);
+        if (!wa) return -1;
+        wa->pool = p;
+        wa->index = i;
+        if (pthread_create(&p->threads[i], NULL, adsm__pool_worker, wa) != 0) {
+            free(wa);
+            p->nthreads = i; /* run with the workers we got */
+            return i > 0 ? 0 : -1;
+        }
+        p->started++;
+    }
+    return 0;
+}
+
+/* Runs the kernel over the whole grid and waits; returns 0 or the first chunk's failure. */
+ADSM__PRIVATE int adsm__pool_run(adsm__pool *p, const adsm_kernel_desc *k, adsm_grid g, const void *args,
+                                 char *msg, size_t msg_size) {
+    pthread_mutex_lock(&p->mutex);
+    p->kernel = k;
+    p->grid = g;
+    p->args = args;
+    p->status = 0;
+    p->message[0] = 0;
+    p->remaining = p->nthreads;
+    p->generation++;
+    pthread_cond_broadcast(&p->go);
+    while (p->remaining > 0) pthread_cond_wait(&p->done, &p->mutex);
+    int status = p->status;
+    snprintf(msg, msg_size, "%s", p->message);
+    pthread_mutex_unlock(&p->mutex);
+    return status;
+}
+
+ADSM__PRIVATE void adsm__pool_stop(adsm__pool *p) {
+    if (!p->threads) return;
+    pthread_mutex_lock(&p->mutex);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mutex);
+    for (unsigned i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
+    free(p->threads);
+    p->threads = NULL;
+    pthread_mutex_destroy(&p->mutex);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+}
+
+/* ---- launch requests ------------------------------------------------------------------------ */
+static const char *const adsm__access_names[] = {"VALUE", "IN", "OUT", "INOUT"};
+
+ADSM__PRIVATE int adsm__access_is_pointer(adsm_access a) { return a != ADSM_ACCESS_VALUE; }
+ADSM__PRIVATE int adsm__access_writes(adsm_access a) { return a == ADSM_ACCESS_OUT || a == ADSM_ACCESS_INOUT; }
+
+ADSM__PRIVATE adsm_result adsm__check_kernel_desc(const adsm_kernel_desc *k) {
+    if (!k || !k->name || !k->entry || (k->nparams > 0 && !k->params))
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_launch: malformed kernel descriptor");
+    if (k->nparams == 0 || k->nparams > ADSM__MAX_PARAMS)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': %u parameters, expected 1..%d", k->name,
+                          k->nparams, ADSM__MAX_PARAMS);
+    for (unsigned i = 0; i < k->nparams; i++) {
+        const adsm_param_desc *p = &k->params[i];
+        if ((unsigned)p->access > ADSM_ACCESS_INOUT || p->offset + p->size > k->args_size ||
+            (adsm__access_is_pointer(p->access) && p->size != sizeof(void *)))
+            return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': parameter %u has a malformed descriptor",
+                              k->name, i);
+    }
+    return ADSM_OK;
+}
+
+#endif /* ADSM__KERNEL_INCLUDED */

@@ -1,0 +1,53 @@
+/* adsm_impl/object.h -- shared objects, their blocks and block states.
+ *
+ * An object is one adsm_alloc: a page-aligned host range (its node in the block tree), the
+ * device address behind it, and an array of blocks of the configured block size (the last one
+ * shorter). Each block carries its state (Invalid / ReadOnly / Dirty, mirrored in the host page
+ * protection) and its links in the rolling FIFO of dirty blocks. The helpers here only compute;
+ * they are safe in any context, the signal handler included. Objects are created and destroyed
+ * by api.h under the runtime lock. */
+#ifndef ADSM__OBJECT_INCLUDED
+#define ADSM__OBJECT_INCLUDED
+
+enum { ADSM__INVALID = 0, ADSM__READONLY = 1, ADSM__DIRTY = 2 };
+
+struct adsm__object;
+
+typedef struct adsm__block {
+    struct adsm__block *fifo_prev, *fifo_next; /* FIFO of dirty tracking units (lazy, rolling) */
+    struct adsm__object *obj;
+    uint32_t index;
+    uint8_t state;
+    uint8_t in_fifo;
+} adsm__block;
+
+typedef struct adsm__object {
+    adsm__tree_node node;     /* host range [host, host + span) */
+    adsm__tree_node dev_node; /* safe objects only: device range [dev, dev + span) */
+    uintptr_t host, dev;      /* equal unless the object is "safe" */
+    size_t size, span;        /* requested bytes; page-rounded bytes */
+    size_t nblocks;
+    adsm__block *blocks;
+    int safe;
+    uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
+    struct adsm__object *prev, *next; /* every live object, in allocation order */
+} adsm__object;
+
+ADSM__PRIVATE adsm__object *adsm__object_of(adsm__tree_node *n) {
+    return n ? ADSM__CONTAINER_OF(n, adsm__object, node) : NULL;
+}
+
+/* Byte offset and length of blocks [first, first + count) within the object, clamped to limit
+ * (the object's size for copies, its span for page protection). */
+ADSM__PRIVATE size_t adsm__blocks_len(size_t first, size_t count, unsigned shift,
+                                      size_t limit) {
+    size_t begin = first << shift, end = (first + count) << shift;
+    if (end > limit) end = limit;
+    return end > begin ? end - begin : 0;
+}
+
+static const char adsm__state_letters[3] = {'I', 'R', 'D'};
+
+static const int adsm__state_prot[3] = {PROT_NONE, PROT_READ, PROT_READ | PROT_WRITE};
+
+#endif /* ADSM__OBJECT_INCLUDED */

@@ -1,0 +1,183 @@
+/* adsm_impl/os.h -- the thin layer over Linux: page size, protection, futex locks, time, memfd,
+ * /proc/self/mem and thread-local error text.
+ *
+ * Everything named *_sigsafe here (and adsm__lock/unlock, adsm__now_ns, adsm__protect,
+ * adsm__futex_*) is async-signal-safe: raw system calls and atomics only, so the SIGSEGV handler
+ * may use it. The rest (error text, logging) runs in normal thread context only. */
+#ifndef ADSM__OS_INCLUDED
+#define ADSM__OS_INCLUDED
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__GLIBC__) && !defined(__USE_GNU)
+#error "adsm: define ADSM_IMPLEMENTATION and include adsm.h before any system header (or build with -D_GNU_SOURCE)"
+#endif
+
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#endif
+#ifndef FALLOC_FL_KEEP_SIZE
+#define FALLOC_FL_KEEP_SIZE 0x01
+#endif
+#ifndef FALLOC_FL_PUNCH_HOLE
+#define FALLOC_FL_PUNCH_HOLE 0x02
+#endif
+
+#define ADSM__LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ADSM__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define ADSM__ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)
+
+/* ---- time ---------------------------------------------------------------------------------- */
+ADSM__PRIVATE uint64_t adsm__now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- futex: waits that a signal handler may do ------------------------------------------ */
+ADSM__PRIVATE void adsm__futex_wait(int *addr, int expected) {
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+ADSM__PRIVATE void adsm__futex_wake_all(int *addr) {
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* A mutex a signal handler may take (no pthread state): 0 free, 1 held, 2 held with waiters.
+ * Not recursive: the fault engine checks adsm__tls_lock_depth before taking it, so a fault in a
+ * thread that already holds it is reported instead of deadlocking. */
+typedef struct adsm__lock_t {
+    int state;
+} adsm__lock_t;
+
+static __thread int adsm__tls_lock_depth;
+
+ADSM__PRIVATE void adsm__lock(adsm__lock_t *l) {
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&l->state, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0)
+            adsm__futex_wait(&l->state, 2);
+    }
+    adsm__tls_lock_depth++;
+}
+
+ADSM__PRIVATE void adsm__unlock(adsm__lock_t *l) {
+    adsm__tls_lock_depth--;
+    if (__atomic_exchange_n(&l->state, 0, __ATOMIC_RELEASE) == 2)
+        syscall(SYS_futex, &l->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+ADSM__PRIVATE int adsm__protect(uintptr_t addr, size_t len, int prot) {
+    return mprotect((void *)addr, len, prot);
+}
+
+ADSM__PRIVATE int adsm__memfd(const char *name, size_t size) {
+    int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC);
+    if (fd < 0) return -1;
+    if (ftruncate(fd, (off_t)size) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Writes len bytes at host address dst whatever its protection: the kernel's /proc/self/mem
+ * writes with FOLL_FORCE, so a PROT_NONE block is filled completely before any thread can see
+ * it. Returns 0 or -1. */
+ADSM__PRIVATE int adsm__pwrite_full(int fd, const void *src, size_t len, uintptr_t dst) {
+    const char *p = (const char *)src;
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)dst);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        p += n;
+        dst += (uintptr_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* write(2) a string: the only output allowed in signal context. */
+ADSM__PRIVATE void adsm__write_stderr(const char *s) {
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t w = write(2, s, n);
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+ADSM__PRIVATE size_t adsm__cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (size_t)n : 1;
+}
+
+ADSM__PRIVATE size_t adsm__phys_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return (size_t)1 << 32;
+    return (size_t)pages * (size_t)page;
+}
+
+/* ---- per-thread error text ---------------------------------------------------------------- */
+static __thread char adsm__tls_error[512];
+static __thread adsm_result adsm__tls_result;
+
+ADSM__PRIVATE adsm_result adsm__fail(adsm_result code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(adsm__tls_error, sizeof adsm__tls_error, fmt, ap);
+    va_end(ap);
+    adsm__tls_result = code;
+    return code;
+}
+
+ADSM__PRIVATE void adsm__clear_error(void) {
+    adsm__tls_result = ADSM_OK;
+    adsm__tls_error[0] = 0;
+}
+
+#endif /* ADSM__OS_INCLUDED */
+
+/* ---- machine context ------------------------------------------------------------------------ */
+#include <ucontext.h>
+
+/* Whether the faulting access was a write, from the machine context the kernel saved: the page
+ * fault error code on x86-64 (bit 1), the ESR's WnR bit for data aborts on aarch64. Returns 1,
+ * 0, or -1 when this architecture is not decoded (callers then assume a write). Signal-safe. */
+ADSM__PRIVATE int adsm__fault_is_write(const void *context) {
+    const ucontext_t *uc = (const ucontext_t *)context;
+#if defined(__x86_64__)
+    return (uc->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#elif defined(__aarch64__)
+    const unsigned char *p = (const unsigned char *)uc->uc_mcontext.__reserved;
+    const unsigned char *end = p + sizeof uc->uc_mcontext.__reserved;
+    while (p + 8 <= end) {
+        uint32_t magic, size;
+        memcpy(&magic, p, 4);
+        memcpy(&size, p + 4, 4);
+        if (magic == 0 || size < 8) break;
+        if (magic == 0x45535201u) { /* ESR_MAGIC */
+            uint64_t esr;
+            memcpy(&esr, p + 8, 8);
+            return (esr >> 6) & 1 ? 1 : 0; /* ISS.WnR */
+        }
+        p += size;
+    }
+    return -1;
+#else
+    (void)uc;
+    return -1;
+#endif
+}

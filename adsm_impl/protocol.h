@@ -1,0 +1,187 @@
+/* adsm_impl/protocol.h -- the coherence protocol interface and the helpers the three protocols
+ * share: state changes (protection first), fetch, flush, the FIFO of dirty units, eviction.
+ *
+ * A protocol answers five events: a CPU access the page protection stopped (fault, or a runtime
+ * access on the program's behalf), release (a kernel call), acquire (adsm_sync) and free.
+ * Batch and lazy track whole objects, rolling tracks blocks; the "unit" helpers hide that.
+ * Everything here runs with the runtime lock held, and on_access also runs inside the SIGSEGV
+ * handler: no allocation, no stdio, only backend verbs marked signal-safe. */
+#ifndef ADSM__PROTOCOL_INCLUDED
+#define ADSM__PROTOCOL_INCLUDED
+
+typedef struct adsm__protocol_vtbl {
+    const char *name;
+    adsm_protocol_kind kind;
+    int whole_object; /* unit of tracking: the object (batch, lazy) or one block (rolling) */
+    int eager;        /* evict the oldest dirty unit past the rolling size (rolling) */
+    /* a CPU read or write of block `block` needs the protocol; overwrite: the caller will
+     * replace the whole unit, so Invalid data need not be fetched. 0, or -1 on a system error */
+    int (*on_access)(adsm__runtime *rt, adsm__object *o, size_t block, int is_write, int overwrite);
+    /* before launch `seq`: make device copies current; objects the kernel may write become
+     * Invalid on the CPU */
+    adsm_result (*release)(adsm__runtime *rt, adsm__object **writes, size_t nwrites, uint64_t seq);
+    /* after every launch finished */
+    adsm_result (*acquire)(adsm__runtime *rt);
+    int (*on_alloc)(adsm__runtime *rt, adsm__object *o); /* initial state and protection */
+    void (*on_free)(adsm__runtime *rt, adsm__object *o);
+} adsm__protocol_vtbl;
+
+/* Tracking is off when the backend shares host memory (host) or the protocol is batch. */
+ADSM__PRIVATE int adsm__tracking(const adsm__runtime *rt) {
+    return rt->be->moves_data && rt->proto->kind != ADSM_PROTOCOL_BATCH;
+}
+
+ADSM__PRIVATE void adsm__unit_of(const adsm__runtime *rt, const adsm__object *o, size_t block, size_t *first,
+                                 size_t *count) {
+    if (rt->proto->whole_object) {
+        *first = 0;
+        *count = o->nblocks;
+    } else {
+        *first = block;
+        *count = 1;
+    }
+}
+
+/* Sets blocks [first, first+count) to `state`, changing the host protection first. */
+ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state) {
+    size_t off = first << rt->cfg.block_shift;
+    size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->span);
+    if (adsm__protect(o->host + off, len, adsm__state_prot[state]) != 0) return -1;
+    for (size_t b = first; b < first + count; b++) o->blocks[b].state = (uint8_t)state;
+    return 0;
+}
+
+/* Copies the Invalid blocks of [first, first+count) from the device into the (protected) host
+ * pages, after the last kernel that may write the object finished. States are left to the
+ * caller. Consecutive Invalid blocks go in one copy. */
+ADSM__PRIVATE int adsm__fetch(adsm__runtime *rt, adsm__object *o, size_t first, size_t count) {
+    unsigned shift = rt->cfg.block_shift;
+    if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return -1;
+    size_t b = first, end = first + count;
+    while (b < end) {
+        if (o->blocks[b].state != ADSM__INVALID) { b++; continue; }
+        size_t run = b;
+        while (run < end && o->blocks[run].state == ADSM__INVALID) run++;
+        size_t off = b << shift, len = adsm__blocks_len(b, run - b, shift, o->size);
+        if (len > 0) {
+            if (rt->be->from_device(rt->be_ctx, o->host + off, o->dev + off, len) != 0) return -1;
+            adsm__stats_d2h(&rt->stats, len);
+        }
+        b = run;
+    }
+    return 0;
+}
+
+/* Host -> device copy of blocks [first, first+count), which the caller made ReadOnly. */
+ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int async) {
+    size_t off = first << rt->cfg.block_shift;
+    size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->size);
+    if (len == 0) return 0;
+    if (rt->be->to_device(rt->be_ctx, o->dev + off, o->host + off, len, async) != 0) return -1;
+    adsm__stats_h2d(&rt->stats, len);
+    return 0;
+}
+
+/* ---- the FIFO of dirty units (oldest first) --------------------------------------------- */
+ADSM__PRIVATE void adsm__fifo_push(adsm__runtime *rt, adsm__block *b) {
+    if (b->in_fifo) return;
+    b->in_fifo = 1;
+    b->fifo_next = NULL;
+    b->fifo_prev = rt->fifo_tail;
+    if (rt->fifo_tail) rt->fifo_tail->fifo_next = b;
+    else rt->fifo_head = b;
+    rt->fifo_tail = b;
+    rt->fifo_len++;
+}
+
+ADSM__PRIVATE void adsm__fifo_remove(adsm__runtime *rt, adsm__block *b) {
+    if (!b->in_fifo) return;
+    if (b->fifo_prev) b->fifo_prev->fifo_next = b->fifo_next;
+    else rt->fifo_head = b->fifo_next;
+    if (b->fifo_next) b->fifo_next->fifo_prev = b->fifo_prev;
+    else rt->fifo_tail = b->fifo_prev;
+    b->fifo_prev = b->fifo_next = NULL;
+    b->in_fifo = 0;
+    rt->fifo_len--;
+}
+
+/* Writes a dirty unit (headed by b) back to the device and makes it ReadOnly: protection
+ * first, so no CPU write can slip in while the copy reads the pages. */
+ADSM__PRIVATE int adsm__writeback_unit(adsm__runtime *rt, adsm__block *b, int async) {
+    adsm__object *o = b->obj;
+    size_t first, count;
+    adsm__fifo_remove(rt, b);
+    adsm__unit_of(rt, o, b->index, &first, &count);
+    if (o->blocks[first].state != ADSM__DIRTY) return 0;
+    if (adsm__set_state(rt, o, first, count, ADSM__READONLY) != 0) return -1;
+    return adsm__flush(rt, o, first, count, async);
+}
+
+ADSM__PRIVATE size_t adsm__rolling_limit(const adsm__runtime *rt) {
+    if (rt->cfg.rolling_size) return rt->cfg.rolling_size;
+    size_t limit = rt->cfg.rolling_step * rt->nobjects;
+    return limit ? limit : 1;
+}
+
+/* ---- lazy and rolling share this engine ------------------------------------------------- */
+ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write,
+                                       int overwrite) {
+    size_t first, count;
+    adsm__unit_of(rt, o, block, &first, &count);
+    int state = o->blocks[block].state;
+    if (state == ADSM__DIRTY || (state == ADSM__READONLY && !is_write))
+        return adsm__set_state(rt, o, first, count, state); /* another thread got here first */
+    if (state == ADSM__INVALID && !(is_write && overwrite) && adsm__fetch(rt, o, first, count) != 0) return -1;
+    if (!is_write) return adsm__set_state(rt, o, first, count, ADSM__READONLY);
+    if (adsm__set_state(rt, o, first, count, ADSM__DIRTY) != 0) return -1;
+    adsm__fifo_push(rt, &o->blocks[first]);
+    if (rt->proto->eager) {
+        size_t limit = adsm__rolling_limit(rt);
+        while (rt->fifo_len > limit) {
+            if (adsm__writeback_unit(rt, rt->fifo_head, 1) != 0) return -1;
+            ADSM__ADD(&rt->stats.evictions, 1);
+        }
+    }
+    return 0;
+}
+
+ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
+                                                uint64_t seq) {
+    rt->be->drain(rt->be_ctx); /* evictions in flight land before the flushes below */
+    while (rt->fifo_head) {
+        if (adsm__writeback_unit(rt, rt->fifo_head, 0) != 0)
+            return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s",
+                              strerror(errno));
+    }
+    for (size_t i = 0; i < nwrites; i++) {
+        adsm__object *o = writes[i];
+        if (adsm__set_state(rt, o, 0, o->nblocks, ADSM__INVALID) != 0)
+            return adsm__fail(ADSM_ERROR_SYSTEM, "mprotect failed: %s", strerror(errno));
+        o->writer_seq = seq;
+    }
+    return ADSM_OK;
+}
+
+/* Invalidation happened at release (a CPU touch before adsm_sync waits for the kernel), so
+ * acquire has nothing left to do for lazy and rolling. */
+ADSM__PRIVATE adsm_result adsm__tracked_acquire(adsm__runtime *rt) {
+    (void)rt;
+    return ADSM_OK;
+}
+
+/* Fresh objects are zero on both sides, hence ReadOnly: nothing to copy until someone writes. */
+ADSM__PRIVATE int adsm__tracked_alloc(adsm__runtime *rt, adsm__object *o) {
+    return adsm__set_state(rt, o, 0, o->nblocks, ADSM__READONLY);
+}
+
+/* Untracked objects (batch protocol, host backend) stay writable: the host copy is the one the
+ * program uses between calls. */
+ADSM__PRIVATE int adsm__untracked_alloc(adsm__runtime *rt, adsm__object *o) {
+    return adsm__set_state(rt, o, 0, o->nblocks, ADSM__DIRTY);
+}
+
+ADSM__PRIVATE void adsm__tracked_free(adsm__runtime *rt, adsm__object *o) {
+    for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_remove(rt, &o->blocks[b]);
+}
+
+#endif /* ADSM__PROTOCOL_INCLUDED */

@@ -1,0 +1,14 @@
+/* adsm_impl/protocol_lazy.h -- lazy update: whole objects. The first CPU touch of an Invalid
+ * object fetches all of it; a write makes the whole object Dirty; dirty objects are flushed at the
+ * next kernel call; objects a kernel may write become Invalid at that call.
+ *
+ * The engine lives in protocol.h (adsm__tracked_*); its access path runs in the SIGSEGV handler
+ * under the runtime lock. */
+#ifndef ADSM__PROTOCOL_LAZY_INCLUDED
+#define ADSM__PROTOCOL_LAZY_INCLUDED
+
+static const adsm__protocol_vtbl adsm__protocol_lazy = {
+    "lazy", ADSM_PROTOCOL_LAZY, 1, 0, adsm__tracked_access, adsm__tracked_release, adsm__tracked_acquire,
+    adsm__tracked_alloc, adsm__tracked_free};
+
+#endif /* ADSM__PROTOCOL_LAZY_INCLUDED */

@@ -1,0 +1,15 @@
+/* adsm_impl/protocol_rolling.h -- rolling update: lazy at block granularity, plus a FIFO of at
+ * most "rolling size" Dirty blocks. A block that becomes Dirty past that bound sends the oldest
+ * Dirty block to the device asynchronously (it becomes ReadOnly), so transfers overlap CPU work.
+ * The rolling size is fixed (ADSM_ROLLING_SIZE) or adaptive: ADSM_ROLLING_STEP per live object.
+ *
+ * The engine lives in protocol.h; its access path runs in the SIGSEGV handler under the runtime
+ * lock, and eviction only enqueues the copy for the backend's DMA thread. */
+#ifndef ADSM__PROTOCOL_ROLLING_INCLUDED
+#define ADSM__PROTOCOL_ROLLING_INCLUDED
+
+static const adsm__protocol_vtbl adsm__protocol_rolling = {
+    "rolling", ADSM_PROTOCOL_ROLLING, 0, 1, adsm__tracked_access, adsm__tracked_release,
+    adsm__tracked_acquire, adsm__tracked_alloc, adsm__tracked_free};
+
+#endif /* ADSM__PROTOCOL_ROLLING_INCLUDED */

@@ -1,0 +1,63 @@
+/* adsm_impl/runtime.h -- the one runtime struct that holds all of adsm's state.
+ *
+ * adsm keeps no global state outside `adsm__rt`. Fields are guarded by `lock` (a futex lock the
+ * SIGSEGV handler may take) unless marked otherwise; counters are atomics. This file only
+ * declares; it runs nowhere by itself. */
+#ifndef ADSM__RUNTIME_INCLUDED
+#define ADSM__RUNTIME_INCLUDED
+
+struct adsm__backend_vtbl;
+struct adsm__protocol_vtbl;
+
+enum { ADSM__RT_OFF = 0, ADSM__RT_READY = 1 };
+
+typedef struct adsm__runtime {
+    int state;                  /* ADSM__RT_*, read atomically by the fault handler */
+    pthread_mutex_t init_mutex; /* serialises adsm_init / adsm_shutdown */
+    adsm__settings cfg;
+    size_t page;
+
+    /* One address reservation: [base, base + half) holds same-address objects and every device
+     * address; [base + half, base + 2 * half) holds the host side of "safe" objects. */
+    uintptr_t base;
+    size_t half;
+    adsm__arena va_shared, va_safe;
+
+    adsm__lock_t lock;
+    adsm__tree objects;  /* host ranges of live objects */
+    adsm__tree safe_dev; /* device ranges of safe objects */
+    adsm__object *first_object, *last_object;
+    size_t nobjects, object_bytes, device_used;
+
+    adsm__block *fifo_head, *fifo_tail; /* dirty units, oldest first */
+    size_t fifo_len, rolling_limit;
+
+    const struct adsm__backend_vtbl *be;
+    void *be_ctx;
+    const struct adsm__protocol_vtbl *proto;
+
+    uint64_t launch_seq; /* last launch issued */
+    uint64_t synced_seq; /* batch: last launch whose results were copied back */
+    adsm__stats stats;
+    int procmem_fd;      /* /proc/self/mem, for filling protected host pages */
+    struct sigaction prev_segv;
+    int handler_installed;
+} adsm__runtime;
+
+static adsm__runtime adsm__rt = {.init_mutex = PTHREAD_MUTEX_INITIALIZER, .procmem_fd = -1};
+
+ADSM__PRIVATE int adsm__ready(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY; }
+
+ADSM__PRIVATE void adsm__log(adsm_log_level level, const char *fmt, ...) {
+    static const char *names[] = {"", "error", "warn", "info", "debug"};
+    adsm_log_level limit = adsm__rt.cfg.log_level ? adsm__rt.cfg.log_level : ADSM_LOG_WARN;
+    if (level > limit) return;
+    char line[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "adsm %s: %s\n", names[level], line);
+}
+
+#endif /* ADSM__RUNTIME_INCLUDED */

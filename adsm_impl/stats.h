@@ -1,0 +1,44 @@
+/* adsm_impl/stats.h -- the counters behind adsm_get_stats.
+ *
+ * Counters are plain uint64_t updated with relaxed atomic adds, so the fault handler, the DMA
+ * thread and API calls may all bump them from any context, the signal handler included. */
+#ifndef ADSM__STATS_INCLUDED
+#define ADSM__STATS_INCLUDED
+
+typedef struct adsm__stats {
+    uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
+    uint64_t h2d_copies, d2h_copies, d2d_copies;
+    uint64_t read_faults, write_faults, evictions, launches, fault_ns;
+} adsm__stats;
+
+ADSM__PRIVATE void adsm__stats_h2d(adsm__stats *s, size_t bytes) {
+    ADSM__ADD(&s->h2d_bytes, bytes);
+    ADSM__ADD(&s->h2d_copies, 1);
+}
+
+ADSM__PRIVATE void adsm__stats_d2h(adsm__stats *s, size_t bytes) {
+    ADSM__ADD(&s->d2h_bytes, bytes);
+    ADSM__ADD(&s->d2h_copies, 1);
+}
+
+ADSM__PRIVATE void adsm__stats_read(const adsm__stats *s, adsm_stats *out) {
+    out->h2d_bytes = ADSM__LOAD(&s->h2d_bytes);
+    out->d2h_bytes = ADSM__LOAD(&s->d2h_bytes);
+    out->d2d_bytes = ADSM__LOAD(&s->d2d_bytes);
+    out->h2d_copies = ADSM__LOAD(&s->h2d_copies);
+    out->d2h_copies = ADSM__LOAD(&s->d2h_copies);
+    out->d2d_copies = ADSM__LOAD(&s->d2d_copies);
+    out->read_faults = ADSM__LOAD(&s->read_faults);
+    out->write_faults = ADSM__LOAD(&s->write_faults);
+    out->evictions = ADSM__LOAD(&s->evictions);
+    out->launches = ADSM__LOAD(&s->launches);
+    out->fault_ns = ADSM__LOAD(&s->fault_ns);
+}
+
+ADSM__PRIVATE void adsm__stats_reset(adsm__stats *s) {
+    uint64_t *fields = &s->h2d_bytes;
+    size_t n = sizeof *s / sizeof(uint64_t);
+    for (size_t i = 0; i < n; i++) ADSM__STORE(&fields[i], 0);
+}
+
+#endif /* ADSM__STATS_INCLUDED */

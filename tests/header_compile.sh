@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Checks that adsm.h is usable outside Bazel:
+#   (a) as strict C11, with and without ADSM_IMPLEMENTATION;
+#   (b) as C++17, with and without ADSM_IMPLEMENTATION;
+#   (c) examples/vecadd.c builds with a plain cc line and runs, exiting 0.
+# Runs under `bazel test` (sources come from the runfiles tree) or by hand
+# from the repository root.
+set -euo pipefail
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# Find the directory holding adsm.h: the workspace's runfiles under
+# `bazel test`, else the repository root this script lives in.
+if [[ -n "${TEST_SRCDIR:-}" && -f "$TEST_SRCDIR/adsm/adsm.h" ]]; then
+    srcdir=$TEST_SRCDIR/adsm
+elif [[ -f "$(dirname "$0")/../adsm.h" ]]; then
+    srcdir=$(cd "$(dirname "$0")/.." && pwd)
+else
+    fail "cannot find adsm.h (TEST_SRCDIR='${TEST_SRCDIR:-}', script: $0)"
+fi
+cd "$srcdir"
+
+tmp=${TEST_TMPDIR:-}
+if [[ -z "$tmp" ]]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+fi
+
+CC=${CC:-cc}
+CXX=${CXX:-c++}
+
+# Runs a command; on failure prints what failed and stops.
+step() {
+    local what=$1
+    shift
+    echo "== $what"
+    echo "   $*"
+    "$@" || fail "$what (command: $*)"
+}
+
+printf '#include "adsm.h"\nint adsm_header_compile_check_;\n' > "$tmp/only_header.c"
+printf '#define ADSM_IMPLEMENTATION\n#include "adsm.h"\nint adsm_header_compile_check_;\n' \
+    > "$tmp/with_impl.c"
+
+# (a) strict C11
+for tu in only_header with_impl; do
+    step "C11 -pedantic: $tu" \
+        "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I. "$tmp/$tu.c"
+done
+
+# (b) C++17
+for tu in only_header with_impl; do
+    step "C++17: $tu" \
+        "$CXX" -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I. -x c++ "$tmp/$tu.c"
+done
+
+# (c) plain build of the vecadd example, then run it
+[[ -f examples/vecadd.c ]] || fail "examples/vecadd.c not found in $srcdir"
+step "build examples/vecadd.c with plain cc" \
+    "$CC" -std=c11 -I. examples/vecadd.c -pthread -ldl -o "$tmp/vecadd"
+echo "== run vecadd"
+set +e
+"$tmp/vecadd"
+rc=$?
+set -e
+[[ $rc -eq 0 ]] || fail "examples/vecadd exited with status $rc"
+
+echo "PASS: header_compile_test"
