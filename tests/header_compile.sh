@@ -51,11 +51,29 @@ for tu in only_header with_impl; do
         "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I. "$tmp/$tu.c"
 done
 
-# (b) C++17
-for tu in only_header with_impl; do
+# (b) C++17: the declarations and the kernel DSL (the implementation itself is C11 only and
+# says so with an #error if compiled as C++).
+cat > "$tmp/dsl_cpp.c" <<'CPP'
+#include "adsm.h"
+ADSM_KERNEL(saxpy, ADSM_OUT(float, y), ADSM_IN(float, x), ADSM_VALUE(float, a), ADSM_VALUE(size_t, n));
+void saxpy(adsm_grid g, float *y, const float *x, float a, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) { if (i < n) y[i] = a * x[i] + y[i]; }
+}
+adsm_result launch_saxpy(float *y, const float *x, size_t n) {
+    return ADSM_CALL(saxpy, adsm_grid_1d(1, 256), y, x, 2.0f, n);
+}
+CPP
+for tu in only_header dsl_cpp; do
     step "C++17: $tu" \
-        "$CXX" -std=c++17 -Wall -Wextra -Werror -fsyntax-only -I. -x c++ "$tmp/$tu.c"
+        "$CXX" -std=c++17 -Wall -Wextra -Werror -pedantic -fsyntax-only -I. -x c++ "$tmp/$tu.c"
 done
+if "$CXX" -std=c++17 -fsyntax-only -I. -x c++ "$tmp/with_impl.c" 2>/dev/null; then
+    fail "the implementation compiled as C++ without the documented #error"
+fi
+
+# (a2) the kernel DSL as strict C11
+step "C11 -pedantic: dsl" \
+    "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I. "$tmp/dsl_cpp.c"
 
 # (c) plain build of the vecadd example, then run it
 [[ -f examples/vecadd.c ]] || fail "examples/vecadd.c not found in $srcdir"
