@@ -1,0 +1,247 @@
+/* tests/protocol_common.h -- helpers shared by the protocol tests (test_protocol_*.c).
+ *
+ * Include after "adsm.h" (which the test defines ADSM_IMPLEMENTATION for) and
+ * <criterion/criterion.h>. This header is included by exactly one translation unit per test
+ * binary, so it may define the kernel bodies and static helpers. Every Criterion test runs in its
+ * own process: call init() first and adsm_shutdown() last in each test. */
+#ifndef TESTS_PROTOCOL_COMMON_H
+#define TESTS_PROTOCOL_COMMON_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+
+/* ---- kernels ---------------------------------------------------------------------------------- */
+
+/* c[i] = base + i for i < n */
+ADSM_KERNEL(k_fill, ADSM_OUT(int32_t, c), ADSM_VALUE(size_t, n), ADSM_VALUE(int32_t, base));
+void k_fill(adsm_grid g, int32_t *c, size_t n, int32_t base) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = base + (int32_t)i;
+    }
+}
+
+/* c[i] = a[i] + b[i] for i < n */
+ADSM_KERNEL(k_add, ADSM_OUT(int32_t, c), ADSM_IN(int32_t, a), ADSM_IN(int32_t, b), ADSM_VALUE(size_t, n));
+void k_add(adsm_grid g, int32_t *c, const int32_t *a, const int32_t *b, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = a[i] + b[i];
+    }
+}
+
+/* x[i] += 1 for i < n */
+ADSM_KERNEL(k_incr, ADSM_INOUT(int32_t, x), ADSM_VALUE(size_t, n));
+void k_incr(adsm_grid g, int32_t *x, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) x[i] += 1;
+    }
+}
+
+/* ---- runtime set-up ---------------------------------------------------------------------------- */
+
+static inline adsm_grid grid_for(size_t n) { return adsm_grid_1d((uint32_t)((n + 255) / 256), 256); }
+
+/* The environment must not override what a test asks for (fields left zero read it). */
+static inline void clear_adsm_env(void) {
+    static const char *const vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",     "ADSM_BLOCK_SIZE",
+                                       "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
+                                       "ADSM_EMU_WORKERS",  "ADSM_LOG"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
+static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
+                             size_t rolling_size, size_t rolling_step) {
+    static const char *const protocol_names[] = {"", "batch", "lazy", "rolling"};
+    clear_adsm_env();
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = backend;
+    cfg.protocol = protocol;
+    cfg.block_size = block_size;
+    cfg.rolling_size = rolling_size;
+    cfg.rolling_step = rolling_step;
+    cfg.emu_memory = (size_t)256 << 20;
+    cfg.emu_workers = 2;
+    adsm_result r = adsm_init(&cfg);
+    cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());
+    cr_assert_str_eq(adsm_protocol_name(), protocol_names[protocol]);
+    cr_assert_str_eq(adsm_backend_name(), backend == ADSM_BACKEND_HOST ? "host" : "emu");
+    cr_assert_eq(adsm_block_size(), block_size);
+}
+
+static inline void init(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
+                        size_t rolling_size) {
+    init_step(backend, protocol, block_size, rolling_size, 0);
+}
+
+static inline adsm_stats stats(void) {
+    adsm_stats s;
+    cr_assert_eq(adsm_get_stats(&s), ADSM_OK);
+    return s;
+}
+
+static inline void reset(void) { cr_assert_eq(adsm_reset_stats(), ADSM_OK); }
+
+static inline void *alloc(size_t size) {
+    void *p = adsm_alloc(size);
+    cr_assert_not_null(p, "adsm_alloc(%zu): %s", size, adsm_last_error());
+    return p;
+}
+
+static inline void sync_ok(void) {
+    adsm_result r = adsm_sync();
+    cr_assert_eq(r, ADSM_OK, "adsm_sync: %s", adsm_last_error());
+}
+
+#define CALL_OK(...)                                                                 \
+    do {                                                                             \
+        adsm_result call_r_ = ADSM_CALL(__VA_ARGS__);                                \
+        cr_assert_eq(call_r_, ADSM_OK, "ADSM_CALL: %s", adsm_last_error());          \
+    } while (0)
+
+/* Accesses the compiler may not drop, merge or move: each one really touches memory. */
+static inline int32_t rd(const int32_t *p) { return *(const volatile int32_t *)p; }
+static inline void wr(int32_t *p, int32_t v) { *(volatile int32_t *)p = v; }
+
+/* Defines Test(suite, name_4k) and Test(suite, name_64k) running `static void name(size_t bs)`
+ * with 4 KiB and 64 KiB blocks; write the body of name right after the macro. */
+#define TEST_BLOCK_SIZES(suite, name)              \
+    static void name(size_t bs);                   \
+    Test(suite, name##_4k) { name((size_t)4096); } \
+    Test(suite, name##_64k) { name((size_t)65536); } \
+    static void name(size_t bs)
+
+/* ---- expectations ------------------------------------------------------------------------------ */
+
+#define EXPECT_STATE(ptr, st)                                                                    \
+    do {                                                                                         \
+        char got_ = adsm_block_state(ptr);                                                       \
+        cr_assert_eq(got_, (st), "state of %s: got '%c', expected '%c'", #ptr, got_ ? got_ : '0', \
+                     (st));                                                                      \
+    } while (0)
+
+/* Every block of [p, p + size) is in state st. */
+static inline void expect_all(const void *p, size_t size, char st) {
+    size_t bs = adsm_block_size();
+    for (size_t off = 0; off < size; off += bs) {
+        char got = adsm_block_state((const char *)p + off);
+        cr_assert_eq(got, st, "block at offset %zu: got '%c', expected '%c'", off, got ? got : '0', st);
+    }
+}
+
+/* Bytes moved since the last reset. */
+#define EXPECT_BYTES(h2d, d2h)                                                                          \
+    do {                                                                                                \
+        adsm_stats s_ = stats();                                                                        \
+        cr_assert_eq(s_.h2d_bytes, (uint64_t)(h2d), "h2d_bytes: got %llu, expected %llu",               \
+                     (unsigned long long)s_.h2d_bytes, (unsigned long long)(h2d));                      \
+        cr_assert_eq(s_.d2h_bytes, (uint64_t)(d2h), "d2h_bytes: got %llu, expected %llu",               \
+                     (unsigned long long)s_.d2h_bytes, (unsigned long long)(d2h));                      \
+    } while (0)
+
+/* CPU faults since the last reset. */
+#define EXPECT_FAULTS(reads, writes)                                                                    \
+    do {                                                                                                \
+        adsm_stats s_ = stats();                                                                        \
+        cr_assert_eq(s_.read_faults, (uint64_t)(reads), "read_faults: got %llu, expected %llu",         \
+                     (unsigned long long)s_.read_faults, (unsigned long long)(reads));                  \
+        cr_assert_eq(s_.write_faults, (uint64_t)(writes), "write_faults: got %llu, expected %llu",      \
+                     (unsigned long long)s_.write_faults, (unsigned long long)(writes));                \
+    } while (0)
+
+/* Nothing moved and nothing faulted since the last reset. */
+#define EXPECT_QUIET()         \
+    do {                       \
+        EXPECT_BYTES(0, 0);    \
+        EXPECT_FAULTS(0, 0);   \
+    } while (0)
+
+/* c[i] == base + i for i in [from, to) */
+static inline void expect_filled(const int32_t *c, size_t from, size_t to, int32_t base) {
+    for (size_t i = from; i < to; i++)
+        cr_assert_eq(rd(&c[i]), base + (int32_t)i, "element %zu: got %d, expected %d", i, rd(&c[i]),
+                     base + (int32_t)i);
+}
+
+/* ---- scenarios shared by every protocol ------------------------------------------------------ */
+
+/* The original GMAC returned stale data here: the second kernel's results must be seen. */
+static inline void scenario_no_stale_read(void) {
+    const size_t n = 20000; /* 80000 bytes: several blocks at 4 KiB, two at 64 KiB */
+    int32_t *c = alloc(n * sizeof *c);
+    CALL_OK(k_fill, grid_for(n), c, n, 1000);
+    sync_ok();
+    expect_filled(c, 0, n, 1000);
+    CALL_OK(k_fill, grid_for(n), c, n, -5000);
+    sync_ok();
+    expect_filled(c, 0, n, -5000);
+    /* and a third time, touching one element only before the next call */
+    CALL_OK(k_fill, grid_for(n), c, n, 7);
+    sync_ok();
+    cr_assert_eq(rd(&c[n - 1]), 7 + (int32_t)(n - 1));
+    CALL_OK(k_fill, grid_for(n), c, n, 70000);
+    sync_ok();
+    expect_filled(c, 0, n, 70000);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+}
+
+/* Interior pointers as kernel arguments: only the addressed part is written. */
+static inline void scenario_interior_pointers(void) {
+    const size_t n = 4096; /* 16 KiB */
+    int32_t *a = alloc(n * sizeof *a), *b = alloc(n * sizeof *b), *c = alloc(n * sizeof *c);
+    for (size_t i = 0; i < n; i++) {
+        wr(&a[i], (int32_t)i);
+        wr(&b[i], 3 * (int32_t)i);
+        wr(&c[i], -1);
+    }
+    CALL_OK(k_add, grid_for(n - 300), c + 100, a + 200, b + 300, n - 300);
+    sync_ok();
+    for (size_t i = 0; i < 100; i++) cr_assert_eq(rd(&c[i]), -1, "c[%zu] was not a kernel output", i);
+    for (size_t i = 100; i < n - 200; i++)
+        cr_assert_eq(rd(&c[i]), (int32_t)(i + 100) + 3 * (int32_t)(i + 200), "c[%zu]", i);
+    for (size_t i = n - 200; i < n; i++) cr_assert_eq(rd(&c[i]), -1, "c[%zu] was not a kernel output", i);
+    CALL_OK(k_fill, grid_for(10), c + n - 10, 10, 42);
+    sync_ok();
+    expect_filled(c + n - 10, 0, 10, 42);
+    cr_assert_eq(rd(&c[n - 11]), -1);
+    adsm_free(a);
+    adsm_free(b);
+    adsm_free(c);
+}
+
+/* The host backend: write a and b, call a kernel writing c only, read a then c. Results right,
+ * every block 'D', no byte and no fault counted. */
+static inline void scenario_host_moves_nothing(adsm_protocol_kind protocol, size_t block_size) {
+    init(ADSM_BACKEND_HOST, protocol, block_size, 0);
+    const size_t n = 50000; /* 200000 bytes, not a multiple of any block size */
+    const size_t size = n * sizeof(int32_t);
+    int32_t *a = alloc(size), *b = alloc(size), *c = alloc(size);
+    expect_all(a, size, 'D');
+    expect_all(c, size, 'D');
+    reset();
+    for (size_t i = 0; i < n; i++) {
+        wr(&a[i], (int32_t)i);
+        wr(&b[i], 2 * (int32_t)i);
+    }
+    expect_all(a, size, 'D');
+    CALL_OK(k_add, grid_for(n), c, a, b, n);
+    expect_all(c, size, 'D');
+    expect_all(a, size, 'D');
+    sync_ok();
+    cr_assert_eq(rd(&a[n / 2]), (int32_t)(n / 2));
+    cr_assert_eq(rd(&c[n / 2]), 3 * (int32_t)(n / 2));
+    for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&c[i]), 3 * (int32_t)i);
+    expect_all(c, size, 'D');
+    sync_ok();
+    EXPECT_QUIET();
+    cr_assert_eq(stats().evictions, 0);
+    cr_assert_eq(stats().launches, 1);
+    adsm_free(a);
+    adsm_free(b);
+    adsm_free(c);
+    adsm_shutdown();
+}
+
+#endif /* TESTS_PROTOCOL_COMMON_H */
