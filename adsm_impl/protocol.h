@@ -131,7 +131,12 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     int state = o->blocks[block].state;
     if (state == ADSM__DIRTY || (state == ADSM__READONLY && !is_write))
         return adsm__set_state(rt, o, first, count, state); /* another thread got here first */
-    if (state == ADSM__INVALID && !(is_write && overwrite) && adsm__fetch(rt, o, first, count) != 0) return -1;
+    if (state == ADSM__INVALID) {
+        /* Even a full overwrite waits for the kernel that may write the object: the CPU's bytes
+         * must land after the kernel's, in program order. */
+        if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return -1;
+        if (!(is_write && overwrite) && adsm__fetch(rt, o, first, count) != 0) return -1;
+    }
     if (!is_write) return adsm__set_state(rt, o, first, count, ADSM__READONLY);
     if (adsm__set_state(rt, o, first, count, ADSM__DIRTY) != 0) return -1;
     adsm__fifo_push(rt, &o->blocks[first]);

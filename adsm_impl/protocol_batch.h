@@ -13,17 +13,6 @@ ADSM__PRIVATE int adsm__untracked_access(adsm__runtime *rt, adsm__object *o, siz
     return 0;
 }
 
-ADSM__PRIVATE adsm_result adsm__batch_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
-                                              uint64_t seq) {
-    (void)writes; (void)nwrites; (void)seq;
-    rt->be->drain(rt->be_ctx);
-    for (adsm__object *o = rt->first_object; o; o = o->next) {
-        if (adsm__flush(rt, o, 0, o->nblocks, 0) != 0)
-            return adsm__fail(ADSM_ERROR_SYSTEM, "batch: copy to the device failed");
-    }
-    return ADSM_OK;
-}
-
 ADSM__PRIVATE adsm_result adsm__batch_acquire(adsm__runtime *rt) {
     if (rt->synced_seq == rt->launch_seq) return ADSM_OK; /* no kernel ran since the last sync */
     for (adsm__object *o = rt->first_object; o; o = o->next) {
@@ -33,6 +22,25 @@ ADSM__PRIVATE adsm_result adsm__batch_acquire(adsm__runtime *rt) {
         adsm__stats_d2h(&rt->stats, o->size);
     }
     rt->synced_seq = rt->launch_seq;
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__batch_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
+                                              uint64_t seq) {
+    (void)writes; (void)nwrites; (void)seq;
+    /* A previous kernel may still be writing: bring its results home first, or the copies below
+     * would overwrite them on the device with older host data. */
+    if (rt->synced_seq != rt->launch_seq) {
+        if (rt->be->wait(rt->be_ctx, rt->launch_seq) != 0)
+            return adsm__fail(ADSM_ERROR_DEVICE_LOST, "batch: the device is gone");
+        adsm_result r = adsm__batch_acquire(rt);
+        if (r != ADSM_OK) return r;
+    }
+    rt->be->drain(rt->be_ctx);
+    for (adsm__object *o = rt->first_object; o; o = o->next) {
+        if (adsm__flush(rt, o, 0, o->nblocks, 0) != 0)
+            return adsm__fail(ADSM_ERROR_SYSTEM, "batch: copy to the device failed");
+    }
     return ADSM_OK;
 }
 
