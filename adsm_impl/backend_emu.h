@@ -66,6 +66,7 @@ typedef struct adsm__emu {
     char error_text[256];
 
     /* device process only */
+    adsm__tree device_objects; /* allocated device ranges, to tell a forbidden write from a crash */
     adsm__pool pool;
     const adsm__emu_msg *current;
     adsm__emu_msg msg;
@@ -100,6 +101,11 @@ ADSM__PRIVATE int adsm__emu_classify(adsm__emu *e, char *msg, size_t size) {
                 return ADSM_ERROR_KERNEL_WROTE_INPUT;
             }
         }
+    }
+    if (adsm__tls_kernel_signal == SIGSEGV && adsm__tls_kernel_write != 0 && adsm__tree_find(&e->device_objects, a)) {
+        snprintf(msg, size, "kernel '%s' wrote shared memory at %p that is not one of its OUT/INOUT parameters",
+                 kname, (void *)a);
+        return ADSM_ERROR_KERNEL_WROTE_INPUT;
     }
     snprintf(msg, size, "kernel '%s' crashed: %s at address %p", kname, strsignal(adsm__tls_kernel_signal),
              (void *)a);
@@ -161,6 +167,23 @@ ADSM__PRIVATE void adsm__emu_device_launch(adsm__emu *e, adsm__emu_msg *m, int s
     send(sock, reply, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);
 }
 
+ADSM__PRIVATE void adsm__emu_device_alloc(adsm__emu *e, uintptr_t addr, size_t len) {
+    adsm__tree_node *n = (adsm__tree_node *)calloc(1, sizeof *n);
+    adsm__protect(addr, len, PROT_READ);
+    if (!n) return; /* only costs the precise error message of a forbidden write */
+    n->start = addr;
+    n->end = addr + len;
+    if (adsm__tree_insert(&e->device_objects, n) != 0) free(n);
+}
+
+ADSM__PRIVATE void adsm__emu_device_free(adsm__emu *e, uintptr_t addr, size_t len) {
+    adsm__tree_node *n = adsm__tree_find(&e->device_objects, addr);
+    adsm__protect(addr, len, PROT_NONE);
+    if (!n) return;
+    adsm__tree_remove(&e->device_objects, n);
+    free(n);
+}
+
 /* The device process: owns device memory at the objects' addresses and serves commands from the
  * parent in order until told to quit or the parent goes away. Never returns. */
 ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
@@ -179,6 +202,7 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
              -1, 0) == MAP_FAILED)
         _exit(3);
     munmap(e->window, e->half);
+    adsm__tree_init(&e->device_objects);
     if (adsm__pool_start(&e->pool, e->workers, adsm__emu_run_chunk_guarded) != 0) _exit(4);
     adsm__emu_msg *m = &e->msg;
     for (;;) {
@@ -186,8 +210,8 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) _exit(0);
         switch (m->type) {
-        case ADSM__EMU_ALLOC: adsm__protect(m->addr, m->len, PROT_READ); break;
-        case ADSM__EMU_FREE: adsm__protect(m->addr, m->len, PROT_NONE); break;
+        case ADSM__EMU_ALLOC: adsm__emu_device_alloc(e, m->addr, m->len); break;
+        case ADSM__EMU_FREE: adsm__emu_device_free(e, m->addr, m->len); break;
         case ADSM__EMU_LAUNCH: adsm__emu_device_launch(e, m, sock); break;
         default: _exit(0);
         }

@@ -93,11 +93,14 @@ ADSM__PRIVATE adsm_result adsm__env_name(const char *var, const adsm__name_value
     return ADSM_OK;
 }
 
-ADSM__PRIVATE adsm_result adsm__env_size(const char *var, size_t *field) {
+/* zero_ok: 0 is a meaningful value (ADSM_ROLLING_SIZE=0 means adaptive); elsewhere it is refused
+ * rather than silently meaning "default". */
+ADSM__PRIVATE adsm_result adsm__env_size(const char *var, size_t *field, int zero_ok) {
     const char *v = getenv(var);
     if (*field != 0 || v == NULL || *v == 0) return ADSM_OK;
     if (adsm__parse_size(v, field) != 0)
         return adsm__bad_env(var, v, "expected a size such as 4096, 4K, 2M or 1G");
+    if (*field == 0 && !zero_ok) return adsm__bad_env(var, v, "must not be 0");
     return ADSM_OK;
 }
 
@@ -140,12 +143,12 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     if ((r = adsm__env_name("ADSM_BACKEND", adsm__backend_names, &backend, "expected auto, emu, host or cuda")) ||
         (r = adsm__env_name("ADSM_PROTOCOL", adsm__protocol_names, &protocol, "expected batch, lazy or rolling")) ||
         (r = adsm__env_name("ADSM_LOG", adsm__log_names, &log, "expected error, warn, info or debug")) ||
-        (r = adsm__env_size("ADSM_BLOCK_SIZE", &c.block_size)) ||
-        (r = adsm__env_size("ADSM_ROLLING_SIZE", &c.rolling_size)) ||
-        (r = adsm__env_size("ADSM_ROLLING_STEP", &c.rolling_step)) ||
-        (r = adsm__env_size("ADSM_EMU_MEMORY", &c.emu_memory)))
+        (r = adsm__env_size("ADSM_BLOCK_SIZE", &c.block_size, 0)) ||
+        (r = adsm__env_size("ADSM_ROLLING_SIZE", &c.rolling_size, 1)) ||
+        (r = adsm__env_size("ADSM_ROLLING_STEP", &c.rolling_step, 0)) ||
+        (r = adsm__env_size("ADSM_EMU_MEMORY", &c.emu_memory, 0)))
         return r;
-    if (c.emu_workers == 0 && (r = adsm__env_size("ADSM_EMU_WORKERS", &workers))) return r;
+    if (c.emu_workers == 0 && (r = adsm__env_size("ADSM_EMU_WORKERS", &workers, 0))) return r;
     if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_ROLLING ||
         log < 0 || log > ADSM_LOG_DEBUG)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config: backend, protocol or log_level out of range");

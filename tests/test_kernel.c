@@ -120,13 +120,16 @@ void list_sum(adsm_grid g, long *result, const node *head) {
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
 
-static void start(adsm_backend_kind backend) {
+static void start_protocol(adsm_backend_kind backend, adsm_protocol_kind protocol) {
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.backend = backend;
+    cfg.protocol = protocol;
     adsm_result r = adsm_init(&cfg);
     cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());
 }
+
+static void start(adsm_backend_kind backend) { start_protocol(backend, ADSM_PROTOCOL_DEFAULT); }
 
 static adsm_stats stats(void) {
     adsm_stats s;
@@ -192,6 +195,20 @@ Test(kernel, in_out_inout_value_host) {
     start(ADSM_BACKEND_HOST);
     cr_assert_str_eq(adsm_backend_name(), "host");
     basic_axpb();
+    adsm_shutdown();
+}
+
+Test(kernel, in_out_inout_value_emu_lazy) {
+    start_protocol(ADSM_BACKEND_EMU, ADSM_PROTOCOL_LAZY);
+    basic_axpb();
+    check_copy_works();
+    adsm_shutdown();
+}
+
+Test(kernel, in_out_inout_value_emu_batch) {
+    start_protocol(ADSM_BACKEND_EMU, ADSM_PROTOCOL_BATCH);
+    basic_axpb();
+    check_copy_works();
     adsm_shutdown();
 }
 
@@ -331,6 +348,22 @@ Test(kernel, repeated_crashes_keep_device_alive) {
     adsm_shutdown();
 }
 
+/* the header says a kernel that writes "any shared object it was not given as OUT" fails with
+ * ADSM_ERROR_KERNEL_WROTE_INPUT, like a write to an IN parameter */
+Test(kernel, write_to_unlisted_shared_object_is_reported) {
+    start(ADSM_BACKEND_EMU);
+    int *dst = adsm_alloc(4096), *bystander = adsm_alloc(4096);
+    cr_assert(dst && bystander);
+    bystander[0] = 17;
+    cr_assert_eq(ADSM_CALL(wild_writer, adsm_grid_1d(1, 4), dst, (uintptr_t)bystander), ADSM_OK);
+    adsm_result r = adsm_sync();
+    cr_assert_eq(r, ADSM_ERROR_KERNEL_WROTE_INPUT, "adsm_sync: %d (%s)", r, adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "wild_writer") != NULL, "message: %s", adsm_last_error());
+    cr_assert_eq(bystander[0], 17);
+    check_copy_works();
+    adsm_shutdown();
+}
+
 Test(kernel, missing_body) {
     start(ADSM_BACKEND_EMU);
     int *dst = adsm_alloc(64);
@@ -392,10 +425,14 @@ Test(kernel, stack_pointer_refused) {
 
 Test(kernel, freed_pointer_refused) {
     start(ADSM_BACKEND_EMU);
-    int *gone = adsm_alloc(64 * sizeof *gone);
+    /* a big freed object: the small objects check_not_shared allocates may reuse its start, so
+     * point well inside it */
+    char *gone = adsm_alloc(1 << 20);
     cr_assert(gone);
     cr_assert_eq(adsm_free(gone), ADSM_OK);
-    check_not_shared(gone);
+    int *bad = (int *)(gone + (3 << 18));
+    cr_assert_eq(adsm_block_state(bad), 0);
+    check_not_shared(bad);
     adsm_shutdown();
 }
 

@@ -1,0 +1,274 @@
+/* tests/test_config.c -- configuration from the environment and from adsm_config. Each Criterion
+ * test is its own process, so setenv before adsm_init affects that test only. Bad values fail
+ * initialisation with ADSM_ERROR_INVALID_CONFIG and a message naming the variable. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const all_vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",     "ADSM_BLOCK_SIZE",
+                                       "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
+                                       "ADSM_EMU_WORKERS",  "ADSM_LOG"};
+
+/* every test starts from a clean environment: no ADSM_* variable from the caller */
+static void clean_env(void) {
+    for (size_t i = 0; i < sizeof all_vars / sizeof *all_vars; i++) unsetenv(all_vars[i]);
+}
+
+TestSuite(config, .init = clean_env);
+
+static adsm_config emu_config(void) {
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = ADSM_BACKEND_EMU;
+    return cfg;
+}
+
+/* init with `var=value` must fail, naming var, and leave nothing behind */
+static void expect_bad(const char *var, const char *value) {
+    cr_assert_eq(setenv(var, value, 1), 0);
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    if (strcmp(var, "ADSM_BACKEND") != 0) cfg.backend = ADSM_BACKEND_EMU;
+    adsm_result r = adsm_init(&cfg);
+    cr_assert_eq(r, ADSM_ERROR_INVALID_CONFIG, "%s=%s: adsm_init returned %d (%s)", var, value, r,
+                 adsm_last_error());
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_INVALID_CONFIG);
+    const char *msg = adsm_last_error();
+    cr_assert(strstr(msg, var) != NULL, "%s=%s: the message does not name the variable: %s", var, value, msg);
+    /* nothing half-initialised: no handler, and calls that need the runtime fail the same way */
+    struct sigaction cur;
+    sigaction(SIGSEGV, NULL, &cur);
+    cr_assert(!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL, "a failed init left a SIGSEGV handler");
+    cr_assert_null(adsm_alloc(64));
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_INVALID_CONFIG);
+    /* with the variable gone, init works */
+    cr_assert_eq(unsetenv(var), 0);
+    r = adsm_init(&cfg);
+    cr_assert_eq(r, ADSM_OK, "init after fixing %s: %s", var, adsm_last_error());
+    int *p = adsm_alloc(4096);
+    cr_assert(p, "%s", adsm_last_error());
+    p[0] = 1;
+    cr_assert_eq(p[0], 1);
+    cr_assert_eq(adsm_free(p), ADSM_OK);
+    adsm_shutdown();
+}
+
+Test(config, block_size_3000) { expect_bad("ADSM_BLOCK_SIZE", "3000"); }
+Test(config, block_size_hex) { expect_bad("ADSM_BLOCK_SIZE", "0x10"); }
+Test(config, block_size_12K) { expect_bad("ADSM_BLOCK_SIZE", "12K"); }
+Test(config, block_size_2G) { expect_bad("ADSM_BLOCK_SIZE", "2G"); }
+Test(config, block_size_abc) { expect_bad("ADSM_BLOCK_SIZE", "abc"); }
+Test(config, block_size_below_page) { expect_bad("ADSM_BLOCK_SIZE", "1K"); }
+Test(config, block_size_negative) { expect_bad("ADSM_BLOCK_SIZE", "-4096"); }
+Test(config, block_size_trailing_junk) { expect_bad("ADSM_BLOCK_SIZE", "4Kx"); }
+Test(config, block_size_overflow) { expect_bad("ADSM_BLOCK_SIZE", "99999999999999999999999"); }
+Test(config, protocol_fast) { expect_bad("ADSM_PROTOCOL", "fast"); }
+Test(config, protocol_case) { expect_bad("ADSM_PROTOCOL", "LAZY"); }
+Test(config, backend_gpu) { expect_bad("ADSM_BACKEND", "gpu"); }
+Test(config, log_loud) { expect_bad("ADSM_LOG", "loud"); }
+Test(config, emu_memory_1) { expect_bad("ADSM_EMU_MEMORY", "1"); }
+Test(config, emu_memory_huge) { expect_bad("ADSM_EMU_MEMORY", "2T"); }
+Test(config, rolling_size_negative) { expect_bad("ADSM_ROLLING_SIZE", "-1"); }
+Test(config, rolling_step_junk) { expect_bad("ADSM_ROLLING_STEP", "two"); }
+Test(config, emu_workers_junk) { expect_bad("ADSM_EMU_WORKERS", "many"); }
+Test(config, block_size_zero) { expect_bad("ADSM_BLOCK_SIZE", "0"); }
+Test(config, emu_memory_zero) { expect_bad("ADSM_EMU_MEMORY", "0"); }
+Test(config, rolling_step_zero) { expect_bad("ADSM_ROLLING_STEP", "0"); }
+
+/* ---- good values ------------------------------------------------------------------------------ */
+
+static void expect_block_size(const char *value, size_t want) {
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", value, 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "ADSM_BLOCK_SIZE=%s: %s", value, adsm_last_error());
+    cr_assert_eq(adsm_block_size(), want, "ADSM_BLOCK_SIZE=%s gave %zu", value, adsm_block_size());
+    /* objects of a block, less and more work */
+    size_t sizes[3] = {want / 2, want, want * 2 + 4096};
+    for (int k = 0; k < 3; k++) {
+        unsigned char *p = adsm_alloc(sizes[k]);
+        cr_assert(p, "alloc %zu: %s", sizes[k], adsm_last_error());
+        p[0] = 1;
+        p[sizes[k] - 1] = 2;
+        cr_assert_eq(p[0] + p[sizes[k] - 1], 3);
+        cr_assert_eq(adsm_block_state(p), 'D');
+        cr_assert_eq(adsm_free(p), ADSM_OK);
+    }
+    adsm_shutdown();
+}
+
+Test(config, block_size_4K) { expect_block_size("4K", 4096); }
+Test(config, block_size_256K) { expect_block_size("256K", 262144); }
+Test(config, block_size_1M) { expect_block_size("1M", 1048576); }
+Test(config, block_size_32M) { expect_block_size("32M", 33554432); }
+Test(config, block_size_plain_bytes) { expect_block_size("65536", 65536); }
+Test(config, block_size_lower_case) { expect_block_size("2m", 2097152); }
+
+Test(config, block_size_rolling_granularity) {
+    /* with 4K blocks a write makes one page Dirty, not the whole object */
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", "4K", 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    char *p = adsm_alloc(4 * 4096);
+    cr_assert(p);
+    p[4096] = 1;
+    cr_assert_eq(adsm_block_state(p), 'R');
+    cr_assert_eq(adsm_block_state(p + 4096), 'D');
+    cr_assert_eq(adsm_block_state(p + 8192), 'R');
+    adsm_free(p);
+    adsm_shutdown();
+}
+
+Test(config, protocol_lazy) {
+    cr_assert_eq(setenv("ADSM_PROTOCOL", "lazy", 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_str_eq(adsm_protocol_name(), "lazy");
+    adsm_shutdown();
+}
+
+Test(config, protocol_batch) {
+    cr_assert_eq(setenv("ADSM_PROTOCOL", "batch", 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_str_eq(adsm_protocol_name(), "batch");
+    adsm_shutdown();
+}
+
+Test(config, defaults) {
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_str_eq(adsm_protocol_name(), "rolling");
+    cr_assert_eq(adsm_block_size(), (size_t)2 << 20);
+    cr_assert_str_eq(adsm_backend_name(), "emu");
+    adsm_shutdown();
+}
+
+Test(config, implicit_init_defaults) {
+    int *p = adsm_alloc(64);
+    cr_assert(p, "%s", adsm_last_error());
+    cr_assert_str_eq(adsm_protocol_name(), "rolling");
+    cr_assert_str_eq(adsm_backend_name(), "emu");
+    adsm_free(p);
+    adsm_shutdown();
+}
+
+Test(config, empty_value_is_unset) {
+    cr_assert_eq(setenv("ADSM_PROTOCOL", "", 1), 0);
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", "", 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_str_eq(adsm_protocol_name(), "rolling");
+    cr_assert_eq(adsm_block_size(), (size_t)2 << 20);
+    adsm_shutdown();
+}
+
+Test(config, struct_field_wins_over_environment) {
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", "4K", 1), 0);
+    cr_assert_eq(setenv("ADSM_PROTOCOL", "lazy", 1), 0);
+    cr_assert_eq(setenv("ADSM_BACKEND", "host", 1), 0);
+    adsm_config cfg = emu_config();
+    cfg.block_size = (size_t)1 << 20;
+    cfg.protocol = ADSM_PROTOCOL_BATCH;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_size(), (size_t)1 << 20);
+    cr_assert_str_eq(adsm_protocol_name(), "batch");
+    cr_assert_str_eq(adsm_backend_name(), "emu");
+    adsm_shutdown();
+}
+
+Test(config, zero_field_takes_environment) {
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", "64K", 1), 0);
+    cr_assert_eq(setenv("ADSM_PROTOCOL", "lazy", 1), 0);
+    cr_assert_eq(setenv("ADSM_BACKEND", "host", 1), 0);
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_size(), (size_t)64 << 10);
+    cr_assert_str_eq(adsm_protocol_name(), "lazy");
+    cr_assert_str_eq(adsm_backend_name(), "host");
+    adsm_shutdown();
+}
+
+Test(config, struct_field_hides_bad_environment) {
+    /* a field that is set does not read its variable at all */
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", "abc", 1), 0);
+    cr_assert_eq(setenv("ADSM_PROTOCOL", "fast", 1), 0);
+    adsm_config cfg = emu_config();
+    cfg.block_size = (size_t)256 << 10;
+    cfg.protocol = ADSM_PROTOCOL_LAZY;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_size(), (size_t)256 << 10);
+    cr_assert_str_eq(adsm_protocol_name(), "lazy");
+    adsm_shutdown();
+}
+
+Test(config, bad_struct_values) {
+    adsm_config cfg = emu_config();
+    cfg.block_size = 3000;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "BLOCK_SIZE") != NULL, "%s", adsm_last_error());
+    cfg = emu_config();
+    cfg.protocol = (adsm_protocol_kind)99;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cfg = emu_config();
+    cfg.emu_memory = 1000;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "EMU_MEMORY") != NULL, "%s", adsm_last_error());
+    cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    adsm_shutdown();
+}
+
+Test(config, good_init_after_failed_init) {
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", "12K", 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG, "a second bad init must fail the same way");
+    cr_assert(strstr(adsm_last_error(), "ADSM_BLOCK_SIZE") != NULL, "%s", adsm_last_error());
+    /* a good value in the struct, with the bad environment still set */
+    cfg.block_size = (size_t)128 << 10;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_size(), (size_t)128 << 10);
+    int *p = adsm_alloc(1000);
+    cr_assert(p);
+    p[999 / sizeof(int)] = 5;
+    cr_assert_eq(p[999 / sizeof(int)], 5);
+    adsm_free(p);
+    adsm_shutdown();
+    /* and with the environment fixed, after a shutdown */
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", "8K", 1), 0);
+    cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_size(), (size_t)8 << 10);
+    adsm_shutdown();
+}
+
+Test(config, implicit_init_with_bad_environment) {
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", "abc", 1), 0);
+    cr_assert_null(adsm_alloc(100));
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "ADSM_BLOCK_SIZE") != NULL, "%s", adsm_last_error());
+    cr_assert_null(adsm_safe_alloc(100));
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert_eq(adsm_block_size(), 0);
+    cr_assert_str_eq(adsm_protocol_name(), "none");
+    /* fixing the environment lets the next call initialise */
+    cr_assert_eq(unsetenv("ADSM_BLOCK_SIZE"), 0);
+    cr_assert_eq(setenv("ADSM_BACKEND", "emu", 1), 0);
+    int *p = adsm_alloc(100);
+    cr_assert(p, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_size(), (size_t)2 << 20);
+    adsm_free(p);
+    adsm_shutdown();
+}
+
+Test(config, implicit_init_with_bad_protocol) {
+    cr_assert_eq(setenv("ADSM_PROTOCOL", "fast", 1), 0);
+    cr_assert_null(adsm_alloc(100));
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "ADSM_PROTOCOL") != NULL, "%s", adsm_last_error());
+}
