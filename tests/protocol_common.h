@@ -39,6 +39,14 @@ void k_incr(adsm_grid g, int32_t *x, size_t n) {
     }
 }
 
+/* x[i] += a[i] + b[i] for i < n */
+ADSM_KERNEL(k_sum3, ADSM_INOUT(int32_t, x), ADSM_IN(int32_t, a), ADSM_IN(int32_t, b), ADSM_VALUE(size_t, n));
+void k_sum3(adsm_grid g, int32_t *x, const int32_t *a, const int32_t *b, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) x[i] += a[i] + b[i];
+    }
+}
+
 /* ---- runtime set-up ---------------------------------------------------------------------------- */
 
 static inline adsm_grid grid_for(size_t n) { return adsm_grid_1d((uint32_t)((n + 255) / 256), 256); }

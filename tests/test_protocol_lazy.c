@@ -1,0 +1,259 @@
+/* tests/test_protocol_lazy.c -- the lazy protocol, one test per state transition.
+ *
+ * Lazy tracks whole objects: every block of an object always has the same state. On the emu
+ * backend (device memory really separate) each test asserts the exact block states and the exact
+ * bytes copied (h2d_bytes / d2h_bytes after adsm_reset_stats), with 4 KiB and 64 KiB blocks where
+ * the block size could matter. The last tests run the same scenarios on the host backend, where
+ * nothing moves. Each Criterion test runs in its own process. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+
+#include "tests/protocol_common.h"
+
+/* a protocol bug may loop on a fault forever: fail instead of hanging */
+TestSuite(lazy, .timeout = 20);
+
+/* 200000 bytes: not a multiple of the page or of any block size, so copies must be clamped. */
+#define N ((size_t)50000)
+#define SIZE (N * sizeof(int32_t))
+
+static void lazy(size_t bs) { init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_LAZY, bs, 0); }
+
+/* A fresh object is ReadOnly everywhere, reads are free, and a kernel reading it copies nothing. */
+TEST_BLOCK_SIZES(lazy, fresh_object_is_readonly_and_never_copied) {
+    lazy(bs);
+    int32_t *a = alloc(SIZE), *c = alloc(SIZE);
+    expect_all(a, SIZE, 'R');
+    reset();
+    for (size_t i = 0; i < N; i += 1000) cr_assert_eq(rd(&a[i]), 0);
+    EXPECT_QUIET();
+    CALL_OK(k_add, grid_for(N), c, a, a, N);
+    EXPECT_QUIET(); /* nobody wrote a or c: nothing to copy */
+    expect_all(a, SIZE, 'R');
+    sync_ok();
+    cr_assert_eq(rd(&a[N - 1]), 0);
+    EXPECT_QUIET();
+    adsm_shutdown();
+}
+
+/* R -> D: one write fault makes the whole object Dirty; nothing is copied. */
+TEST_BLOCK_SIZES(lazy, write_to_readonly_makes_whole_object_dirty) {
+    lazy(bs);
+    int32_t *a = alloc(SIZE), *b = alloc(SIZE);
+    reset();
+    wr(&a[N / 2], 7);
+    EXPECT_FAULTS(0, 1);
+    EXPECT_BYTES(0, 0);
+    expect_all(a, SIZE, 'D');
+    expect_all(b, SIZE, 'R'); /* other objects are untouched */
+    /* D -> D: further reads and writes anywhere in the object are free */
+    wr(&a[0], 1);
+    wr(&a[N - 1], 2);
+    cr_assert_eq(rd(&a[N / 2]), 7);
+    cr_assert_eq(rd(&a[1]), 0);
+    EXPECT_FAULTS(0, 1);
+    EXPECT_BYTES(0, 0);
+    adsm_shutdown();
+}
+
+/* A read of a ReadOnly object is no fault and leaves it ReadOnly. */
+Test(lazy, read_of_readonly_is_free) {
+    lazy(4096);
+    int32_t *a = alloc(SIZE);
+    reset();
+    int64_t sum = 0;
+    for (size_t i = 0; i < N; i++) sum += rd(&a[i]);
+    cr_assert_eq(sum, 0);
+    EXPECT_QUIET();
+    expect_all(a, SIZE, 'R');
+    adsm_shutdown();
+}
+
+/* D -> R at a call: the whole dirty object goes to the device (size bytes), IN stays R, OUT
+ * becomes I at the call; after sync reading IN is free and reading OUT fetches the object. */
+TEST_BLOCK_SIZES(lazy, call_flushes_dirty_objects_and_invalidates_outputs) {
+    lazy(bs);
+    int32_t *a = alloc(SIZE), *b = alloc(SIZE), *c = alloc(SIZE);
+    for (size_t i = 0; i < N; i++) wr(&a[i], (int32_t)i);
+    reset();
+    CALL_OK(k_add, grid_for(N), c, a, b, N); /* b never written: not copied */
+    expect_all(a, SIZE, 'R');
+    expect_all(b, SIZE, 'R');
+    expect_all(c, SIZE, 'I'); /* right at the call, before adsm_sync */
+    EXPECT_BYTES(SIZE, 0);
+    sync_ok();
+    reset();
+    cr_assert_eq(rd(&a[123]), 123); /* IN object after the call: no fault, no copy */
+    EXPECT_QUIET();
+    cr_assert_eq(rd(&c[N - 1]), (int32_t)(N - 1));
+    EXPECT_BYTES(0, SIZE);
+    EXPECT_FAULTS(1, 0);
+    expect_all(c, SIZE, 'R');
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&c[i]), (int32_t)i);
+    EXPECT_FAULTS(1, 0);
+    adsm_shutdown();
+}
+
+/* Every dirty object goes to the device at any call, passed to the kernel or not. */
+Test(lazy, call_flushes_every_dirty_object) {
+    lazy(4096);
+    int32_t *a = alloc(SIZE), *b = alloc(3 * KIB), *d = alloc(SIZE), *c = alloc(SIZE);
+    wr(&a[5], 5);
+    wr(&b[5], 5);
+    cr_assert_eq(rd(&d[5]), 0); /* read only: stays R, not copied */
+    reset();
+    CALL_OK(k_fill, grid_for(N), c, N, 0);
+    EXPECT_BYTES(SIZE + 3 * KIB, 0);
+    expect_all(a, SIZE, 'R');
+    expect_all(b, 3 * KIB, 'R');
+    expect_all(d, SIZE, 'R');
+    sync_ok();
+    adsm_shutdown();
+}
+
+/* OUT and INOUT objects become I at the call; IN objects stay R. */
+TEST_BLOCK_SIZES(lazy, out_and_inout_become_invalid_at_call) {
+    lazy(bs);
+    int32_t *x = alloc(SIZE), *c = alloc(SIZE), *a = alloc(SIZE);
+    for (size_t i = 0; i < N; i++) wr(&x[i], 10 * (int32_t)i);
+    CALL_OK(k_incr, grid_for(N), x, N);
+    expect_all(x, SIZE, 'I');
+    CALL_OK(k_add, grid_for(N), c, a, a, N);
+    expect_all(c, SIZE, 'I');
+    expect_all(a, SIZE, 'R');
+    sync_ok();
+    expect_all(x, SIZE, 'I'); /* sync itself fetches nothing */
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&x[i]), 10 * (int32_t)i + 1);
+    adsm_shutdown();
+}
+
+/* I -> R: reading one element fetches the whole object, once. */
+TEST_BLOCK_SIZES(lazy, read_of_invalid_fetches_whole_object) {
+    lazy(bs);
+    int32_t *c = alloc(SIZE);
+    CALL_OK(k_fill, grid_for(N), c, N, 100);
+    sync_ok();
+    reset();
+    cr_assert_eq(rd(&c[N / 3]), 100 + (int32_t)(N / 3));
+    EXPECT_BYTES(0, SIZE);
+    EXPECT_FAULTS(1, 0);
+    expect_all(c, SIZE, 'R');
+    expect_filled(c, 0, N, 100);
+    EXPECT_BYTES(0, SIZE);
+    EXPECT_FAULTS(1, 0);
+    adsm_shutdown();
+}
+
+/* I -> D: a write fetches the whole object (the rest keeps the kernel's values) and dirties it;
+ * the next call sends it back whole. */
+TEST_BLOCK_SIZES(lazy, write_to_invalid_fetches_then_dirty) {
+    lazy(bs);
+    int32_t *c = alloc(SIZE);
+    CALL_OK(k_fill, grid_for(N), c, N, 100);
+    sync_ok();
+    reset();
+    wr(&c[7], -7);
+    EXPECT_BYTES(0, SIZE);
+    EXPECT_FAULTS(0, 1);
+    expect_all(c, SIZE, 'D');
+    cr_assert_eq(rd(&c[7]), -7);
+    expect_filled(c, 8, N, 100);
+    EXPECT_FAULTS(0, 1);
+    reset();
+    CALL_OK(k_incr, grid_for(N), c, N);
+    EXPECT_BYTES(SIZE, 0);
+    sync_ok();
+    cr_assert_eq(rd(&c[7]), -6);
+    cr_assert_eq(rd(&c[8]), 109);
+    EXPECT_BYTES(SIZE, SIZE);
+    adsm_shutdown();
+}
+
+/* A dirty OUT object is flushed before the kernel runs: bytes the kernel does not write keep the
+ * CPU's values. */
+Test(lazy, dirty_output_is_flushed_before_the_kernel) {
+    lazy(4096);
+    int32_t *c = alloc(SIZE);
+    for (size_t i = 0; i < N; i++) wr(&c[i], -1);
+    reset();
+    CALL_OK(k_fill, grid_for(10), c + 100, 10, 5);
+    EXPECT_BYTES(SIZE, 0);
+    expect_all(c, SIZE, 'I');
+    sync_ok();
+    cr_assert_eq(rd(&c[0]), -1);
+    expect_filled(c + 100, 0, 10, 5);
+    cr_assert_eq(rd(&c[110]), -1);
+    cr_assert_eq(rd(&c[N - 1]), -1);
+    EXPECT_BYTES(SIZE, SIZE);
+    adsm_shutdown();
+}
+
+/* Touching an output before adsm_sync waits for the kernel and sees its results. */
+Test(lazy, touch_before_sync_sees_kernel_results) {
+    lazy(4096);
+    int32_t *c = alloc(SIZE);
+    CALL_OK(k_fill, grid_for(N), c, N, 3);
+    reset();
+    cr_assert_eq(rd(&c[N - 1]), 3 + (int32_t)(N - 1));
+    EXPECT_BYTES(0, SIZE);
+    sync_ok();
+    expect_filled(c, 0, N, 3);
+    adsm_shutdown();
+}
+
+/* A dirty object freed before the call is not copied. */
+Test(lazy, freed_dirty_object_is_not_flushed) {
+    lazy(4096);
+    int32_t *a = alloc(SIZE), *c = alloc(SIZE);
+    wr(&a[0], 1);
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    reset();
+    CALL_OK(k_fill, grid_for(N), c, N, 0);
+    EXPECT_BYTES(0, 0);
+    sync_ok();
+    adsm_shutdown();
+}
+
+/* R -> R: an IN object stays valid on the CPU across calls; reading it never copies. */
+Test(lazy, input_stays_readonly_across_calls) {
+    lazy(4096);
+    int32_t *a = alloc(SIZE), *c = alloc(SIZE);
+    for (size_t i = 0; i < N; i++) wr(&a[i], 2 * (int32_t)i);
+    CALL_OK(k_add, grid_for(N), c, a, a, N);
+    sync_ok();
+    reset();
+    CALL_OK(k_add, grid_for(N), c, a, a, N);
+    sync_ok();
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&a[i]), 2 * (int32_t)i);
+    EXPECT_QUIET();
+    expect_all(a, SIZE, 'R');
+    cr_assert_eq(rd(&c[N - 1]), 4 * (int32_t)(N - 1));
+    EXPECT_BYTES(0, SIZE);
+    adsm_shutdown();
+}
+
+TEST_BLOCK_SIZES(lazy, no_stale_read) {
+    lazy(bs);
+    scenario_no_stale_read();
+    adsm_shutdown();
+}
+
+Test(lazy, interior_pointers_as_arguments) {
+    lazy(4096);
+    scenario_interior_pointers();
+    adsm_shutdown();
+}
+
+/* The host backend under the lazy protocol: right results, all 'D', nothing counted. */
+TEST_BLOCK_SIZES(lazy, host_backend_moves_nothing) { scenario_host_moves_nothing(ADSM_PROTOCOL_LAZY, bs); }
+
+Test(lazy, host_backend_no_stale_read) {
+    init(ADSM_BACKEND_HOST, ADSM_PROTOCOL_LAZY, 4096, 0);
+    reset();
+    scenario_no_stale_read();
+    scenario_interior_pointers();
+    EXPECT_QUIET();
+    adsm_shutdown();
+}

@@ -1,0 +1,372 @@
+/* tests/test_protocol_rolling.c -- the rolling protocol, one test per state transition, plus
+ * eager eviction with a fixed and an adaptive rolling size.
+ *
+ * Rolling tracks single blocks. On the emu backend (device memory really separate) each test
+ * asserts the exact state of each block and the exact bytes copied (h2d_bytes / d2h_bytes after
+ * adsm_reset_stats), with 4 KiB and 64 KiB blocks. Transition tests fix a large rolling size so
+ * no eviction interferes; the eviction tests set it. The last tests run the main scenarios on the
+ * host backend, where nothing moves. Each Criterion test runs in its own process. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+
+#include "tests/protocol_common.h"
+
+/* a protocol bug may loop on a fault forever: fail instead of hanging */
+TestSuite(rolling, .timeout = 20);
+
+#define NBLOCKS 5
+#define TAIL ((size_t)1000) /* the last block holds 1000 bytes: copies must be clamped */
+#define SIZE(bs) (NBLOCKS * (bs) + TAIL)
+#define NELEM(bs) (SIZE(bs) / sizeof(int32_t))
+#define AT(p, bs, blk) ((p) + (blk) * (bs) / sizeof(int32_t)) /* first element of block blk */
+
+static void rolling(size_t bs) { init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 4096); }
+
+/* Expected state of each of the NBLOCKS + 1 blocks of p, e.g. "RRDRRR". */
+static void expect_blocks(const int32_t *p, size_t bs, const char *states) {
+    for (size_t k = 0; states[k]; k++) {
+        char got = adsm_block_state(AT(p, bs, k));
+        cr_assert_eq(got, states[k], "block %zu: got '%c', expected '%c' (%s)", k, got ? got : '0', states[k],
+                     states);
+    }
+}
+
+/* A fresh object is ReadOnly everywhere, reads are free, and a kernel reading it copies nothing. */
+TEST_BLOCK_SIZES(rolling, fresh_object_is_readonly_and_never_copied) {
+    rolling(bs);
+    size_t n = NELEM(bs);
+    int32_t *a = alloc(SIZE(bs)), *c = alloc(SIZE(bs));
+    expect_blocks(a, bs, "RRRRRR");
+    reset();
+    for (size_t i = 0; i < n; i += 100) cr_assert_eq(rd(&a[i]), 0);
+    EXPECT_QUIET();
+    CALL_OK(k_add, grid_for(n), c, a, a, n);
+    EXPECT_QUIET();
+    expect_blocks(a, bs, "RRRRRR");
+    sync_ok();
+    cr_assert_eq(rd(&a[n - 1]), 0);
+    EXPECT_QUIET();
+    adsm_shutdown();
+}
+
+/* R -> D: a write dirties only its block (one write fault, no copy); D -> D and reads are free. */
+TEST_BLOCK_SIZES(rolling, write_dirties_only_its_block) {
+    rolling(bs);
+    int32_t *a = alloc(SIZE(bs));
+    reset();
+    wr(AT(a, bs, 2) + 5, 7);
+    EXPECT_FAULTS(0, 1);
+    EXPECT_BYTES(0, 0);
+    expect_blocks(a, bs, "RRDRRR");
+    wr(AT(a, bs, 2), 1);
+    cr_assert_eq(rd(AT(a, bs, 2) + 5), 7);
+    cr_assert_eq(rd(AT(a, bs, 3)), 0);
+    cr_assert_eq(rd(AT(a, bs, 1)), 0);
+    EXPECT_FAULTS(0, 1);
+    wr(AT(a, bs, 5), 9); /* the short last block */
+    EXPECT_FAULTS(0, 2);
+    EXPECT_BYTES(0, 0);
+    expect_blocks(a, bs, "RRDRRD");
+    adsm_shutdown();
+}
+
+/* D -> R at a call: exactly the dirty blocks go (the last one clamped to the object), IN blocks
+ * stay R, OUT blocks become I at the call; reading one block of the output fetches that block. */
+TEST_BLOCK_SIZES(rolling, call_flushes_dirty_blocks_and_invalidates_outputs) {
+    rolling(bs);
+    size_t n = NELEM(bs);
+    int32_t *a = alloc(SIZE(bs)), *b = alloc(SIZE(bs)), *c = alloc(SIZE(bs));
+    wr(AT(a, bs, 1), 11);
+    wr(AT(a, bs, 3) + 1, 31);
+    wr(&a[n - 1], 99);
+    expect_blocks(a, bs, "RDRDRD");
+    reset();
+    CALL_OK(k_add, grid_for(n), c, a, b, n);
+    EXPECT_BYTES(2 * bs + TAIL, 0);
+    expect_blocks(a, bs, "RRRRRR");
+    expect_blocks(b, bs, "RRRRRR");
+    expect_blocks(c, bs, "IIIIII"); /* right at the call, before adsm_sync */
+    sync_ok();
+    reset();
+    cr_assert_eq(rd(AT(a, bs, 1)), 11); /* IN object after the call: no fault, no copy */
+    cr_assert_eq(rd(&a[n - 1]), 99);
+    EXPECT_QUIET();
+    cr_assert_eq(rd(AT(c, bs, 3) + 1), 31);
+    EXPECT_BYTES(0, bs);
+    EXPECT_FAULTS(1, 0);
+    expect_blocks(c, bs, "IIIRII");
+    cr_assert_eq(rd(&c[n - 1]), 99);
+    EXPECT_BYTES(0, bs + TAIL);
+    EXPECT_FAULTS(2, 0);
+    expect_blocks(c, bs, "IIIRIR");
+    for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&c[i]), rd(&a[i]), "c[%zu]", i);
+    EXPECT_BYTES(0, SIZE(bs));
+    EXPECT_FAULTS(NBLOCKS + 1, 0);
+    adsm_shutdown();
+}
+
+/* Every dirty block of every object goes at any call, passed to the kernel or not. */
+Test(rolling, call_flushes_dirty_blocks_of_every_object) {
+    rolling(4096);
+    int32_t *a = alloc(SIZE(4096)), *b = alloc(3 * KIB), *c = alloc(SIZE(4096));
+    wr(AT(a, 4096, 4), 1);
+    wr(&b[0], 1);
+    reset();
+    CALL_OK(k_fill, grid_for(10), c, 10, 0);
+    EXPECT_BYTES(4096 + 3 * KIB, 0);
+    expect_blocks(a, 4096, "RRRRRR");
+    cr_assert_eq(adsm_block_state(b), 'R');
+    sync_ok();
+    adsm_shutdown();
+}
+
+/* An object smaller than one block is one short unit: copies are its size. */
+Test(rolling, object_smaller_than_a_block) {
+    rolling(65536);
+    const size_t n = 2500; /* 10000 bytes */
+    int32_t *c = alloc(n * sizeof *c);
+    reset();
+    wr(&c[0], 1);
+    CALL_OK(k_incr, grid_for(n), c, n);
+    EXPECT_BYTES(10000, 0);
+    sync_ok();
+    cr_assert_eq(rd(&c[n - 1]), 1);
+    cr_assert_eq(rd(&c[0]), 2);
+    EXPECT_BYTES(10000, 10000);
+    adsm_shutdown();
+}
+
+/* OUT and INOUT objects become I (every block) at the call; IN objects stay R. */
+TEST_BLOCK_SIZES(rolling, out_and_inout_become_invalid_at_call) {
+    rolling(bs);
+    size_t n = NELEM(bs);
+    int32_t *x = alloc(SIZE(bs)), *c = alloc(SIZE(bs)), *a = alloc(SIZE(bs));
+    wr(AT(x, bs, 2), 5);
+    CALL_OK(k_incr, grid_for(n), x, n);
+    expect_blocks(x, bs, "IIIIII");
+    CALL_OK(k_add, grid_for(n), c, a, a, n);
+    expect_blocks(c, bs, "IIIIII");
+    expect_blocks(a, bs, "RRRRRR");
+    sync_ok();
+    expect_blocks(x, bs, "IIIIII"); /* sync itself fetches nothing */
+    cr_assert_eq(rd(AT(x, bs, 2)), 6);
+    cr_assert_eq(rd(AT(x, bs, 2) + 1), 1);
+    adsm_shutdown();
+}
+
+/* I -> R: reading one element fetches just its block. */
+TEST_BLOCK_SIZES(rolling, read_of_invalid_fetches_one_block) {
+    rolling(bs);
+    size_t n = NELEM(bs);
+    int32_t *c = alloc(SIZE(bs));
+    CALL_OK(k_fill, grid_for(n), c, n, 100);
+    sync_ok();
+    reset();
+    int32_t *p = AT(c, bs, 2) + 17;
+    cr_assert_eq(rd(p), 100 + (int32_t)(p - c));
+    EXPECT_BYTES(0, bs);
+    EXPECT_FAULTS(1, 0);
+    expect_blocks(c, bs, "IIRIII");
+    cr_assert_eq(rd(AT(c, bs, 2)), 100 + (int32_t)(AT(c, bs, 2) - c)); /* same block: free */
+    EXPECT_FAULTS(1, 0);
+    expect_filled(c, 0, n, 100);
+    EXPECT_BYTES(0, SIZE(bs));
+    EXPECT_FAULTS(NBLOCKS + 1, 0);
+    adsm_shutdown();
+}
+
+/* I -> D: a write fetches its block (the rest keeps the kernel's values) and dirties it; the next
+ * call sends back only that block. */
+TEST_BLOCK_SIZES(rolling, write_to_invalid_fetches_block_then_dirty) {
+    rolling(bs);
+    size_t n = NELEM(bs);
+    int32_t *c = alloc(SIZE(bs));
+    CALL_OK(k_fill, grid_for(n), c, n, 100);
+    sync_ok();
+    reset();
+    int32_t *p = AT(c, bs, 1) + 3;
+    wr(p, -7);
+    EXPECT_BYTES(0, bs);
+    EXPECT_FAULTS(0, 1);
+    expect_blocks(c, bs, "IDIIII");
+    cr_assert_eq(rd(p - 1), 100 + (int32_t)(p - 1 - c));
+    cr_assert_eq(rd(p + 1), 100 + (int32_t)(p + 1 - c));
+    EXPECT_FAULTS(0, 1);
+    reset();
+    CALL_OK(k_incr, grid_for(n), c, n);
+    EXPECT_BYTES(bs, 0);
+    sync_ok();
+    cr_assert_eq(rd(p), -6);
+    cr_assert_eq(rd(&c[0]), 101);
+    EXPECT_BYTES(bs, 2 * bs);
+    adsm_shutdown();
+}
+
+/* Dirty output blocks are flushed before the kernel: bytes it does not write keep CPU values. */
+Test(rolling, dirty_output_is_flushed_before_the_kernel) {
+    rolling(4096);
+    size_t n = NELEM(4096);
+    int32_t *c = alloc(SIZE(4096));
+    for (size_t i = 0; i < n; i++) wr(&c[i], -1);
+    reset();
+    CALL_OK(k_fill, grid_for(10), c + 100, 10, 5);
+    EXPECT_BYTES(SIZE(4096), 0);
+    sync_ok();
+    cr_assert_eq(rd(&c[0]), -1);
+    expect_filled(c + 100, 0, 10, 5);
+    cr_assert_eq(rd(&c[110]), -1);
+    cr_assert_eq(rd(&c[n - 1]), -1);
+    adsm_shutdown();
+}
+
+/* Touching an output before adsm_sync waits for the kernel and sees its results. */
+Test(rolling, touch_before_sync_sees_kernel_results) {
+    rolling(4096);
+    size_t n = NELEM(4096);
+    int32_t *c = alloc(SIZE(4096));
+    CALL_OK(k_fill, grid_for(n), c, n, 3);
+    reset();
+    cr_assert_eq(rd(&c[n - 1]), 3 + (int32_t)(n - 1));
+    EXPECT_BYTES(0, TAIL);
+    sync_ok();
+    adsm_shutdown();
+}
+
+/* ---- eviction ---------------------------------------------------------------------------------- */
+
+/* Fixed rolling size 4: the fifth dirty block sends the oldest to the device (R, one block of
+ * h2d), a rewrite of a dirty block evicts nothing, and the kernel sees every value. */
+TEST_BLOCK_SIZES(rolling, fixed_rolling_size_evicts_oldest_dirty_block) {
+    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 4);
+    const size_t nb = 8, n = nb * bs / sizeof(int32_t);
+    int32_t *x = alloc(nb * bs);
+    reset();
+    for (size_t k = 0; k < 4; k++) wr(AT(x, bs, k), (int32_t)k + 1);
+    expect_blocks(x, bs, "DDDDRRRR");
+    cr_assert_eq(stats().evictions, 0);
+    EXPECT_BYTES(0, 0);
+    wr(AT(x, bs, 4), 5);
+    cr_assert_eq(stats().evictions, 1);
+    EXPECT_BYTES(bs, 0);
+    expect_blocks(x, bs, "RDDDDRRR");
+    wr(AT(x, bs, 5), 6);
+    cr_assert_eq(stats().evictions, 2);
+    EXPECT_BYTES(2 * bs, 0);
+    expect_blocks(x, bs, "RRDDDDRR");
+    wr(AT(x, bs, 3) + 1, 40); /* already dirty */
+    cr_assert_eq(stats().evictions, 2);
+    wr(AT(x, bs, 0) + 1, 10); /* evicted block written again: dirty again, evicts block 2 */
+    cr_assert_eq(stats().evictions, 3);
+    EXPECT_BYTES(3 * bs, 0);
+    EXPECT_FAULTS(0, 7);
+    expect_blocks(x, bs, "DRRDDDRR");
+    CALL_OK(k_incr, grid_for(n), x, n);
+    EXPECT_BYTES(7 * bs, 0);
+    cr_assert_eq(stats().evictions, 3);
+    sync_ok();
+    for (size_t k = 0; k < 6; k++) cr_assert_eq(rd(AT(x, bs, k)), (int32_t)k + 2, "block %zu", k);
+    cr_assert_eq(rd(AT(x, bs, 0) + 1), 11);
+    cr_assert_eq(rd(AT(x, bs, 3) + 1), 41);
+    cr_assert_eq(rd(AT(x, bs, 7)), 1);
+    adsm_shutdown();
+}
+
+/* Adaptive (rolling size 0): the limit is rolling_step (2) per live object, so it grows with
+ * allocations and shrinks on free. */
+Test(rolling, adaptive_limit_is_step_times_live_objects) {
+    const size_t bs = 4096;
+    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 0);
+    int32_t *x = alloc(16 * bs);
+    reset();
+    for (size_t k = 0; k < 3; k++) wr(AT(x, bs, k), 1); /* limit 2 */
+    cr_assert_eq(stats().evictions, 1);
+    EXPECT_BYTES(bs, 0);
+    cr_assert_eq(adsm_block_state(AT(x, bs, 0)), 'R');
+    int32_t *y = alloc(bs); /* limit 4 */
+    for (size_t k = 3; k < 5; k++) wr(AT(x, bs, k), 1);
+    cr_assert_eq(stats().evictions, 1);
+    wr(AT(x, bs, 5), 1);
+    cr_assert_eq(stats().evictions, 2);
+    cr_assert_eq(adsm_free(y), ADSM_OK); /* limit 2 again */
+    wr(AT(x, bs, 6), 1);                 /* 5 dirty: 3 go */
+    cr_assert_eq(stats().evictions, 5);
+    EXPECT_BYTES(5 * bs, 0);
+    expect_blocks(x, bs, "RRRRRDDR");
+    adsm_shutdown();
+}
+
+/* rolling_step 3 with one object: limit 3. */
+Test(rolling, adaptive_limit_follows_rolling_step) {
+    const size_t bs = 4096;
+    init_step(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 0, 3);
+    int32_t *x = alloc(16 * bs);
+    reset();
+    for (size_t k = 0; k < 3; k++) wr(AT(x, bs, k), 1);
+    cr_assert_eq(stats().evictions, 0);
+    wr(AT(x, bs, 3), 1);
+    cr_assert_eq(stats().evictions, 1);
+    expect_blocks(x, bs, "RDDDR");
+    adsm_shutdown();
+}
+
+/* Sequential initialisation of three 1 MiB objects under the adaptive limit (6 blocks): every
+ * block but the last 6 is evicted before the call, each block crosses once, and the kernel sees
+ * all the data. */
+TEST_BLOCK_SIZES(rolling, sequential_init_evicts_and_kernel_sees_all_data) {
+    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 0);
+    const size_t n = MIB / sizeof(int32_t), total_blocks = 3 * MIB / bs;
+    int32_t *a = alloc(MIB), *b = alloc(MIB), *c = alloc(MIB);
+    reset();
+    for (size_t i = 0; i < n; i++) wr(&a[i], (int32_t)i);
+    for (size_t i = 0; i < n; i++) wr(&b[i], 2 * (int32_t)i);
+    for (size_t i = 0; i < n; i++) wr(&c[i], 1);
+    adsm_stats s = stats();
+    cr_assert_gt(s.evictions, 0);
+    cr_assert_eq(s.evictions, total_blocks - 6);
+    cr_assert_eq(s.h2d_bytes, s.evictions * bs);
+    cr_assert_eq(s.write_faults, total_blocks);
+    cr_assert_eq(adsm_block_state(a), 'R');
+    cr_assert_eq(adsm_block_state(&c[n - 1]), 'D');
+    CALL_OK(k_sum3, grid_for(n), c, a, b, n);
+    EXPECT_BYTES(3 * MIB, 0);
+    sync_ok();
+    for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&c[i]), 1 + 3 * (int32_t)i, "c[%zu]", i);
+    EXPECT_BYTES(3 * MIB, MIB);
+    adsm_shutdown();
+}
+
+/* ---- scenarios --------------------------------------------------------------------------------- */
+
+TEST_BLOCK_SIZES(rolling, no_stale_read) {
+    rolling(bs);
+    scenario_no_stale_read();
+    adsm_shutdown();
+}
+
+Test(rolling, no_stale_read_adaptive) {
+    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    scenario_no_stale_read();
+    scenario_interior_pointers();
+    adsm_shutdown();
+}
+
+Test(rolling, interior_pointers_as_arguments) {
+    rolling(4096);
+    scenario_interior_pointers();
+    adsm_shutdown();
+}
+
+/* The host backend under the rolling protocol: right results, all 'D', nothing counted. */
+TEST_BLOCK_SIZES(rolling, host_backend_moves_nothing) { scenario_host_moves_nothing(ADSM_PROTOCOL_ROLLING, bs); }
+
+Test(rolling, host_backend_no_stale_read) {
+    init(ADSM_BACKEND_HOST, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    reset();
+    scenario_no_stale_read();
+    scenario_interior_pointers();
+    EXPECT_QUIET();
+    cr_assert_eq(stats().evictions, 0);
+    adsm_shutdown();
+}
