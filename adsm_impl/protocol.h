@@ -123,6 +123,20 @@ ADSM__PRIVATE size_t adsm__rolling_limit(const adsm__runtime *rt) {
     return limit ? limit : 1;
 }
 
+/* mprotect fails with ENOMEM when the process would exceed vm.max_map_count mappings: every run
+ * of pages with its own protection is one mapping, and scattered Dirty units make many runs.
+ * Writing every dirty unit back turns them ReadOnly, which merges them with their neighbours,
+ * and the change is tried once more. Correct, only slower. */
+ADSM__PRIVATE int adsm__set_state_compacting(adsm__runtime *rt, adsm__object *o, size_t first, size_t count,
+                                             int state) {
+    if (adsm__set_state(rt, o, first, count, state) == 0) return 0;
+    if (errno != ENOMEM || !rt->fifo_head) return -1;
+    while (rt->fifo_head) {
+        if (adsm__writeback_unit(rt, rt->fifo_head, 1) != 0) return -1;
+    }
+    return adsm__set_state(rt, o, first, count, state);
+}
+
 /* ---- lazy and rolling share this engine ------------------------------------------------- */
 ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write,
                                        int overwrite) {
@@ -137,8 +151,8 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
         if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return -1;
         if (!(is_write && overwrite) && adsm__fetch(rt, o, first, count) != 0) return -1;
     }
-    if (!is_write) return adsm__set_state(rt, o, first, count, ADSM__READONLY);
-    if (adsm__set_state(rt, o, first, count, ADSM__DIRTY) != 0) return -1;
+    if (!is_write) return adsm__set_state_compacting(rt, o, first, count, ADSM__READONLY);
+    if (adsm__set_state_compacting(rt, o, first, count, ADSM__DIRTY) != 0) return -1;
     adsm__fifo_push(rt, &o->blocks[first]);
     if (rt->proto->eager) {
         size_t limit = adsm__rolling_limit(rt);
