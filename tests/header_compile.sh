@@ -75,6 +75,25 @@ fi
 step "C11 -pedantic: dsl" \
     "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I. "$tmp/dsl_cpp.c"
 
+# (a3) ADSM_CALL checks its arguments against the declaration: a wrong pointer type or a body
+# that does not match the declaration must not compile.
+cat > "$tmp/bad_call.c" <<'BAD'
+#include "adsm.h"
+ADSM_KERNEL(scale, ADSM_OUT(float, y), ADSM_IN(float, x), ADSM_VALUE(size_t, n));
+adsm_result call_with_ints(int *y, const float *x) { return ADSM_CALL(scale, adsm_grid_1d(1, 1), y, x, 4); }
+BAD
+cat > "$tmp/bad_body.c" <<'BAD'
+#include "adsm.h"
+ADSM_KERNEL(scale, ADSM_OUT(float, y), ADSM_IN(float, x), ADSM_VALUE(size_t, n));
+void scale(adsm_grid g, double *y, const float *x, size_t n) { (void)g; (void)y; (void)x; (void)n; }
+BAD
+for tu in bad_call bad_body; do
+    echo "== must not compile: $tu"
+    if "$CC" -std=c11 -Werror=incompatible-pointer-types -fsyntax-only -I. "$tmp/$tu.c" 2>/dev/null; then
+        fail "$tu compiled, but ADSM_KERNEL should have made it a type error"
+    fi
+done
+
 # (c) plain build of the vecadd example, then run it
 [[ -f examples/vecadd.c ]] || fail "examples/vecadd.c not found in $srcdir"
 step "build examples/vecadd.c with plain cc" \
@@ -85,5 +104,9 @@ set +e
 rc=$?
 set -e
 [[ $rc -eq 0 ]] || fail "examples/vecadd exited with status $rc"
+
+step "build examples/linked_list.c with plain cc" \
+    "$CC" -std=c11 -I. examples/linked_list.c -pthread -ldl -o "$tmp/linked_list"
+step "run linked_list" "$tmp/linked_list"
 
 echo "PASS: header_compile_test"
