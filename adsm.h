@@ -134,7 +134,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 
 #define ADSM_VERSION_MAJOR 0
 #define ADSM_VERSION_MINOR 1
@@ -270,6 +272,16 @@ ADSM_API adsm_result adsm_free(void *ptr);
 ADSM_API adsm_result adsm_sync(void);
 ADSM_API adsm_result adsm_memset(void *dst, int value, size_t n);
 ADSM_API adsm_result adsm_memcpy(void *dst, const void *src, size_t n);
+
+/* I/O on shared memory (also on plain memory, where they are the libc calls). Same arguments,
+   return values and errno as the libc functions; the buffer may lie anywhere, across objects and
+   plain memory. See "I/O" in the documentation above. */
+ADSM_API ssize_t adsm_read(int fd, void *buf, size_t count);
+ADSM_API ssize_t adsm_write(int fd, const void *buf, size_t count);
+ADSM_API ssize_t adsm_pread(int fd, void *buf, size_t count, off_t offset);
+ADSM_API ssize_t adsm_pwrite(int fd, const void *buf, size_t count, off_t offset);
+ADSM_API size_t adsm_fread(void *ptr, size_t size, size_t nmemb, FILE *stream);
+ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream);
 
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *kernel, adsm_grid grid, const void *args);
 

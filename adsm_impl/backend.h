@@ -47,6 +47,9 @@ typedef struct adsm__backend_vtbl {
     int (*wait)(void *ctx, uint64_t seq);
     /* wait for every launch; return (and forget) the first launch error since the last call */
     adsm_result (*synchronize)(void *ctx);
+    /* device-only bulk operations (state-aware memset/memcpy); callers drained and waited */
+    int (*dev_memset)(void *ctx, uintptr_t dev, int value, size_t n);
+    int (*dev_copy)(void *ctx, uintptr_t dst, uintptr_t src, size_t n);
 } adsm__backend_vtbl;
 
 #endif /* ADSM__BACKEND_INCLUDED */

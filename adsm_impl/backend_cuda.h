@@ -12,6 +12,6 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
 }
 
 static const adsm__backend_vtbl adsm__backend_cuda = {"cuda", 1, adsm__cuda_init, NULL, NULL, NULL, NULL, NULL,
-                                                      NULL, NULL, NULL, NULL, NULL};
+                                                      NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 #endif /* ADSM__BACKEND_CUDA_INCLUDED */

@@ -196,6 +196,7 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
     for (size_t i = 0; i < sizeof crash_signals / sizeof *crash_signals; i++)
         sigaction(crash_signals[i], &sa, NULL);
     signal(SIGINT, SIG_IGN); /* the parent decides when the device goes away */
+    adsm__rt.state = ADSM__RT_OFF; /* this process is the device: interposed calls pass through */
     /* Device memory replaces the host view of the shared half; safe host addresses vanish. */
     if (mmap((void *)e->base, e->half, PROT_NONE, MAP_SHARED | MAP_FIXED, e->devfd, 0) == MAP_FAILED ||
         mmap((void *)(e->base + e->half), e->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
@@ -221,6 +222,7 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
 /* ---- parent: DMA thread ------------------------------------------------------------------- */
 ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
     adsm__emu *e = (adsm__emu *)arg;
+    adsm__tls_passthrough = 1; /* its copies read shared memory: never through interposed memcpy */
     for (;;) {
         int tail = ADSM__LOAD(&e->ring_tail), done = ADSM__LOAD(&e->ring_done);
         if (tail == done) {
@@ -277,6 +279,26 @@ ADSM__PRIVATE int adsm__emu_from_device(void *ctx, uintptr_t host, uintptr_t dev
     uintptr_t page = e->rt->page, start = ADSM__ALIGN_DOWN(host, page);
     if (adsm__protect(start, ADSM__ALIGN_UP(host + n, page) - start, PROT_READ | PROT_WRITE) != 0) return -1;
     memcpy((void *)host, src, n);
+    return 0;
+}
+
+ADSM__PRIVATE int adsm__emu_in_window(const adsm__emu *e, uintptr_t dev, size_t n) {
+    return dev >= e->base && n <= e->half && dev - e->base <= e->half - n;
+}
+
+ADSM__PRIVATE int adsm__emu_dev_memset(void *ctx, uintptr_t dev, int value, size_t n) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    if (!adsm__emu_in_window(e, dev, n)) return -1;
+    adsm__emu_drain(ctx);
+    memset(e->window + (dev - e->base), value, n);
+    return 0;
+}
+
+ADSM__PRIVATE int adsm__emu_dev_copy(void *ctx, uintptr_t dst, uintptr_t src, size_t n) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    if (!adsm__emu_in_window(e, dst, n) || !adsm__emu_in_window(e, src, n)) return -1;
+    adsm__emu_drain(ctx); /* evictions in flight may be the source's latest bytes */
+    memmove(e->window + (dst - e->base), e->window + (src - e->base), n);
     return 0;
 }
 
@@ -467,6 +489,6 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
 static const adsm__backend_vtbl adsm__backend_emu = {
     "emu", 1, adsm__emu_init, adsm__emu_shutdown, adsm__emu_capacity, adsm__emu_dev_alloc, adsm__emu_dev_free,
     adsm__emu_to_device, adsm__emu_from_device, adsm__emu_drain, adsm__emu_launch, adsm__emu_wait,
-    adsm__emu_synchronize};
+    adsm__emu_synchronize, adsm__emu_dev_memset, adsm__emu_dev_copy};
 
 #endif /* ADSM__BACKEND_EMU_INCLUDED */

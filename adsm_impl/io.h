@@ -1,13 +1,24 @@
-/* adsm_impl/io.h -- bulk memory on shared objects: adsm_memset and adsm_memcpy.
+/* adsm_impl/io.h -- bulk memory and I/O on shared objects: adsm_memset, adsm_memcpy, adsm_read,
+ * adsm_write, adsm_pread, adsm_pwrite, adsm_fread, adsm_fwrite, and their opt-in interposition.
  *
  * Ranges are walked piece by piece: a piece never crosses a tracking unit (block or object) of a
- * shared object, and memory outside shared objects is handled as plain memory. For each shared
- * piece the protocol is told about the access first (a piece that overwrites a whole unit skips
- * the fetch of Invalid data), then the bytes are written with the runtime lock held, so no
- * eviction can race the write and the runtime never faults on its own accesses. Normal thread
- * context only. */
+ * shared object; memory outside shared objects is plain memory. For each shared piece the
+ * protocol hears about the access first, then the bytes move with the runtime lock held, so no
+ * eviction races the write and the runtime never faults on its own accesses. Whole units are
+ * handled where their valid copy is (memset of an Invalid block on the device only, memcpy between
+ * device-valid blocks device to device).
+ *
+ * System calls never see shared memory: the kernel would return EFAULT on a protected page
+ * instead of a fault adsm could resolve, and a half-done read cannot be restarted. Data goes
+ * through a bounce buffer in pieces of about a block, so a large read into a rolling object
+ * keeps eager eviction busy while the next piece is read. Return values and errno are the libc
+ * call's. All of this runs in normal thread context. */
 #ifndef ADSM__IO_INCLUDED
 #define ADSM__IO_INCLUDED
+
+#include <dlfcn.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 
 /* The part of [a, a + n) that lies in one tracking unit of o (o may be NULL: plain memory up to
  * the next object). Sets *block and *whole (the piece covers every byte of the unit). */
@@ -34,18 +45,49 @@ ADSM__PRIVATE adsm_result adsm__access_failed(void) {
     return adsm__fail(ADSM_ERROR_SYSTEM, "making shared memory accessible failed: %s", strerror(errno));
 }
 
+/* Writes `value` over host bytes [a, a + n) of a ReadOnly block without opening its protection
+ * (another thread may write the same block meanwhile and must still fault). */
+ADSM__PRIVATE int adsm__host_fill_protected(adsm__runtime *rt, uintptr_t a, int value, size_t n) {
+    unsigned char pattern[4096];
+    if (rt->procmem_fd < 0) return -1;
+    memset(pattern, value, sizeof pattern);
+    for (size_t done = 0; done < n;) {
+        size_t len = ADSM__MIN(n - done, sizeof pattern);
+        if (adsm__pwrite_full(rt->procmem_fd, pattern, len, a + done) != 0) return -1;
+        done += len;
+    }
+    return 0;
+}
+
+/* memset of one whole unit where its valid copies are: Invalid -> device only, ReadOnly -> both
+ * copies, so neither moves a byte. Returns 1 when done, 0 when the caller should take the CPU
+ * path, -1 on error. */
+ADSM__PRIVATE int adsm__memset_unit_in_place(adsm__runtime *rt, adsm__object *o, uintptr_t a, int v, size_t len) {
+    int state = o->blocks[adsm__tree_block_index(&o->node, a, rt->cfg.block_shift)].state;
+    size_t data = ADSM__MIN(len, o->host + o->size - a);
+    uintptr_t dev = o->dev + (a - o->host);
+    if (state == ADSM__DIRTY) return 0;
+    if (state == ADSM__READONLY && rt->procmem_fd < 0) return 0;
+    if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return -1;
+    if (rt->be->dev_memset(rt->be_ctx, dev, v, data) != 0) return -1;
+    if (state == ADSM__READONLY && adsm__host_fill_protected(rt, a, v, data) != 0) return -1;
+    return 1;
+}
+
 ADSM__PRIVATE adsm_result adsm__memset_impl(adsm__runtime *rt, uintptr_t d, int v, size_t n) {
     while (n > 0) {
         size_t block;
-        int whole;
+        int whole, done = 0;
         adsm__lock(&rt->lock);
         adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, d));
         size_t len = adsm__piece(rt, o, d, n, &block, &whole);
-        if (o && rt->proto->on_access(rt, o, block, 1, whole) != 0) {
+        if (o && whole && adsm__tracking(rt)) done = adsm__memset_unit_in_place(rt, o, d, v, len);
+        if (o && done == 0 && rt->proto->on_access(rt, o, block, 1, whole) != 0) done = -1;
+        if (done < 0) {
             adsm__unlock(&rt->lock);
             return adsm__access_failed();
         }
-        if (o) memset((void *)d, v, len);
+        if (o && done == 0) memset((void *)d, v, len);
         adsm__unlock(&rt->lock);
         if (!o) memset((void *)d, v, len); /* program memory: outside the lock, as plain memset */
         d += len;
@@ -54,10 +96,28 @@ ADSM__PRIVATE adsm_result adsm__memset_impl(adsm__runtime *rt, uintptr_t d, int 
     return ADSM_OK;
 }
 
+/* A piece from a device-valid source block into whole device-valid destination units is copied
+ * device to device; the destination becomes Invalid. 1 done, 0 not applicable, -1 error. */
+ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, uintptr_t d, adsm__object *os,
+                                         uintptr_t s, size_t len) {
+    unsigned shift = rt->cfg.block_shift;
+    size_t dblock = adsm__tree_block_index(&od->node, d, shift), first, count;
+    int dstate = od->blocks[dblock].state, sstate = os->blocks[adsm__tree_block_index(&os->node, s, shift)].state;
+    if (dstate == ADSM__DIRTY || sstate == ADSM__DIRTY) return 0;
+    if (rt->be->wait(rt->be_ctx, ADSM__MAX(od->writer_seq, os->writer_seq)) != 0) return -1;
+    size_t data = ADSM__MIN(len, os->host + os->size - s);
+    data = ADSM__MIN(data, od->host + od->size - d);
+    if (rt->be->dev_copy(rt->be_ctx, od->dev + (d - od->host), os->dev + (s - os->host), data) != 0) return -1;
+    ADSM__ADD(&rt->stats.d2d_bytes, data);
+    ADSM__ADD(&rt->stats.d2d_copies, 1);
+    adsm__unit_of(rt, od, dblock, &first, &count);
+    return adsm__set_state(rt, od, first, count, ADSM__INVALID) == 0 ? 1 : -1;
+}
+
 ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n) {
     while (n > 0) {
         size_t dblock, sblock;
-        int dwhole, swhole;
+        int dwhole, swhole, done = 0;
         adsm__lock(&rt->lock);
         adsm__object *od = adsm__object_of(adsm__tree_find(&rt->objects, d));
         adsm__object *os = adsm__object_of(adsm__tree_find(&rt->objects, s));
@@ -65,12 +125,15 @@ ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uint
         size_t len = adsm__piece(rt, os, s, dlen, &sblock, &swhole);
         if (len < dlen) dwhole = 0; /* the source ends the piece early: a partial overwrite */
         int shared = od || os;
-        if ((os && rt->proto->on_access(rt, os, sblock, 0, 0) != 0) ||
-            (od && rt->proto->on_access(rt, od, dblock, 1, dwhole) != 0)) {
+        if (od && os && dwhole && adsm__tracking(rt)) done = adsm__memcpy_on_device(rt, od, d, os, s, len);
+        if (done == 0 && ((os && rt->proto->on_access(rt, os, sblock, 0, 0) != 0) ||
+                          (od && rt->proto->on_access(rt, od, dblock, 1, dwhole) != 0)))
+            done = -1;
+        if (done < 0) {
             adsm__unlock(&rt->lock);
             return adsm__access_failed();
         }
-        if (shared) memmove((void *)d, (const void *)s, len);
+        if (shared && done == 0) memmove((void *)d, (const void *)s, len);
         adsm__unlock(&rt->lock);
         if (!shared) memmove((void *)d, (const void *)s, len);
         d += len;
@@ -79,5 +142,296 @@ ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uint
     }
     return ADSM_OK;
 }
+
+/* ---- system calls ------------------------------------------------------------------------- */
+/* Whether [p, p + n) touches a live shared object. Never initialises the runtime: before
+ * adsm_init nothing is shared. */
+ADSM__PRIVATE int adsm__touches_shared(const void *p, size_t n) {
+    adsm__runtime *rt = &adsm__rt;
+    uintptr_t a = (uintptr_t)p;
+    if (n == 0 || !adsm__ready() || adsm__tls_passthrough || adsm__tls_lock_depth > 0) return 0;
+    if (a >= rt->base + 2 * rt->half || a + n <= rt->base) return 0; /* outside the reservation */
+    adsm__lock(&rt->lock);
+    adsm__tree_node *hit = adsm__tree_find(&rt->objects, a);
+    if (!hit) hit = adsm__tree_ceil(&rt->objects, a);
+    int touches = hit && hit->start < a + n;
+    adsm__unlock(&rt->lock);
+    return touches;
+}
+
+/* The libc functions. With ADSM_INTERPOSE_IO this translation unit defines read, write, ... so
+ * adsm must reach the next definition (libc's) through dlsym. */
+#ifdef ADSM_INTERPOSE_IO
+#define ADSM__REAL(type, name)                                                          \
+    static type adsm__real_##name##_fn;                                                 \
+    ADSM__PRIVATE type adsm__real_##name(void) {                                        \
+        type f = __atomic_load_n(&adsm__real_##name##_fn, __ATOMIC_ACQUIRE);            \
+        if (!f) {                                                                       \
+            *(void **)&f = dlsym(RTLD_NEXT, #name);                                     \
+            __atomic_store_n(&adsm__real_##name##_fn, f, __ATOMIC_RELEASE);             \
+        }                                                                               \
+        return f;                                                                       \
+    }
+#else
+#define ADSM__REAL(type, name) \
+    ADSM__PRIVATE type adsm__real_##name(void) { return name; }
+#endif
+
+typedef ssize_t (*adsm__read_fn)(int, void *, size_t);
+typedef ssize_t (*adsm__write_fn)(int, const void *, size_t);
+typedef ssize_t (*adsm__pread_fn)(int, void *, size_t, off_t);
+typedef ssize_t (*adsm__pwrite_fn)(int, const void *, size_t, off_t);
+typedef size_t (*adsm__fread_fn)(void *, size_t, size_t, FILE *);
+typedef size_t (*adsm__fwrite_fn)(const void *, size_t, size_t, FILE *);
+ADSM__REAL(adsm__read_fn, read)
+ADSM__REAL(adsm__write_fn, write)
+ADSM__REAL(adsm__pread_fn, pread)
+ADSM__REAL(adsm__pwrite_fn, pwrite)
+ADSM__REAL(adsm__fread_fn, fread)
+ADSM__REAL(adsm__fwrite_fn, fwrite)
+
+/* Bytes per system call: about a block, so eviction of the blocks just filled overlaps the
+ * next call, but never tiny (4 KiB blocks) nor huge (1 GiB blocks). */
+ADSM__PRIVATE size_t adsm__io_piece(const adsm__runtime *rt) {
+    return ADSM__MIN(ADSM__MAX(rt->cfg.block_size, (size_t)1 << 20), (size_t)8 << 20);
+}
+
+/* One transfer in pieces through a bounce buffer. `syscall_piece` moves up to `want` bytes
+ * between the bounce buffer and the file, returning the count or -1 with errno. Reading: the
+ * piece is copied into shared memory after the call; writing: before. Stops after a short
+ * piece, as one big call would have returned there. On pipes and sockets later pieces are only
+ * read when data is already waiting, so adsm never blocks where one read() would not. */
+typedef struct adsm__xfer {
+    int fd;
+    int reading;
+    int stream_like; /* not a regular file: FIONREAD decides whether to go on */
+    ssize_t (*syscall_piece)(struct adsm__xfer *x, void *bounce, size_t want, size_t done);
+    void *ctx;
+    off_t offset;
+} adsm__xfer;
+
+ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
+    adsm__runtime *rt = &adsm__rt;
+    int saved_errno = errno;
+    size_t piece = adsm__io_piece(rt), done = 0;
+    void *bounce = malloc(ADSM__MIN(n, piece));
+    if (!bounce) {
+        errno = ENOMEM;
+        return -1;
+    }
+    while (done < n) {
+        size_t want = ADSM__MIN(n - done, piece);
+        if (x->reading && done > 0 && x->stream_like) {
+            int waiting = 0;
+            if (ioctl(x->fd, FIONREAD, &waiting) != 0 || waiting <= 0) break;
+            want = ADSM__MIN(want, (size_t)waiting);
+        }
+        if (!x->reading && adsm__memcpy_impl(rt, (uintptr_t)bounce, buf + done, want) != ADSM_OK) break;
+        ssize_t got = x->syscall_piece(x, bounce, want, done);
+        if (got < 0) {
+            if (done == 0) {
+                free(bounce);
+                return -1; /* errno from the call itself */
+            }
+            break;
+        }
+        if (x->reading && got > 0 && adsm__memcpy_impl(rt, buf + done, (uintptr_t)bounce, (size_t)got) != ADSM_OK) {
+            free(bounce);
+            errno = EFAULT;
+            return done > 0 ? (ssize_t)done : -1;
+        }
+        done += (size_t)got;
+        if ((size_t)got < want) break;
+    }
+    free(bounce);
+    errno = saved_errno;
+    return (ssize_t)done;
+}
+
+ADSM__PRIVATE int adsm__is_stream_like(int fd) {
+    struct stat st;
+    int saved = errno;
+    int regular = fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
+    errno = saved;
+    return !regular;
+}
+
+ADSM__PRIVATE ssize_t adsm__piece_read(adsm__xfer *x, void *b, size_t want, size_t done) {
+    (void)done;
+    return adsm__real_read()(x->fd, b, want);
+}
+ADSM__PRIVATE ssize_t adsm__piece_write(adsm__xfer *x, void *b, size_t want, size_t done) {
+    (void)done;
+    return adsm__real_write()(x->fd, b, want);
+}
+ADSM__PRIVATE ssize_t adsm__piece_pread(adsm__xfer *x, void *b, size_t want, size_t done) {
+    return adsm__real_pread()(x->fd, b, want, x->offset + (off_t)done);
+}
+ADSM__PRIVATE ssize_t adsm__piece_pwrite(adsm__xfer *x, void *b, size_t want, size_t done) {
+    return adsm__real_pwrite()(x->fd, b, want, x->offset + (off_t)done);
+}
+ADSM__PRIVATE ssize_t adsm__piece_fread(adsm__xfer *x, void *b, size_t want, size_t done) {
+    (void)done;
+    return (ssize_t)adsm__real_fread()(b, 1, want, (FILE *)x->ctx);
+}
+ADSM__PRIVATE ssize_t adsm__piece_fwrite(adsm__xfer *x, void *b, size_t want, size_t done) {
+    (void)done;
+    return (ssize_t)adsm__real_fwrite()(b, 1, want, (FILE *)x->ctx);
+}
+
+ADSM__PRIVATE ssize_t adsm__fd_transfer(int fd, uintptr_t buf, size_t n, int reading, off_t offset,
+                                        ssize_t (*piece)(adsm__xfer *, void *, size_t, size_t)) {
+    adsm__xfer x;
+    memset(&x, 0, sizeof x);
+    x.fd = fd;
+    x.reading = reading;
+    x.stream_like = reading && adsm__is_stream_like(fd);
+    x.syscall_piece = piece;
+    x.offset = offset;
+    if (n > (size_t)SSIZE_MAX) n = (size_t)SSIZE_MAX; /* what the kernel would transfer at most */
+    return adsm__transfer(&x, buf, n);
+}
+
+ADSM_API ssize_t adsm_read(int fd, void *buf, size_t count) {
+    if (!adsm__touches_shared(buf, count)) return adsm__real_read()(fd, buf, count);
+    return adsm__fd_transfer(fd, (uintptr_t)buf, count, 1, 0, adsm__piece_read);
+}
+
+ADSM_API ssize_t adsm_write(int fd, const void *buf, size_t count) {
+    if (!adsm__touches_shared(buf, count)) return adsm__real_write()(fd, buf, count);
+    return adsm__fd_transfer(fd, (uintptr_t)buf, count, 0, 0, adsm__piece_write);
+}
+
+ADSM_API ssize_t adsm_pread(int fd, void *buf, size_t count, off_t offset) {
+    if (!adsm__touches_shared(buf, count)) return adsm__real_pread()(fd, buf, count, offset);
+    return adsm__fd_transfer(fd, (uintptr_t)buf, count, 1, offset, adsm__piece_pread);
+}
+
+ADSM_API ssize_t adsm_pwrite(int fd, const void *buf, size_t count, off_t offset) {
+    if (!adsm__touches_shared(buf, count)) return adsm__real_pwrite()(fd, buf, count, offset);
+    return adsm__fd_transfer(fd, (uintptr_t)buf, count, 0, offset, adsm__piece_pwrite);
+}
+
+/* fread/fwrite hold the stream's lock across the pieces, so another thread's I/O on the same
+ * stream cannot land in the middle of one call. */
+ADSM__PRIVATE size_t adsm__stream_transfer(void *ptr, size_t size, size_t nmemb, FILE *stream, int reading) {
+    size_t bytes;
+    if (size == 0 || nmemb == 0) return 0;
+    if (__builtin_mul_overflow(size, nmemb, &bytes)) {
+        errno = EOVERFLOW;
+        return 0;
+    }
+    adsm__xfer x;
+    memset(&x, 0, sizeof x);
+    x.fd = -1;
+    x.reading = reading;
+    x.syscall_piece = reading ? adsm__piece_fread : adsm__piece_fwrite;
+    x.ctx = stream;
+    flockfile(stream);
+    ssize_t done = adsm__transfer(&x, (uintptr_t)ptr, bytes);
+    funlockfile(stream);
+    return done > 0 ? (size_t)done / size : 0;
+}
+
+ADSM_API size_t adsm_fread(void *ptr, size_t size, size_t nmemb, FILE *stream) {
+    size_t bytes = size * nmemb; /* only a hint for the shared test; overflow is handled below */
+    if (!adsm__touches_shared(ptr, bytes ? bytes : 1)) return adsm__real_fread()(ptr, size, nmemb, stream);
+    return adsm__stream_transfer(ptr, size, nmemb, stream, 1);
+}
+
+ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
+    size_t bytes = size * nmemb;
+    if (!adsm__touches_shared(ptr, bytes ? bytes : 1)) return adsm__real_fwrite()(ptr, size, nmemb, stream);
+    return adsm__stream_transfer((void *)ptr, size, nmemb, stream, 0);
+}
+
+/* ---- opt-in interposition of the libc names --------------------------------------------- */
+#ifdef ADSM_INTERPOSE_IO
+ssize_t read(int fd, void *buf, size_t count) { return adsm_read(fd, buf, count); }
+ssize_t write(int fd, const void *buf, size_t count) { return adsm_write(fd, buf, count); }
+ssize_t pread(int fd, void *buf, size_t count, off_t offset) { return adsm_pread(fd, buf, count, offset); }
+ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) { return adsm_pwrite(fd, buf, count, offset); }
+size_t fread(void *ptr, size_t size, size_t nmemb, FILE *stream) { return adsm_fread(ptr, size, nmemb, stream); }
+size_t fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
+    return adsm_fwrite(ptr, size, nmemb, stream);
+}
+/* _FORTIFY_SOURCE builds call these checked entry points instead of the plain names. */
+ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
+ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen) {
+    if (count > buflen) return ((ssize_t(*)(int, void *, size_t, size_t))dlsym(RTLD_NEXT, "__read_chk"))(fd, buf, count, buflen);
+    return adsm_read(fd, buf, count);
+}
+size_t __fread_chk(void *ptr, size_t ptrlen, size_t size, size_t nmemb, FILE *stream);
+size_t __fread_chk(void *ptr, size_t ptrlen, size_t size, size_t nmemb, FILE *stream) {
+    size_t bytes;
+    if (__builtin_mul_overflow(size, nmemb, &bytes) || bytes > ptrlen)
+        return ((size_t(*)(void *, size_t, size_t, size_t, FILE *))dlsym(RTLD_NEXT, "__fread_chk"))(ptr, ptrlen, size,
+                                                                                               nmemb, stream);
+    return adsm_fread(ptr, size, nmemb, stream);
+}
+#endif /* ADSM_INTERPOSE_IO */
+
+#ifdef ADSM_INTERPOSE_MEM
+/* memset/memcpy on shared memory go through adsm; everything else, and every call adsm makes
+ * itself (lock held, DMA thread, kernel workers, the device process), goes to libc's. The
+ * compiler may inline calls it can see (small constant sizes): those never reach here. */
+typedef void *(*adsm__memcpy_fn)(void *, const void *, size_t);
+typedef void *(*adsm__memset_fn)(void *, int, size_t);
+static adsm__memcpy_fn adsm__real_memcpy_fn;
+static adsm__memset_fn adsm__real_memset_fn;
+
+ADSM__PRIVATE int adsm__mem_is_plain(uintptr_t a, size_t n) {
+    adsm__runtime *rt = &adsm__rt;
+    return n == 0 || adsm__tls_passthrough || adsm__tls_lock_depth > 0 || !adsm__ready() ||
+           a >= rt->base + 2 * rt->half || a + n <= rt->base;
+}
+
+/* Used only while dlsym itself is finding libc's versions (it might copy memory too). */
+static __thread int adsm__tls_resolving;
+
+ADSM__PRIVATE void *adsm__resolve_next(const char *name) {
+    adsm__tls_resolving = 1;
+    void *f = dlsym(RTLD_NEXT, name);
+    adsm__tls_resolving = 0;
+    return f;
+}
+
+void *memcpy(void *d, const void *s, size_t n) {
+    if (adsm__mem_is_plain((uintptr_t)d, n) && adsm__mem_is_plain((uintptr_t)s, n)) {
+        adsm__memcpy_fn f = __atomic_load_n(&adsm__real_memcpy_fn, __ATOMIC_ACQUIRE);
+        if (!f && adsm__tls_resolving) {
+            volatile unsigned char *dst = (volatile unsigned char *)d;
+            const volatile unsigned char *src = (const volatile unsigned char *)s;
+            for (size_t i = 0; i < n; i++) dst[i] = src[i];
+            return d;
+        }
+        if (!f) {
+            *(void **)&f = adsm__resolve_next("memcpy");
+            __atomic_store_n(&adsm__real_memcpy_fn, f, __ATOMIC_RELEASE);
+        }
+        return f(d, s, n);
+    }
+    adsm_memcpy(d, s, n);
+    return d;
+}
+
+void *memset(void *d, int v, size_t n) {
+    if (adsm__mem_is_plain((uintptr_t)d, n)) {
+        adsm__memset_fn f = __atomic_load_n(&adsm__real_memset_fn, __ATOMIC_ACQUIRE);
+        if (!f && adsm__tls_resolving) {
+            volatile unsigned char *dst = (volatile unsigned char *)d;
+            for (size_t i = 0; i < n; i++) dst[i] = (unsigned char)v;
+            return d;
+        }
+        if (!f) {
+            *(void **)&f = adsm__resolve_next("memset");
+            __atomic_store_n(&adsm__real_memset_fn, f, __ATOMIC_RELEASE);
+        }
+        return f(d, v, n);
+    }
+    adsm_memset(d, v, n);
+    return d;
+}
+#endif /* ADSM_INTERPOSE_MEM */
 
 #endif /* ADSM__IO_INCLUDED */

@@ -55,6 +55,7 @@ ADSM__PRIVATE void *adsm__pool_worker(void *arg) {
     free(arg);
     uint64_t seen = 0;
     char msg[256];
+    adsm__tls_passthrough = 1; /* kernel bodies touch device (or host-backend) memory directly */
     pthread_mutex_lock(&p->mutex);
     for (;;) {
         while (!p->quit && p->generation == seen) pthread_cond_wait(&p->go, &p->mutex);

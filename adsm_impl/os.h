@@ -61,6 +61,9 @@ typedef struct adsm__lock_t {
 } adsm__lock_t;
 
 static __thread int adsm__tls_lock_depth;
+/* Set on threads whose memory operations must never be routed through adsm (the DMA thread,
+ * kernel workers): interposed memcpy/memset/read/... pass straight to libc there. */
+static __thread int adsm__tls_passthrough;
 
 ADSM__PRIVATE void adsm__lock(adsm__lock_t *l) {
     int expected = 0;
