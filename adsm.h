@@ -21,7 +21,8 @@
        5. Backends
        6. Errors
        7. Threads, signals and fork
-       8. Limits
+       8. I/O and bulk memory
+       9. Limits
 
    1. STEP BY STEP
    ===============
@@ -118,8 +119,31 @@
    not touch shared memory from your own signal handlers. A forked child of an adsm program may
    only exec or _exit.
 
-   8. LIMITS
-   =========
+   8. I/O AND BULK MEMORY
+   ======================
+   The kernel does not fault on a protected page inside a system call; it returns EFAULT, and a
+   half-done read cannot be restarted. So use these on shared memory (they are the plain libc
+   calls when no shared object is involved, and never initialise adsm):
+       adsm_read  adsm_write  adsm_pread  adsm_pwrite  adsm_fread  adsm_fwrite
+   Same arguments, return values and errno as libc. Data moves through a bounce buffer in pieces
+   of about one block (1..8 MiB): a large read into a rolling object evicts the blocks already
+   read while the next piece is read. Bytes read from a file are Dirty on the host; writing a
+   range that is Invalid fetches only the blocks it covers. On pipes and sockets the first piece
+   blocks like read(2) would; later pieces are read only if data is already waiting.
+       #define ADSM_INTERPOSE_IO    before ADSM_IMPLEMENTATION: that translation unit also defines
+                                    read, write, pread, pwrite, fread, fwrite (and the
+                                    _FORTIFY_SOURCE __read_chk/__fread_chk), so unchanged code
+                                    works on shared memory. Other I/O calls (readv, fgets, ...)
+                                    are not covered.
+   adsm_memset / adsm_memcpy act where the valid copy is: memset of a whole Invalid block runs on
+   the device only, of a whole ReadOnly block on both copies (nothing moves); memcpy from
+   device-valid blocks into whole device-valid blocks copies device to device (d2d_bytes).
+       #define ADSM_INTERPOSE_MEM   also defines memset and memcpy. Calls the compiler inlines
+                                    (small constant sizes) never reach it: use adsm_memset /
+                                    adsm_memcpy where it matters.
+
+   9. LIMITS
+   ==========
    x86-64 and aarch64 Linux. Objects are page granular (a 1-byte object uses a page). Each run of
    pages with its own protection is one kernel mapping (vm.max_map_count); prefer large blocks.
 */

@@ -101,7 +101,7 @@ ADSM__PRIVATE int adsm__memfd(const char *name, size_t size) {
 ADSM__PRIVATE int adsm__pwrite_full(int fd, const void *src, size_t len, uintptr_t dst) {
     const char *p = (const char *)src;
     while (len > 0) {
-        ssize_t n = pwrite(fd, p, len, (off_t)dst);
+        ssize_t n = (ssize_t)syscall(SYS_pwrite64, fd, p, len, (off_t)dst); /* never an interposed pwrite */
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return -1;
         p += n;
@@ -111,11 +111,12 @@ ADSM__PRIVATE int adsm__pwrite_full(int fd, const void *src, size_t len, uintptr
     return 0;
 }
 
-/* write(2) a string: the only output allowed in signal context. */
+/* write(2) a string: the only output allowed in signal context. A raw system call, so an
+ * interposed write() (ADSM_INTERPOSE_IO) is never entered from a signal handler. */
 ADSM__PRIVATE void adsm__write_stderr(const char *s) {
     size_t n = strlen(s);
     while (n > 0) {
-        ssize_t w = write(2, s, n);
+        ssize_t w = (ssize_t)syscall(SYS_write, 2, s, n);
         if (w <= 0) return;
         s += w;
         n -= (size_t)w;
