@@ -247,6 +247,7 @@ typedef struct adsm_stats {
     uint64_t evictions;                       /* rolling: blocks sent to the device eagerly */
     uint64_t launches;                        /* kernel launches accepted */
     uint64_t fault_ns;                        /* time spent resolving faults */
+    uint64_t h2d_ns, d2h_ns;                  /* time spent copying each way (async copies included) */
     uint64_t objects, object_bytes;           /* live shared objects and their bytes (not reset) */
 } adsm_stats;
 
@@ -306,6 +307,15 @@ ADSM_API ssize_t adsm_pread(int fd, void *buf, size_t count, off_t offset);
 ADSM_API ssize_t adsm_pwrite(int fd, const void *buf, size_t count, off_t offset);
 ADSM_API size_t adsm_fread(void *ptr, size_t size, size_t nmemb, FILE *stream);
 ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream);
+
+/* The explicit path, for programs that mix styles and for baselines: device-only buffers (a
+   device address; the CPU must not touch it), synchronous copies ordered after every launch
+   issued so far, and ADSM_CALL accepts these device pointers as kernel arguments. No coherence:
+   what you copy is what the device sees. The host side of a copy must be plain memory. */
+ADSM_API void *adsm_dev_alloc(size_t size);
+ADSM_API adsm_result adsm_dev_free(void *dev);
+ADSM_API adsm_result adsm_copy_to_device(void *dev, const void *host, size_t n);
+ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n);
 
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *kernel, adsm_grid grid, const void *args);
 

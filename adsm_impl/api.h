@@ -174,7 +174,9 @@ ADSM__PRIVATE void adsm__object_unwind(adsm__runtime *rt, adsm__object *o, int s
         if (o->safe) adsm__tree_remove(&rt->safe_dev, &o->dev_node);
     }
     if (stage >= 2) rt->be->dev_free(rt->be_ctx, o->dev, o->span);
-    if (stage >= 1) {
+    if (stage >= 1 && o->device_only) {
+        adsm__arena_free(&rt->va_shared, o->dev, o->span);
+    } else if (stage >= 1) {
         madvise((void *)o->host, o->span, MADV_DONTNEED); /* the next object here starts zeroed */
         adsm__protect(o->host, o->span, PROT_NONE);
         adsm__arena_free(o->safe ? &rt->va_safe : &rt->va_shared, o->host, o->span);
@@ -297,6 +299,124 @@ ADSM_API adsm_result adsm_free(void *ptr) {
     return r;
 }
 
+/* ---- the explicit path: device-only buffers and copies ------------------------------------ */
+ADSM_API void *adsm_dev_alloc(size_t size) {
+    adsm__runtime *rt = &adsm__rt;
+    if (adsm__ensure() != ADSM_OK) return NULL;
+    if (size == 0 || size > rt->half) {
+        adsm__fail(size ? ADSM_ERROR_DEVICE_OUT_OF_MEMORY : ADSM_ERROR_INVALID_VALUE,
+                   "adsm_dev_alloc(%zu): %s", size, size ? "larger than the device address range" : "size 0");
+        return NULL;
+    }
+    size_t span = ADSM__ALIGN_UP(size, rt->page), capacity = rt->be->capacity(rt->be_ctx);
+    adsm__object *o = (adsm__object *)calloc(1, sizeof *o);
+    if (!o) {
+        adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_dev_alloc: out of host memory");
+        return NULL;
+    }
+    o->size = size;
+    o->span = span;
+    o->device_only = 1;
+    adsm__lock(&rt->lock);
+    adsm_result r = ADSM_OK;
+    if (span > capacity || rt->device_used > capacity - span)
+        r = adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "adsm_dev_alloc(%zu): the %s device has %zu of %zu bytes free",
+                       size, rt->be->name, capacity - ADSM__MIN(capacity, rt->device_used), capacity);
+    else if (!(o->dev = adsm__arena_alloc(&rt->va_shared, span, span >= rt->cfg.block_size ? rt->cfg.block_size : rt->page)))
+        r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_dev_alloc(%zu): out of device address space", size);
+    else if ((r = rt->be->dev_alloc(rt->be_ctx, o->dev, span)) != ADSM_OK)
+        adsm__arena_free(&rt->va_shared, o->dev, span);
+    if (r == ADSM_OK) {
+        o->dev_node.start = o->dev;
+        o->dev_node.end = o->dev + span;
+        adsm__tree_insert(&rt->safe_dev, &o->dev_node);
+        rt->device_used += span;
+    }
+    adsm__unlock(&rt->lock);
+    if (r != ADSM_OK) {
+        free(o);
+        return NULL;
+    }
+    return (void *)o->dev;
+}
+
+/* The device-only object holding [dev, dev + n), or NULL with the error set. Lock held. */
+ADSM__PRIVATE adsm__object *adsm__device_buffer(adsm__runtime *rt, const void *dev, size_t n, const char *fn) {
+    uintptr_t a = (uintptr_t)dev;
+    adsm__tree_node *node = adsm__tree_find(&rt->safe_dev, a);
+    adsm__object *o = node ? ADSM__CONTAINER_OF(node, adsm__object, dev_node) : NULL;
+    if (!o || !o->device_only) {
+        adsm__fail(ADSM_ERROR_NOT_SHARED, "%s(%p): not a buffer from adsm_dev_alloc", fn, dev);
+        return NULL;
+    }
+    if (n > o->size - (a - o->dev)) {
+        adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: %zu bytes at %p run past the end of the %zu-byte buffer", fn, n, dev,
+                   o->size);
+        return NULL;
+    }
+    return o;
+}
+
+ADSM_API adsm_result adsm_dev_free(void *dev) {
+    adsm__runtime *rt = &adsm__rt;
+    if (!dev) return ADSM_OK;
+    if (!adsm__ready()) return adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_dev_free(%p): adsm is not initialised", dev);
+    rt->be->wait(rt->be_ctx, ADSM__LOAD(&rt->launch_seq)); /* a kernel in flight may use it */
+    adsm__lock(&rt->lock);
+    adsm__object *o = adsm__device_buffer(rt, dev, 0, "adsm_dev_free");
+    adsm_result r = adsm__tls_result;
+    if (o && (uintptr_t)dev != o->dev) {
+        r = adsm__fail(ADSM_ERROR_NOT_OBJECT_START, "adsm_dev_free(%p): not the start of its buffer", dev);
+        o = NULL;
+    }
+    if (o) {
+        adsm__tree_remove(&rt->safe_dev, &o->dev_node);
+        rt->device_used -= o->span;
+        rt->be->dev_free(rt->be_ctx, o->dev, o->span);
+        adsm__arena_free(&rt->va_shared, o->dev, o->span);
+        free(o);
+        r = ADSM_OK;
+    }
+    adsm__unlock(&rt->lock);
+    return r;
+}
+
+ADSM__PRIVATE adsm_result adsm__explicit_copy(void *dev, const void *host, size_t n, int to_device) {
+    adsm__runtime *rt = &adsm__rt;
+    const char *fn = to_device ? "adsm_copy_to_device" : "adsm_copy_from_device";
+    adsm_result r;
+    if (n == 0) return ADSM_OK;
+    if (!dev || !host) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: NULL pointer", fn);
+    if ((r = adsm__ensure()) != ADSM_OK) return r;
+    if (adsm__touches_shared(host, n))
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: the host buffer is shared memory (use adsm_memcpy)", fn);
+    /* ordered after every launch issued so far, like a copy on the kernel stream */
+    if (rt->be->wait(rt->be_ctx, ADSM__LOAD(&rt->launch_seq)) != 0)
+        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: the device is gone", fn);
+    adsm__lock(&rt->lock);
+    adsm__object *o = adsm__device_buffer(rt, dev, n, fn);
+    r = o ? ADSM_OK : adsm__tls_result;
+    if (o && to_device) {
+        if (rt->be->to_device(rt->be_ctx, (uintptr_t)dev, (uintptr_t)host, n, 0) != 0)
+            r = adsm__fail(ADSM_ERROR_SYSTEM, "%s failed", fn);
+        else adsm__stats_h2d(&rt->stats, n);
+    } else if (o) {
+        if (rt->be->from_device(rt->be_ctx, (uintptr_t)host, (uintptr_t)dev, n) != 0)
+            r = adsm__fail(ADSM_ERROR_SYSTEM, "%s failed", fn);
+        else adsm__stats_d2h(&rt->stats, n);
+    }
+    adsm__unlock(&rt->lock);
+    return r;
+}
+
+ADSM_API adsm_result adsm_copy_to_device(void *dev, const void *host, size_t n) {
+    return adsm__explicit_copy(dev, host, n, 1);
+}
+
+ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n) {
+    return adsm__explicit_copy((void *)dev, host, n, 0);
+}
+
 /* ---- launches ----------------------------------------------------------------------------- */
 ADSM__PRIVATE void adsm__add_range(adsm__range *ranges, size_t *n, uintptr_t addr, size_t len, const char *param) {
     for (size_t i = 0; i < *n; i++)
@@ -345,7 +465,7 @@ ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *
         if (adsm__access_writes(p->access)) {
             size_t before = l->nwritable;
             adsm__add_range(l->writable, &l->nwritable, o->dev, o->span, p->name);
-            if (l->nwritable > before) writes[(*nwrites)++] = o;
+            if (l->nwritable > before && !o->device_only) writes[(*nwrites)++] = o;
         } else {
             adsm__add_range(l->inputs, &l->ninputs, o->dev, o->span, p->name);
         }

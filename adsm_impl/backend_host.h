@@ -34,17 +34,27 @@ ADSM__PRIVATE void adsm__host_shutdown(void *ctx) {
 }
 
 ADSM__PRIVATE size_t adsm__host_capacity(void *ctx) { (void)ctx; return adsm__phys_memory(); }
+/* Device memory is host memory in the reservation, opened for the kernels that run here. */
 ADSM__PRIVATE adsm_result adsm__host_dev_alloc(void *ctx, uintptr_t dev, size_t span) {
-    (void)ctx; (void)dev; (void)span;
+    (void)ctx;
+    if (adsm__protect(dev, span, PROT_READ | PROT_WRITE) != 0)
+        return adsm__fail(ADSM_ERROR_SYSTEM, "host backend: mprotect failed: %s", strerror(errno));
     return ADSM_OK;
 }
-ADSM__PRIVATE void adsm__host_dev_free(void *ctx, uintptr_t dev, size_t span) { (void)ctx; (void)dev; (void)span; }
+ADSM__PRIVATE void adsm__host_dev_free(void *ctx, uintptr_t dev, size_t span) {
+    (void)ctx;
+    madvise((void *)dev, span, MADV_DONTNEED);
+    adsm__protect(dev, span, PROT_NONE);
+}
+/* Only the explicit path copies on this backend (the protocols never track here). */
 ADSM__PRIVATE int adsm__host_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
-    (void)ctx; (void)dev; (void)host; (void)n; (void)async;
+    (void)ctx; (void)async;
+    memmove((void *)dev, (const void *)host, n);
     return 0;
 }
 ADSM__PRIVATE int adsm__host_from_device(void *ctx, uintptr_t host, uintptr_t dev, size_t n) {
-    (void)ctx; (void)dev; (void)host; (void)n;
+    (void)ctx;
+    memmove((void *)host, (const void *)dev, n);
     return 0;
 }
 ADSM__PRIVATE void adsm__host_drain(void *ctx) { (void)ctx; }

@@ -28,7 +28,8 @@ typedef struct adsm__object {
     size_t size, span;        /* requested bytes; page-rounded bytes */
     size_t nblocks;
     adsm__block *blocks;
-    int safe;
+    int safe;                 /* host address differs from the device address */
+    int device_only;          /* adsm_dev_alloc: no host side, no coherence */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
     struct adsm__object *prev, *next; /* every live object, in allocation order */
 } adsm__object;

@@ -25,7 +25,7 @@ typedef struct adsm__runtime {
 
     adsm__lock_t lock;
     adsm__tree objects;  /* host ranges of live objects */
-    adsm__tree safe_dev; /* device ranges of safe objects */
+    adsm__tree safe_dev; /* device ranges of objects not at their host address (safe, device-only) */
     adsm__object *first_object, *last_object;
     size_t nobjects, object_bytes, device_used;
 

@@ -9,6 +9,7 @@ typedef struct adsm__stats {
     uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
     uint64_t h2d_copies, d2h_copies, d2d_copies;
     uint64_t read_faults, write_faults, evictions, launches, fault_ns;
+    uint64_t h2d_ns, d2h_ns;
 } adsm__stats;
 
 ADSM__PRIVATE void adsm__stats_h2d(adsm__stats *s, size_t bytes) {
@@ -33,6 +34,8 @@ ADSM__PRIVATE void adsm__stats_read(const adsm__stats *s, adsm_stats *out) {
     out->evictions = ADSM__LOAD(&s->evictions);
     out->launches = ADSM__LOAD(&s->launches);
     out->fault_ns = ADSM__LOAD(&s->fault_ns);
+    out->h2d_ns = ADSM__LOAD(&s->h2d_ns);
+    out->d2h_ns = ADSM__LOAD(&s->d2h_ns);
 }
 
 ADSM__PRIVATE void adsm__stats_reset(adsm__stats *s) {
