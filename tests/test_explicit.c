@@ -1,0 +1,130 @@
+/* tests/test_explicit.c -- the explicit path: device-only buffers, synchronous copies ordered
+ * after launches, and device pointers as kernel arguments, on emu and host. This is what the
+ * benchmarks' hand-written baselines are made of, and what programs mixing both styles use. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+
+ADSM_KERNEL(vadd, ADSM_OUT(int, c), ADSM_IN(int, a), ADSM_IN(int, b), ADSM_VALUE(size_t, n));
+
+void vadd(adsm_grid g, int *c, const int *a, const int *b, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = a[i] + b[i];
+    }
+}
+
+static void init(adsm_backend_kind backend) {
+    adsm_config cfg = {0};
+    cfg.backend = backend;
+    cfg.emu_memory = (size_t)64 << 20;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+}
+
+static adsm_stats stats(void) {
+    adsm_stats s;
+    adsm_get_stats(&s);
+    return s;
+}
+
+static void round_trip(adsm_backend_kind backend) {
+    enum { N = 100000 };
+    static int ha[N], hb[N], hc[N];
+    init(backend);
+    for (int i = 0; i < N; i++) {
+        ha[i] = i;
+        hb[i] = 3 * i;
+    }
+    int *da = adsm_dev_alloc(sizeof ha), *db = adsm_dev_alloc(sizeof hb), *dc = adsm_dev_alloc(sizeof hc);
+    cr_assert(da && db && dc, "%s", adsm_last_error());
+    cr_assert_neq(da, db);
+    cr_assert_eq(adsm_copy_to_device(da, ha, sizeof ha), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_copy_to_device(db, hb, sizeof hb), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((N + 255) / 256, 256), dc, da, db, N), ADSM_OK, "%s", adsm_last_error());
+    /* the copy back is ordered after the kernel without an adsm_sync */
+    cr_assert_eq(adsm_copy_from_device(hc, dc, sizeof hc), ADSM_OK, "%s", adsm_last_error());
+    for (int i = 0; i < N; i++) cr_assert_eq(hc[i], 4 * i, "element %d", i);
+    adsm_stats s = stats();
+    if (backend == ADSM_BACKEND_EMU) {
+        cr_assert_eq(s.h2d_bytes, 2 * sizeof ha);
+        cr_assert_eq(s.d2h_bytes, sizeof hc);
+    }
+    cr_assert_eq(s.read_faults + s.write_faults, 0, "the explicit path never faults");
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    cr_assert_eq(adsm_dev_free(da), ADSM_OK);
+    cr_assert_eq(adsm_dev_free(db), ADSM_OK);
+    cr_assert_eq(adsm_dev_free(dc), ADSM_OK);
+    adsm_shutdown();
+}
+
+Test(explicit, round_trip_emu) { round_trip(ADSM_BACKEND_EMU); }
+Test(explicit, round_trip_host) { round_trip(ADSM_BACKEND_HOST); }
+
+Test(explicit, partial_copies_at_offsets) {
+    init(ADSM_BACKEND_EMU);
+    unsigned char *d = adsm_dev_alloc(10000), in[300], out[10000];
+    for (int i = 0; i < 300; i++) in[i] = (unsigned char)(i * 7 + 1);
+    cr_assert_eq(adsm_copy_to_device(d + 4000, in, sizeof in), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_copy_from_device(out, d, sizeof out), ADSM_OK, "%s", adsm_last_error());
+    for (int i = 0; i < 10000; i++)
+        cr_assert_eq(out[i], i >= 4000 && i < 4300 ? in[i - 4000] : 0, "byte %d (device buffers start zeroed)", i);
+    adsm_shutdown();
+}
+
+Test(explicit, mixing_with_shared_objects) {
+    init(ADSM_BACKEND_EMU);
+    enum { N = 5000 };
+    int *shared_a = adsm_alloc(N * sizeof(int)), *dev_b = adsm_dev_alloc(N * sizeof(int));
+    int *shared_c = adsm_alloc(N * sizeof(int)), hb[N];
+    for (int i = 0; i < N; i++) {
+        shared_a[i] = i;
+        hb[i] = 10;
+    }
+    cr_assert_eq(adsm_copy_to_device(dev_b, hb, sizeof hb), ADSM_OK);
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d(N, 1), shared_c, shared_a, dev_b, N), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    for (int i = 0; i < N; i++) cr_assert_eq(shared_c[i], i + 10);
+    adsm_shutdown();
+}
+
+Test(explicit, bad_input) {
+    init(ADSM_BACKEND_EMU);
+    int plain[16] = {0};
+    int *d = adsm_dev_alloc(64), *shared = adsm_alloc(64);
+    cr_assert_null(adsm_dev_alloc(0));
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_null(adsm_dev_alloc((size_t)1 << 50));
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_DEVICE_OUT_OF_MEMORY);
+    cr_assert_eq(adsm_copy_to_device(plain, plain, 16), ADSM_ERROR_NOT_SHARED, "host memory is no device buffer");
+    cr_assert_eq(adsm_copy_to_device(shared, plain, 16), ADSM_ERROR_NOT_SHARED, "shared objects use adsm_memcpy");
+    cr_assert_eq(adsm_copy_to_device(d, shared, 16), ADSM_ERROR_INVALID_VALUE, "a shared host side is refused");
+    cr_assert_eq(adsm_copy_to_device(d + 8, plain, 64), ADSM_ERROR_INVALID_VALUE, "past the end");
+    cr_assert(strstr(adsm_last_error(), "past the end") != NULL, "%s", adsm_last_error());
+    cr_assert_eq(adsm_copy_from_device(NULL, d, 4), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(adsm_dev_free(d + 1), ADSM_ERROR_NOT_OBJECT_START);
+    cr_assert_eq(adsm_dev_free(plain), ADSM_ERROR_NOT_SHARED);
+    cr_assert_eq(adsm_dev_free(d), ADSM_OK);
+    cr_assert_eq(adsm_dev_free(d), ADSM_ERROR_NOT_SHARED, "double free");
+    cr_assert_eq(adsm_dev_free(NULL), ADSM_OK);
+    adsm_stats s = stats();
+    cr_assert_eq(s.h2d_bytes + s.d2h_bytes, 0, "refused copies move nothing");
+    adsm_shutdown();
+}
+
+Test(explicit, device_memory_is_accounted) {
+    init(ADSM_BACKEND_EMU); /* 64 MiB device */
+    void *a = adsm_dev_alloc((size_t)40 << 20);
+    cr_assert_not_null(a, "%s", adsm_last_error());
+    cr_assert_null(adsm_alloc((size_t)40 << 20), "shared objects and device buffers share the capacity");
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_DEVICE_OUT_OF_MEMORY);
+    cr_assert_eq(adsm_dev_free(a), ADSM_OK);
+    void *b = adsm_alloc((size_t)40 << 20);
+    cr_assert_not_null(b, "%s", adsm_last_error());
+    adsm_shutdown();
+}
+
+Test(explicit, cpu_touching_a_device_buffer_crashes, .signal = SIGSEGV) {
+    init(ADSM_BACKEND_EMU);
+    volatile int *d = adsm_dev_alloc(4096);
+    d[0] = 1; /* device memory is not host memory, as on a GPU */
+}
