@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs the GMAC paper's two block-size experiments on this machine's default backend (emu when
+# there is no GPU): bench/vecadd (Figure 11) and bench/stencil3d (Figure 9). Prints the tables,
+# writes CSV files and draws PNG plots into bench/results/ (or $ADSM_BENCH_OUT).
+#
+#   bench/sweep.sh            quick mode: a few minutes on 2 cores
+#   bench/sweep.sh --full     the paper's sizes, more runs
+#
+# Builds with Bazel (-c opt) when it is there, else with cc. Plots need gnuplot (.ci/setup).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+mode=${1:---quick}
+case "$mode" in --quick|--full) ;; *) echo "usage: $0 [--quick|--full]" >&2; exit 2 ;; esac
+out=${ADSM_BENCH_OUT:-bench/results}
+mkdir -p "$out"
+
+echo "== building the benchmarks" >&2
+if command -v bazel >/dev/null; then
+    bazel build -c opt //:bench_vecadd //:bench_stencil3d >&2
+    bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+else
+    bin=$out/bin
+    mkdir -p "$bin"
+    for b in vecadd stencil3d; do
+        cc -std=c11 -O2 -I. "bench/$b/$b.c" -pthread -ldl -o "$bin/bench_$b"
+    done
+fi
+
+echo "== vecadd block-size sweep ($mode)" >&2
+"$bin/bench_vecadd" "$mode" --csv "$out/vecadd.csv" | tee "$out/vecadd.md"
+echo "== stencil3d volume x block-size sweep ($mode)" >&2
+"$bin/bench_stencil3d" "$mode" --csv "$out/stencil3d.csv" | tee "$out/stencil3d.md"
+
+if ! command -v gnuplot >/dev/null; then
+    echo "gnuplot not found (run .ci/setup): CSV files are in $out, no plots drawn" >&2
+    exit 0
+fi
+echo "== plots" >&2
+# Figure 11 style: time of each protocol against the block size, the explicit copy as a line.
+gnuplot <<GP
+set terminal pngcairo size 900,560 noenhanced
+set output '$out/vecadd.png'
+set datafile separator ','
+set title 'vecadd, 8M floats: time against block size ($(uname -n), $(nproc) CPUs)'
+set logscale x 2
+set logscale y
+set xlabel 'block size (bytes)'
+set ylabel 'wall time (ms, median)'
+set key top left
+set grid
+explicit = system("awk -F, '\$1==\"explicit\" {print \$3; exit}' $out/vecadd.csv")
+plot for [v in "batch lazy rolling"] '< grep "^'.v.',"  $out/vecadd.csv' using 2:3 with linespoints title v, \
+     explicit+0 with lines dashtype 2 title 'explicit copies'
+GP
+# Figure 9 style: slowdown against the explicit version, per volume, for each variant.
+gnuplot <<GP
+set terminal pngcairo size 900,560 noenhanced
+set output '$out/stencil3d.png'
+set datafile separator ','
+set title '3D stencil: time relative to explicit copies ($(uname -n), $(nproc) CPUs)'
+set xlabel 'volume edge (points)'
+set ylabel 'wall time / explicit'
+set key top right
+set grid
+plot '< grep "^lazy,"  $out/stencil3d.csv' using 2:9 with linespoints title 'lazy', \
+     for [b in "4096 262144 1048576 33554432"] '< grep "^rolling,[0-9]*,'.b.',"  $out/stencil3d.csv' using 2:9 with linespoints title 'rolling '.b
+GP
+echo "plots: $out/vecadd.png $out/stencil3d.png" >&2
