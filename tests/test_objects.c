@@ -53,10 +53,10 @@ static void scattered_writes(adsm_protocol_kind protocol) {
 Test(objects, scattered_writes_lazy, .timeout = 120) { scattered_writes(ADSM_PROTOCOL_LAZY); }
 Test(objects, scattered_writes_rolling, .timeout = 120) { scattered_writes(ADSM_PROTOCOL_ROLLING); }
 
-/* 20k alloc/free cycles with sizes from 256 bytes to 32 MiB, a few dozen live at a time: the
+/* 4000 alloc/free cycles with sizes from 256 bytes to 32 MiB, a few dozen live at a time: the
  * address space and device memory are reused, nothing leaks. */
 Test(objects, churn_256B_to_32MiB, .timeout = 120) {
-    enum { CYCLES = 20000, LIVE = 48 };
+    enum { CYCLES = 4000, LIVE = 48 };
     unsigned char *live[LIVE] = {0};
     size_t sizes[LIVE] = {0};
     unsigned seed = 12345;
