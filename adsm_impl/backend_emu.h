@@ -40,6 +40,7 @@ typedef struct adsm__emu_msg {
 typedef struct adsm__dma_job {
     uintptr_t dev, host;
     size_t len;
+    uint64_t after_seq; /* launches that may still read the old bytes: the copy waits for them */
 } adsm__dma_job;
 
 typedef struct adsm__emu {
@@ -219,6 +220,8 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
     }
 }
 
+ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq);
+
 /* ---- parent: DMA thread ------------------------------------------------------------------- */
 ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
     adsm__emu *e = (adsm__emu *)arg;
@@ -231,6 +234,7 @@ ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
             continue;
         }
         adsm__dma_job job = e->ring[(unsigned)done % ADSM__DMA_RING];
+        adsm__emu_wait(e, job.after_seq); /* stream order: after the kernels issued before it */
         uint64_t t0 = adsm__now_ns();
         memcpy(e->window + (job.dev - e->base), (const void *)job.host, job.len);
         ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
@@ -254,6 +258,7 @@ ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, 
     if (dev < e->base || dev - e->base + n > e->half) return -1;
     if (!async || !e->dma_started) {
         adsm__emu_drain(ctx); /* keep copies to the same block in order */
+        adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq)); /* a running kernel may read it */
         uint64_t t0 = adsm__now_ns();
         memcpy(e->window + (dev - e->base), (const void *)host, n);
         ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
@@ -269,6 +274,7 @@ ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, 
     job->dev = dev;
     job->host = host;
     job->len = n;
+    job->after_seq = ADSM__LOAD(&e->rt->launch_seq);
     ADSM__STORE(&e->ring_tail, tail + 1);
     adsm__futex_wake_all(&e->ring_tail);
     return 0;
@@ -308,6 +314,7 @@ ADSM__PRIVATE int adsm__emu_dev_memset(void *ctx, uintptr_t dev, int value, size
     adsm__emu *e = (adsm__emu *)ctx;
     if (!adsm__emu_in_window(e, dev, n)) return -1;
     adsm__emu_drain(ctx);
+    adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq)); /* a running kernel may read it */
     memset(e->window + (dev - e->base), value, n);
     return 0;
 }
@@ -316,6 +323,7 @@ ADSM__PRIVATE int adsm__emu_dev_copy(void *ctx, uintptr_t dst, uintptr_t src, si
     adsm__emu *e = (adsm__emu *)ctx;
     if (!adsm__emu_in_window(e, dst, n) || !adsm__emu_in_window(e, src, n)) return -1;
     adsm__emu_drain(ctx); /* evictions in flight may be the source's latest bytes */
+    adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq)); /* a running kernel may read it */
     memmove(e->window + (dst - e->base), e->window + (src - e->base), n);
     return 0;
 }

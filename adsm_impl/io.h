@@ -96,17 +96,28 @@ ADSM__PRIVATE adsm_result adsm__memset_impl(adsm__runtime *rt, uintptr_t d, int 
     return ADSM_OK;
 }
 
-/* A piece from a device-valid source block into whole device-valid destination units is copied
- * device to device; the destination becomes Invalid. 1 done, 0 not applicable, -1 error. */
-ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, uintptr_t d, adsm__object *os,
-                                         uintptr_t s, size_t len) {
+/* Whether every block of [s, s + len) in os is valid on the device (Invalid or ReadOnly). */
+ADSM__PRIVATE int adsm__device_valid(adsm__runtime *rt, adsm__object *os, uintptr_t s, size_t len) {
     unsigned shift = rt->cfg.block_shift;
+    size_t first = adsm__tree_block_index(&os->node, s, shift);
+    size_t last = adsm__tree_block_index(&os->node, s + len - 1, shift);
+    for (size_t b = first; b <= last; b++)
+        if (os->blocks[b].state == ADSM__DIRTY) return 0;
+    return 1;
+}
+
+/* A whole destination unit (d, len) that is valid on the device, filled from a source range that
+ * lies in one object and is valid on the device, is copied device to device; the destination
+ * becomes Invalid. 1 done, 0 not applicable, -1 error. */
+ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, uintptr_t d, uintptr_t s, size_t len) {
+    unsigned shift = rt->cfg.block_shift;
+    adsm__object *os = adsm__object_of(adsm__tree_find(&rt->objects, s));
     size_t dblock = adsm__tree_block_index(&od->node, d, shift), first, count;
-    int dstate = od->blocks[dblock].state, sstate = os->blocks[adsm__tree_block_index(&os->node, s, shift)].state;
-    if (dstate == ADSM__DIRTY || sstate == ADSM__DIRTY) return 0;
+    if (!os || s + len > os->host + os->span || od->blocks[dblock].state == ADSM__DIRTY ||
+        !adsm__device_valid(rt, os, s, len))
+        return 0;
     if (rt->be->wait(rt->be_ctx, ADSM__MAX(od->writer_seq, os->writer_seq)) != 0) return -1;
-    size_t data = ADSM__MIN(len, os->host + os->size - s);
-    data = ADSM__MIN(data, od->host + od->size - d);
+    size_t data = ADSM__MIN(len, od->host + od->size - d);
     if (rt->be->dev_copy(rt->be_ctx, od->dev + (d - od->host), os->dev + (s - os->host), data) != 0) return -1;
     ADSM__ADD(&rt->stats.d2d_bytes, data);
     ADSM__ADD(&rt->stats.d2d_copies, 1);
@@ -114,18 +125,27 @@ ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, ui
     return adsm__set_state(rt, od, first, count, ADSM__INVALID) == 0 ? 1 : -1;
 }
 
-ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n) {
+/* Copies n bytes from s to d, either of which may be shared. The destination will be written up
+ * to cover_end (>= d + n; larger when an I/O transfer continues in a later call): an Invalid unit
+ * that lies entirely below cover_end is not fetched. Under lazy (no eager eviction) such a unit
+ * may be left half-written when this call ends; *unfinished_end then gives the end of its data,
+ * so a transfer that stops early can fetch the rest (adsm__repair_tail). */
+ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n, uintptr_t cover_end,
+                                           uintptr_t *unfinished_end) {
     while (n > 0) {
         size_t dblock, sblock;
         int dwhole, swhole, done = 0;
         adsm__lock(&rt->lock);
         adsm__object *od = adsm__object_of(adsm__tree_find(&rt->objects, d));
         adsm__object *os = adsm__object_of(adsm__tree_find(&rt->objects, s));
-        size_t dlen = adsm__piece(rt, od, d, n, &dblock, &dwhole);
-        size_t len = adsm__piece(rt, os, s, dlen, &sblock, &swhole);
-        if (len < dlen) dwhole = 0; /* the source ends the piece early: a partial overwrite */
-        int shared = od || os;
-        if (od && os && dwhole && adsm__tracking(rt)) done = adsm__memcpy_on_device(rt, od, d, os, s, len);
+        size_t dunit = adsm__piece(rt, od, d, cover_end - d, &dblock, &dwhole);
+        size_t dlen = ADSM__MIN(dunit, n);
+        if (od && dwhole && dlen < dunit && rt->proto->eager) dwhole = 0; /* rolling: never leave a unit half-filled */
+        if (od && os && dwhole && dlen == dunit && adsm__tracking(rt))
+            done = adsm__memcpy_on_device(rt, od, d, s, dlen);
+        size_t len = done ? dlen : adsm__piece(rt, os, s, dlen, &sblock, &swhole);
+        if (od && done == 0 && dwhole && dlen < dunit && od->blocks[dblock].state == ADSM__INVALID && unfinished_end)
+            *unfinished_end = ADSM__MIN(d + dunit, od->host + od->size);
         if (done == 0 && ((os && rt->proto->on_access(rt, os, sblock, 0, 0) != 0) ||
                           (od && rt->proto->on_access(rt, od, dblock, 1, dwhole) != 0)))
             done = -1;
@@ -133,14 +153,31 @@ ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uint
             adsm__unlock(&rt->lock);
             return adsm__access_failed();
         }
+        int shared = od || os;
         if (shared && done == 0) memmove((void *)d, (const void *)s, len);
         adsm__unlock(&rt->lock);
         if (!shared) memmove((void *)d, (const void *)s, len);
+        if (unfinished_end && d + len >= *unfinished_end) *unfinished_end = 0; /* unit completed */
         d += len;
         s += len;
         n -= len;
     }
     return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n) {
+    return adsm__copy_range(rt, d, s, n, d + n, NULL);
+}
+
+/* A transfer stopped at `from` inside a unit it had claimed whole (not fetched): the bytes it did
+ * not write come from the device, as a fetch would have brought them. */
+ADSM__PRIVATE void adsm__repair_tail(adsm__runtime *rt, uintptr_t from, uintptr_t to) {
+    adsm__lock(&rt->lock);
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, from));
+    if (o && to <= o->host + o->size &&
+        rt->be->from_device(rt->be_ctx, from, o->dev + (from - o->host), to - from) == 0)
+        adsm__stats_d2h(&rt->stats, to - from);
+    adsm__unlock(&rt->lock);
 }
 
 /* ---- system calls ------------------------------------------------------------------------- */
@@ -190,10 +227,18 @@ ADSM__REAL(adsm__pwrite_fn, pwrite)
 ADSM__REAL(adsm__fread_fn, fread)
 ADSM__REAL(adsm__fwrite_fn, fwrite)
 
-/* Bytes per system call: about a block, so eviction of the blocks just filled overlaps the
- * next call, but never tiny (4 KiB blocks) nor huge (1 GiB blocks). */
+/* Bytes per system call: at least a block, so eviction of the blocks just filled overlaps the
+ * next call and a whole block is filled by one piece; never tiny (4 KiB blocks) nor huge. */
 ADSM__PRIVATE size_t adsm__io_piece(const adsm__runtime *rt) {
-    return ADSM__MIN(ADSM__MAX(rt->cfg.block_size, (size_t)1 << 20), (size_t)8 << 20);
+    return ADSM__MIN(ADSM__MAX(rt->cfg.block_size, (size_t)1 << 20), (size_t)32 << 20);
+}
+
+/* Ends a piece on a block boundary when that still leaves a block's worth, so pieces cover
+ * whole blocks (which then need no fetch) instead of splitting them. */
+ADSM__PRIVATE size_t adsm__align_piece(const adsm__runtime *rt, uintptr_t at, size_t want, size_t remaining) {
+    if (want == remaining) return want;
+    uintptr_t end = ADSM__ALIGN_DOWN(at + want, rt->cfg.block_size);
+    return end > at ? end - at : want;
 }
 
 /* One transfer in pieces through a bounce buffer. `syscall_piece` moves up to `want` bytes
@@ -212,8 +257,9 @@ typedef struct adsm__xfer {
 
 ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
     adsm__runtime *rt = &adsm__rt;
-    int saved_errno = errno;
+    int saved_errno = errno, final_errno = errno;
     size_t piece = adsm__io_piece(rt), done = 0;
+    uintptr_t unfinished = 0;
     void *bounce = malloc(ADSM__MIN(n, piece));
     if (!bounce) {
         errno = ENOMEM;
@@ -223,11 +269,17 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         size_t want = ADSM__MIN(n - done, piece);
         if (x->reading && done > 0 && x->stream_like) {
             int waiting = 0;
-            if (ioctl(x->fd, FIONREAD, &waiting) != 0 || waiting <= 0) break;
-            want = ADSM__MIN(want, (size_t)waiting);
+            if (ioctl(x->fd, FIONREAD, &waiting) != 0) x->stream_like = 0; /* a device like /dev/zero */
+            else if (waiting <= 0) break;
+            else want = ADSM__MIN(want, (size_t)waiting);
         }
+        want = adsm__align_piece(rt, buf + done, want, n - done);
         if (!x->reading && adsm__memcpy_impl(rt, (uintptr_t)bounce, buf + done, want) != ADSM_OK) break;
+        errno = saved_errno;
         ssize_t got = x->syscall_piece(x, bounce, want, done);
+        /* a short or failed piece ends the call: keep the errno it left (stdio reports errors
+         * only through errno and ferror) */
+        if (got < 0 || (size_t)got < want) final_errno = errno;
         if (got < 0) {
             if (done == 0) {
                 free(bounce);
@@ -235,7 +287,8 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
             }
             break;
         }
-        if (x->reading && got > 0 && adsm__memcpy_impl(rt, buf + done, (uintptr_t)bounce, (size_t)got) != ADSM_OK) {
+        if (x->reading && got > 0 &&
+            adsm__copy_range(rt, buf + done, (uintptr_t)bounce, (size_t)got, buf + n, &unfinished) != ADSM_OK) {
             free(bounce);
             errno = EFAULT;
             return done > 0 ? (ssize_t)done : -1;
@@ -243,8 +296,9 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         done += (size_t)got;
         if ((size_t)got < want) break;
     }
+    if (unfinished > buf + done) adsm__repair_tail(rt, buf + done, unfinished);
     free(bounce);
-    errno = saved_errno;
+    errno = final_errno;
     return (ssize_t)done;
 }
 
@@ -358,15 +412,21 @@ size_t fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
 /* _FORTIFY_SOURCE builds call these checked entry points instead of the plain names. */
 ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
 ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen) {
-    if (count > buflen) return ((ssize_t(*)(int, void *, size_t, size_t))dlsym(RTLD_NEXT, "__read_chk"))(fd, buf, count, buflen);
+    if (count > buflen) { /* libc's checked version reports the overflow */
+        ssize_t (*real)(int, void *, size_t, size_t);
+        *(void **)&real = dlsym(RTLD_NEXT, "__read_chk");
+        return real(fd, buf, count, buflen);
+    }
     return adsm_read(fd, buf, count);
 }
 size_t __fread_chk(void *ptr, size_t ptrlen, size_t size, size_t nmemb, FILE *stream);
 size_t __fread_chk(void *ptr, size_t ptrlen, size_t size, size_t nmemb, FILE *stream) {
     size_t bytes;
-    if (__builtin_mul_overflow(size, nmemb, &bytes) || bytes > ptrlen)
-        return ((size_t(*)(void *, size_t, size_t, size_t, FILE *))dlsym(RTLD_NEXT, "__fread_chk"))(ptr, ptrlen, size,
-                                                                                               nmemb, stream);
+    if (__builtin_mul_overflow(size, nmemb, &bytes) || bytes > ptrlen) {
+        size_t (*real)(void *, size_t, size_t, size_t, FILE *);
+        *(void **)&real = dlsym(RTLD_NEXT, "__fread_chk");
+        return real(ptr, ptrlen, size, nmemb, stream);
+    }
     return adsm_fread(ptr, size, nmemb, stream);
 }
 #endif /* ADSM_INTERPOSE_IO */

@@ -12,7 +12,7 @@ else cd "$(dirname "$0")/.."; fi
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 command -v aarch64-linux-gnu-gcc >/dev/null || fail "aarch64-linux-gnu-gcc missing: run .ci/setup"
 command -v qemu-aarch64 >/dev/null || fail "qemu-aarch64 missing: run .ci/setup"
-for ex in vecadd linked_list; do
+for ex in vecadd linked_list file_vecadd; do
     echo "== aarch64: $ex"
     aarch64-linux-gnu-gcc -std=c11 -O1 -Wall -Wextra -Werror -pedantic -I. "examples/$ex.c" -pthread -ldl \
         -o "$tmp/$ex" || fail "cross-compiling examples/$ex.c"

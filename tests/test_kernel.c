@@ -526,3 +526,47 @@ Test(kernel, pointers_stored_in_shared_memory) {
     adsm_free(result);
     adsm_shutdown();
 }
+
+/* ---- stream order: CPU writes made after a call never reach a kernel still running ---------- */
+ADSM_KERNEL(slow_copy, ADSM_OUT(int, c), ADSM_IN(int, a), ADSM_VALUE(size_t, n));
+void slow_copy(adsm_grid g, int *c, const int *a, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) {
+            for (volatile int k = 0; k < 200; k++) {
+            }
+            c[i] = a[i];
+        }
+    }
+}
+ADSM_KERNEL(touch_one, ADSM_OUT(int, x));
+void touch_one(adsm_grid g, int *x) {
+    ADSM_FOR_EACH_THREAD(g, i) x[i] = 0;
+}
+
+/* The kernel reads a == 1; meanwhile the CPU writes a = 2 (evictions with a tiny rolling size,
+ * or a flush at the next call) and memsets part of a on the device: the kernel must see 1s. */
+static void write_after_read(adsm_protocol_kind protocol, size_t rolling_size) {
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.protocol = protocol;
+    cfg.block_size = 4096;
+    cfg.rolling_size = rolling_size;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    size_t n = (size_t)1 << 19;
+    int *a = adsm_alloc(n * sizeof *a), *c = adsm_alloc(n * sizeof *c), *x = adsm_alloc(4096);
+    for (size_t i = 0; i < n; i++) a[i] = 1;
+    cr_assert_eq(ADSM_CALL(slow_copy, adsm_grid_1d((uint32_t)(n / 256), 256), c, a, n), ADSM_OK);
+    for (size_t i = 0; i < n / 2; i++) a[i] = 2;
+    cr_assert_eq(adsm_memset(a + n / 2, 0, n / 2 * sizeof *a), ADSM_OK);
+    cr_assert_eq(ADSM_CALL(touch_one, adsm_grid_1d(1, 1), x), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += c[i] != 1;
+    cr_assert_eq(bad, 0, "%zu elements of c saw writes made after the call", bad);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(a[i], i < n / 2 ? 2 : 0, "a[%zu]", i);
+    adsm_shutdown();
+}
+
+Test(kernel, later_writes_wait_for_running_kernel_lazy) { write_after_read(ADSM_PROTOCOL_LAZY, 0); }
+Test(kernel, later_writes_wait_for_running_kernel_rolling) { write_after_read(ADSM_PROTOCOL_ROLLING, 0); }
+Test(kernel, later_evictions_wait_for_running_kernel) { write_after_read(ADSM_PROTOCOL_ROLLING, 2); }
