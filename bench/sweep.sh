@@ -44,7 +44,8 @@ set datafile separator ','
 set title 'vecadd, 8M floats: time against block size ($(uname -n), $(nproc) CPUs)'
 set logscale x 2
 set logscale y
-set xlabel 'block size (bytes)'
+set xlabel 'block size'
+set format x '%.0b%BB'
 set ylabel 'wall time (ms, median)'
 set key top left
 set grid
