@@ -68,7 +68,7 @@ ADSM__PRIVATE int adsm__memset_unit_in_place(adsm__runtime *rt, adsm__object *o,
     uintptr_t dev = o->dev + (a - o->host);
     if (state == ADSM__DIRTY) return 0;
     if (state == ADSM__READONLY && rt->procmem_fd < 0) return 0;
-    if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return -1;
+    if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return 0; /* device lost: the CPU path still works */
     if (rt->be->dev_memset(rt->be_ctx, dev, v, data) != 0) return -1;
     if (state == ADSM__READONLY && adsm__host_fill_protected(rt, a, v, data) != 0) return -1;
     return 1;
@@ -116,7 +116,7 @@ ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, ui
     if (!os || s + len > os->host + os->span || od->blocks[dblock].state == ADSM__DIRTY ||
         !adsm__device_valid(rt, os, s, len))
         return 0;
-    if (rt->be->wait(rt->be_ctx, ADSM__MAX(od->writer_seq, os->writer_seq)) != 0) return -1;
+    if (rt->be->wait(rt->be_ctx, ADSM__MAX(od->writer_seq, os->writer_seq)) != 0) return 0; /* device lost */
     size_t data = ADSM__MIN(len, od->host + od->size - d);
     if (rt->be->dev_copy(rt->be_ctx, od->dev + (d - od->host), os->dev + (s - os->host), data) != 0) return -1;
     ADSM__ADD(&rt->stats.d2d_bytes, data);

@@ -54,9 +54,16 @@ ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t fir
 /* Copies the Invalid blocks of [first, first+count) from the device into the (protected) host
  * pages, after the last kernel that may write the object finished. States are left to the
  * caller. Consecutive Invalid blocks go in one copy. */
+/* Waits for the last kernel that may write o. A lost device never finishes it; the device memory
+ * is then taken as it stands (adsm_sync reports ADSM_ERROR_DEVICE_LOST), so the program can
+ * still read its data instead of crashing. */
+ADSM__PRIVATE void adsm__wait_writer(adsm__runtime *rt, const adsm__object *o) {
+    (void)rt->be->wait(rt->be_ctx, o->writer_seq);
+}
+
 ADSM__PRIVATE int adsm__fetch(adsm__runtime *rt, adsm__object *o, size_t first, size_t count) {
     unsigned shift = rt->cfg.block_shift;
-    if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return -1;
+    adsm__wait_writer(rt, o);
     size_t b = first, end = first + count;
     while (b < end) {
         if (o->blocks[b].state != ADSM__INVALID) { b++; continue; }
@@ -148,7 +155,7 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     if (state == ADSM__INVALID) {
         /* Even a full overwrite waits for the kernel that may write the object: the CPU's bytes
          * must land after the kernel's, in program order. */
-        if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return -1;
+        adsm__wait_writer(rt, o);
         if (!(is_write && overwrite) && adsm__fetch(rt, o, first, count) != 0) return -1;
     }
     if (!is_write) return adsm__set_state_compacting(rt, o, first, count, ADSM__READONLY);
