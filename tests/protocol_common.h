@@ -23,11 +23,11 @@ void k_fill(adsm_grid g, int32_t *c, size_t n, int32_t base) {
     }
 }
 
-/* c[i] = a[i] + b[i] for i < n */
+/* c[i] = a[i] + b[i] for i < n, wrapping (two's complement) as the tests' random data may overflow */
 ADSM_KERNEL(k_add, ADSM_OUT(int32_t, c), ADSM_IN(int32_t, a), ADSM_IN(int32_t, b), ADSM_VALUE(size_t, n));
 void k_add(adsm_grid g, int32_t *c, const int32_t *a, const int32_t *b, size_t n) {
     ADSM_FOR_EACH_THREAD(g, i) {
-        if (i < n) c[i] = a[i] + b[i];
+        if (i < n) c[i] = (int32_t)((uint32_t)a[i] + (uint32_t)b[i]);
     }
 }
 
