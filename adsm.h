@@ -114,10 +114,15 @@
    7. THREADS, SIGNALS AND FORK
    ============================
    Any thread may touch shared memory, allocate, free, launch and sync; all calls are thread safe.
-   adsm installs a SIGSEGV handler (SA_SIGINFO). Faults outside shared memory go to the handler
-   that was installed before adsm, or to the default action, so stray accesses still crash. Do
-   not touch shared memory from your own signal handlers. A forked child of an adsm program may
-   only exec or _exit.
+   adsm installs a SIGSEGV handler (SA_SIGINFO). Faults outside shared memory go to the program's
+   own SIGSEGV disposition, or to the default action, so stray accesses still crash. The
+   implementation also defines sigaction() and signal(): while adsm is initialised, a SIGSEGV
+   disposition the program (or a library) sets, before or after adsm_init, becomes the one adsm
+   passes foreign faults to, and is what sigaction() reads back; adsm's handler stays first.
+   Define ADSM_NO_INTERPOSE_SIGNALS to opt out (then install your handler before adsm_init).
+   Do not touch shared memory from your own signal handlers (adsm reports it and crashes instead
+   of deadlocking when the interrupted thread was inside adsm). A forked child of an adsm program
+   may only exec or _exit.
 
    8. I/O AND BULK MEMORY
    ======================

@@ -80,7 +80,7 @@ static __thread uintptr_t adsm__tls_kernel_addr;
 
 static void adsm__emu_kernel_signal(int sig, siginfo_t *si, void *context) {
     if (!adsm__tls_kernel_jmp) { /* not inside a kernel: a bug in the device process itself */
-        signal(sig, SIG_DFL);
+        adsm__default_action(sig);
         raise(sig);
         return;
     }
@@ -195,8 +195,10 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
     sigemptyset(&sa.sa_mask);
     int crash_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
     for (size_t i = 0; i < sizeof crash_signals / sizeof *crash_signals; i++)
-        sigaction(crash_signals[i], &sa, NULL);
-    signal(SIGINT, SIG_IGN); /* the parent decides when the device goes away */
+        adsm__real_sigaction()(crash_signals[i], &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sa.sa_flags = 0;
+    adsm__real_sigaction()(SIGINT, &sa, NULL); /* the parent decides when the device goes away */
     adsm__rt.state = ADSM__RT_OFF; /* this process is the device: interposed calls pass through */
     /* Device memory replaces the host view of the shared half; safe host addresses vanish. */
     if (mmap((void *)e->base, e->half, PROT_NONE, MAP_SHARED | MAP_FIXED, e->devfd, 0) == MAP_FAILED ||

@@ -28,7 +28,7 @@ ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
     }
     /* Default action: restore it and let the fault happen again (a real fault re-executes the
      * instruction; a raised signal is raised again), so the process dies with SIGSEGV. */
-    signal(sig, SIG_DFL);
+    adsm__default_action(sig);
     if (si->si_code <= 0) raise(sig);
 }
 
@@ -82,9 +82,11 @@ ADSM__PRIVATE adsm_result adsm__fault_install(adsm__runtime *rt) {
     sa.sa_sigaction = adsm__segv_handler;
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, &rt->prev_segv) != 0)
+    adsm__sigaction_fn real = adsm__real_sigaction();
+    if (!real) return adsm__fail(ADSM_ERROR_SYSTEM, "cannot find libc's sigaction");
+    if (real(SIGSEGV, &sa, &rt->prev_segv) != 0)
         return adsm__fail(ADSM_ERROR_SYSTEM, "cannot install the SIGSEGV handler: %s", strerror(errno));
-    rt->handler_installed = 1;
+    ADSM__STORE(&rt->handler_installed, 1);
     return ADSM_OK;
 }
 
@@ -92,9 +94,43 @@ ADSM__PRIVATE adsm_result adsm__fault_install(adsm__runtime *rt) {
 ADSM__PRIVATE void adsm__fault_uninstall(adsm__runtime *rt) {
     struct sigaction cur;
     if (!rt->handler_installed) return;
-    if (sigaction(SIGSEGV, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == adsm__segv_handler)
-        sigaction(SIGSEGV, &rt->prev_segv, NULL);
-    rt->handler_installed = 0;
+    ADSM__STORE(&rt->handler_installed, 0);
+    adsm__sigaction_fn real = adsm__real_sigaction();
+    if (real(SIGSEGV, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == adsm__segv_handler)
+        real(SIGSEGV, &rt->prev_segv, NULL);
 }
+
+#ifndef ADSM_NO_INTERPOSE_SIGNALS
+/* While adsm's handler is installed, a program (or library) setting a SIGSEGV disposition sets
+ * the one adsm passes foreign faults to, and reads it back; adsm's handler stays first, so
+ * shared memory keeps working and the program's handler keeps getting every other fault.
+ * Define ADSM_NO_INTERPOSE_SIGNALS to leave sigaction/signal alone (then install your SIGSEGV
+ * handler before adsm_init). */
+static adsm__lock_t adsm__disposition_lock;
+
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    adsm__runtime *rt = &adsm__rt;
+    if (sig != SIGSEGV || !ADSM__LOAD(&rt->handler_installed)) return adsm__real_sigaction()(sig, act, old);
+    adsm__lock(&adsm__disposition_lock);
+    struct sigaction prev = rt->prev_segv;
+    if (act) rt->prev_segv = *act;
+    adsm__unlock(&adsm__disposition_lock);
+    if (old) *old = prev;
+    return 0;
+}
+
+/* glibc's signal() semantics (BSD: SA_RESTART, the signal blocked in its handler), through the
+ * sigaction above. */
+sighandler_t signal(int sig, sighandler_t handler) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, sig);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(sig, &sa, &old) != 0) return SIG_ERR;
+    return old.sa_handler;
+}
+#endif
 
 #endif /* ADSM__FAULT_INCLUDED */

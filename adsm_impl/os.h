@@ -7,6 +7,7 @@
 #ifndef ADSM__OS_INCLUDED
 #define ADSM__OS_INCLUDED
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -132,6 +133,36 @@ ADSM__PRIVATE size_t adsm__phys_memory(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0) return (size_t)1 << 32;
     return (size_t)pages * (size_t)page;
+}
+
+/* ---- signal dispositions ---------------------------------------------------------------- */
+/* adsm defines sigaction() itself (fault.h) so that a program installing a SIGSEGV handler
+ * after adsm does not unhook it; adsm's own changes go to libc's. Resolved in normal context
+ * (initialisation) so signal-context callers find it cached. */
+typedef int (*adsm__sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+static adsm__sigaction_fn adsm__real_sigaction_fn;
+
+ADSM__PRIVATE adsm__sigaction_fn adsm__real_sigaction(void) {
+#ifdef ADSM_NO_INTERPOSE_SIGNALS
+    return sigaction;
+#else
+    adsm__sigaction_fn f = __atomic_load_n(&adsm__real_sigaction_fn, __ATOMIC_ACQUIRE);
+    if (!f) {
+        *(void **)&f = dlsym(RTLD_NEXT, "sigaction");
+        if (!f) *(void **)&f = dlsym(RTLD_DEFAULT, "__sigaction"); /* adsm in the main program, linked statically */
+        __atomic_store_n(&adsm__real_sigaction_fn, f, __ATOMIC_RELEASE);
+    }
+    return f;
+#endif
+}
+
+/* Restores the default action of sig (async-signal-safe once adsm__real_sigaction resolved). */
+ADSM__PRIVATE void adsm__default_action(int sig) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    adsm__real_sigaction()(sig, &sa, NULL);
 }
 
 /* ---- per-thread error text ---------------------------------------------------------------- */

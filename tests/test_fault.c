@@ -166,8 +166,10 @@ Test(fault, stray_after_shutdown, .signal = SIGSEGV) {
 Test(fault, default_restored_after_shutdown) {
     start();
     struct sigaction cur;
-    sigaction(SIGSEGV, NULL, &cur);
+    adsm__real_sigaction()(SIGSEGV, NULL, &cur); /* white-box: what the kernel really has */
     cr_assert(cur.sa_flags & SA_SIGINFO, "adsm installs an SA_SIGINFO handler");
+    sigaction(SIGSEGV, NULL, &cur); /* the program's own view */
+    cr_assert(!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL, "the program sees its own disposition");
     adsm_shutdown();
     sigaction(SIGSEGV, NULL, &cur);
     cr_assert(!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL, "SIGSEGV not back to SIG_DFL");
@@ -292,8 +294,10 @@ Test(fault, previous_handler_restored_after_shutdown) {
     install(jumping_handler);
     start();
     struct sigaction cur;
-    cr_assert_eq(sigaction(SIGSEGV, NULL, &cur), 0);
+    cr_assert_eq(adsm__real_sigaction()(SIGSEGV, NULL, &cur), 0);
     cr_assert((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction != jumping_handler, "adsm did not install itself");
+    cr_assert_eq(sigaction(SIGSEGV, NULL, &cur), 0);
+    cr_assert(cur.sa_sigaction == jumping_handler, "the program still sees its own handler");
     shared_memory_round_trip();
     adsm_shutdown();
     cr_assert_eq(sigaction(SIGSEGV, NULL, &cur), 0);
@@ -322,4 +326,41 @@ Test(fault, previous_plain_handler_restored_after_shutdown) {
     struct sigaction cur;
     cr_assert_eq(sigaction(SIGSEGV, NULL, &cur), 0);
     cr_assert(!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == plain_exiting_handler);
+}
+
+/* ---- a handler installed after adsm ------------------------------------------------------------ */
+
+/* The program installs its handler after adsm_init (sigaction, then signal): adsm stays first,
+ * shared memory keeps working, and the program's handler gets every other fault. */
+Test(fault, handler_installed_after_adsm) {
+    start();
+    install(jumping_handler);
+    prev_calls = 0;
+    shared_memory_round_trip();
+    cr_assert_eq(prev_calls, 0, "shared-memory faults never reach the program's handler");
+    cr_assert(faulted(stray_write, low_address));
+    cr_assert_eq(prev_calls, 1);
+    struct sigaction cur;
+    cr_assert_eq(sigaction(SIGSEGV, NULL, &cur), 0);
+    cr_assert(cur.sa_sigaction == jumping_handler, "the program reads back what it installed");
+    adsm_shutdown();
+    cr_assert_eq(sigaction(SIGSEGV, NULL, &cur), 0);
+    cr_assert(cur.sa_sigaction == jumping_handler, "after shutdown the program's handler is the real one");
+    cr_assert(faulted(stray_write, low_address));
+    cr_assert_eq(prev_calls, 2);
+}
+
+Test(fault, plain_handler_installed_after_adsm, .exit_code = 43) {
+    start();
+    cr_assert_neq(signal(SIGSEGV, plain_exiting_handler), SIG_ERR);
+    shared_memory_round_trip();
+    *(volatile int *)low_address = 1; /* the program's handler exits with 43 */
+}
+
+Test(fault, default_set_after_adsm_still_crashes, .signal = SIGSEGV) {
+    start();
+    install(jumping_handler);
+    signal(SIGSEGV, SIG_DFL); /* back to the default: a stray access must kill */
+    shared_memory_round_trip();
+    *(volatile int *)low_address = 1;
 }
