@@ -131,6 +131,12 @@ ADSM_API void adsm_shutdown(void) {
         next = o->next;
         adsm__object_destroy(o);
     }
+    for (adsm__tree_node *n = adsm__tree_first(&rt->safe_dev), *next; n; n = next) { /* device buffers */
+        next = adsm__tree_next(n);
+        adsm__object *o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
+        if (o->device_only) free(o);
+    }
+    adsm__tree_init(&rt->safe_dev);
     rt->first_object = rt->last_object = NULL;
     rt->fifo_head = rt->fifo_tail = NULL;
     rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = 0;
@@ -304,7 +310,7 @@ ADSM_API void *adsm_dev_alloc(size_t size) {
     adsm__runtime *rt = &adsm__rt;
     if (adsm__ensure() != ADSM_OK) return NULL;
     if (size == 0 || size > rt->half) {
-        adsm__fail(size ? ADSM_ERROR_DEVICE_OUT_OF_MEMORY : ADSM_ERROR_INVALID_VALUE,
+        adsm__fail(size && size <= SIZE_MAX / 2 ? ADSM_ERROR_DEVICE_OUT_OF_MEMORY : ADSM_ERROR_INVALID_VALUE,
                    "adsm_dev_alloc(%zu): %s", size, size ? "larger than the device address range" : "size 0");
         return NULL;
     }
@@ -482,6 +488,9 @@ ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, cons
         return adsm__fail(ADSM_ERROR_NO_KERNEL_BODY, "kernel '%s' has no body: define void %s(adsm_grid, ...)",
                           k->name, k->name);
     if (!args) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': NULL argument block", k->name);
+    if (rt->be->max_args && k->args_size > rt->be->max_args) /* refused before anything moves */
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': %zu bytes of arguments, the %s backend takes %zu",
+                          k->name, k->args_size, rt->be->name, rt->be->max_args);
     size_t threads = adsm_grid_threads(grid);
     if (threads == 0) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': empty grid", k->name);
     grid.begin = 0;
@@ -533,7 +542,10 @@ ADSM_API adsm_result adsm_memset(void *dst, int value, size_t n) {
     adsm_result r;
     if ((r = adsm__check_range(dst, n, "adsm_memset")) != ADSM_OK) return r;
     if (n == 0) return ADSM_OK;
-    if ((r = adsm__ensure()) != ADSM_OK) return r;
+    if (!adsm__ready()) { /* nothing is shared before initialisation: plain memory */
+        memset(dst, value, n);
+        return ADSM_OK;
+    }
     return adsm__memset_impl(&adsm__rt, (uintptr_t)dst, value, n);
 }
 
@@ -543,7 +555,10 @@ ADSM_API adsm_result adsm_memcpy(void *dst, const void *src, size_t n) {
         (r = adsm__check_range(src, n, "adsm_memcpy")) != ADSM_OK)
         return r;
     if (n == 0) return ADSM_OK;
-    if ((r = adsm__ensure()) != ADSM_OK) return r;
+    if (!adsm__ready()) { /* nothing is shared before initialisation: plain memory */
+        memmove(dst, src, n);
+        return ADSM_OK;
+    }
     return adsm__memcpy_impl(&adsm__rt, (uintptr_t)dst, (uintptr_t)src, n);
 }
 

@@ -30,7 +30,8 @@ typedef struct adsm__launch {
 
 typedef struct adsm__backend_vtbl {
     const char *name;
-    int moves_data; /* 0: the device works on host memory (no copies, no tracking) */
+    int moves_data;   /* 0: the device works on host memory (no copies, no tracking) */
+    size_t max_args;  /* largest packed argument block a launch may carry; 0: no limit */
     adsm_result (*init)(adsm__runtime *rt, void **ctx);
     void (*shutdown)(void *ctx);
     size_t (*capacity)(void *ctx);

@@ -187,6 +187,7 @@ ADSM__PRIVATE int adsm__touches_shared(const void *p, size_t n) {
     adsm__runtime *rt = &adsm__rt;
     uintptr_t a = (uintptr_t)p;
     if (n == 0 || !adsm__ready() || adsm__tls_passthrough || adsm__tls_lock_depth > 0) return 0;
+    if (n > UINTPTR_MAX - a) n = UINTPTR_MAX - a; /* a wrapping range still starts where it starts */
     if (a >= rt->base + 2 * rt->half || a + n <= rt->base) return 0; /* outside the reservation */
     adsm__lock(&rt->lock);
     adsm__tree_node *hit = adsm__tree_find(&rt->objects, a);
@@ -333,6 +334,39 @@ ADSM__PRIVATE ssize_t adsm__piece_fwrite(adsm__xfer *x, void *b, size_t want, si
     return (ssize_t)adsm__real_fwrite()(b, 1, want, (FILE *)x->ctx);
 }
 
+#include <sys/uio.h>
+
+/* Whether the page at `a` can be read, asked of the kernel (no fault): the program may have
+ * mapped its own memory over a hole in adsm's reservation. */
+ADSM__PRIVATE int adsm__page_readable(uintptr_t a) {
+    char byte;
+    struct iovec local = {&byte, 1}, remote = {(void *)a, 1};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == 1;
+}
+
+/* How much of [a, a + n) the program may access, counted from a: shared objects (to the end of
+ * their pages), memory outside adsm's reservation, and readable pages in its holes count; the
+ * first inaccessible page ends it, as it ends what the kernel copies in a system call. */
+ADSM__PRIVATE size_t adsm__valid_prefix(adsm__runtime *rt, uintptr_t a, size_t n) {
+    uintptr_t pos = a, end = a + n, lo = rt->base, hi = rt->base + 2 * rt->half;
+    adsm__lock(&rt->lock);
+    while (pos < end) {
+        if (pos < lo || pos >= hi) { /* program memory: up to the reservation, if it comes */
+            pos = pos < lo ? ADSM__MIN(end, lo) : end;
+            continue;
+        }
+        adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, pos));
+        if (o) {
+            pos = ADSM__MIN(end, o->host + o->span);
+            continue;
+        }
+        if (!adsm__page_readable(pos)) break;
+        pos = ADSM__MIN(end, ADSM__ALIGN_DOWN(pos, rt->page) + rt->page);
+    }
+    adsm__unlock(&rt->lock);
+    return pos - a;
+}
+
 ADSM__PRIVATE ssize_t adsm__fd_transfer(int fd, uintptr_t buf, size_t n, int reading, off_t offset,
                                         ssize_t (*piece)(adsm__xfer *, void *, size_t, size_t)) {
     adsm__xfer x;
@@ -342,8 +376,17 @@ ADSM__PRIVATE ssize_t adsm__fd_transfer(int fd, uintptr_t buf, size_t n, int rea
     x.stream_like = reading && adsm__is_stream_like(fd);
     x.syscall_piece = piece;
     x.offset = offset;
+    if (n > UINTPTR_MAX - buf) {
+        errno = EFAULT; /* the kernel refuses a range that wraps the address space */
+        return -1;
+    }
     if (n > (size_t)SSIZE_MAX) n = (size_t)SSIZE_MAX; /* what the kernel would transfer at most */
-    return adsm__transfer(&x, buf, n);
+    size_t valid = adsm__valid_prefix(&adsm__rt, buf, n);
+    if (valid == 0) {
+        errno = EFAULT;
+        return -1;
+    }
+    return adsm__transfer(&x, buf, valid); /* the kernel stops at the first bad page too */
 }
 
 ADSM_API ssize_t adsm_read(int fd, void *buf, size_t count) {
@@ -387,15 +430,22 @@ ADSM__PRIVATE size_t adsm__stream_transfer(void *ptr, size_t size, size_t nmemb,
     return done > 0 ? (size_t)done / size : 0;
 }
 
+/* The bytes an fread/fwrite touches, for deciding whether adsm is involved: an overflowing
+ * product is adsm's to refuse (EOVERFLOW) when it starts in shared memory. */
+ADSM__PRIVATE int adsm__stream_touches_shared(const void *ptr, size_t size, size_t nmemb) {
+    size_t bytes;
+    if (__builtin_mul_overflow(size, nmemb, &bytes)) return adsm__touches_shared(ptr, 1);
+    if (bytes > UINTPTR_MAX - (uintptr_t)ptr) bytes = UINTPTR_MAX - (uintptr_t)ptr;
+    return adsm__touches_shared(ptr, bytes ? bytes : 1);
+}
+
 ADSM_API size_t adsm_fread(void *ptr, size_t size, size_t nmemb, FILE *stream) {
-    size_t bytes = size * nmemb; /* only a hint for the shared test; overflow is handled below */
-    if (!adsm__touches_shared(ptr, bytes ? bytes : 1)) return adsm__real_fread()(ptr, size, nmemb, stream);
+    if (!adsm__stream_touches_shared(ptr, size, nmemb)) return adsm__real_fread()(ptr, size, nmemb, stream);
     return adsm__stream_transfer(ptr, size, nmemb, stream, 1);
 }
 
 ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
-    size_t bytes = size * nmemb;
-    if (!adsm__touches_shared(ptr, bytes ? bytes : 1)) return adsm__real_fwrite()(ptr, size, nmemb, stream);
+    if (!adsm__stream_touches_shared(ptr, size, nmemb)) return adsm__real_fwrite()(ptr, size, nmemb, stream);
     return adsm__stream_transfer((void *)ptr, size, nmemb, stream, 0);
 }
 

@@ -146,7 +146,7 @@ ADSM__PRIVATE adsm_result adsm__check_kernel_desc(const adsm_kernel_desc *k) {
                           k->nparams, ADSM__MAX_PARAMS);
     for (unsigned i = 0; i < k->nparams; i++) {
         const adsm_param_desc *p = &k->params[i];
-        if ((unsigned)p->access > ADSM_ACCESS_INOUT || p->offset + p->size > k->args_size ||
+        if ((unsigned)p->access > ADSM_ACCESS_INOUT || p->offset > k->args_size || p->size > k->args_size - p->offset ||
             (adsm__access_is_pointer(p->access) && p->size != sizeof(void *)))
             return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': parameter %u has a malformed descriptor",
                               k->name, i);

@@ -94,6 +94,51 @@ for tu in bad_call bad_body; do
     fi
 done
 
+# (a4) A kernel takes 1..16 parameters: 16 compile, 17 and 0 do not (docs/misuse.md). The lists
+# differ only in their length, so the 16-parameter file is the control for the other two.
+kernel_params() { # kernel_params N: "ADSM_OUT(int, p0), ADSM_VALUE(int, p1), ..., ADSM_VALUE(int, pN-1)"
+    local i list=""
+    for ((i = 0; i < $1; i++)); do
+        if ((i == 0)); then list="ADSM_OUT(int, p0)"; else list="$list, ADSM_VALUE(int, p$i)"; fi
+    done
+    echo "$list"
+}
+printf '#include "adsm.h"\nADSM_KERNEL(many, %s);\n' "$(kernel_params 16)" > "$tmp/params_16.c"
+printf '#include "adsm.h"\nADSM_KERNEL(many, %s);\n' "$(kernel_params 17)" > "$tmp/params_17.c"
+printf '#include "adsm.h"\nADSM_KERNEL(none);\n' > "$tmp/params_0.c"
+step "C11 -pedantic: 16 kernel parameters" \
+    "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I. "$tmp/params_16.c"
+for tu in params_17 params_0; do
+    echo "== must not compile: $tu"
+    if "$CC" -std=c11 -fsyntax-only -I. "$tmp/$tu.c" 2>/dev/null; then
+        fail "$tu compiled, but ADSM_KERNEL takes 1..16 parameters"
+    fi
+done
+
+# (a5) A kernel name that ADSM_KERNEL never declared has no launcher, so ADSM_CALL with it does
+# not build (a compile error with GCC 14 and Clang 16, an undefined reference before that). The
+# same program with the declared name is the control.
+cat > "$tmp/kernel_name.c" <<'NAME'
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+ADSM_KERNEL(scale, ADSM_OUT(float, y), ADSM_VALUE(size_t, n));
+void scale(adsm_grid g, float *y, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) { if (i < n) y[i] *= 2.0f; }
+}
+/* through a second macro, so KERNEL_NAME is expanded before ADSM_CALL pastes it */
+#define CALL_BY_NAME(k, y) ADSM_CALL(k, adsm_grid_1d(1, 4), y, 4)
+int main(void) {
+    float *y = adsm_alloc(4 * sizeof *y);
+    return CALL_BY_NAME(KERNEL_NAME, y) != ADSM_OK;
+}
+NAME
+step "build ADSM_CALL of a declared kernel" \
+    "$CC" -std=c11 -DKERNEL_NAME=scale -I. "$tmp/kernel_name.c" -pthread -ldl -o "$tmp/kernel_name"
+echo "== must not build: ADSM_CALL of an undeclared kernel name"
+if "$CC" -std=c11 -DKERNEL_NAME=scael -I. "$tmp/kernel_name.c" -pthread -ldl -o "$tmp/kernel_name" 2>/dev/null; then
+    fail "ADSM_CALL(scael, ...) built, but no kernel of that name was declared"
+fi
+
 # (c) plain build of the vecadd example, then run it
 [[ -f examples/vecadd.c ]] || fail "examples/vecadd.c not found in $srcdir"
 step "build examples/vecadd.c with plain cc" \
