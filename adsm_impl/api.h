@@ -127,16 +127,16 @@ ADSM_API void adsm_shutdown(void) {
     rt->be->synchronize(rt->be_ctx);
     ADSM__STORE(&rt->state, ADSM__RT_OFF);
     adsm__lock(&rt->lock);
+    /* device buffers first: the tree also links safe objects, which the list below frees */
+    for (adsm__tree_node *n; (n = adsm__tree_first(&rt->safe_dev)) != NULL;) {
+        adsm__tree_remove(&rt->safe_dev, n); /* unlinked before freeing: no walk through freed nodes */
+        adsm__object *o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
+        if (o->device_only) free(o);
+    }
     for (adsm__object *o = rt->first_object, *next; o; o = next) {
         next = o->next;
         adsm__object_destroy(o);
     }
-    for (adsm__tree_node *n = adsm__tree_first(&rt->safe_dev), *next; n; n = next) { /* device buffers */
-        next = adsm__tree_next(n);
-        adsm__object *o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
-        if (o->device_only) free(o);
-    }
-    adsm__tree_init(&rt->safe_dev);
     rt->first_object = rt->last_object = NULL;
     rt->fifo_head = rt->fifo_tail = NULL;
     rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = 0;

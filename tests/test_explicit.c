@@ -128,3 +128,17 @@ Test(explicit, cpu_touching_a_device_buffer_crashes, .signal = SIGSEGV) {
     volatile int *d = adsm_dev_alloc(4096);
     d[0] = 1; /* device memory is not host memory, as on a GPU */
 }
+
+/* Shutdown with many live device buffers and safe objects frees all of them (LeakSanitizer and
+ * ASan runs check the "all" and the "no use after free"). */
+Test(explicit, shutdown_with_live_buffers) {
+    init(ADSM_BACKEND_EMU);
+    for (int i = 0; i < 64; i++) {
+        cr_assert_not_null(adsm_dev_alloc(4096 * (size_t)(i % 5 + 1)), "%s", adsm_last_error());
+        cr_assert_not_null(adsm_safe_alloc(1000), "%s", adsm_last_error());
+    }
+    adsm_shutdown();
+    init(ADSM_BACKEND_EMU);
+    cr_assert_not_null(adsm_dev_alloc((size_t)60 << 20), "the whole device is free again: %s", adsm_last_error());
+    adsm_shutdown();
+}
