@@ -78,7 +78,7 @@
        ADSM_BACKEND       auto | emu | host | cuda                     (auto: cuda if a GPU answers, else emu)
        ADSM_PROTOCOL      batch | lazy | rolling                       (rolling)
        ADSM_BLOCK_SIZE    power of two, multiple of the page size, 4K..1G; K/M/G suffixes (2M)
-       ADSM_ROLLING_SIZE  dirty blocks kept before eager eviction; 0 = adaptive (0)
+       ADSM_ROLLING_SIZE  dirty blocks kept before eager eviction, at least 2; 0 = adaptive (0)
        ADSM_ROLLING_STEP  adaptive growth per allocation, shrinks on free (2)
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device (CPU count)

@@ -459,7 +459,7 @@ ADSM__PRIVATE adsm_result adsm__bind_pointer(adsm__runtime *rt, const adsm_kerne
 }
 
 ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *l, unsigned char *args,
-                                               adsm__object **writes, size_t *nwrites) {
+                                               adsm__object **writes, uint64_t *writer_before, size_t *nwrites) {
     const adsm_kernel_desc *k = l->kernel;
     for (unsigned i = 0; i < k->nparams; i++) {
         const adsm_param_desc *p = &k->params[i];
@@ -471,7 +471,10 @@ ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *
         if (adsm__access_writes(p->access)) {
             size_t before = l->nwritable;
             adsm__add_range(l->writable, &l->nwritable, o->dev, o->span, p->name);
-            if (l->nwritable > before && !o->device_only) writes[(*nwrites)++] = o;
+            if (l->nwritable > before && !o->device_only) {
+                writer_before[*nwrites] = o->writer_seq;
+                writes[(*nwrites)++] = o;
+            }
         } else {
             adsm__add_range(l->inputs, &l->ninputs, o->dev, o->span, p->name);
         }
@@ -500,6 +503,7 @@ ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, cons
     memcpy(buf, args, k->args_size);
     adsm__launch l;
     adsm__object *writes[ADSM__MAX_PARAMS];
+    uint64_t writer_before[ADSM__MAX_PARAMS];
     size_t nwrites = 0;
     memset(&l, 0, sizeof l);
     l.kernel = k;
@@ -507,14 +511,15 @@ ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, cons
     l.args = buf;
     adsm__lock(&rt->lock);
     l.seq = rt->launch_seq + 1;
-    r = adsm__prepare_launch(rt, &l, buf, writes, &nwrites);
+    r = adsm__prepare_launch(rt, &l, buf, writes, writer_before, &nwrites);
     if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, l.seq);
     if (r == ADSM_OK) r = rt->be->launch(rt->be_ctx, &l);
     if (r == ADSM_OK) {
         ADSM__STORE(&rt->launch_seq, l.seq);
         ADSM__ADD(&rt->stats.launches, 1);
     } else {
-        for (size_t i = 0; i < nwrites; i++) writes[i]->writer_seq = 0; /* no kernel will write them */
+        /* this launch will not write them; an earlier one still may */
+        for (size_t i = 0; i < nwrites; i++) writes[i]->writer_seq = writer_before[i];
     }
     adsm__unlock(&rt->lock);
     free(buf);

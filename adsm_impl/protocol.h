@@ -124,10 +124,11 @@ ADSM__PRIVATE int adsm__writeback_unit(adsm__runtime *rt, adsm__block *b, int as
     return adsm__flush(rt, o, first, count, async);
 }
 
+/* At least 2: one unaligned store may span two blocks, and both must be Dirty at once or they
+ * would evict each other forever. */
 ADSM__PRIVATE size_t adsm__rolling_limit(const adsm__runtime *rt) {
-    if (rt->cfg.rolling_size) return rt->cfg.rolling_size;
-    size_t limit = rt->cfg.rolling_step * rt->nobjects;
-    return limit ? limit : 1;
+    size_t limit = rt->cfg.rolling_size ? rt->cfg.rolling_size : rt->cfg.rolling_step * rt->nobjects;
+    return limit < 2 ? 2 : limit;
 }
 
 /* mprotect fails with ENOMEM when the process would exceed vm.max_map_count mappings: every run

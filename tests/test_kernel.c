@@ -570,3 +570,20 @@ static void write_after_read(adsm_protocol_kind protocol, size_t rolling_size) {
 Test(kernel, later_writes_wait_for_running_kernel_lazy) { write_after_read(ADSM_PROTOCOL_LAZY, 0); }
 Test(kernel, later_writes_wait_for_running_kernel_rolling) { write_after_read(ADSM_PROTOCOL_ROLLING, 0); }
 Test(kernel, later_evictions_wait_for_running_kernel) { write_after_read(ADSM_PROTOCOL_ROLLING, 2); }
+
+/* Regression (found by fuzz/fuzz_protocol.c): a launch refused while binding its arguments must
+ * not forget the earlier kernel that writes one of its OUT objects; a CPU read before adsm_sync
+ * still waits for that kernel. */
+Test(kernel, refused_launch_keeps_earlier_writer) {
+    start_protocol(ADSM_BACKEND_EMU, ADSM_PROTOCOL_LAZY);
+    size_t n = (size_t)1 << 19;
+    int *a = adsm_alloc(n * sizeof *a), *c = adsm_alloc(n * sizeof *c), plain[4] = {0};
+    for (size_t i = 0; i < n; i++) a[i] = 7;
+    cr_assert_eq(ADSM_CALL(slow_copy, adsm_grid_1d((uint32_t)(n / 256), 256), c, a, n), ADSM_OK);
+    /* c again as OUT, then a plain pointer: refused after c was bound */
+    cr_assert_eq(ADSM_CALL(slow_copy, adsm_grid_1d(1, 4), c, plain, 4), ADSM_ERROR_NOT_SHARED);
+    for (size_t i = 0; i < n; i += 4099) cr_assert_eq(c[i], 7, "c[%zu] read before the first kernel finished", i);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(c[n - 1], 7);
+    adsm_shutdown();
+}

@@ -370,3 +370,22 @@ Test(rolling, host_backend_no_stale_read) {
     cr_assert_eq(stats().evictions, 0);
     adsm_shutdown();
 }
+
+/* Regression (found by fuzz/fuzz_protocol.c): one store spanning two blocks needs both Dirty at
+ * once; a rolling size of 1 made them evict each other forever. The limit is at least 2. */
+Test(rolling, store_across_blocks_with_rolling_size_1, .timeout = 20) {
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.protocol = ADSM_PROTOCOL_ROLLING;
+    cfg.block_size = 4096;
+    cfg.rolling_size = 1;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    unsigned char *a = adsm_alloc(2 * 4096);
+    static unsigned char src[64];
+    memset(src, 1, sizeof src);
+    volatile size_t n = 32; /* not a constant: a real (unaligned, possibly vector) copy */
+    memcpy(a + 4096 - 16, src, n);
+    cr_assert_eq(a[4095], 1);
+    cr_assert_eq(a[4096], 1);
+    adsm_shutdown();
+}
