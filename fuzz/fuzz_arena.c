@@ -21,33 +21,14 @@
 #include "adsm_impl/blocktree.h"
 #include "adsm_impl/arena.h"
 
+#include "fuzz/fuzz_common.h"
 #include <stdio.h>
 #include <stdlib.h>
 
 #define MAX_GRANULES 512
 #define MAX_LIVE 64
 
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "fuzz_arena: %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-            abort();                                                                          \
-        }                                                                                     \
-    } while (0)
 
-typedef struct reader {
-    const uint8_t *p;
-    size_t n;
-} reader;
-
-static uint8_t rd8(reader *r) {
-    if (!r->n) return 0;
-    r->n--;
-    return *r->p++;
-}
-static uint16_t rd16(reader *r) { return (uint16_t)(rd8(r) | (rd8(r) << 8)); }
 
 /* ---- reference -------------------------------------------------------------------------------- */
 typedef struct live_alloc {

@@ -21,19 +21,11 @@
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
+#include "fuzz/fuzz_common.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "fuzz_config: %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
 
 enum { V_BACKEND, V_PROTOCOL, V_BLOCK, V_RSIZE, V_RSTEP, V_EMUMEM, V_WORKERS, V_LOG, NVARS };
 static const char *const vars[NVARS] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",     "ADSM_BLOCK_SIZE",
@@ -148,16 +140,6 @@ static expect ref_resolve(const adsm_config *cfg, size_t page, const char *const
 }
 
 /* ---- input -------------------------------------------------------------------------------- */
-typedef struct reader {
-    const uint8_t *p;
-    size_t n;
-} reader;
-
-static uint8_t rd8(reader *r) {
-    if (!r->n) return 0;
-    r->n--;
-    return *r->p++;
-}
 
 static size_t rd_size(reader *r) {
     uint8_t k = rd8(r);

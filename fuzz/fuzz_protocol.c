@@ -32,6 +32,7 @@
 #include "adsm.h"
 
 #include <stdarg.h>
+#include "fuzz/fuzz_common.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,18 +157,6 @@ static int can_write(const object *o) { return o->busy == BUSY_NONE; }
 static int can_read(const object *o) { return o->busy == BUSY_NONE || (o->busy == BUSY_WRITE && tracked()); }
 
 /* ---- input ------------------------------------------------------------------------------------ */
-typedef struct reader {
-    const uint8_t *p;
-    size_t n;
-} reader;
-
-static uint8_t rd8(reader *r) {
-    if (!r->n) return 0;
-    r->n--;
-    return *r->p++;
-}
-static uint16_t rd16(reader *r) { return (uint16_t)(rd8(r) | (rd8(r) << 8)); }
-static uint32_t rd32(reader *r) { return (uint32_t)rd16(r) | (uint32_t)rd16(r) << 16; }
 
 /* The object in slot `k` (mod the live count) that satisfies the rule, or NULL. */
 static object *pick(uint8_t k, int write) {
