@@ -147,6 +147,12 @@
                                     (small constant sizes) never reach it: use adsm_memset /
                                     adsm_memcpy where it matters.
 
+   The explicit path, for baselines and programs that mix styles: adsm_dev_alloc gives a device
+   buffer (the CPU must not touch it), adsm_copy_to_device / adsm_copy_from_device copy between it
+   and plain host memory after every launch issued so far, adsm_dev_free releases it, and
+   ADSM_CALL accepts such device pointers as arguments. No coherence: what you copy is what the
+   device has.
+
    9. LIMITS
    ==========
    x86-64 and aarch64 Linux. Objects are page granular (a 1-byte object uses a page). Each run of
