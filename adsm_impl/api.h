@@ -191,14 +191,26 @@ ADSM__PRIVATE void adsm__object_unwind(adsm__runtime *rt, adsm__object *o, int s
     adsm__object_destroy(o);
 }
 
-ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, int safe, adsm__object **out) {
-    size_t span = ADSM__ALIGN_UP(size, rt->page);
-    size_t align = span >= rt->cfg.block_size ? rt->cfg.block_size : rt->page;
+/* Objects of at least one block start on a block boundary (blocks then match huge pages); smaller
+ * ones on a page. */
+ADSM__PRIVATE size_t adsm__object_align(const adsm__runtime *rt, size_t span) {
+    return span >= rt->cfg.block_size ? rt->cfg.block_size : rt->page;
+}
+
+/* Whether the device has room for span more bytes (shared objects and device buffers share it);
+ * the error names the call. Lock held. */
+ADSM__PRIVATE adsm_result adsm__device_room(adsm__runtime *rt, size_t size, size_t span, const char *fn) {
     size_t capacity = rt->be->capacity(rt->be_ctx);
-    if (span > capacity || rt->device_used > capacity - span)
-        return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY,
-                          "%zu bytes requested; the %s device has %zu of its %zu bytes free", size, rt->be->name,
-                          capacity - ADSM__MIN(capacity, rt->device_used), capacity);
+    if (span <= capacity && rt->device_used <= capacity - span) return ADSM_OK;
+    return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "%s(%zu): the %s device has %zu of its %zu bytes free", fn,
+                      size, rt->be->name, capacity - ADSM__MIN(capacity, rt->device_used), capacity);
+}
+
+ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, int safe, const char *fn,
+                                              adsm__object **out) {
+    size_t span = ADSM__ALIGN_UP(size, rt->page), align = adsm__object_align(rt, span);
+    adsm_result room = adsm__device_room(rt, size, span, fn);
+    if (room != ADSM_OK) return room;
     adsm__object *o = (adsm__object *)calloc(1, sizeof *o);
     size_t nblocks = (span + rt->cfg.block_size - 1) >> rt->cfg.block_shift;
     if (o) o->blocks = (adsm__block *)calloc(nblocks, sizeof *o->blocks);
@@ -259,7 +271,7 @@ ADSM__PRIVATE void *adsm__alloc(size_t size, int safe, const char *fn) {
         return NULL;
     }
     adsm__lock(&rt->lock);
-    adsm_result r = adsm__object_create(rt, size, safe, &o);
+    adsm_result r = adsm__object_create(rt, size, safe, fn, &o);
     adsm__unlock(&rt->lock);
     return r == ADSM_OK ? (void *)o->host : NULL;
 }
@@ -314,7 +326,7 @@ ADSM_API void *adsm_dev_alloc(size_t size) {
                    "adsm_dev_alloc(%zu): %s", size, size ? "larger than the device address range" : "size 0");
         return NULL;
     }
-    size_t span = ADSM__ALIGN_UP(size, rt->page), capacity = rt->be->capacity(rt->be_ctx);
+    size_t span = ADSM__ALIGN_UP(size, rt->page);
     adsm__object *o = (adsm__object *)calloc(1, sizeof *o);
     if (!o) {
         adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_dev_alloc: out of host memory");
@@ -324,13 +336,10 @@ ADSM_API void *adsm_dev_alloc(size_t size) {
     o->span = span;
     o->device_only = 1;
     adsm__lock(&rt->lock);
-    adsm_result r = ADSM_OK;
-    if (span > capacity || rt->device_used > capacity - span)
-        r = adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "adsm_dev_alloc(%zu): the %s device has %zu of %zu bytes free",
-                       size, rt->be->name, capacity - ADSM__MIN(capacity, rt->device_used), capacity);
-    else if (!(o->dev = adsm__arena_alloc(&rt->va_shared, span, span >= rt->cfg.block_size ? rt->cfg.block_size : rt->page)))
+    adsm_result r = adsm__device_room(rt, size, span, "adsm_dev_alloc");
+    if (r == ADSM_OK && !(o->dev = adsm__arena_alloc(&rt->va_shared, span, adsm__object_align(rt, span))))
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_dev_alloc(%zu): out of device address space", size);
-    else if ((r = rt->be->dev_alloc(rt->be_ctx, o->dev, span)) != ADSM_OK)
+    else if (r == ADSM_OK && (r = rt->be->dev_alloc(rt->be_ctx, o->dev, span)) != ADSM_OK)
         adsm__arena_free(&rt->va_shared, o->dev, span);
     if (r == ADSM_OK) {
         o->dev_node.start = o->dev;
