@@ -10,10 +10,6 @@
 #ifndef ADSM__FAULT_INCLUDED
 #define ADSM__FAULT_INCLUDED
 
-ADSM__PRIVATE int adsm__in_reservation(const adsm__runtime *rt, uintptr_t a) {
-    return rt->base != 0 && a >= rt->base && a - rt->base < 2 * rt->half;
-}
-
 /* Hands the fault to whoever would have had it without adsm. */
 ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
     const struct sigaction *prev = &adsm__rt.prev_segv;
@@ -52,7 +48,7 @@ static void adsm__segv_handler(int sig, siginfo_t *si, void *context) {
     adsm__runtime *rt = &adsm__rt;
     uintptr_t a = (uintptr_t)si->si_addr;
     int saved_errno = errno;
-    if (si->si_code <= 0 || !adsm__ready() || !adsm__in_reservation(rt, a)) {
+    if (si->si_code <= 0 || !adsm__ready() || adsm__outside_reservation(rt, a, 1)) {
         adsm__chain(sig, si, context);
         errno = saved_errno;
         return;

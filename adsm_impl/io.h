@@ -188,7 +188,7 @@ ADSM__PRIVATE int adsm__touches_shared(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
     if (n == 0 || !adsm__ready() || adsm__tls_passthrough || adsm__tls_lock_depth > 0) return 0;
     if (n > UINTPTR_MAX - a) n = UINTPTR_MAX - a; /* a wrapping range still starts where it starts */
-    if (a >= rt->base + 2 * rt->half || a + n <= rt->base) return 0; /* outside the reservation */
+    if (adsm__outside_reservation(rt, a, n)) return 0;
     adsm__lock(&rt->lock);
     adsm__tree_node *hit = adsm__tree_find(&rt->objects, a);
     if (!hit) hit = adsm__tree_ceil(&rt->objects, a);
@@ -493,7 +493,7 @@ static adsm__memset_fn adsm__real_memset_fn;
 ADSM__PRIVATE int adsm__mem_is_plain(uintptr_t a, size_t n) {
     adsm__runtime *rt = &adsm__rt;
     return n == 0 || adsm__tls_passthrough || adsm__tls_lock_depth > 0 || !adsm__ready() ||
-           a >= rt->base + 2 * rt->half || a + n <= rt->base;
+           adsm__outside_reservation(rt, a, n);
 }
 
 /* Used only while dlsym itself is finding libc's versions (it might copy memory too). */

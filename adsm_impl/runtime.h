@@ -48,6 +48,12 @@ static adsm__runtime adsm__rt = {.init_mutex = PTHREAD_MUTEX_INITIALIZER, .procm
 
 ADSM__PRIVATE int adsm__ready(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY; }
 
+/* Whether [a, a + n) misses adsm's address reservation entirely (always, before initialisation).
+ * Signal-safe. */
+ADSM__PRIVATE int adsm__outside_reservation(const adsm__runtime *rt, uintptr_t a, size_t n) {
+    return rt->base == 0 || a >= rt->base + 2 * rt->half || a + n <= rt->base;
+}
+
 ADSM__PRIVATE void adsm__log(adsm_log_level level, const char *fmt, ...) {
     static const char *names[] = {"", "error", "warn", "info", "debug"};
     adsm_log_level limit = adsm__rt.cfg.log_level ? adsm__rt.cfg.log_level : ADSM_LOG_WARN;
