@@ -206,13 +206,17 @@ extern "C" {
     X(ADSM_ERROR_DEVICE_LOST, -11, "device lost")                                                \
     X(ADSM_ERROR_SYSTEM, -12, "operating system call failed")                                    \
     X(ADSM_ERROR_ALREADY_INITIALIZED, -13, "runtime already initialised")                        \
-    X(ADSM_ERROR_UNSUPPORTED, -14, "not supported")
+    X(ADSM_ERROR_UNSUPPORTED, -14, "not supported")                                              \
+    X(ADSM_ERROR_KERNEL_NOT_FOUND, -15, "no loaded module has a kernel of that name")            \
+    X(ADSM_ERROR_INVALID_MODULE, -16, "module image or source rejected")                         \
+    X(ADSM_ERROR_LAUNCH_FAILED, -17, "kernel launch failed")                                     \
+    X(ADSM_ERROR_DRIVER, -18, "device driver call failed")
 
 typedef enum adsm_result {
 #define ADSM__RESULT_ENUM(name, value, text) name = value,
     ADSM_RESULT_LIST(ADSM__RESULT_ENUM)
 #undef ADSM__RESULT_ENUM
-    ADSM__RESULT_END_ = -15
+    ADSM__RESULT_END_ = -19
 } adsm_result;
 
 /* ---- configuration ------------------------------------------------------------------------ */
@@ -248,6 +252,8 @@ typedef struct adsm_config {
     size_t emu_memory;   /* bytes; 0 = ADSM_EMU_MEMORY or the default */
     unsigned emu_workers;
     adsm_log_level log_level;
+    int device;          /* cuda: device ordinal + 1 (0 = ADSM_DEVICE or the first device) */
+    size_t cuda_staging; /* cuda: bytes per pinned staging buffer; 0 = ADSM_CUDA_STAGING or 8M */
 } adsm_config;
 
 /* ---- statistics --------------------------------------------------------------------------- */
@@ -329,6 +335,17 @@ ADSM_API adsm_result adsm_copy_to_device(void *dev, const void *host, size_t n);
 ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n);
 
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *kernel, adsm_grid grid, const void *args);
+
+/* Device code for the cuda backend. Kernels are found by their ADSM_KERNEL name in every module
+   loaded so far. An image is PTX text (NUL-terminated), a cubin or a fatbin; size may be 0 for
+   PTX. Source is CUDA C compiled at run time by NVRTC (loaded with dlopen), with `options`
+   (NULL-terminated, may be NULL) passed to the compiler after adsm's own -arch. On the emu and
+   host backends kernels run from their CPU bodies, so these calls only check their arguments (a
+   file must be readable) and return ADSM_OK: a program that loads its CUDA code unconditionally
+   runs unchanged on every backend. */
+ADSM_API adsm_result adsm_module_load_image(const void *image, size_t size);
+ADSM_API adsm_result adsm_module_load_file(const char *path);
+ADSM_API adsm_result adsm_module_load_source(const char *cuda_source, const char *const *options);
 
 ADSM_API adsm_result adsm_get_stats(adsm_stats *out);
 ADSM_API adsm_result adsm_reset_stats(void);
@@ -468,6 +485,15 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 
 /* Launches a declared kernel asynchronously; the arguments are checked against its declaration. */
 #define ADSM_CALL(kname, grid, ...) adsm__launch_##kname((grid), __VA_ARGS__)
+
+/* CUDA C kept next to the CPU body, as a string for adsm_module_load_source:
+       static const char *vecadd_cuda = ADSM_CUDA_SOURCE(
+           extern "C" __global__ void vecadd(float *c, const float *a, const float *b, size_t n) {
+               size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+               if (i < n) c[i] = a[i] + b[i];
+           });
+   The text must not contain preprocessor directives or unbalanced parentheses. */
+#define ADSM_CUDA_SOURCE(...) #__VA_ARGS__
 
 /* Runs `statement` for every flattened global thread index of this invocation, as size_t i. */
 #define ADSM_FOR_EACH_THREAD(g, i) for (size_t i = (g).begin; i < (g).end; ++i)

@@ -432,6 +432,58 @@ ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n
     return adsm__explicit_copy((void *)dev, host, n, 0);
 }
 
+/* ---- device code ---------------------------------------------------------------------------- */
+ADSM__PRIVATE adsm_result adsm__module_load(const void *image, size_t size, int source, const char *const *options,
+                                            const char *fn) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm_result r;
+    if (!image) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: NULL %s", fn, source ? "source" : "image");
+    if ((r = adsm__ensure()) != ADSM_OK) return r;
+    if (!rt->be->module_load) return ADSM_OK; /* kernels run from their CPU bodies here */
+    return rt->be->module_load(rt->be_ctx, image, size, source, options);
+}
+
+ADSM_API adsm_result adsm_module_load_image(const void *image, size_t size) {
+    return adsm__module_load(image, size, 0, NULL, "adsm_module_load_image");
+}
+
+ADSM_API adsm_result adsm_module_load_source(const char *cuda_source, const char *const *options) {
+    return adsm__module_load(cuda_source, cuda_source ? strlen(cuda_source) : 0, 1, options,
+                             "adsm_module_load_source");
+}
+
+/* Reads a whole file into a NUL-terminated buffer (PTX is text). */
+ADSM__PRIVATE adsm_result adsm__read_file(const char *path, char **out, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0) buf = (char *)malloc((size_t)len + 1);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    int e = errno;
+    if (f) fclose(f);
+    if (!buf) return adsm__fail(ADSM_ERROR_SYSTEM, "adsm_module_load_file: cannot read '%s': %s", path, strerror(e));
+    buf[len] = 0;
+    *out = buf;
+    *size = (size_t)len;
+    return ADSM_OK;
+}
+
+ADSM_API adsm_result adsm_module_load_file(const char *path) {
+    char *image;
+    size_t size;
+    if (!path) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_module_load_file: NULL path");
+    adsm_result r = adsm__read_file(path, &image, &size);
+    if (r != ADSM_OK) return r;
+    if (size == 0) r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load_file: '%s' is empty", path);
+    else r = adsm__module_load(image, size, 0, NULL, "adsm_module_load_file");
+    free(image);
+    return r;
+}
+
 /* ---- launches ----------------------------------------------------------------------------- */
 ADSM__PRIVATE void adsm__add_range(adsm__range *ranges, size_t *n, uintptr_t addr, size_t len, const char *param) {
     for (size_t i = 0; i < *n; i++)

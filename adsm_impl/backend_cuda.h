@@ -11,7 +11,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: not available in this build of adsm");
 }
 
-static const adsm__backend_vtbl adsm__backend_cuda = {"cuda", 1, 0, adsm__cuda_init, NULL, NULL, NULL, NULL, NULL,
+static const adsm__backend_vtbl adsm__backend_cuda = {"cuda", 1, 0, adsm__cuda_init, NULL, NULL, NULL, NULL, NULL, NULL,
                                                       NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 #endif /* ADSM__BACKEND_CUDA_INCLUDED */

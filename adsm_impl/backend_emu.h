@@ -523,6 +523,6 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
 static const adsm__backend_vtbl adsm__backend_emu = {
     "emu", 1, ADSM__EMU_MAX_ARGS, adsm__emu_init, adsm__emu_shutdown, adsm__emu_capacity, adsm__emu_dev_alloc, adsm__emu_dev_free,
     adsm__emu_to_device, adsm__emu_from_device, adsm__emu_drain, adsm__emu_launch, adsm__emu_wait,
-    adsm__emu_synchronize, adsm__emu_dev_memset, adsm__emu_dev_copy};
+    adsm__emu_synchronize, adsm__emu_dev_memset, adsm__emu_dev_copy, NULL};
 
 #endif /* ADSM__BACKEND_EMU_INCLUDED */

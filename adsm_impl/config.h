@@ -15,6 +15,7 @@
 #define ADSM__MAX_BLOCK_SIZE ((size_t)1 << 30)
 #define ADSM__MAX_EMU_MEMORY ((size_t)1 << 40)
 #define ADSM__DEFAULT_ROLLING_STEP 2
+#define ADSM__DEFAULT_CUDA_STAGING ((size_t)8 << 20)
 
 typedef struct adsm__settings {
     adsm_backend_kind backend;
@@ -26,6 +27,11 @@ typedef struct adsm__settings {
     size_t emu_memory;
     unsigned emu_workers;
     adsm_log_level log_level;
+    int device;              /* cuda device ordinal */
+    size_t cuda_staging;     /* bytes per pinned staging buffer */
+    int cuda_same_address;   /* 0: always translate device addresses (ADSM_CUDA_SAME_ADDRESS=0) */
+    char cuda_driver[256];   /* driver library to dlopen; empty: libcuda.so.1, then libcuda.so */
+    char nvrtc_library[256]; /* NVRTC library to dlopen; empty: the usual names */
 } adsm__settings;
 
 typedef struct adsm__name_value {
@@ -105,6 +111,40 @@ ADSM__PRIVATE adsm_result adsm__env_size(const char *var, size_t *field, int zer
 }
 
 
+/* Copies a path-like environment variable into a fixed buffer, refusing values that do not fit. */
+ADSM__PRIVATE adsm_result adsm__env_path(const char *var, char *out, size_t cap) {
+    const char *v = getenv(var);
+    out[0] = 0;
+    if (v == NULL || *v == 0) return ADSM_OK;
+    if (strlen(v) >= cap) return adsm__bad_env(var, v, "path too long");
+    memcpy(out, v, strlen(v) + 1);
+    return ADSM_OK;
+}
+
+/* The cuda backend's settings: ADSM_DEVICE, ADSM_CUDA_STAGING, ADSM_CUDA_SAME_ADDRESS,
+ * ADSM_CUDA_DRIVER and ADSM_NVRTC_LIBRARY. */
+ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settings *s) {
+    adsm_result r;
+    size_t device = 0, staging = c->cuda_staging;
+    const char *v = getenv("ADSM_DEVICE");
+    if (c->device > 0) device = (size_t)c->device - 1;
+    else if (c->device < 0) return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.device: %d is negative", c->device);
+    else if (v && *v && (adsm__parse_size(v, &device) != 0 || strpbrk(v, "kKmMgGtTiIbB")))
+        return adsm__bad_env("ADSM_DEVICE", v, "expected a device number such as 0 or 1");
+    if ((r = adsm__env_size("ADSM_CUDA_STAGING", &staging, 0)) != ADSM_OK) return r;
+    s->device = device > 1023 ? 1024 : (int)device;
+    s->cuda_staging = staging ? staging : ADSM__DEFAULT_CUDA_STAGING;
+    s->cuda_same_address = 1;
+    v = getenv("ADSM_CUDA_SAME_ADDRESS");
+    if (v && *v) {
+        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+            return adsm__bad_env("ADSM_CUDA_SAME_ADDRESS", v, "expected 1 (try) or 0 (always translate)");
+        s->cuda_same_address = v[0] == '1';
+    }
+    if ((r = adsm__env_path("ADSM_CUDA_DRIVER", s->cuda_driver, sizeof s->cuda_driver)) != ADSM_OK) return r;
+    return adsm__env_path("ADSM_NVRTC_LIBRARY", s->nvrtc_library, sizeof s->nvrtc_library);
+}
+
 ADSM__PRIVATE unsigned adsm__log2(size_t x) {
     unsigned s = 0;
     while (((size_t)1 << s) < x) s++;
@@ -127,6 +167,13 @@ ADSM__PRIVATE adsm_result adsm__validate(adsm__settings *s, size_t page) {
     if (s->emu_memory < ((size_t)1 << 20) || s->emu_memory > ADSM__MAX_EMU_MEMORY)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_MEMORY: %zu bytes is outside 1M..1T",
                           s->emu_memory);
+    if (s->device < 0 || s->device > 1023)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_DEVICE: %d is outside 0..1023", s->device);
+    if (s->cuda_staging < ((size_t)64 << 10) || s->cuda_staging > ((size_t)1 << 30) ||
+        s->cuda_staging % page)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG,
+                          "ADSM_CUDA_STAGING: %zu bytes must be a multiple of the page size within 64K..1G",
+                          s->cuda_staging);
     if (s->emu_workers == 0 || s->emu_workers > 256)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_WORKERS: %u is outside 1..256", s->emu_workers);
     s->block_shift = adsm__log2(s->block_size);
@@ -149,6 +196,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         (r = adsm__env_size("ADSM_EMU_MEMORY", &c.emu_memory, 0)))
         return r;
     if (c.emu_workers == 0 && (r = adsm__env_size("ADSM_EMU_WORKERS", &workers, 0))) return r;
+    if ((r = adsm__cuda_settings(&c, s)) != ADSM_OK) return r;
     if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_ROLLING ||
         log < 0 || log > ADSM_LOG_DEBUG)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config: backend, protocol or log_level out of range");
