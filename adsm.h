@@ -266,6 +266,8 @@ typedef struct adsm_stats {
     uint64_t fault_ns;                        /* time spent resolving faults */
     uint64_t h2d_ns, d2h_ns;                  /* time spent copying each way (async copies included) */
     uint64_t objects, object_bytes;           /* live shared objects and their bytes (not reset) */
+    uint64_t translated_args;                 /* cuda: pointer arguments moved to device addresses
+                                                 (non-zero only when device and host addresses differ) */
 } adsm_stats;
 
 /* ---- kernels -------------------------------------------------------------------------------- */

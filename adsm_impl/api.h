@@ -30,6 +30,25 @@ ADSM__PRIVATE adsm_result adsm__reserve(adsm__runtime *rt) {
     return ADSM_OK;
 }
 
+/* Moves the (still empty) reservation to [to, to + 2 * half), over whatever is mapped there: the
+ * cuda backend's device range, whose host placeholder the driver made (GMAC's order). */
+ADSM__PRIVATE adsm_result adsm__move_reservation(adsm__runtime *rt, uintptr_t to) {
+    size_t total = 2 * rt->half;
+    if (rt->nobjects || (to < rt->base + total && rt->base < to + total))
+        return adsm__fail(ADSM_ERROR_UNSUPPORTED, "cannot move the address reservation");
+    void *p = mmap((void *)to, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (p == MAP_FAILED) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot map at %p: %s", (void *)to, strerror(errno));
+    munmap((void *)rt->base, total);
+    madvise((void *)to, total, MADV_HUGEPAGE);
+    adsm__arena_destroy(&rt->va_shared);
+    adsm__arena_destroy(&rt->va_safe);
+    rt->base = to;
+    if (adsm__arena_init(&rt->va_shared, to, rt->half, rt->page) != 0 ||
+        adsm__arena_init(&rt->va_safe, to + rt->half, rt->half, rt->page) != 0)
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of memory while initialising");
+    return ADSM_OK;
+}
+
 ADSM__PRIVATE const adsm__protocol_vtbl *adsm__protocol_for(adsm_protocol_kind kind) {
     switch (kind) {
     case ADSM_PROTOCOL_BATCH: return &adsm__protocol_batch;
@@ -58,6 +77,15 @@ ADSM__PRIVATE adsm_result adsm__backend_start(adsm__runtime *rt) {
     return r;
 }
 
+/* Device addresses as the program sees them (adsm_safe, adsm_dev_alloc, kernel arguments) and as
+ * adsm keeps them; they differ only on cuda when translating. */
+ADSM__PRIVATE uintptr_t adsm__dev_out(const adsm__runtime *rt, uintptr_t dev) {
+    return dev + (uintptr_t)rt->dev_delta;
+}
+ADSM__PRIVATE uintptr_t adsm__dev_in(const adsm__runtime *rt, uintptr_t dev) {
+    return dev - (uintptr_t)rt->dev_delta;
+}
+
 ADSM__PRIVATE void adsm__release_reservation(adsm__runtime *rt) {
     adsm__arena_destroy(&rt->va_shared);
     adsm__arena_destroy(&rt->va_safe);
@@ -83,6 +111,7 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
         adsm__release_reservation(rt);
         return r;
     }
+    rt->dev_delta = rt->be == &adsm__backend_cuda ? adsm__cuda_delta(rt->be_ctx) : 0;
     rt->proto = rt->be->moves_data ? adsm__protocol_for(rt->cfg.protocol) : &adsm__protocol_untracked;
     if ((r = adsm__fault_install(rt)) != ADSM_OK) {
         rt->be->shutdown(rt->be_ctx);
@@ -285,7 +314,7 @@ ADSM_API void *adsm_safe(const void *host_ptr) {
     adsm__lock(&rt->lock);
     uintptr_t a = (uintptr_t)host_ptr, dev = 0;
     adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
-    if (o && a < o->host + o->size) dev = o->dev + (a - o->host);
+    if (o && a < o->host + o->size) dev = adsm__dev_out(rt, o->dev + (a - o->host));
     adsm__unlock(&rt->lock);
     if (!dev) adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_safe(%p): not inside a live shared object", host_ptr);
     return (void *)dev;
@@ -352,12 +381,12 @@ ADSM_API void *adsm_dev_alloc(size_t size) {
         free(o);
         return NULL;
     }
-    return (void *)o->dev;
+    return (void *)adsm__dev_out(rt, o->dev);
 }
 
 /* The device-only object holding [dev, dev + n), or NULL with the error set. Lock held. */
 ADSM__PRIVATE adsm__object *adsm__device_buffer(adsm__runtime *rt, const void *dev, size_t n, const char *fn) {
-    uintptr_t a = (uintptr_t)dev;
+    uintptr_t a = adsm__dev_in(rt, (uintptr_t)dev);
     adsm__tree_node *node = adsm__tree_find(&rt->safe_dev, a);
     adsm__object *o = node ? ADSM__CONTAINER_OF(node, adsm__object, dev_node) : NULL;
     if (!o || !o->device_only) {
@@ -380,7 +409,7 @@ ADSM_API adsm_result adsm_dev_free(void *dev) {
     adsm__lock(&rt->lock);
     adsm__object *o = adsm__device_buffer(rt, dev, 0, "adsm_dev_free");
     adsm_result r = adsm__tls_result;
-    if (o && (uintptr_t)dev != o->dev) {
+    if (o && adsm__dev_in(rt, (uintptr_t)dev) != o->dev) {
         r = adsm__fail(ADSM_ERROR_NOT_OBJECT_START, "adsm_dev_free(%p): not the start of its buffer", dev);
         o = NULL;
     }
@@ -412,11 +441,11 @@ ADSM__PRIVATE adsm_result adsm__explicit_copy(void *dev, const void *host, size_
     adsm__object *o = adsm__device_buffer(rt, dev, n, fn);
     r = o ? ADSM_OK : adsm__tls_result;
     if (o && to_device) {
-        if (rt->be->to_device(rt->be_ctx, (uintptr_t)dev, (uintptr_t)host, n, 0) != 0)
+        if (rt->be->to_device(rt->be_ctx, adsm__dev_in(rt, (uintptr_t)dev), (uintptr_t)host, n, 0) != 0)
             r = adsm__fail(ADSM_ERROR_SYSTEM, "%s failed", fn);
         else adsm__stats_h2d(&rt->stats, n);
     } else if (o) {
-        if (rt->be->from_device(rt->be_ctx, (uintptr_t)host, (uintptr_t)dev, n) != 0)
+        if (rt->be->from_device(rt->be_ctx, (uintptr_t)host, adsm__dev_in(rt, (uintptr_t)dev), n) != 0)
             r = adsm__fail(ADSM_ERROR_SYSTEM, "%s failed", fn);
         else adsm__stats_d2h(&rt->stats, n);
     }
@@ -508,8 +537,12 @@ ADSM__PRIVATE adsm_result adsm__bind_pointer(adsm__runtime *rt, const adsm_kerne
         void *dev = (void *)(o->dev + (a - o->host));
         memcpy(args + p->offset, &dev, sizeof dev);
     } else if (!o) {
-        adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, a); /* already a device address */
-        if (n) o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
+        adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, adsm__dev_in(rt, a)); /* already a device address */
+        if (n) {
+            o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
+            void *dev = (void *)adsm__dev_in(rt, a); /* the backend translates it back */
+            memcpy(args + p->offset, &dev, sizeof dev);
+        }
     }
     if (!o)
         return adsm__fail(ADSM_ERROR_NOT_SHARED,
@@ -548,7 +581,7 @@ ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, cons
     adsm_result r;
     if ((r = adsm__ensure()) != ADSM_OK) return r;
     if ((r = adsm__check_kernel_desc(k)) != ADSM_OK) return r;
-    if (!k->body)
+    if (!k->body && !rt->be->module_load) /* cuda finds kernels in modules instead */
         return adsm__fail(ADSM_ERROR_NO_KERNEL_BODY, "kernel '%s' has no body: define void %s(adsm_grid, ...)",
                           k->name, k->name);
     if (!args) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': NULL argument block", k->name);

@@ -1,17 +1,1012 @@
-/* adsm_impl/backend_cuda.h -- placeholder for the CUDA driver API backend.
+/* adsm_impl/backend_cuda.h -- the CUDA driver API backend.
  *
- * The backend table has its slot so that ADSM_BACKEND=cuda is a recognised choice; until the
- * driver backend lands, initialising it reports ADSM_ERROR_BACKEND_UNAVAILABLE and
- * ADSM_BACKEND=auto moves on to emu. Runs in normal thread context during initialisation. */
+ * The driver is opened with dlopen (ADSM_CUDA_DRIVER, else libcuda.so.1, else libcuda.so) and
+ * every entry point comes from cuGetProcAddress at the ABI version listed in cuda_driver.h, so
+ * adsm builds without CUDA installed. Shared objects keep one address on both sides when the
+ * driver lets the device range sit where the host range is (or the host range move onto the
+ * device range, as GMAC did); otherwise device addresses are host addresses plus one constant,
+ * and pointer arguments are translated at each launch. Device memory is VMM memory mapped in
+ * granules on demand. Copies go through pinned staging buffers, two per direction, so the CPU
+ * copy of one chunk overlaps the DMA of the next.
+ *
+ * Contexts: to_device/from_device/drain/wait run in the SIGSEGV handler under the runtime lock,
+ * so they only queue commands and wait on futexes. Every driver call that moves data or launches
+ * is made by the engine thread, in queue order, which also keeps the streams ordered with events
+ * (copies after the kernels queued before them, kernels after the copies queued before them).
+ * The completion thread waits for kernel events and publishes finished launches. Neither thread
+ * ever takes the runtime lock. Initialisation, shutdown, module loading and kernel lookup run in
+ * normal thread context. */
 #ifndef ADSM__BACKEND_CUDA_INCLUDED
 #define ADSM__BACKEND_CUDA_INCLUDED
 
-ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
-    (void)rt; (void)ctx;
-    return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: not available in this build of adsm");
+#include "cuda_driver.h"
+
+#define ADSM__CUDA_MAX_ARGS 4096
+#define ADSM__CUDA_RING 64    /* queued engine commands */
+#define ADSM__CUDA_EVENTS 256 /* launches in flight */
+#define ADSM__CUDA_SLOTS 2    /* staging buffers per direction */
+#define ADSM__CUDA_MAX_KERNELS 256
+
+typedef struct adsm__cu_api {
+#define ADSM__CU_FIELD(name, version, required, ret, params) adsm__pfn_##name name;
+    ADSM__CU_FUNCS(ADSM__CU_FIELD)
+#undef ADSM__CU_FIELD
+} adsm__cu_api;
+
+typedef struct adsm__nvrtc_api {
+#define ADSM__NVRTC_FIELD(name, ret, params) adsm__pfn_##name name;
+    ADSM__NVRTC_FUNCS(ADSM__NVRTC_FIELD)
+#undef ADSM__NVRTC_FIELD
+} adsm__nvrtc_api;
+
+enum { ADSM__CMD_H2D = 1, ADSM__CMD_D2H, ADSM__CMD_D2D, ADSM__CMD_MEMSET, ADSM__CMD_LAUNCH, ADSM__CMD_MAP,
+       ADSM__CMD_UNMAP, ADSM__CMD_QUIT };
+
+typedef struct adsm__cuda_cmd {
+    int type, status, value;
+    uintptr_t dst, src; /* device addresses are adsm's (before translation) */
+    size_t n;
+    uint64_t seq;
+    const adsm_kernel_desc *kernel;
+    adsm__cu_function fn;
+    unsigned grid[3], block[3];
+    _Alignas(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
+} adsm__cuda_cmd;
+
+typedef struct adsm__cuda_kernel {
+    const adsm_kernel_desc *desc;
+    adsm__cu_function fn;
+} adsm__cuda_kernel;
+
+typedef struct adsm__cuda {
+    adsm__runtime *rt;
+    adsm__cu_api cu;
+    void *lib;
+    adsm__cu_device device;
+    adsm__cu_context ctx;
+    int ctx_retained, cc_major, cc_minor, max_threads, has_param_info;
+    char device_name[128];
+    size_t capacity;
+
+    /* address space: device address = adsm address + delta */
+    uintptr_t base;
+    size_t half;
+    adsm__cu_deviceptr va;
+    size_t va_size;
+    int va_moved_host; /* the host reservation was moved onto the device range */
+    intptr_t delta;
+
+    /* device memory, mapped per granule */
+    size_t granule;
+    uint32_t *granule_refs;
+    adsm__cu_mem_handle *granule_handles;
+
+    adsm__cu_stream kstream, h2d, d2h;
+    adsm__cu_event h2d_last, k_last, h2d_slot_ev[ADSM__CUDA_SLOTS], d2h_slot_ev[ADSM__CUDA_SLOTS];
+    unsigned char *h2d_stage[ADSM__CUDA_SLOTS], *d2h_stage[ADSM__CUDA_SLOTS];
+    size_t stage_size;
+    int pinned, h2d_next;
+
+    /* engine queue: producers hold the runtime lock; one consumer, the engine thread */
+    adsm__cuda_cmd *ring;
+    int ring_tail, ring_done;
+    pthread_t engine, completion;
+    int engine_started, completion_started;
+
+    /* launches: the engine records kernel events, the completion thread waits for them */
+    adsm__cu_event kev[ADSM__CUDA_EVENTS];
+    const adsm_kernel_desc *kev_kernel[ADSM__CUDA_EVENTS];
+    uint64_t issued_seq, completed_seq;
+    int issued_gen, completion_gen, lost, quitting;
+    pthread_mutex_t error_mutex;
+    adsm_result first_error;
+    char error_text[400];
+    pthread_mutex_t module_mutex;
+
+    /* modules and the kernels found in them (normal context, runtime lock) */
+    adsm__cu_module *modules;
+    size_t nmodules;
+    adsm__cuda_kernel kernels[ADSM__CUDA_MAX_KERNELS];
+    size_t nkernels;
+    void *nvrtc_lib;
+    adsm__nvrtc_api nvrtc;
+} adsm__cuda;
+
+/* ---- errors -------------------------------------------------------------------------------- */
+ADSM__PRIVATE const char *adsm__cu_name(const adsm__cuda *c, adsm__cu_result r) {
+    const char *s = NULL;
+    if (c && c->cu.cuGetErrorName && c->cu.cuGetErrorName(r, &s) == 0 && s) return s;
+    switch (r) {
+#define ADSM__CU_NAME_CASE(name, value) case value: return #name;
+        ADSM__CU_RESULTS(ADSM__CU_NAME_CASE)
+#undef ADSM__CU_NAME_CASE
+    default: return "CUDA_ERROR_(unknown code)";
+    }
 }
 
-static const adsm__backend_vtbl adsm__backend_cuda = {"cuda", 1, 0, adsm__cuda_init, NULL, NULL, NULL, NULL, NULL, NULL,
-                                                      NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+ADSM__PRIVATE const char *adsm__cu_text(const adsm__cuda *c, adsm__cu_result r) {
+    const char *s = NULL;
+    if (c && c->cu.cuGetErrorString && c->cu.cuGetErrorString(r, &s) == 0 && s) return s;
+    return "no description";
+}
+
+/* Formats "<what>: CUDA_ERROR_X (description)" into buf. */
+ADSM__PRIVATE void adsm__cu_describe(const adsm__cuda *c, adsm__cu_result r, const char *what, char *buf,
+                                     size_t size) {
+    snprintf(buf, size, "%s: %s (%s)", what, adsm__cu_name(c, r), adsm__cu_text(c, r));
+}
+
+/* The adsm code for a driver error: kernel faults poison the context (CUDA's sticky errors). */
+ADSM__PRIVATE adsm_result adsm__cu_code(adsm__cu_result r) {
+    switch (r) {
+    case ADSM__CUDA_ERROR_OUT_OF_MEMORY: return ADSM_ERROR_DEVICE_OUT_OF_MEMORY;
+    case ADSM__CUDA_ERROR_ILLEGAL_ADDRESS: case ADSM__CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case ADSM__CUDA_ERROR_MISALIGNED_ADDRESS: case ADSM__CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case ADSM__CUDA_ERROR_HARDWARE_STACK_ERROR: case ADSM__CUDA_ERROR_ASSERT:
+    case ADSM__CUDA_ERROR_LAUNCH_FAILED: case ADSM__CUDA_ERROR_LAUNCH_TIMEOUT: return ADSM_ERROR_KERNEL_CRASHED;
+    default: return ADSM_ERROR_DRIVER;
+    }
+}
+
+ADSM__PRIVATE adsm_result adsm__cu_fail(const adsm__cuda *c, adsm__cu_result r, const char *what) {
+    char text[300];
+    adsm__cu_describe(c, r, what, text, sizeof text);
+    return adsm__fail(adsm__cu_code(r), "cuda backend: %s", text);
+}
+
+/* Remembers the first device-side error for adsm_sync; any error after a kernel fault, or any
+ * failure of the engine's own calls, marks the device lost (CUDA contexts do not recover). */
+ADSM__PRIVATE void adsm__cuda_record_error(adsm__cuda *c, adsm_result code, const char *text, int lost) {
+    pthread_mutex_lock(&c->error_mutex);
+    if (c->first_error == ADSM_OK) {
+        c->first_error = code;
+        snprintf(c->error_text, sizeof c->error_text, "%s", text);
+    }
+    pthread_mutex_unlock(&c->error_mutex);
+    if (lost) {
+        ADSM__STORE(&c->lost, 1);
+        ADSM__ADD(&c->completion_gen, 1);
+        adsm__futex_wake_all(&c->completion_gen);
+    }
+}
+
+/* ---- loading the driver ---------------------------------------------------------------------- */
+ADSM__PRIVATE adsm_result adsm__cuda_open(adsm__cuda *c, const char *configured) {
+    static const char *const names[] = {"libcuda.so.1", "libcuda.so"};
+    const char *tried = configured[0] ? configured : names[0];
+    c->lib = configured[0] ? dlopen(configured, RTLD_NOW | RTLD_LOCAL) : NULL;
+    for (size_t i = 0; !configured[0] && !c->lib && i < 2; i++) c->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!c->lib)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: no CUDA driver (%s cannot be loaded: %s)",
+                          tried, dlerror());
+    adsm__pfn_cuGetProcAddress get;
+    *(void **)&get = dlsym(c->lib, ADSM__CU_GET_PROC_ADDRESS_SYMBOL); /* POSIX's way round ISO C's rule */
+    if (!get)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
+                          "cuda backend: the CUDA driver is too old (no %s; adsm needs a CUDA 12.0 driver)",
+                          ADSM__CU_GET_PROC_ADDRESS_SYMBOL);
+    adsm__cu_result r;
+    adsm__cu_proc_query_result status;
+#define ADSM__CU_RESOLVE(name, version, required, ret, params)                                                     \
+    status = 0;                                                                                                    \
+    r = get(#name, (void **)&c->cu.name, version < 12000 ? ADSM__CU_ABI_VERSION : version,                        \
+            ADSM__CU_GET_PROC_ADDRESS_DEFAULT, &status);                                                           \
+    if (r == ADSM__CUDA_ERROR_STUB_LIBRARY)                                                                        \
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,                                                          \
+                          "cuda backend: no CUDA driver (%s is the toolkit's stub library, CUDA_ERROR_STUB_LIBRARY)", \
+                          tried);                                                                                  \
+    if ((r != 0 || status != 0 || !c->cu.name) && required)                                                        \
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,                                                          \
+                          "cuda backend: the CUDA driver lacks %s (ABI %d, error %d, status %d); adsm needs CUDA 12.0", \
+                          #name, version, (int)r, (int)status);                                                    \
+    if (r != 0 || status != 0) c->cu.name = NULL;
+    ADSM__CU_FUNCS(ADSM__CU_RESOLVE)
+#undef ADSM__CU_RESOLVE
+    return ADSM_OK;
+}
+
+/* cuInit, the driver version, the device and its primary context. */
+ADSM__PRIVATE adsm_result adsm__cuda_device(adsm__cuda *c, int ordinal) {
+    char text[300];
+    int version = 0, count = 0, vmm = 0;
+    adsm__cu_result r = c->cu.cuInit(0);
+    if (r == ADSM__CUDA_ERROR_STUB_LIBRARY)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
+                          "cuda backend: no CUDA driver (the loaded libcuda is the toolkit's stub library)");
+    if (r == ADSM__CUDA_ERROR_NO_DEVICE)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: the CUDA driver sees no device");
+    if (r != 0) {
+        adsm__cu_describe(c, r, "cuInit", text, sizeof text);
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: not available: %s", text);
+    }
+    if (c->cu.cuDriverGetVersion(&version) != 0 || version < ADSM__CU_ABI_VERSION)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
+                          "cuda backend: the CUDA driver supports CUDA %d.%d; adsm needs 12.0 or newer",
+                          version / 1000, version % 1000 / 10);
+    if (c->cu.cuDeviceGetCount(&count) != 0 || count == 0)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: the CUDA driver sees no device");
+    if (ordinal >= count)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_DEVICE=%d: there are only %d CUDA devices", ordinal, count);
+    if ((r = c->cu.cuDeviceGet(&c->device, ordinal)) != 0) return adsm__cu_fail(c, r, "cuDeviceGet");
+    c->cu.cuDeviceGetName(c->device_name, (int)sizeof c->device_name, c->device);
+    c->cu.cuDeviceGetAttribute(&c->cc_major, ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->device);
+    c->cu.cuDeviceGetAttribute(&c->cc_minor, ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->device);
+    c->cu.cuDeviceGetAttribute(&c->max_threads, ADSM__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, c->device);
+    c->cu.cuDeviceGetAttribute(&vmm, ADSM__CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, c->device);
+    if (!vmm)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
+                          "cuda backend: device %d (%s) lacks virtual memory management (cuMemMap)", ordinal,
+                          c->device_name);
+    if ((r = c->cu.cuDevicePrimaryCtxRetain(&c->ctx, c->device)) != 0)
+        return adsm__cu_fail(c, r, "cuDevicePrimaryCtxRetain");
+    c->ctx_retained = 1;
+    if ((r = c->cu.cuCtxSetCurrent(c->ctx)) != 0) return adsm__cu_fail(c, r, "cuCtxSetCurrent");
+    size_t free_bytes = 0, total = 0;
+    if ((r = c->cu.cuMemGetInfo(&free_bytes, &total)) != 0) return adsm__cu_fail(c, r, "cuMemGetInfo");
+    c->capacity = free_bytes;
+    c->has_param_info = c->cu.cuFuncGetParamInfo != NULL;
+    return ADSM_OK;
+}
+
+/* ---- address space ------------------------------------------------------------------------- */
+ADSM__PRIVATE adsm_result adsm__move_reservation(adsm__runtime *rt, uintptr_t to); /* api.h */
+
+ADSM__PRIVATE adsm__cu_mem_alloc_prop adsm__cuda_prop(const adsm__cuda *c) {
+    adsm__cu_mem_alloc_prop prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = ADSM__CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requested_handle_types = ADSM__CU_MEM_HANDLE_TYPE_NONE;
+    prop.location.type = ADSM__CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = c->device;
+    return prop;
+}
+
+/* Puts the device range for adsm's shared half [base, base + half): at the same address if the
+ * driver takes the hint; else the host reservation moves onto a device range the driver chose
+ * (GMAC's order); else any device range, with translation. */
+ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime *rt) {
+    adsm__cu_result r;
+    adsm__cu_deviceptr got = 0;
+    size_t align = ADSM__MAX(c->granule, rt->cfg.block_size);
+    if (rt->cfg.cuda_same_address) {
+        r = c->cu.cuMemAddressReserve(&got, c->half, align, (adsm__cu_deviceptr)c->base, 0);
+        if (r == 0 && got == c->base) {
+            c->va = got;
+            c->va_size = c->half;
+            return ADSM_OK;
+        }
+        if (r == 0) c->cu.cuMemAddressFree(got, c->half);
+        /* A range for the whole reservation (both halves), then the host side moves onto it. */
+        r = c->cu.cuMemAddressReserve(&got, 2 * c->half, align, 0, 0);
+        if (r == 0 && adsm__move_reservation(rt, (uintptr_t)got) == ADSM_OK) {
+            c->base = rt->base;
+            c->va = got;
+            c->va_size = 2 * c->half;
+            c->va_moved_host = 1;
+            adsm__log(ADSM_LOG_INFO, "cuda: host reservation moved onto the device range at %p", (void *)c->base);
+            return ADSM_OK;
+        }
+        if (r == 0) c->cu.cuMemAddressFree(got, 2 * c->half);
+    }
+    if ((r = c->cu.cuMemAddressReserve(&got, c->half, align, 0, 0)) != 0)
+        return adsm__cu_fail(c, r, "cuMemAddressReserve");
+    c->va = got;
+    c->va_size = c->half;
+    c->delta = (intptr_t)(got - (adsm__cu_deviceptr)c->base);
+    adsm__log(rt->cfg.cuda_same_address ? ADSM_LOG_WARN : ADSM_LOG_INFO,
+              "cuda: device addresses differ from host addresses by %+lld bytes; pointer arguments are "
+              "translated at each launch, and kernels cannot follow pointers stored in shared memory",
+              (long long)c->delta);
+    return ADSM_OK;
+}
+
+/* ---- device memory in granules ---------------------------------------------------------------- */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_map_granule(adsm__cuda *c, size_t g) {
+    adsm__cu_mem_alloc_prop prop = adsm__cuda_prop(c);
+    adsm__cu_deviceptr at = (adsm__cu_deviceptr)(c->base + g * c->granule) + (adsm__cu_deviceptr)c->delta;
+    adsm__cu_mem_access_desc access;
+    adsm__cu_mem_handle h = 0;
+    adsm__cu_result r = c->cu.cuMemCreate(&h, c->granule, &prop, 0);
+    if (r != 0) return r;
+    if ((r = c->cu.cuMemMap(at, c->granule, 0, h, 0)) != 0) {
+        c->cu.cuMemRelease(h);
+        return r;
+    }
+    memset(&access, 0, sizeof access);
+    access.location = prop.location;
+    access.flags = ADSM__CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if ((r = c->cu.cuMemSetAccess(at, c->granule, &access, 1)) != 0) {
+        c->cu.cuMemUnmap(at, c->granule);
+        c->cu.cuMemRelease(h);
+        return r;
+    }
+    c->granule_handles[g] = h;
+    return 0;
+}
+
+ADSM__PRIVATE void adsm__cuda_unmap_granule(adsm__cuda *c, size_t g) {
+    adsm__cu_deviceptr at = (adsm__cu_deviceptr)(c->base + g * c->granule) + (adsm__cu_deviceptr)c->delta;
+    c->cu.cuMemUnmap(at, c->granule);
+    c->cu.cuMemRelease(c->granule_handles[g]);
+    c->granule_handles[g] = 0;
+}
+
+/* Engine thread: backs [dev, dev + n) (granules shared by neighbouring objects are counted). */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_map(adsm__cuda *c, uintptr_t dev, size_t n) {
+    size_t first = (dev - c->base) / c->granule, last = (dev + n - 1 - c->base) / c->granule;
+    for (size_t g = first; g <= last; g++) {
+        if (c->granule_refs[g] == 0) {
+            adsm__cu_result r = adsm__cuda_map_granule(c, g);
+            if (r != 0) {
+                while (g-- > first)
+                    if (--c->granule_refs[g] == 0) adsm__cuda_unmap_granule(c, g);
+                return r;
+            }
+        }
+        c->granule_refs[g]++;
+    }
+    return 0;
+}
+
+ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n) {
+    size_t first = (dev - c->base) / c->granule, last = (dev + n - 1 - c->base) / c->granule;
+    for (size_t g = first; g <= last; g++)
+        if (c->granule_refs[g] > 0 && --c->granule_refs[g] == 0) adsm__cuda_unmap_granule(c, g);
+}
+
+ADSM__PRIVATE adsm__cu_deviceptr adsm__cuda_dptr(const adsm__cuda *c, uintptr_t dev) {
+    return (adsm__cu_deviceptr)dev + (adsm__cu_deviceptr)c->delta;
+}
+
+/* ---- the engine: every copy and launch, in queue order ------------------------------------- */
+ADSM__PRIVATE int adsm__cuda_in_reservation(const adsm__cuda *c, uintptr_t host, size_t n) {
+    return !(host + n <= c->base || host >= c->base + 2 * c->half);
+}
+
+/* Engine thread: host <- staging, whatever the host page protection (see emu's copy_home). */
+ADSM__PRIVATE int adsm__cuda_copy_home(adsm__cuda *c, uintptr_t host, const unsigned char *src, size_t n) {
+    if (!adsm__cuda_in_reservation(c, host, n)) {
+        memcpy((void *)host, src, n);
+        return 0;
+    }
+    if (c->rt->procmem_fd >= 0) return adsm__pwrite_full(c->rt->procmem_fd, src, n, host);
+    return -1;
+}
+
+ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *cmd) {
+    adsm__cu_result r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0); /* after the kernels queued before */
+    for (size_t off = 0; r == 0 && off < cmd->n; off += c->stage_size) {
+        size_t len = ADSM__MIN(c->stage_size, cmd->n - off);
+        int s = c->h2d_next;
+        c->h2d_next = (s + 1) % ADSM__CUDA_SLOTS;
+        if ((r = c->cu.cuEventSynchronize(c->h2d_slot_ev[s])) != 0) break; /* the slot's last DMA is done */
+        memcpy(c->h2d_stage[s], (const void *)(cmd->src + off), len);
+        if ((r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->dst + off), c->h2d_stage[s], len, c->h2d)) != 0)
+            break;
+        r = c->cu.cuEventRecord(c->h2d_slot_ev[s], c->h2d);
+    }
+    if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
+    return r;
+}
+
+/* Device -> staging in chunks, each chunk's DMA overlapping the copy-out of the one before. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *cmd) {
+    adsm__cu_result r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0); /* sees every earlier upload */
+    size_t nchunks = (cmd->n + c->stage_size - 1) / c->stage_size;
+    for (size_t k = 0; r == 0 && k <= nchunks; k++) {
+        if (k < nchunks) { /* issue chunk k */
+            size_t off = k * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->n - off);
+            int s = (int)(k % ADSM__CUDA_SLOTS);
+            r = c->cu.cuMemcpyDtoHAsync(c->d2h_stage[s], adsm__cuda_dptr(c, cmd->src + off), len, c->d2h);
+            if (r == 0) r = c->cu.cuEventRecord(c->d2h_slot_ev[s], c->d2h);
+        }
+        if (r == 0 && k > 0) { /* drain chunk k - 1 */
+            size_t off = (k - 1) * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->n - off);
+            int s = (int)((k - 1) % ADSM__CUDA_SLOTS);
+            r = c->cu.cuEventSynchronize(c->d2h_slot_ev[s]);
+            if (r == 0 && adsm__cuda_copy_home(c, cmd->dst + off, c->d2h_stage[s], len) != 0) return -1;
+        }
+    }
+    return r;
+}
+
+/* Work on the kernel stream (launches, memsets, device copies) waits for earlier uploads. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_kernel_stream_ready(adsm__cuda *c) {
+    return c->cu.cuStreamWaitEvent(c->kstream, c->h2d_last, 0);
+}
+
+ADSM__PRIVATE adsm__cu_result adsm__cuda_do_launch(adsm__cuda *c, adsm__cuda_cmd *cmd, char *text, size_t size) {
+    const adsm_kernel_desc *k = cmd->kernel;
+    void *params[ADSM__MAX_PARAMS + 1];
+    for (unsigned i = 0; i < k->nparams; i++) params[i] = cmd->args + k->params[i].offset;
+    params[k->nparams] = NULL;
+    adsm__cu_result r = adsm__cuda_kernel_stream_ready(c);
+    if (r == 0)
+        r = c->cu.cuLaunchKernel(cmd->fn, cmd->grid[0], cmd->grid[1], cmd->grid[2], cmd->block[0], cmd->block[1],
+                                 cmd->block[2], 0, c->kstream, params, NULL);
+    if (r != 0) {
+        char what[160];
+        snprintf(what, sizeof what, "kernel '%s': cuLaunchKernel", k->name);
+        adsm__cu_describe(c, r, what, text, size);
+    }
+    return r;
+}
+
+/* Engine thread: one command. Returns 0, or -1 when it failed (the error is recorded). */
+ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
+    char text[400];
+    const char *what = "";
+    adsm__cu_result r = 0;
+    uint64_t t0 = adsm__now_ns();
+    switch (cmd->type) {
+    case ADSM__CMD_H2D:
+        what = "cuMemcpyHtoDAsync";
+        r = adsm__cuda_do_h2d(c, cmd);
+        ADSM__ADD(&c->rt->stats.h2d_ns, adsm__now_ns() - t0);
+        break;
+    case ADSM__CMD_D2H:
+        what = "cuMemcpyDtoHAsync";
+        r = adsm__cuda_do_d2h(c, cmd);
+        ADSM__ADD(&c->rt->stats.d2h_ns, adsm__now_ns() - t0);
+        break;
+    case ADSM__CMD_D2D:
+    case ADSM__CMD_MEMSET:
+        what = cmd->type == ADSM__CMD_D2D ? "cuMemcpyDtoDAsync" : "cuMemsetD8Async";
+        r = adsm__cuda_kernel_stream_ready(c);
+        if (r == 0 && cmd->type == ADSM__CMD_D2D)
+            r = c->cu.cuMemcpyDtoDAsync(adsm__cuda_dptr(c, cmd->dst), adsm__cuda_dptr(c, cmd->src), cmd->n, c->kstream);
+        else if (r == 0)
+            r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), (unsigned char)cmd->value, cmd->n, c->kstream);
+        if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
+        break;
+    case ADSM__CMD_MAP:
+        what = "cuMemCreate/cuMemMap";
+        r = adsm__cuda_map(c, cmd->dst, cmd->n);
+        if (r == 0) r = adsm__cuda_kernel_stream_ready(c);
+        if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), 0, cmd->n, c->kstream); /* starts zeroed */
+        if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
+        cmd->status = r == ADSM__CUDA_ERROR_OUT_OF_MEMORY ? 1 : 0;
+        if (r == ADSM__CUDA_ERROR_OUT_OF_MEMORY) return -1; /* not fatal: the allocation fails */
+        break;
+    case ADSM__CMD_UNMAP:
+        what = "cuMemUnmap";
+        /* copies in flight may still use the range; then nothing does */
+        r = c->cu.cuStreamSynchronize(c->h2d);
+        if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
+        if (r == 0) r = c->cu.cuStreamSynchronize(c->kstream);
+        if (r == 0) adsm__cuda_unmap(c, cmd->dst, cmd->n);
+        break;
+    case ADSM__CMD_LAUNCH: {
+        uint64_t seq = cmd->seq;
+        unsigned slot = (unsigned)(seq % ADSM__CUDA_EVENTS);
+        for (;;) { /* the event slot is free once the completion thread is past it */
+            int gen = ADSM__LOAD(&c->completion_gen);
+            if (seq - ADSM__LOAD(&c->completed_seq) <= ADSM__CUDA_EVENTS || ADSM__LOAD(&c->lost)) break;
+            adsm__futex_wait(&c->completion_gen, gen);
+        }
+        r = adsm__cuda_do_launch(c, cmd, text, sizeof text);
+        if (r != 0 && adsm__cu_code(r) != ADSM_ERROR_KERNEL_CRASHED) { /* refused, context still fine */
+            adsm__cuda_record_error(c, ADSM_ERROR_LAUNCH_FAILED, text, 0);
+            r = 0;
+        }
+        c->kev_kernel[slot] = cmd->kernel;
+        if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->kstream);
+        if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
+        ADSM__STORE(&c->issued_seq, seq);
+        ADSM__ADD(&c->issued_gen, 1);
+        adsm__futex_wake_all(&c->issued_gen);
+        what = "cuEventRecord";
+        break;
+    }
+    default: break;
+    }
+    if (r == 0) return 0;
+    if (r != (adsm__cu_result)-1) adsm__cu_describe(c, r, what, text, sizeof text);
+    else snprintf(text, sizeof text, "copying fetched data into host memory failed: %s", strerror(errno));
+    adsm__cuda_record_error(c, r == (adsm__cu_result)-1 ? ADSM_ERROR_SYSTEM : adsm__cu_code(r), text, 1);
+    return -1;
+}
+
+ADSM__PRIVATE void *adsm__cuda_engine_main(void *arg) {
+    adsm__cuda *c = (adsm__cuda *)arg;
+    adsm__tls_passthrough = 1; /* reads shared memory: never through interposed memcpy */
+    c->cu.cuCtxSetCurrent(c->ctx);
+    for (;;) {
+        int tail = ADSM__LOAD(&c->ring_tail), done = ADSM__LOAD(&c->ring_done);
+        if (tail == done) {
+            adsm__futex_wait(&c->ring_tail, tail);
+            continue;
+        }
+        adsm__cuda_cmd *cmd = &c->ring[(unsigned)done % ADSM__CUDA_RING];
+        int quit = cmd->type == ADSM__CMD_QUIT;
+        if (quit) cmd->status = 0;
+        else if (ADSM__LOAD(&c->lost) && cmd->type != ADSM__CMD_UNMAP) cmd->status = -1;
+        else cmd->status = adsm__cuda_execute(c, cmd) == 0 ? 0 : (cmd->status == 1 ? 1 : -1);
+        ADSM__STORE(&c->ring_done, done + 1);
+        adsm__futex_wake_all(&c->ring_done);
+        if (quit) return NULL;
+    }
+}
+
+/* Signal-safe. Queues a command (the caller holds the runtime lock, so it is the only producer)
+ * and returns its ticket. */
+ADSM__PRIVATE int adsm__cuda_push(adsm__cuda *c, const adsm__cuda_cmd *cmd, size_t bytes) {
+    int tail = ADSM__LOAD(&c->ring_tail);
+    for (;;) {
+        int done = ADSM__LOAD(&c->ring_done);
+        if ((unsigned)tail - (unsigned)done < ADSM__CUDA_RING) break;
+        adsm__futex_wait(&c->ring_done, done);
+    }
+    memcpy(&c->ring[(unsigned)tail % ADSM__CUDA_RING], cmd, bytes);
+    ADSM__STORE(&c->ring_tail, tail + 1);
+    adsm__futex_wake_all(&c->ring_tail);
+    return tail;
+}
+
+/* Signal-safe: waits until the command with this ticket ran; returns its status. */
+ADSM__PRIVATE int adsm__cuda_await(adsm__cuda *c, int ticket) {
+    for (;;) {
+        int done = ADSM__LOAD(&c->ring_done);
+        if ((int)((unsigned)done - (unsigned)ticket) > 0) return c->ring[(unsigned)ticket % ADSM__CUDA_RING].status;
+        adsm__futex_wait(&c->ring_done, done);
+    }
+}
+
+ADSM__PRIVATE int adsm__cuda_run(adsm__cuda *c, const adsm__cuda_cmd *cmd, int wait) {
+    int ticket = adsm__cuda_push(c, cmd, offsetof(adsm__cuda_cmd, args));
+    return wait ? adsm__cuda_await(c, ticket) : 0;
+}
+
+ADSM__PRIVATE adsm__cuda_cmd adsm__cuda_range_cmd(int type, uintptr_t dst, uintptr_t src, size_t n) {
+    adsm__cuda_cmd cmd;
+    memset(&cmd, 0, offsetof(adsm__cuda_cmd, args));
+    cmd.type = type;
+    cmd.dst = dst;
+    cmd.src = src;
+    cmd.n = n;
+    return cmd;
+}
+
+/* ---- completion thread --------------------------------------------------------------------- */
+ADSM__PRIVATE void *adsm__cuda_completion_main(void *arg) {
+    adsm__cuda *c = (adsm__cuda *)arg;
+    c->cu.cuCtxSetCurrent(c->ctx);
+    for (;;) {
+        int gen = ADSM__LOAD(&c->issued_gen);
+        uint64_t done = ADSM__LOAD(&c->completed_seq);
+        if (ADSM__LOAD(&c->issued_seq) == done) {
+            if (ADSM__LOAD(&c->quitting)) return NULL;
+            adsm__futex_wait(&c->issued_gen, gen);
+            continue;
+        }
+        uint64_t seq = done + 1;
+        unsigned slot = (unsigned)(seq % ADSM__CUDA_EVENTS);
+        adsm__cu_result r = ADSM__LOAD(&c->lost) ? 0 : c->cu.cuEventSynchronize(c->kev[slot]);
+        if (r != 0) {
+            char what[160], text[400];
+            snprintf(what, sizeof what, "kernel '%s' failed", c->kev_kernel[slot] ? c->kev_kernel[slot]->name : "?");
+            adsm__cu_describe(c, r, what, text, sizeof text);
+            adsm__cuda_record_error(c, adsm__cu_code(r), text, 1);
+        }
+        ADSM__STORE(&c->completed_seq, seq);
+        ADSM__ADD(&c->completion_gen, 1);
+        adsm__futex_wake_all(&c->completion_gen);
+    }
+}
+
+/* ---- vtable verbs ---------------------------------------------------------------------------- */
+ADSM__PRIVATE size_t adsm__cuda_capacity(void *ctx) { return ((adsm__cuda *)ctx)->capacity; }
+
+ADSM__PRIVATE adsm_result adsm__cuda_dev_alloc(void *ctx, uintptr_t dev, size_t span) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (ADSM__LOAD(&c->lost)) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "cuda backend: the device is lost");
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_MAP, dev, 0, span);
+    int status = adsm__cuda_run(c, &cmd, 1);
+    if (status == 1)
+        return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "cuda backend: device %s has no memory left for %zu bytes",
+                          c->device_name, span);
+    if (status != 0) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "cuda backend: %s", c->error_text);
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE void adsm__cuda_dev_free(void *ctx, uintptr_t dev, size_t span) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_UNMAP, dev, 0, span);
+    adsm__cuda_run(c, &cmd, 1);
+}
+
+ADSM__PRIVATE int adsm__cuda_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (ADSM__LOAD(&c->lost)) return -1;
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_H2D, dev, host, n);
+    return adsm__cuda_run(c, &cmd, !async) == 0 ? 0 : -1;
+}
+
+ADSM__PRIVATE int adsm__cuda_from_device(void *ctx, uintptr_t host, uintptr_t dev, size_t n) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (ADSM__LOAD(&c->lost)) return -1;
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_D2H, host, dev, n);
+    return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
+}
+
+/* Signal-safe: every queued command has been taken by the engine (uploads are staged). */
+ADSM__PRIVATE void adsm__cuda_drain(void *ctx) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    int tail = ADSM__LOAD(&c->ring_tail);
+    for (;;) {
+        int done = ADSM__LOAD(&c->ring_done);
+        if (done == tail) return;
+        adsm__futex_wait(&c->ring_done, done);
+    }
+}
+
+ADSM__PRIVATE int adsm__cuda_wait(void *ctx, uint64_t seq) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    for (;;) {
+        int gen = ADSM__LOAD(&c->completion_gen);
+        if (ADSM__LOAD(&c->completed_seq) >= seq) return ADSM__LOAD(&c->lost) ? -1 : 0;
+        if (ADSM__LOAD(&c->lost)) return -1;
+        adsm__futex_wait(&c->completion_gen, gen);
+    }
+}
+
+ADSM__PRIVATE adsm_result adsm__cuda_synchronize(void *ctx) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    adsm__cuda_wait(ctx, ADSM__LOAD(&c->rt->launch_seq));
+    pthread_mutex_lock(&c->error_mutex);
+    adsm_result r = c->first_error;
+    if (r != ADSM_OK) adsm__fail(r, "%s", c->error_text);
+    if (r != ADSM_OK && ADSM__LOAD(&c->lost)) { /* reported once; the device stays lost */
+        c->first_error = ADSM_ERROR_DEVICE_LOST;
+        snprintf(c->error_text, sizeof c->error_text, "cuda backend: the device is lost after an earlier error");
+    } else {
+        c->first_error = ADSM_OK;
+    }
+    pthread_mutex_unlock(&c->error_mutex);
+    return r;
+}
+
+ADSM__PRIVATE int adsm__cuda_dev_memset(void *ctx, uintptr_t dev, int value, size_t n) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (ADSM__LOAD(&c->lost)) return -1;
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_MEMSET, dev, 0, n);
+    cmd.value = value;
+    return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
+}
+
+ADSM__PRIVATE int adsm__cuda_dev_copy(void *ctx, uintptr_t dst, uintptr_t src, size_t n) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (ADSM__LOAD(&c->lost)) return -1;
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_D2D, dst, src, n);
+    return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
+}
+
+/* ---- kernels -------------------------------------------------------------------------------- */
+/* Checks the module's parameter layout against the ADSM_KERNEL declaration, where the driver can
+ * tell (cuFuncGetParamInfo, CUDA 12.4): a size mismatch would hand the kernel garbage. */
+ADSM__PRIVATE adsm_result adsm__cuda_check_params(adsm__cuda *c, const adsm_kernel_desc *k, adsm__cu_function fn) {
+    if (!c->has_param_info) return ADSM_OK;
+    size_t count = 0, off, size;
+    for (; count <= ADSM__MAX_PARAMS && c->cu.cuFuncGetParamInfo(fn, count, &off, &size) == 0; count++) {
+        if (count < k->nparams && size != k->params[count].size)
+            return adsm__fail(ADSM_ERROR_INVALID_VALUE,
+                              "kernel '%s': parameter %zu '%s' is %zu bytes in ADSM_KERNEL but %zu bytes in the "
+                              "loaded module",
+                              k->name, count + 1, k->params[count].name, k->params[count].size, size);
+    }
+    if (count != k->nparams)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': ADSM_KERNEL declares %u parameters, the loaded module's "
+                          "kernel takes %zu", k->name, k->nparams, count);
+    return ADSM_OK;
+}
+
+/* Normal context, runtime lock held: the function for a kernel, found by name once. */
+ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_desc *k, adsm__cu_function *out) {
+    for (size_t i = 0; i < c->nkernels; i++) {
+        if (c->kernels[i].desc == k) {
+            *out = c->kernels[i].fn;
+            return ADSM_OK;
+        }
+    }
+    c->cu.cuCtxSetCurrent(c->ctx);
+    adsm__cu_function fn = NULL;
+    for (size_t m = c->nmodules; m-- > 0 && !fn;) /* the newest module wins */
+        if (c->cu.cuModuleGetFunction(&fn, c->modules[m], k->name) != 0) fn = NULL;
+    if (!fn)
+        return adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND,
+                          "kernel '%s': no module loaded with adsm_module_load_* has it (%zu modules loaded)", k->name,
+                          c->nmodules);
+    adsm_result r = adsm__cuda_check_params(c, k, fn);
+    if (r != ADSM_OK) return r;
+    if (c->nkernels < ADSM__CUDA_MAX_KERNELS) c->kernels[c->nkernels++] = (adsm__cuda_kernel){k, fn};
+    *out = fn;
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    const adsm_kernel_desc *k = l->kernel;
+    adsm__cuda_cmd *cmd;
+    adsm__cu_function fn;
+    adsm_result r;
+    if (ADSM__LOAD(&c->lost)) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': the device is lost", k->name);
+    if ((r = adsm__cuda_function(c, k, &fn)) != ADSM_OK) return r;
+    uint64_t threads = (uint64_t)l->grid.block.x * l->grid.block.y * l->grid.block.z;
+    if (threads > (uint64_t)c->max_threads)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': %llu threads per block, device %s allows %d", k->name,
+                          (unsigned long long)threads, c->device_name, c->max_threads);
+    cmd = (adsm__cuda_cmd *)malloc(sizeof *cmd);
+    if (!cmd) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': out of memory", k->name);
+    memset(cmd, 0, offsetof(adsm__cuda_cmd, args));
+    cmd->type = ADSM__CMD_LAUNCH;
+    cmd->seq = l->seq;
+    cmd->kernel = k;
+    cmd->fn = fn;
+    cmd->grid[0] = l->grid.grid.x, cmd->grid[1] = l->grid.grid.y, cmd->grid[2] = l->grid.grid.z;
+    cmd->block[0] = l->grid.block.x, cmd->block[1] = l->grid.block.y, cmd->block[2] = l->grid.block.z;
+    memcpy(cmd->args, l->args, k->args_size);
+    for (unsigned i = 0; c->delta && i < k->nparams; i++) { /* adsm addresses -> device addresses */
+        uintptr_t p;
+        if (!adsm__access_is_pointer(k->params[i].access)) continue;
+        memcpy(&p, cmd->args + k->params[i].offset, sizeof p);
+        if (p < c->base || p >= c->base + c->half) continue;
+        p += (uintptr_t)c->delta;
+        memcpy(cmd->args + k->params[i].offset, &p, sizeof p);
+        ADSM__ADD(&c->rt->stats.translated_args, 1);
+    }
+    adsm__cuda_push(c, cmd, offsetof(adsm__cuda_cmd, args) + k->args_size);
+    free(cmd);
+    return ADSM_OK;
+}
+
+/* ---- modules --------------------------------------------------------------------------------- */
+ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
+    static const char *const names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"};
+    const char *configured = c->rt->cfg.nvrtc_library;
+    if (c->nvrtc_lib) return ADSM_OK;
+    void *lib = configured[0] ? dlopen(configured, RTLD_NOW | RTLD_LOCAL) : NULL;
+    for (size_t i = 0; !configured[0] && !lib && i < 3; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
+                          "adsm_module_load_source: NVRTC cannot be loaded (%s; set ADSM_NVRTC_LIBRARY): %s",
+                          configured[0] ? configured : "libnvrtc.so", dlerror());
+#define ADSM__NVRTC_RESOLVE(name, ret, params)                                                           \
+    if (!(*(void **)&c->nvrtc.name = dlsym(lib, #name))) {                                               \
+        dlclose(lib);                                                                                    \
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "adsm_module_load_source: NVRTC lacks %s", #name); \
+    }
+    ADSM__NVRTC_FUNCS(ADSM__NVRTC_RESOLVE)
+#undef ADSM__NVRTC_RESOLVE
+    c->nvrtc_lib = lib;
+    return ADSM_OK;
+}
+
+/* CUDA C -> PTX for this device's architecture. *ptx is malloc'ed. */
+ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source, const char *const *options,
+                                              char **ptx) {
+    adsm_result r = adsm__nvrtc_open(c);
+    if (r != ADSM_OK) return r;
+    const char *opts[64];
+    char arch[64];
+    int n = 0;
+    snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d%d", c->cc_major, c->cc_minor);
+    opts[n++] = arch;
+    for (; options && *options && n < 63; options++) opts[n++] = *options;
+    adsm__nvrtc_program prog = NULL;
+    adsm__nvrtc_result nr = c->nvrtc.nvrtcCreateProgram(&prog, source, "adsm_module.cu", 0, NULL, NULL);
+    if (nr != ADSM__NVRTC_SUCCESS)
+        return adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load_source: nvrtcCreateProgram: %s",
+                          c->nvrtc.nvrtcGetErrorString(nr));
+    nr = c->nvrtc.nvrtcCompileProgram(prog, n, opts);
+    size_t size = 0;
+    if (nr != ADSM__NVRTC_SUCCESS) {
+        char log[700] = "";
+        size_t log_size = 0;
+        if (c->nvrtc.nvrtcGetProgramLogSize(prog, &log_size) == 0 && log_size > 0) {
+            char *full = (char *)malloc(log_size);
+            if (full && c->nvrtc.nvrtcGetProgramLog(prog, full) == 0) snprintf(log, sizeof log, "%s", full);
+            free(full);
+        }
+        r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load_source: NVRTC: %s\n%s",
+                       c->nvrtc.nvrtcGetErrorString(nr), log);
+    } else if (c->nvrtc.nvrtcGetPTXSize(prog, &size) != 0 || !(*ptx = (char *)malloc(size + 1)) ||
+               c->nvrtc.nvrtcGetPTX(prog, *ptx) != 0) {
+        r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load_source: NVRTC produced no PTX");
+    } else {
+        (*ptx)[size] = 0;
+    }
+    c->nvrtc.nvrtcDestroyProgram(&prog);
+    return r;
+}
+
+ADSM__PRIVATE adsm_result adsm__cuda_module_load(void *ctx, const void *image, size_t size, int source,
+                                                 const char *const *options) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    char *ptx = NULL, log[1024] = "";
+    adsm_result r = ADSM_OK;
+    (void)size;
+    pthread_mutex_lock(&c->module_mutex); /* NVRTC runs outside the runtime lock: it takes seconds */
+    if (source && (r = adsm__nvrtc_compile(c, (const char *)image, options, &ptx)) != ADSM_OK) {
+        pthread_mutex_unlock(&c->module_mutex);
+        return r;
+    }
+    adsm__lock(&c->rt->lock);
+    adsm__cu_module *grown = (adsm__cu_module *)realloc(c->modules, (c->nmodules + 1) * sizeof *grown);
+    if (!grown) r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_module_load: out of memory");
+    else c->modules = grown;
+    if (r == ADSM_OK) {
+        adsm__cu_jit_option opts[2] = {ADSM__CU_JIT_ERROR_LOG_BUFFER, ADSM__CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+        void *values[2] = {log, (void *)(uintptr_t)sizeof log};
+        adsm__cu_module m = NULL;
+        c->cu.cuCtxSetCurrent(c->ctx);
+        adsm__cu_result cr = c->cu.cuModuleLoadDataEx(&m, ptx ? ptx : image, 2, opts, values);
+        if (cr == 0) {
+            c->modules[c->nmodules++] = m;
+            c->nkernels = 0; /* a newer module may now provide a kernel: look names up again */
+        } else {
+            char text[300];
+            adsm__cu_describe(c, cr, "cuModuleLoadDataEx", text, sizeof text);
+            r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load: %s%s%s", text, log[0] ? ": " : "", log);
+        }
+    }
+    adsm__unlock(&c->rt->lock);
+    pthread_mutex_unlock(&c->module_mutex);
+    free(ptx);
+    return r;
+}
+
+/* ---- lifetime -------------------------------------------------------------------------------- */
+ADSM__PRIVATE adsm_result adsm__cuda_streams(adsm__cuda *c) {
+    adsm__cu_result r = 0;
+    adsm__cu_stream *streams[] = {&c->kstream, &c->h2d, &c->d2h};
+    for (size_t i = 0; r == 0 && i < 3; i++) r = c->cu.cuStreamCreate(streams[i], ADSM__CU_STREAM_NON_BLOCKING);
+    adsm__cu_event *events[2 + 2 * ADSM__CUDA_SLOTS] = {&c->h2d_last, &c->k_last};
+    for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
+        events[2 + 2 * s] = &c->h2d_slot_ev[s];
+        events[3 + 2 * s] = &c->d2h_slot_ev[s];
+    }
+    for (size_t i = 0; r == 0 && i < sizeof events / sizeof *events; i++)
+        r = c->cu.cuEventCreate(events[i], ADSM__CU_EVENT_DISABLE_TIMING);
+    for (size_t i = 0; r == 0 && i < ADSM__CUDA_EVENTS; i++) /* waited on by a sleeping thread */
+        r = c->cu.cuEventCreate(&c->kev[i], ADSM__CU_EVENT_DISABLE_TIMING | ADSM__CU_EVENT_BLOCKING_SYNC);
+    return r == 0 ? ADSM_OK : adsm__cu_fail(c, r, "creating streams and events");
+}
+
+/* Pinned staging buffers; pageable ones (synchronous copies) when the driver cannot pin. */
+ADSM__PRIVATE adsm_result adsm__cuda_staging(adsm__cuda *c) {
+    unsigned char **all[2 * ADSM__CUDA_SLOTS];
+    for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
+        all[2 * s] = &c->h2d_stage[s];
+        all[2 * s + 1] = &c->d2h_stage[s];
+    }
+    c->pinned = 1;
+    for (size_t i = 0; i < 2 * ADSM__CUDA_SLOTS; i++) {
+        if (c->pinned && c->cu.cuMemAllocHost((void **)all[i], c->stage_size) == 0) continue;
+        if (c->pinned) {
+            adsm__log(ADSM_LOG_WARN, "cuda: cannot pin %zu bytes of staging memory; copies will be synchronous",
+                      c->stage_size);
+            for (size_t j = 0; j < i; j++) {
+                c->cu.cuMemFreeHost(*all[j]);
+                *all[j] = NULL;
+            }
+            c->pinned = 0;
+            i = (size_t)-1; /* start again with pageable buffers */
+            continue;
+        }
+        if (posix_memalign((void **)all[i], 4096, c->stage_size) != 0)
+            return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: no memory for staging buffers");
+    }
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    ADSM__STORE(&c->quitting, 1);
+    if (c->engine_started) {
+        adsm__cuda_cmd quit = adsm__cuda_range_cmd(ADSM__CMD_QUIT, 0, 0, 0);
+        adsm__cuda_run(c, &quit, 1);
+        pthread_join(c->engine, NULL);
+    }
+    if (c->completion_started) {
+        ADSM__ADD(&c->issued_gen, 1);
+        adsm__futex_wake_all(&c->issued_gen);
+        pthread_join(c->completion, NULL);
+    }
+    if (c->ctx_retained) {
+        c->cu.cuCtxSetCurrent(c->ctx);
+        if (c->kstream) c->cu.cuCtxSynchronize();
+        for (size_t g = 0; c->granule_refs && g < c->half / c->granule; g++)
+            if (c->granule_refs[g]) adsm__cuda_unmap_granule(c, g);
+        for (size_t m = 0; m < c->nmodules; m++) c->cu.cuModuleUnload(c->modules[m]);
+        for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
+            if (c->h2d_stage[s]) c->pinned ? (void)c->cu.cuMemFreeHost(c->h2d_stage[s]) : free(c->h2d_stage[s]);
+            if (c->d2h_stage[s]) c->pinned ? (void)c->cu.cuMemFreeHost(c->d2h_stage[s]) : free(c->d2h_stage[s]);
+            if (c->h2d_slot_ev[s]) c->cu.cuEventDestroy(c->h2d_slot_ev[s]);
+            if (c->d2h_slot_ev[s]) c->cu.cuEventDestroy(c->d2h_slot_ev[s]);
+        }
+        for (size_t i = 0; i < ADSM__CUDA_EVENTS; i++)
+            if (c->kev[i]) c->cu.cuEventDestroy(c->kev[i]);
+        if (c->h2d_last) c->cu.cuEventDestroy(c->h2d_last);
+        if (c->k_last) c->cu.cuEventDestroy(c->k_last);
+        if (c->kstream) c->cu.cuStreamDestroy(c->kstream);
+        if (c->h2d) c->cu.cuStreamDestroy(c->h2d);
+        if (c->d2h) c->cu.cuStreamDestroy(c->d2h);
+        if (c->va && c->va_moved_host) /* give the driver back a plain reservation before freeing */
+            mmap((void *)c->va, c->va_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        if (c->va) c->cu.cuMemAddressFree(c->va, c->va_size);
+        c->cu.cuCtxSetCurrent(NULL);
+        c->cu.cuDevicePrimaryCtxRelease(c->device);
+    }
+    /* The driver library stays loaded: drivers do not support being unloaded and loaded again. */
+    free(c->modules);
+    free(c->granule_refs);
+    free(c->granule_handles);
+    free(c->ring);
+    pthread_mutex_destroy(&c->error_mutex);
+    pthread_mutex_destroy(&c->module_mutex);
+    free(c);
+}
+
+ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
+    adsm__cuda *c = (adsm__cuda *)calloc(1, sizeof *c);
+    adsm_result r;
+    if (!c) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
+    c->rt = rt;
+    c->base = rt->base;
+    c->half = rt->half;
+    c->stage_size = rt->cfg.cuda_staging;
+    c->h2d_next = 0;
+    pthread_mutex_init(&c->error_mutex, NULL);
+    pthread_mutex_init(&c->module_mutex, NULL);
+    if ((r = adsm__cuda_open(c, rt->cfg.cuda_driver)) != ADSM_OK || (r = adsm__cuda_device(c, rt->cfg.device)) != ADSM_OK)
+        goto fail;
+    adsm__cu_mem_alloc_prop prop = adsm__cuda_prop(c);
+    adsm__cu_result cr = c->cu.cuMemGetAllocationGranularity(&c->granule, &prop, ADSM__CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (cr != 0) {
+        r = adsm__cu_fail(c, cr, "cuMemGetAllocationGranularity");
+        goto fail;
+    }
+    if (c->granule == 0 || !adsm__is_pow2(c->granule) || c->half % c->granule) {
+        r = adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: unusable allocation granularity %zu", c->granule);
+        goto fail;
+    }
+    if ((r = adsm__cuda_address_space(c, rt)) != ADSM_OK) goto fail;
+    c->granule_refs = (uint32_t *)calloc(c->half / c->granule, sizeof *c->granule_refs);
+    c->granule_handles = (adsm__cu_mem_handle *)calloc(c->half / c->granule, sizeof *c->granule_handles);
+    c->ring = (adsm__cuda_cmd *)calloc(ADSM__CUDA_RING, sizeof *c->ring);
+    if (!c->granule_refs || !c->granule_handles || !c->ring) {
+        r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
+        goto fail;
+    }
+    if ((r = adsm__cuda_streams(c)) != ADSM_OK || (r = adsm__cuda_staging(c)) != ADSM_OK) goto fail;
+    c->engine_started = pthread_create(&c->engine, NULL, adsm__cuda_engine_main, c) == 0;
+    c->completion_started = pthread_create(&c->completion, NULL, adsm__cuda_completion_main, c) == 0;
+    if (!c->engine_started || !c->completion_started) {
+        r = adsm__fail(ADSM_ERROR_SYSTEM, "cuda backend: cannot start its threads");
+        goto fail;
+    }
+    adsm__log(ADSM_LOG_INFO, "cuda: device %d (%s, compute %d.%d), %zu MiB, %s addresses, %s staging of %zu KiB",
+              rt->cfg.device, c->device_name, c->cc_major, c->cc_minor, c->capacity >> 20,
+              c->delta ? "translated" : "same", c->pinned ? "pinned" : "pageable", c->stage_size >> 10);
+    *ctx = c;
+    return ADSM_OK;
+fail:
+    {
+        /* keep the message: shutdown's driver calls must not overwrite it */
+        char saved[sizeof adsm__tls_error];
+        memcpy(saved, adsm__tls_error, sizeof saved);
+        adsm__cuda_shutdown(c);
+        adsm__fail(r, "%s", saved);
+    }
+    return r;
+}
+
+/* Whether addresses differ on the device (for adsm_safe and the explicit path). */
+ADSM__PRIVATE intptr_t adsm__cuda_delta(const void *ctx) { return ((const adsm__cuda *)ctx)->delta; }
+
+static const adsm__backend_vtbl adsm__backend_cuda = {
+    "cuda", 1, ADSM__CUDA_MAX_ARGS, adsm__cuda_init, adsm__cuda_shutdown, adsm__cuda_capacity, adsm__cuda_dev_alloc,
+    adsm__cuda_dev_free, adsm__cuda_to_device, adsm__cuda_from_device, adsm__cuda_drain, adsm__cuda_launch,
+    adsm__cuda_wait, adsm__cuda_synchronize, adsm__cuda_dev_memset, adsm__cuda_dev_copy, adsm__cuda_module_load};
 
 #endif /* ADSM__BACKEND_CUDA_INCLUDED */

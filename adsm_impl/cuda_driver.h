@@ -4,7 +4,7 @@
  * adsm never includes cuda.h: the driver is opened at run time with dlopen, so the types,
  * constants and entry-point signatures it needs are written out here. Every entry point is listed
  * once, in ADSM__CU_FUNCS, with the ABI version whose signature the pointer has; the backend asks
- * cuGetProcAddress for exactly that version, and tests/cuda/test_conformance.c checks each line
+ * cuGetProcAddress for exactly that version, and tests/cuda_conformance.c checks each line
  * (constants, struct layouts, pointer types) against the real cuda.h, cudaTypedefs.h and nvrtc.h.
  * The file has no dependencies beyond <stddef.h>/<stdint.h>, so the driver test double
  * (tests/cuda/driver_double.c) includes it too. Declarations only; runs nowhere by itself. */
@@ -63,7 +63,7 @@ typedef struct adsm__cu_mem_access_desc {
     X(CUDA_ERROR_NOT_INITIALIZED, 3)               \
     X(CUDA_ERROR_DEINITIALIZED, 4)                 \
     X(CUDA_ERROR_STUB_LIBRARY, 34)                 \
-    X(CUDA_ERROR_INSUFFICIENT_DRIVER, 35)          \
+    X(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, 36)   \
     X(CUDA_ERROR_NO_DEVICE, 100)                   \
     X(CUDA_ERROR_INVALID_DEVICE, 101)              \
     X(CUDA_ERROR_INVALID_IMAGE, 200)               \

@@ -21,6 +21,8 @@ typedef struct adsm__runtime {
      * address; [base + half, base + 2 * half) holds the host side of "safe" objects. */
     uintptr_t base;
     size_t half;
+    intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
+                           when the device range could not be put at the host addresses; else 0) */
     adsm__arena va_shared, va_safe;
 
     adsm__lock_t lock;
