@@ -49,6 +49,26 @@ void k_sum3(adsm_grid g, int32_t *x, const int32_t *a, const int32_t *b, size_t 
 
 /* ---- runtime set-up ---------------------------------------------------------------------------- */
 
+/* The device the protocol tests run on: the emu backend, or (built with -DTEST_ON_CUDA_DOUBLE) the
+ * cuda backend loaded against the driver test double, where the same tests must move the same
+ * bytes and compute the same results. */
+#ifdef TEST_ON_CUDA_DOUBLE
+#include "tests/cuda_double_bridge.h"
+#define TEST_DEVICE_BACKEND ADSM_BACKEND_CUDA
+#define TEST_DEVICE_NAME "cuda"
+__attribute__((constructor)) static void use_cuda_double(void) { cuda_double_use(); }
+static inline void attach_test_kernels(void) {
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_k_fill(), adsm__kernel_k_add(), adsm__kernel_k_incr(),
+                                               adsm__kernel_k_sum3()};
+    cr_assert_eq(cuda_double_attach(kernels, sizeof kernels / sizeof *kernels), 0,
+                 "cannot attach the kernels to the driver double (%s): %s", cuda_double_path(), adsm_last_error());
+}
+#else
+#define TEST_DEVICE_BACKEND ADSM_BACKEND_EMU
+#define TEST_DEVICE_NAME "emu"
+static inline void attach_test_kernels(void) {}
+#endif
+
 static inline adsm_grid grid_for(size_t n) { return adsm_grid_1d((uint32_t)((n + 255) / 256), 256); }
 
 /* The environment must not override what a test asks for (fields left zero read it). */
@@ -74,8 +94,9 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
     cfg.emu_workers = 2;
     adsm_result r = adsm_init(&cfg);
     cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());
+    if (backend == ADSM_BACKEND_CUDA) attach_test_kernels();
     cr_assert_str_eq(adsm_protocol_name(), protocol_names[protocol]);
-    cr_assert_str_eq(adsm_backend_name(), backend == ADSM_BACKEND_HOST ? "host" : "emu");
+    cr_assert_str_eq(adsm_backend_name(), backend == ADSM_BACKEND_HOST ? "host" : TEST_DEVICE_NAME);
     cr_assert_eq(adsm_block_size(), block_size);
 }
 

@@ -27,7 +27,7 @@ TestSuite(batch, .timeout = 20);
 #define SC (NC * sizeof(int32_t))
 #define SUM (SA + SB + SC)
 
-static void batch(size_t bs) { init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_BATCH, bs, 0); }
+static void batch(size_t bs) { init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_BATCH, bs, 0); }
 
 /* Objects are Dirty from the start and stay so; CPU reads and writes never fault or copy. */
 TEST_BLOCK_SIZES(batch, objects_are_always_dirty_and_never_fault) {

@@ -19,7 +19,7 @@ TestSuite(lazy, .timeout = 20);
 #define N ((size_t)50000)
 #define SIZE (N * sizeof(int32_t))
 
-static void lazy(size_t bs) { init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_LAZY, bs, 0); }
+static void lazy(size_t bs) { init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_LAZY, bs, 0); }
 
 /* A fresh object is ReadOnly everywhere, reads are free, and a kernel reading it copies nothing. */
 TEST_BLOCK_SIZES(lazy, fresh_object_is_readonly_and_never_copied) {

@@ -22,7 +22,7 @@ TestSuite(rolling, .timeout = 20);
 #define NELEM(bs) (SIZE(bs) / sizeof(int32_t))
 #define AT(p, bs, blk) ((p) + (blk) * (bs) / sizeof(int32_t)) /* first element of block blk */
 
-static void rolling(size_t bs) { init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 4096); }
+static void rolling(size_t bs) { init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 4096); }
 
 /* Expected state of each of the NBLOCKS + 1 blocks of p, e.g. "RRDRRR". */
 static void expect_blocks(const int32_t *p, size_t bs, const char *states) {
@@ -239,7 +239,7 @@ Test(rolling, touch_before_sync_sees_kernel_results) {
 /* Fixed rolling size 4: the fifth dirty block sends the oldest to the device (R, one block of
  * h2d), a rewrite of a dirty block evicts nothing, and the kernel sees every value. */
 TEST_BLOCK_SIZES(rolling, fixed_rolling_size_evicts_oldest_dirty_block) {
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 4);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 4);
     const size_t nb = 8, n = nb * bs / sizeof(int32_t);
     int32_t *x = alloc(nb * bs);
     reset();
@@ -277,7 +277,7 @@ TEST_BLOCK_SIZES(rolling, fixed_rolling_size_evicts_oldest_dirty_block) {
  * allocations and shrinks on free. */
 Test(rolling, adaptive_limit_is_step_times_live_objects) {
     const size_t bs = 4096;
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 0);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 0);
     int32_t *x = alloc(16 * bs);
     reset();
     for (size_t k = 0; k < 3; k++) wr(AT(x, bs, k), 1); /* limit 2 */
@@ -300,7 +300,7 @@ Test(rolling, adaptive_limit_is_step_times_live_objects) {
 /* rolling_step 3 with one object: limit 3. */
 Test(rolling, adaptive_limit_follows_rolling_step) {
     const size_t bs = 4096;
-    init_step(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 0, 3);
+    init_step(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 0, 3);
     int32_t *x = alloc(16 * bs);
     reset();
     for (size_t k = 0; k < 3; k++) wr(AT(x, bs, k), 1);
@@ -315,7 +315,7 @@ Test(rolling, adaptive_limit_follows_rolling_step) {
  * block but the last 6 is evicted before the call, each block crosses once, and the kernel sees
  * all the data. */
 TEST_BLOCK_SIZES(rolling, sequential_init_evicts_and_kernel_sees_all_data) {
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, bs, 0);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 0);
     const size_t n = MIB / sizeof(int32_t), total_blocks = 3 * MIB / bs;
     int32_t *a = alloc(MIB), *b = alloc(MIB), *c = alloc(MIB);
     reset();
@@ -346,7 +346,7 @@ TEST_BLOCK_SIZES(rolling, no_stale_read) {
 }
 
 Test(rolling, no_stale_read_adaptive) {
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 0);
     scenario_no_stale_read();
     scenario_interior_pointers();
     adsm_shutdown();
@@ -375,7 +375,7 @@ Test(rolling, host_backend_no_stale_read) {
  * once; a rolling size of 1 made them evict each other forever. The limit is at least 2. */
 Test(rolling, store_across_blocks_with_rolling_size_1, .timeout = 20) {
     adsm_config cfg = {0};
-    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.backend = TEST_DEVICE_BACKEND;
     cfg.protocol = ADSM_PROTOCOL_ROLLING;
     cfg.block_size = 4096;
     cfg.rolling_size = 1;

@@ -1,0 +1,52 @@
+/* tests/cuda/driver_double.h -- the test-only API of the CUDA driver test double
+ * (tests/cuda/libcudadouble.so, built from driver_double.c).
+ *
+ * The double implements the CUDA driver entry points adsm uses (adsm_impl/cuda_driver.h) over host
+ * memory. Kernels are host functions registered here by the PTX entry name; a launch of that entry
+ * calls the function on the stream's worker thread. Tests reach these functions with dlsym on the
+ * same handle they dlopen'ed the driver with, or by linking against the library. */
+#ifndef CUDADOUBLE_DRIVER_DOUBLE_H
+#define CUDADOUBLE_DRIVER_DOUBLE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cudadouble_launch {
+    unsigned grid[3], block[3];
+    size_t nparams;
+    const size_t *param_size; /* from the PTX */
+    void *const *param;       /* param[i] points at a copy of parameter i's bytes */
+} cudadouble_launch;
+
+typedef void (*cudadouble_kernel_fn)(const cudadouble_launch *launch, void *user);
+
+/* Registers `fn` as the body of every entry called `name`. 0 ok (re-register replaces),
+ * -1 on a NULL name or fn. May be called before cuInit. */
+int cudadouble_register_kernel(const char *name, cudadouble_kernel_fn fn, void *user);
+
+/* Host view of device memory [dptr, dptr + n): NULL unless the whole range is valid device memory
+ * (mapped and read-write). The pointer stays usable while the range stays mapped. */
+void *cudadouble_host_view(unsigned long long dptr, size_t n);
+
+/* Called by a kernel (on the stream worker) to fail like a GPU fault: makes `code` sticky on the
+ * kernel's context. Ignored when called from any other thread. */
+void cudadouble_kernel_fault(int code);
+
+typedef struct cudadouble_counters {
+    unsigned long long h2d_bytes, d2h_bytes, d2d_bytes, memset_bytes;
+    unsigned long long h2d_async, d2h_async;       /* copies whose host side was pinned */
+    unsigned long long h2d_pageable, d2h_pageable; /* copies whose host side was pageable */
+    unsigned long long launches, device_bytes_mapped, reservations;
+    unsigned long long rejected;                   /* calls that returned an error other than NOT_READY */
+} cudadouble_counters;
+
+void cudadouble_get_counters(cudadouble_counters *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDADOUBLE_DRIVER_DOUBLE_H */

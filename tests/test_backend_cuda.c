@@ -1,0 +1,402 @@
+/* tests/test_backend_cuda.c -- the cuda backend without a GPU: the toolkit's stub library and
+ * missing drivers are reported as "not available"; against the driver test double
+ * (tests/cuda/libcudadouble.so) it must keep one address per object (or translate when told to),
+ * compile CUDA C with the real NVRTC, find kernels by name, check their parameters, stage copies
+ * through pinned memory in pipelined chunks, and turn driver errors into adsm errors that carry
+ * the driver's own name for them. Each Test runs in its own process (Criterion), so environment
+ * knobs of the double (CUDADOUBLE_*) are set per test before adsm_init. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "tests/cuda_double_bridge.h"
+
+#define MIB ((size_t)1 << 20)
+
+ADSM_KERNEL(vadd, ADSM_OUT(float, c), ADSM_IN(float, a), ADSM_IN(float, b), ADSM_VALUE(size_t, n));
+void vadd(adsm_grid g, float *c, const float *a, const float *b, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = a[i] + b[i];
+    }
+}
+static const char *vadd_cuda = ADSM_CUDA_SOURCE(
+    extern "C" __global__ void vadd(float *c, const float *a, const float *b, unsigned long long n) {
+        unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+        if (i < n) c[i] = a[i] + b[i];
+    });
+
+/* A kernel the double fails like a GPU fault (registered below instead of the body). */
+ADSM_KERNEL(faulty, ADSM_OUT(int, x), ADSM_VALUE(size_t, n));
+void faulty(adsm_grid g, int *x, size_t n) { (void)g, (void)x, (void)n; }
+
+static const char *const stub_library = "/usr/local/cuda/lib64/stubs/libcuda.so";
+static const char *const nvrtc_library = "/usr/local/cuda/lib64/libnvrtc.so";
+
+static void clear_env(void) {
+    static const char *const vars[] = {"ADSM_BACKEND", "ADSM_PROTOCOL", "ADSM_BLOCK_SIZE", "ADSM_ROLLING_SIZE",
+                                       "ADSM_EMU_MEMORY", "ADSM_LOG", "ADSM_DEVICE", "ADSM_CUDA_STAGING",
+                                       "ADSM_CUDA_SAME_ADDRESS", "ADSM_CUDA_DRIVER"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+    setenv("ADSM_NVRTC_LIBRARY", nvrtc_library, 1);
+}
+
+static adsm_result init_cuda(adsm_protocol_kind protocol, size_t block, size_t staging) {
+    clear_env();
+    cuda_double_use();
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.protocol = protocol;
+    cfg.block_size = block;
+    cfg.cuda_staging = staging;
+    return adsm_init(&cfg);
+}
+
+static void init_ok(adsm_protocol_kind protocol, size_t block, size_t staging) {
+    adsm_result r = init_cuda(protocol, block, staging);
+    cr_assert_eq(r, ADSM_OK, "adsm_init(cuda on the double): %s", adsm_last_error());
+    cr_assert_str_eq(adsm_backend_name(), "cuda");
+}
+
+static void attach(void) {
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd()};
+    cr_assert_eq(cuda_double_attach(kernels, 1), 0, "attach: %s", adsm_last_error());
+}
+
+static void expect_message(const char *needle) {
+    cr_assert(strstr(adsm_last_error(), needle) != NULL, "message '%s' lacks '%s'", adsm_last_error(), needle);
+}
+
+/* c = a + b over n floats; checks every element. */
+static void run_vadd(size_t n) {
+    float *a = adsm_alloc(n * sizeof *a), *b = adsm_alloc(n * sizeof *b), *c = adsm_alloc(n * sizeof *c);
+    cr_assert(a && b && c, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (float)i;
+        b[i] = (float)(3 * i);
+    }
+    adsm_result r = ADSM_CALL(vadd, adsm_grid_1d((uint32_t)((n + 255) / 256), 256), c, a, b, n);
+    cr_assert_eq(r, ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(c[i], (float)(4 * i), "c[%zu] = %f", i, (double)c[i]);
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(adsm_free(b), ADSM_OK);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+}
+
+/* ---- no driver ------------------------------------------------------------------------------- */
+Test(cuda_unavailable, stub_library_is_no_driver) {
+    clear_env();
+    setenv("ADSM_CUDA_DRIVER", stub_library, 1);
+    cr_assert(access(stub_library, R_OK) == 0, "the CUDA toolkit's stub library is missing: %s", stub_library);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_BACKEND_UNAVAILABLE);
+    expect_message("no CUDA driver");
+    expect_message("stub");
+    cfg.backend = ADSM_BACKEND_AUTO; /* auto moves on to the emulator */
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_str_eq(adsm_backend_name(), "emu");
+    adsm_shutdown();
+}
+
+Test(cuda_unavailable, missing_library) {
+    clear_env();
+    setenv("ADSM_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_BACKEND_UNAVAILABLE);
+    expect_message("no CUDA driver");
+    expect_message("/nonexistent/libcuda.so.1");
+}
+
+Test(cuda_unavailable, no_device_and_old_driver) {
+    setenv("CUDADOUBLE_DEVICES", "0", 1);
+    cr_assert_eq(init_cuda(0, 0, 0), ADSM_ERROR_BACKEND_UNAVAILABLE);
+    expect_message("no device");
+    setenv("CUDADOUBLE_DEVICES", "1", 1);
+    setenv("CUDADOUBLE_DRIVER_VERSION", "11080", 1);
+    cr_assert_eq(init_cuda(0, 0, 0), ADSM_ERROR_BACKEND_UNAVAILABLE);
+    expect_message("11.8");
+    expect_message("12.0");
+}
+
+Test(cuda_unavailable, device_ordinal_out_of_range) {
+    setenv("ADSM_DEVICE", "3", 1);
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_DEVICE", "3", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    expect_message("ADSM_DEVICE=3");
+}
+
+/* ---- addresses ------------------------------------------------------------------------------- */
+Test(cuda_double, same_address_on_both_sides) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    float *a = adsm_alloc(4096);
+    cr_assert_not_null(a);
+    cr_assert_eq(adsm_safe(a), (void *)a, "the device address of a shared object is its host address");
+    run_vadd(100000);
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(s.translated_args, 0);
+    adsm_shutdown();
+}
+
+Test(cuda_double, translated_addresses_when_told) {
+    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    attach();
+    float *a = adsm_alloc(4096);
+    void *dev = adsm_safe(a);
+    cr_assert(dev != NULL && dev != (void *)a, "adsm_safe gives the (different) device address");
+    cr_assert_not_null(cuda_double.host_view((unsigned long long)(uintptr_t)dev, 4096),
+                       "adsm_safe's address is device memory of the driver");
+    run_vadd(50000);
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(s.translated_args, 3, "c, a and b were translated (%llu)", (unsigned long long)s.translated_args);
+    /* explicit device buffers hand out device addresses too, and launches take them */
+    float *d = adsm_dev_alloc(4096);
+    cr_assert_not_null(cuda_double.host_view((unsigned long long)(uintptr_t)d, 4096));
+    float host[1024];
+    for (int i = 0; i < 1024; i++) host[i] = (float)i;
+    cr_assert_eq(adsm_copy_to_device(d, host, sizeof host), ADSM_OK, "%s", adsm_last_error());
+    float *c = adsm_alloc(4096);
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d(4, 256), c, d, d, (size_t)1024), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (int i = 0; i < 1024; i++) cr_assert_eq(c[i], (float)(2 * i));
+    cr_assert_eq(adsm_dev_free(d), ADSM_OK);
+    adsm_shutdown();
+}
+
+/* ---- kernels ------------------------------------------------------------------------------------ */
+Test(cuda_double, nvrtc_compiles_cuda_c_for_the_device) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cr_assert(access(nvrtc_library, R_OK) == 0, "NVRTC is missing: %s", nvrtc_library);
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("vadd", cuda_double_run_body, (void *)adsm__kernel_vadd()), 0);
+    adsm_result r = adsm_module_load_source(vadd_cuda, NULL); /* real NVRTC -> real PTX -> the double */
+    cr_assert_eq(r, ADSM_OK, "%s", adsm_last_error());
+    run_vadd(70000);
+    adsm_shutdown();
+}
+
+Test(cuda_double, nvrtc_errors_carry_the_compiler_log) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    const char *broken = "extern \"C\" __global__ void k(int *x) { x[0] = undeclared_name; }";
+    cr_assert_eq(adsm_module_load_source(broken, NULL), ADSM_ERROR_INVALID_MODULE);
+    expect_message("undeclared_name");
+    adsm_shutdown();
+}
+
+Test(cuda_double, unknown_kernel_and_bad_image) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    float *c = adsm_alloc(4096);
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d(1, 32), c, c, c, (size_t)32), ADSM_ERROR_KERNEL_NOT_FOUND);
+    expect_message("'vadd'");
+    cr_assert_eq(adsm_module_load_image("this is not PTX", 0), ADSM_ERROR_INVALID_MODULE);
+    expect_message("CUDA_ERROR_INVALID_IMAGE");
+    cr_assert_eq(adsm_module_load_image(NULL, 0), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(adsm_module_load_file("/nonexistent.ptx"), ADSM_ERROR_SYSTEM);
+    attach(); /* the runtime stays usable */
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
+Test(cuda_double, module_from_a_file) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("vadd", cuda_double_run_body, (void *)adsm__kernel_vadd()), 0);
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd()};
+    char *ptx = cuda_double_ptx(kernels, 1);
+    char path[] = "/tmp/adsm_module_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, ptx, strlen(ptx)), (ssize_t)strlen(ptx));
+    close(fd);
+    free(ptx);
+    cr_assert_eq(adsm_module_load_file(path), ADSM_OK, "%s", adsm_last_error());
+    unlink(path);
+    run_vadd(5000);
+    adsm_shutdown();
+}
+
+/* The declaration says size_t n; a module whose kernel takes a 32-bit n would read garbage. */
+Test(cuda_double, parameter_size_mismatch_is_refused) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("vadd", cuda_double_run_body, (void *)adsm__kernel_vadd()), 0);
+    const char *ptx = ".version 8.8\n.target sm_90\n.address_size 64\n.visible .entry vadd(\n"
+                      "\t.param .u64 vadd_param_0,\n\t.param .u64 vadd_param_1,\n\t.param .u64 vadd_param_2,\n"
+                      "\t.param .u32 vadd_param_3\n)\n{\n\tret;\n}\n";
+    cr_assert_eq(adsm_module_load_image(ptx, 0), ADSM_OK, "%s", adsm_last_error());
+    float *c = adsm_alloc(4096);
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d(1, 32), c, c, c, (size_t)32), ADSM_ERROR_INVALID_VALUE);
+    expect_message("'n'");
+    expect_message("4 bytes");
+    const char *three = ".version 8.8\n.target sm_90\n.address_size 64\n.visible .entry vadd(\n"
+                        "\t.param .u64 vadd_param_0,\n\t.param .u64 vadd_param_1,\n\t.param .u64 vadd_param_2\n)\n"
+                        "{\n\tret;\n}\n";
+    cr_assert_eq(adsm_module_load_image(three, 0), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d(1, 32), c, c, c, (size_t)32), ADSM_ERROR_INVALID_VALUE);
+    expect_message("takes 3");
+    adsm_shutdown();
+}
+
+Test(cuda_double, launch_refused_by_the_driver_is_reported_at_sync) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    float *c = adsm_alloc(4096);
+    /* 128 threads fit the device's 1024 per block, but a block's z may not exceed 64 */
+    adsm_grid g = adsm_grid_3d(adsm_dim3_make(1, 1, 1), adsm_dim3_make(1, 1, 128));
+    cr_assert_eq(ADSM_CALL(vadd, g, c, c, c, (size_t)1), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_LAUNCH_FAILED);
+    expect_message("CUDA_ERROR_INVALID_VALUE");
+    expect_message("'vadd'");
+    run_vadd(1000); /* not sticky: the device keeps working */
+    adsm_grid big = adsm_grid_1d(1, 2048);
+    cr_assert_eq(ADSM_CALL(vadd, big, c, c, c, (size_t)1), ADSM_ERROR_INVALID_VALUE);
+    expect_message("1024");
+    adsm_shutdown();
+}
+
+static void fault_kernel(const cudadouble_launch *l, void *user) {
+    (void)l, (void)user;
+    cuda_double.kernel_fault(700); /* CUDA_ERROR_ILLEGAL_ADDRESS */
+}
+
+Test(cuda_double, illegal_address_at_sync_then_device_lost) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd(), adsm__kernel_faulty()};
+    cr_assert_eq(cuda_double_attach(kernels, 2), 0, "%s", adsm_last_error());
+    cr_assert_eq(cuda_double.register_kernel("faulty", fault_kernel, NULL), 0);
+    int *keep = adsm_alloc(4096), *x = adsm_alloc(4096);
+    keep[0] = 42; /* Dirty on the host */
+    cr_assert_eq(ADSM_CALL(faulty, adsm_grid_1d(1, 1), x, (size_t)1), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_KERNEL_CRASHED);
+    expect_message("CUDA_ERROR_ILLEGAL_ADDRESS");
+    expect_message("'faulty'");
+    cr_assert_eq(keep[0], 42, "host data survives the device");
+    cr_assert_eq(ADSM_CALL(faulty, adsm_grid_1d(1, 1), x, (size_t)1), ADSM_ERROR_DEVICE_LOST);
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_DEVICE_LOST);
+    cr_assert_eq(adsm_free(keep), ADSM_OK);
+    adsm_shutdown();
+}
+
+/* ---- memory ------------------------------------------------------------------------------------ */
+Test(cuda_double, device_memory_starts_zeroed) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    attach();
+    /* the double fills fresh device memory with 0xA5; adsm must clear it */
+    float *a = adsm_alloc(3 * MIB), *c = adsm_alloc(3 * MIB);
+    size_t n = 3 * MIB / sizeof(float);
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((uint32_t)(n / 256), 256), c, a, a, n), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(c[i], 0.0f, "c[%zu] = %f", i, (double)c[i]);
+    adsm_shutdown();
+}
+
+Test(cuda_double, out_of_device_memory) {
+    setenv("CUDADOUBLE_MEMORY", "67108864", 1); /* 64 MiB */
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    cr_assert_null(adsm_alloc(100 * MIB));
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "%s", adsm_last_error());
+    void *objects[64];
+    size_t n = 0;
+    while (n < 64 && (objects[n] = adsm_alloc(2 * MIB)) != NULL) n++;
+    cr_assert(n > 0 && n < 64, "the 64 MiB device fills up (%zu objects)", n);
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(adsm_free(objects[i]), ADSM_OK);
+    run_vadd(100000); /* everything freed: room again */
+    adsm_shutdown();
+}
+
+/* Copies larger than the staging buffers go in chunks through both slots; with every driver
+ * operation delayed, a slot reused before its DMA finished would show up as wrong data. */
+Test(cuda_double, chunked_copies_through_pinned_staging, .timeout = 60) {
+    setenv("CUDADOUBLE_DELAY_US", "200", 1);
+    init_ok(ADSM_PROTOCOL_LAZY, 0, 256 << 10);
+    attach();
+    cudadouble_counters before = cuda_double_counters();
+    run_vadd((size_t)3 * MIB); /* 12 MiB objects, 48 chunks each way */
+    cudadouble_counters after = cuda_double_counters();
+    cr_assert_gt(after.h2d_async, before.h2d_async);
+    cr_assert_gt(after.d2h_async, before.d2h_async);
+    cr_assert_eq(after.h2d_pageable, before.h2d_pageable, "every upload went through pinned memory");
+    cr_assert_eq(after.d2h_pageable, before.d2h_pageable, "every download went through pinned memory");
+    adsm_shutdown();
+}
+
+Test(cuda_double, pageable_fallback_when_pinning_fails) {
+    setenv("CUDADOUBLE_NO_PINNED", "1", 1);
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    run_vadd(300000);
+    cudadouble_counters c = cuda_double_counters();
+    cr_assert_gt(c.h2d_pageable, 0);
+    cr_assert_eq(c.h2d_async, 0);
+    adsm_shutdown();
+}
+
+/* adsm's byte counts are what the driver saw. */
+Test(cuda_double, bytes_moved_match_the_driver) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
+    attach();
+    adsm_reset_stats();
+    cudadouble_counters before = cuda_double_counters();
+    run_vadd(200000);
+    cudadouble_counters after = cuda_double_counters();
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(after.h2d_bytes - before.h2d_bytes, s.h2d_bytes);
+    cr_assert_eq(after.d2h_bytes - before.d2h_bytes, s.d2h_bytes);
+    cr_assert_eq(after.launches - before.launches, 1);
+    adsm_shutdown();
+}
+
+Test(cuda_double, explicit_path) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    size_t n = 100000;
+    float *ha = malloc(n * sizeof *ha), *hc = malloc(n * sizeof *hc);
+    for (size_t i = 0; i < n; i++) ha[i] = (float)i;
+    float *da = adsm_dev_alloc(n * sizeof *da), *dc = adsm_dev_alloc(n * sizeof *dc);
+    cr_assert(da && dc, "%s", adsm_last_error());
+    cr_assert_eq(adsm_copy_to_device(da, ha, n * sizeof *ha), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((uint32_t)((n + 255) / 256), 256), dc, da, da, n), ADSM_OK);
+    cr_assert_eq(adsm_copy_from_device(hc, dc, n * sizeof *hc), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(hc[i], (float)(2 * i));
+    cr_assert_eq(adsm_dev_free(da), ADSM_OK);
+    cr_assert_eq(adsm_dev_free(dc), ADSM_OK);
+    free(ha);
+    free(hc);
+    adsm_shutdown();
+}
+
+/* On emu the module calls only check their arguments, so one program runs on every backend. */
+Test(cuda_backend, module_calls_on_emu) {
+    clear_env();
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK);
+    cr_assert_eq(adsm_module_load_source(vadd_cuda, NULL), ADSM_OK);
+    cr_assert_eq(adsm_module_load_image("anything", 0), ADSM_OK);
+    cr_assert_eq(adsm_module_load_source(NULL, NULL), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(adsm_module_load_file("/nonexistent.ptx"), ADSM_ERROR_SYSTEM);
+    expect_message("/nonexistent.ptx");
+    run_vadd(1000);
+    adsm_shutdown();
+}
