@@ -82,7 +82,7 @@ typedef struct adsm__cuda {
     adsm__cu_mem_handle *granule_handles;
 
     adsm__cu_stream kstream, h2d, d2h;
-    adsm__cu_event h2d_last, k_last, h2d_slot_ev[ADSM__CUDA_SLOTS], d2h_slot_ev[ADSM__CUDA_SLOTS];
+    adsm__cu_event h2d_last, k_last, ops_last, h2d_slot_ev[ADSM__CUDA_SLOTS], d2h_slot_ev[ADSM__CUDA_SLOTS];
     unsigned char *h2d_stage[ADSM__CUDA_SLOTS], *d2h_stage[ADSM__CUDA_SLOTS];
     size_t stage_size;
     int pinned, h2d_next;
@@ -391,7 +391,11 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *c
 
 /* Device -> staging in chunks, each chunk's DMA overlapping the copy-out of the one before. */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *cmd) {
-    adsm__cu_result r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0); /* sees every earlier upload */
+    /* Sees every earlier upload, memset and device copy. Kernels are not waited for here: the
+     * protocols wait for the kernel that may write a block before fetching it, and fetches of
+     * other objects may overlap a running kernel. */
+    adsm__cu_result r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
+    if (r == 0) r = c->cu.cuStreamWaitEvent(c->d2h, c->ops_last, 0);
     size_t nchunks = (cmd->n + c->stage_size - 1) / c->stage_size;
     for (size_t k = 0; r == 0 && k <= nchunks; k++) {
         if (k < nchunks) { /* issue chunk k */
@@ -458,6 +462,7 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         else if (r == 0)
             r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), (unsigned char)cmd->value, cmd->n, c->kstream);
         if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
+        if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->kstream);
         break;
     case ADSM__CMD_MAP:
         what = "cuMemCreate/cuMemMap";
@@ -465,6 +470,7 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         if (r == 0) r = adsm__cuda_kernel_stream_ready(c);
         if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), 0, cmd->n, c->kstream); /* starts zeroed */
         if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
+        if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->kstream);
         cmd->status = r == ADSM__CUDA_ERROR_OUT_OF_MEMORY ? 1 : 0;
         if (r == ADSM__CUDA_ERROR_OUT_OF_MEMORY) return -1; /* not fatal: the allocation fails */
         break;
@@ -584,7 +590,9 @@ ADSM__PRIVATE void *adsm__cuda_completion_main(void *arg) {
         adsm__cu_result r = ADSM__LOAD(&c->lost) ? 0 : c->cu.cuEventSynchronize(c->kev[slot]);
         if (r != 0) {
             char what[160], text[400];
-            snprintf(what, sizeof what, "kernel '%s' failed", c->kev_kernel[slot] ? c->kev_kernel[slot]->name : "?");
+            /* CUDA errors are sticky: the fault may come from this kernel or from work before it */
+            snprintf(what, sizeof what, "kernel '%s' (or device work queued before it) failed",
+                     c->kev_kernel[slot] ? c->kev_kernel[slot]->name : "?");
             adsm__cu_describe(c, r, what, text, sizeof text);
             adsm__cuda_record_error(c, adsm__cu_code(r), text, 1);
         }
@@ -860,10 +868,10 @@ ADSM__PRIVATE adsm_result adsm__cuda_streams(adsm__cuda *c) {
     adsm__cu_result r = 0;
     adsm__cu_stream *streams[] = {&c->kstream, &c->h2d, &c->d2h};
     for (size_t i = 0; r == 0 && i < 3; i++) r = c->cu.cuStreamCreate(streams[i], ADSM__CU_STREAM_NON_BLOCKING);
-    adsm__cu_event *events[2 + 2 * ADSM__CUDA_SLOTS] = {&c->h2d_last, &c->k_last};
+    adsm__cu_event *events[3 + 2 * ADSM__CUDA_SLOTS] = {&c->h2d_last, &c->k_last, &c->ops_last};
     for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
-        events[2 + 2 * s] = &c->h2d_slot_ev[s];
-        events[3 + 2 * s] = &c->d2h_slot_ev[s];
+        events[3 + 2 * s] = &c->h2d_slot_ev[s];
+        events[4 + 2 * s] = &c->d2h_slot_ev[s];
     }
     for (size_t i = 0; r == 0 && i < sizeof events / sizeof *events; i++)
         r = c->cu.cuEventCreate(events[i], ADSM__CU_EVENT_DISABLE_TIMING);
@@ -928,6 +936,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
             if (c->kev[i]) c->cu.cuEventDestroy(c->kev[i]);
         if (c->h2d_last) c->cu.cuEventDestroy(c->h2d_last);
         if (c->k_last) c->cu.cuEventDestroy(c->k_last);
+        if (c->ops_last) c->cu.cuEventDestroy(c->ops_last);
         if (c->kstream) c->cu.cuStreamDestroy(c->kstream);
         if (c->h2d) c->cu.cuStreamDestroy(c->h2d);
         if (c->d2h) c->cu.cuStreamDestroy(c->d2h);

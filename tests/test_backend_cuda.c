@@ -400,3 +400,23 @@ Test(cuda_backend, module_calls_on_emu) {
     run_vadd(1000);
     adsm_shutdown();
 }
+
+/* A device-side memset (adsm_memset of Invalid blocks) runs on the kernel stream; a fetch right
+ * after it must see its bytes, not what the kernel left, however late the memset runs. */
+Test(cuda_double, fetch_after_device_memset_sees_it, .timeout = 60) {
+    setenv("CUDADOUBLE_DELAY_US", "2000", 1);
+    init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
+    attach();
+    size_t n = 256 << 10;
+    float *a = adsm_alloc(n * sizeof *a), *c = adsm_alloc(n * sizeof *c);
+    for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((uint32_t)(n / 256), 256), c, a, a, n), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    adsm_reset_stats();
+    cr_assert_eq(adsm_memset(c, 0, n * sizeof *c), ADSM_OK, "%s", adsm_last_error());
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(s.d2h_bytes, 0, "the memset ran on the device only");
+    for (size_t i = 0; i < n; i += 997) cr_assert_eq(c[i], 0.0f, "c[%zu] = %f", i, (double)c[i]);
+    adsm_shutdown();
+}
