@@ -24,6 +24,9 @@
  * Defaults: about 100k operations per protocol on emu (split over its variants), 20k on host. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#ifdef TEST_ON_CUDA_DOUBLE /* built a second time to run on the cuda backend over the driver double */
+#include "tests/cuda_double_bridge.h"
+#endif
 
 #include <errno.h>
 #include <inttypes.h>
@@ -523,7 +526,7 @@ static void op_kernel(model *m) {
         if (busy > ob->busy) ob->busy = busy;
     }
     /* batch copies every object back at sync, so sync at once; the others sync now and then */
-    if ((m->v->protocol == ADSM_PROTOCOL_BATCH && m->v->backend == ADSM_BACKEND_EMU) || chance(m, 40)) op_sync(m);
+    if ((m->v->protocol == ADSM_PROTOCOL_BATCH && m->v->backend != ADSM_BACKEND_HOST) || chance(m, 40)) op_sync(m);
 }
 
 static void op_verify_all(model *m) {
@@ -612,9 +615,16 @@ static void run_model(const variant *v) {
     cfg.protocol = v->protocol;
     cfg.block_size = v->block_size;
     cfg.rolling_size = v->rolling_size;
+#ifdef TEST_ON_CUDA_DOUBLE
+    cuda_double_use();
+#endif
     adsm_result r = adsm_init(&cfg);
     cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());
     cr_assert_eq(adsm_block_size(), v->block_size);
+#ifdef TEST_ON_CUDA_DOUBLE
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_mix()};
+    cr_assert_eq(cuda_double_attach(kernels, 1), 0, "attaching to the driver double: %s", adsm_last_error());
+#endif
     cr_log_info("[%s] backend %s, protocol %s, block size %zu, %zu operations, ADSM_MODEL_SEED=%" PRIu64, v->name,
                 adsm_backend_name(), adsm_protocol_name(), adsm_block_size(), m->ops, m->base_seed);
 
@@ -627,7 +637,7 @@ static void run_model(const variant *v) {
     cr_assert_eq(pthread_create(&w.thread, NULL, watchdog_main, &w), 0);
 
     /* batch copies every object both ways at each call: fewer calls keep its run time in line */
-    unsigned kernel_cut = v->protocol == ADSM_PROTOCOL_BATCH && v->backend == ADSM_BACKEND_EMU ? 70 : 0;
+    unsigned kernel_cut = v->protocol == ADSM_PROTOCOL_BATCH && v->backend != ADSM_BACKEND_HOST ? 70 : 0;
     double t0 = now_s();
     for (m->op = 0; m->op < m->ops; __atomic_add_fetch(&m->op, 1, __ATOMIC_RELAXED)) {
         m->trace[m->op % TRACE_LEN][0] = 0;
@@ -696,6 +706,15 @@ static void run_model(const variant *v) {
         run_model(&v);                                                                              \
     }
 
+#ifdef TEST_ON_CUDA_DOUBLE
+/* the cuda backend over the driver double: ~20k operations per protocol */
+MODEL_TEST(cuda_batch_4k, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_BATCH, 4 * KIB, 0, 10000)
+MODEL_TEST(cuda_batch_64k, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_BATCH, 64 * KIB, 0, 10000)
+MODEL_TEST(cuda_lazy_4k, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_LAZY, 4 * KIB, 0, 10000)
+MODEL_TEST(cuda_lazy_2m, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_LAZY, 2 * MIB, 0, 10000)
+MODEL_TEST(cuda_rolling_4k_rs3, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 10000)
+MODEL_TEST(cuda_rolling_64k, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 10000)
+#else
 /* ~100k operations per protocol: 3 x 34k for batch and lazy, 4 x 25k for rolling */
 MODEL_TEST(emu_batch_4k, ADSM_BACKEND_EMU, ADSM_PROTOCOL_BATCH, 4 * KIB, 0, 34000)
 MODEL_TEST(emu_batch_64k, ADSM_BACKEND_EMU, ADSM_PROTOCOL_BATCH, 64 * KIB, 0, 34000)
@@ -708,3 +727,4 @@ MODEL_TEST(emu_rolling_4k_rs3, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4 * KIB,
 MODEL_TEST(emu_rolling_64k_rs3, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 64 * KIB, 3, 25000)
 MODEL_TEST(emu_rolling_2m, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 2 * MIB, 0, 25000)
 MODEL_TEST(host, ADSM_BACKEND_HOST, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0, 20000)
+#endif

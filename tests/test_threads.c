@@ -42,6 +42,12 @@
  * test, default 2), ADSM_TEST_STALL (watchdog seconds, default 20), ADSM_TEST_SEED. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#ifdef TEST_ON_CUDA_DOUBLE /* built a second time to run on the cuda backend over the driver double */
+#include "tests/cuda_double_bridge.h"
+#define THREADS_BACKEND ADSM_BACKEND_CUDA
+#else
+#define THREADS_BACKEND ADSM_BACKEND_EMU
+#endif
 
 #include <errno.h>
 #include <inttypes.h>
@@ -766,11 +772,18 @@ static void run_threads(const variant *v) {
 
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.backend = THREADS_BACKEND;
     cfg.protocol = v->protocol;
     cfg.block_size = v->block_size;
     cfg.rolling_size = v->rolling_size;
+#ifdef TEST_ON_CUDA_DOUBLE
+    cuda_double_use();
+#endif
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "adsm_init: %s", adsm_last_error());
+#ifdef TEST_ON_CUDA_DOUBLE
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_tt_gen(), adsm__kernel_tt_copy()};
+    cr_assert_eq(cuda_double_attach(kernels, 2), 0, "attaching to the driver double: %s", adsm_last_error());
+#endif
     cr_assert_eq(adsm_block_size(), v->block_size);
     size_t B = T.B;
     unsigned N = T.nworkers;
