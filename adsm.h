@@ -83,6 +83,12 @@
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device (CPU count)
        ADSM_LOG           error | warn | info | debug                  (warn)
+       ADSM_DEVICE        cuda device number                           (0)
+       ADSM_CUDA_STAGING  bytes per pinned staging buffer (2 per direction), 64K..1G  (8M)
+       ADSM_CUDA_SAME_ADDRESS  1: device addresses equal host addresses where the driver allows,
+                          0: always translate (diagnostic)              (1)
+       ADSM_CUDA_DRIVER   driver library to load                       (libcuda.so.1, then libcuda.so)
+       ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so, .so.13, .so.12)
 
    4. PROTOCOLS
    ============
@@ -100,7 +106,27 @@
              same addresses; a DMA thread copies asynchronously; kernels run on a worker pool in
              the child. Host and device memory are really separate: coherence bugs show up.
        host  the device is the CPU: no copies, no faults, kernels run in the calling process.
-       cuda  reserved (ADSM_ERROR_BACKEND_UNAVAILABLE in this version).
+       cuda  an NVIDIA GPU through the CUDA driver API, loaded at run time (no CUDA needed to
+             build; a CUDA 12.0 or newer driver to run). ADSM_BACKEND=auto picks it when a device
+             answers; otherwise (no libcuda, the toolkit's stub library, no device, an old driver)
+             it reports ADSM_ERROR_BACKEND_UNAVAILABLE with the reason and auto moves on to emu.
+             Kernels come from modules: write each kernel a second time as CUDA C,
+                 extern "C" __global__ void vecadd(float *c, const float *a, const float *b,
+                                                   size_t n)
+             with the ADSM_KERNEL parameters in the same order and sizes, keep it next to the CPU
+             body with ADSM_CUDA_SOURCE, and load it once with adsm_module_load_source (NVRTC,
+             itself loaded with dlopen), or load PTX/cubin/fatbin with adsm_module_load_image/
+             _file. A launch finds the kernel by name (ADSM_ERROR_KERNEL_NOT_FOUND) and, on
+             drivers that can tell (12.4+), refuses one whose parameter sizes differ from the
+             declaration. Objects keep one address on host and device whenever the driver
+             allows it; otherwise pointer arguments are translated at each launch
+             (adsm_stats.translated_args counts them) and adsm_safe() gives the device address,
+             but kernels cannot follow pointers stored in shared memory. Copies go through pinned
+             staging buffers on their own streams, ordered with events against the kernel stream.
+             Driver errors carry the driver's name for them (CUDA_ERROR_...): a refused launch is
+             ADSM_ERROR_LAUNCH_FAILED at adsm_sync; a kernel fault (illegal address, ...) is
+             ADSM_ERROR_KERNEL_CRASHED, after which the device is lost (ADSM_ERROR_DEVICE_LOST),
+             as CUDA contexts do not recover; host copies stay readable.
 
    6. ERRORS
    =========
@@ -109,7 +135,8 @@
    the calling thread's last failure; adsm_result_string() names a code. adsm never aborts on a
    user mistake. adsm_free(NULL) is ADSM_OK; adsm_alloc(0) is NULL with ADSM_ERROR_INVALID_VALUE;
    freeing an unknown pointer or freeing twice is ADSM_ERROR_NOT_SHARED; an interior pointer is
-   ADSM_ERROR_NOT_OBJECT_START.
+   ADSM_ERROR_NOT_OBJECT_START. Errors that come from the CUDA driver quote its own error name
+   and description.
 
    7. THREADS, SIGNALS AND FORK
    ============================
