@@ -261,6 +261,30 @@ ADSM__PRIVATE adsm__cu_mem_alloc_prop adsm__cuda_prop(const adsm__cuda *c) {
     return prop;
 }
 
+ADSM__PRIVATE adsm__cu_result adsm__cuda_map_granule(adsm__cuda *c, size_t g);
+ADSM__PRIVATE void adsm__cuda_unmap_granule(adsm__cuda *c, size_t g);
+
+/* Checks that device memory really works at the start of the range just placed: map a granule,
+ * fill it on the device, read it back. Guards the moved-reservation case, where adsm replaced
+ * the driver's host placeholder. */
+ADSM__PRIVATE int adsm__cuda_probe(adsm__cuda *c) {
+    unsigned char back[256];
+    adsm__cu_mem_handle saved = 0;
+    adsm__cu_mem_handle *handles = c->granule_handles;
+    int ok = 0;
+    c->granule_handles = &saved; /* granule 0's handle lands here */
+    if (adsm__cuda_map_granule(c, 0) == 0) {
+        adsm__cu_deviceptr at = (adsm__cu_deviceptr)c->base + (adsm__cu_deviceptr)c->delta;
+        memset(back, 0, sizeof back);
+        ok = c->cu.cuMemsetD8Async(at, 0x5a, sizeof back, NULL) == 0 &&
+             c->cu.cuMemcpyDtoHAsync(back, at, sizeof back, NULL) == 0 && c->cu.cuCtxSynchronize() == 0 &&
+             back[0] == 0x5a && back[sizeof back - 1] == 0x5a;
+        adsm__cuda_unmap_granule(c, 0);
+    }
+    c->granule_handles = handles;
+    return ok;
+}
+
 /* Puts the device range for adsm's shared half [base, base + half): at the same address if the
  * driver takes the hint; else the host reservation moves onto a device range the driver chose
  * (GMAC's order); else any device range, with translation. */
@@ -278,13 +302,24 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
         if (r == 0) c->cu.cuMemAddressFree(got, c->half);
         /* A range for the whole reservation (both halves), then the host side moves onto it. */
         r = c->cu.cuMemAddressReserve(&got, 2 * c->half, align, 0, 0);
+        uintptr_t old_base = rt->base;
         if (r == 0 && adsm__move_reservation(rt, (uintptr_t)got) == ADSM_OK) {
             c->base = rt->base;
             c->va = got;
             c->va_size = 2 * c->half;
             c->va_moved_host = 1;
-            adsm__log(ADSM_LOG_INFO, "cuda: host reservation moved onto the device range at %p", (void *)c->base);
-            return ADSM_OK;
+            if (adsm__cuda_probe(c)) {
+                adsm__log(ADSM_LOG_INFO, "cuda: host reservation moved onto the device range at %p", (void *)c->base);
+                return ADSM_OK;
+            }
+            adsm__log(ADSM_LOG_WARN, "cuda: device memory does not work under a moved host reservation");
+            c->va = 0;
+            c->va_moved_host = 0;
+            if (adsm__move_reservation(rt, old_base) != ADSM_OK)
+                return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: cannot put the host reservation back");
+            c->base = rt->base;
+            /* the driver gets a plain placeholder back before the range is freed */
+            mmap((void *)got, 2 * c->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
         }
         if (r == 0) c->cu.cuMemAddressFree(got, 2 * c->half);
     }
