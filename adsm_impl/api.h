@@ -502,8 +502,8 @@ ADSM__PRIVATE adsm_result adsm__read_file(const char *path, char **out, size_t *
 }
 
 ADSM_API adsm_result adsm_module_load_file(const char *path) {
-    char *image;
-    size_t size;
+    char *image = NULL;
+    size_t size = 0;
     if (!path) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_module_load_file: NULL path");
     adsm_result r = adsm__read_file(path, &image, &size);
     if (r != ADSM_OK) return r;

@@ -770,7 +770,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     const adsm_kernel_desc *k = l->kernel;
     adsm__cuda_cmd *cmd;
-    adsm__cu_function fn;
+    adsm__cu_function fn = NULL;
     adsm_result r;
     if (ADSM__LOAD(&c->lost)) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': the device is lost", k->name);
     if ((r = adsm__cuda_function(c, k, &fn)) != ADSM_OK) return r;

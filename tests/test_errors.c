@@ -276,7 +276,8 @@ Test(errors, result_strings_name_every_code) {
 #undef ROW
     };
     size_t n = sizeof codes / sizeof *codes;
-    cr_assert_eq(n, 15);
+    cr_assert_eq(n, (size_t)-ADSM__RESULT_END_, "the list and the enum's end disagree");
+    for (size_t i = 0; i < n; i++) cr_assert_eq(codes[i].code, -(int)i, "codes are 0, -1, -2, ... in order");
     for (size_t i = 0; i < n; i++) {
         const char *s = adsm_result_string(codes[i].code);
         cr_assert(s && s[0], "code %d has no string", codes[i].code);

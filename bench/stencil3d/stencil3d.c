@@ -76,6 +76,28 @@ void stencil_step(adsm_grid g, float *next, const float *cur, uint32_t nx, uint3
     }
 }
 
+/* The same kernel in CUDA C for the cuda backend (loaded after each adsm_init). i is the same
+ * flattened global thread index as the body's (x fastest), the point is found from i as the body
+ * does, and the weights are STENCIL_C0 and STENCIL_C1 written out (macros are not expanded inside
+ * ADSM_CUDA_SOURCE). __fadd_rn is never contracted into a fused multiply-add, so each point is
+ * computed with the body's roundings, bit for bit. */
+static const char stencil_step_cuda[] = ADSM_CUDA_SOURCE(
+    extern "C" __global__ void stencil_step(float *next, const float *cur, unsigned int nx, unsigned int ny,
+                                            unsigned int nz) {
+        size_t gx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+        size_t gy = blockIdx.y * (size_t)blockDim.y + threadIdx.y;
+        size_t gz = blockIdx.z * (size_t)blockDim.z + threadIdx.z;
+        size_t i = (gz * gridDim.y * blockDim.y + gy) * gridDim.x * blockDim.x + gx;
+        const size_t sy = nx, sz = (size_t)nx * ny, n = sz * nz;
+        if (i >= n) return;
+        unsigned int x = (unsigned int)(i % nx), y = (unsigned int)((i / nx) % ny), z = (unsigned int)(i / sz);
+        if (x == 0 || y == 0 || z == 0 || x == nx - 1 || y == ny - 1 || z == nz - 1)
+            next[i] = cur[i];
+        else
+            next[i] = __fadd_rn(0.4f * cur[i], 0.1f * ((cur[i - 1] + cur[i + 1]) + (cur[i - sy] + cur[i + sy]) +
+                                                       (cur[i - sz] + cur[i + sz])));
+    });
+
 /* ---- helpers -------------------------------------------------------------------------------- */
 static double now_ms(void) {
     struct timespec ts;
@@ -166,6 +188,7 @@ static measure run_variant(bench_ctx *c, variant *v, uint32_t edge, float *final
         cfg.block_size = v->block_size;
     }
     check(adsm_init(&cfg), "adsm_init");
+    check(adsm_module_load_source(stencil_step_cuda, NULL), "adsm_module_load_source");
     if (!c->backend[0]) snprintf(c->backend, sizeof c->backend, "%s", adsm_backend_name());
     if (v->kind == V_LAZY) v->block_size = adsm_block_size();
     /* every run starts with an empty file, so no variant inherits another's page cache */

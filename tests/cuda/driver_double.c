@@ -6,8 +6,11 @@
  * driver rejects. Device memory is one sparse memfd carved in 2 MiB granules; a reserved device
  * range is a PROT_NONE placeholder in the host address space (so device addresses never collide
  * with host ones) plus a private "shadow" range where the double itself sees the mapped granules.
- * Kernels are host functions registered by PTX entry name (driver_double.h). Environment knobs
- * (CUDADOUBLE_*) are read at cuInit; see tests/cuda/BUILD for the list.
+ * Kernels are host functions registered by PTX entry name (driver_double.h). Environment knobs,
+ * read at cuInit: CUDADOUBLE_DEVICES (default 1; 0 = no device), CUDADOUBLE_DRIVER_VERSION
+ * (12080), CUDADOUBLE_MEMORY (device bytes, 1 GiB), CUDADOUBLE_NO_PARAM_INFO=1 (cuFuncGetParamInfo
+ * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_DELAY_US (sleep before
+ * each queued stream operation, 0).
  *
  * Thread contexts: every cu* function and cudadouble_* function runs on the calling application
  * thread and is thread safe (one global mutex `g.mu` and one condition variable `g.cv`, plus a
@@ -17,7 +20,9 @@
  * and registered kernel functions run on that worker (or on the calling thread for the NULL
  * stream, whose operations run synchronously after every stream is idle). The library starts no
  * other threads and installs no signal handlers. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "adsm_impl/cuda_driver.h"
 #include "tests/cuda/driver_double.h"
 
@@ -431,7 +436,7 @@ static void *stream_worker(void *arg) {
 
 /* Queues `op` on stream `s` (under mu), or, for the NULL stream, waits until every stream of
  * the context is idle and runs it on the calling thread. Takes ownership of op. For a queued
- * op, *serial/*seq say where it is. */
+ * op, *serial and *seq say where it is. */
 static CUresult submit(struct adsm__cu_ctx_st *ctx, struct adsm__cu_stream_st *s, struct op *op,
                        unsigned long long *serial, unsigned long long *seq) {
     if (s) {
@@ -549,6 +554,7 @@ static const char *error_text(CUresult code) {
     case 4: return "driver shutting down";
     case 34: return "CUDA driver is a stub library";
     case 35: return "CUDA driver version is insufficient for CUDA runtime version";
+    case 36: return "API call requires a newer CUDA driver";
     case 100: return "no CUDA-capable device is detected";
     case 101: return "invalid device ordinal";
     case 200: return "device kernel image is invalid";
@@ -575,8 +581,12 @@ static const char *error_text(CUresult code) {
     case 803: return "system has unsupported display driver / cuda driver combination";
     case 804: return "forward compatibility was attempted on non supported HW";
     case 999: return "unknown error";
-    default: return NULL;
+    default: break;
     }
+    /* a code adsm_impl/cuda_driver.h lists that has no message above: its name */
+    for (size_t i = 0; i < sizeof error_table / sizeof error_table[0]; i++)
+        if (error_table[i].code == code) return error_table[i].name;
+    return NULL;
 }
 
 CUresult cuGetErrorName(CUresult error, const char **name) {

@@ -1,0 +1,150 @@
+/* tests/test_limits.c -- adsm under the kernel's per-process limits on file descriptors and
+ * locked memory (the mapping-count limit, vm.max_map_count, is provoked in test_objects.c).
+ *
+ * adsm keeps a fixed number of descriptors (the emulated device's memfd and socket, and
+ * /proc/self/mem) whatever the number of objects, and locks no memory. So: with no descriptor
+ * left, initialisation fails with a clear error and leaks nothing, and succeeds once descriptors
+ * are free again; once initialised, running out of descriptors changes nothing for objects,
+ * kernels and I/O on descriptors already open; without /proc/self/mem the fetch path falls back
+ * to opening the pages; RLIMIT_MEMLOCK 0 changes nothing. Each Test is its own process. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+ADSM_KERNEL(lim_fill, ADSM_OUT(int, c), ADSM_IN(int, a), ADSM_VALUE(size_t, n));
+void lim_fill(adsm_grid g, int *c, const int *a, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = a[i] * 2 + 1;
+    }
+}
+
+static adsm_result init_emu(void) {
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.protocol = ADSM_PROTOCOL_ROLLING;
+    cfg.block_size = 4096;
+    cfg.emu_memory = (size_t)256 << 20;
+    cfg.emu_workers = 2;
+    return adsm_init(&cfg);
+}
+
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+/* The lowest free descriptor number is the count of descriptors only if they are dense: make the
+ * limit "no new descriptor" by counting the highest one in use instead. */
+static int highest_fd(void) {
+    int top = -1;
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    int self = dirfd(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') continue;
+        int fd = atoi(e->d_name);
+        if (fd != self && fd > top) top = fd;
+    }
+    closedir(d);
+    return top;
+}
+
+static void set_nofile(rlim_t soft) {
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rl.rlim_cur = soft;
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0, "setrlimit: %s", strerror(errno));
+}
+
+/* n ints through a kernel, with CPU writes before and CPU reads after; all checked. */
+static void round_trip(size_t n) {
+    int *a = adsm_alloc(n * sizeof *a), *c = adsm_alloc(n * sizeof *c);
+    cr_assert(a && c, "adsm_alloc: %s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) a[i] = (int)i;
+    cr_assert_eq(ADSM_CALL(lim_fill, adsm_grid_1d((uint32_t)((n + 63) / 64), 64), c, a, n), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(c[i], 2 * (int)i + 1, "c[%zu] = %d", i, c[i]);
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+}
+
+Test(limits, no_descriptor_left_at_init) {
+    int before = open_fds();
+    set_nofile((rlim_t)highest_fd() + 1);
+    int fillers[64], nfill = 0; /* take the free numbers below the limit too */
+    while (nfill < 64 && (fillers[nfill] = dup(0)) >= 0) nfill++;
+    cr_assert_eq(errno, EMFILE);
+    adsm_result r = init_emu();
+    while (nfill > 0) close(fillers[--nfill]);
+    cr_assert_neq(r, ADSM_OK, "adsm_init cannot work without a descriptor");
+    cr_assert_eq(r, ADSM_ERROR_BACKEND_UNAVAILABLE, "%d: %s", r, adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "Too many open files") != NULL, "%s", adsm_last_error());
+    set_nofile(1024);
+    cr_assert_eq(open_fds(), before, "the failed init leaked descriptors");
+    cr_assert_eq(init_emu(), ADSM_OK, "%s", adsm_last_error());
+    round_trip(10000);
+    adsm_shutdown();
+    cr_assert_eq(open_fds(), before, "shutdown left descriptors open");
+}
+
+/* Where /proc/self/mem cannot be opened (no descriptor left for it, no /proc mounted), fetches
+ * into protected pages fall back to opening the pages; results stay right. /proc/self/mem is
+ * opened first at init, so a descriptor limit cannot take it away alone: the test closes it. */
+Test(limits, without_proc_self_mem) {
+    cr_assert_eq(init_emu(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_geq(adsm__rt.procmem_fd, 0);
+    close(adsm__rt.procmem_fd);
+    adsm__rt.procmem_fd = -1;
+    round_trip(50000);
+    adsm_shutdown();
+}
+
+Test(limits, descriptors_exhausted_after_init) {
+    cr_assert_eq(init_emu(), ADSM_OK, "%s", adsm_last_error());
+    char path[] = "/tmp/adsm_limits_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    unlink(path);
+    set_nofile((rlim_t)highest_fd() + 1);
+    int fillers[64], nfill = 0;
+    while (nfill < 64 && (fillers[nfill] = dup(0)) >= 0) nfill++;
+    cr_assert_eq(dup(0), -1, "the limit is in force");
+    /* objects, kernels, faults: no descriptor per object */
+    void *objects[500];
+    for (int i = 0; i < 500; i++) cr_assert_not_null(objects[i] = adsm_alloc(8192), "%s", adsm_last_error());
+    round_trip(20000);
+    /* I/O on a descriptor that is already open */
+    size_t n = 64 << 10;
+    int *buf = adsm_alloc(n * sizeof *buf);
+    for (size_t i = 0; i < n; i++) buf[i] = (int)(i * 7);
+    cr_assert_eq(adsm_pwrite(fd, buf, n * sizeof *buf, 0), (ssize_t)(n * sizeof *buf));
+    cr_assert_eq(adsm_memset(buf, 0, n * sizeof *buf), ADSM_OK);
+    cr_assert_eq(adsm_pread(fd, buf, n * sizeof *buf, 0), (ssize_t)(n * sizeof *buf));
+    for (size_t i = 0; i < n; i++) cr_assert_eq(buf[i], (int)(i * 7));
+    for (int i = 0; i < 500; i++) cr_assert_eq(adsm_free(objects[i]), ADSM_OK);
+    cr_assert_eq(adsm_free(buf), ADSM_OK);
+    adsm_shutdown();
+    while (nfill > 0) close(fillers[--nfill]);
+    close(fd);
+}
+
+/* adsm locks no memory (the cuda backend's pinned buffers are the driver's, and fall back to
+ * pageable ones: test_backend_cuda.c::pageable_fallback_when_pinning_fails). */
+Test(limits, no_locked_memory) {
+    struct rlimit rl = {0, 0};
+    cr_assert_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+    cr_assert_eq(init_emu(), ADSM_OK, "%s", adsm_last_error());
+    round_trip(100000);
+    adsm_shutdown();
+}
