@@ -11,9 +11,17 @@
 ADSM__PRIVATE adsm_result adsm__reserve(adsm__runtime *rt) {
     size_t gib = (size_t)1 << 30;
     size_t align = ADSM__MAX(rt->cfg.block_size, (size_t)2 << 20);
-    rt->half = ADSM__ALIGN_UP(ADSM__MAX((size_t)64 * gib, 2 * rt->cfg.emu_memory), gib);
+    /* 64 GiB per half unless the device is larger; where less address space is allowed (ulimit -v,
+     * valgrind's ~64 GiB), halve down to what the device capacity needs. */
+    size_t need = ADSM__ALIGN_UP(ADSM__MAX(gib, 2 * rt->cfg.emu_memory), gib);
+    rt->half = ADSM__MAX((size_t)64 * gib, need);
     size_t total = 2 * rt->half + align;
     void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    while (p == MAP_FAILED && rt->half / 2 >= need) {
+        rt->half /= 2;
+        total = 2 * rt->half + align;
+        p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    }
     if (p == MAP_FAILED)
         return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: %s", total / gib,
                           strerror(errno));

@@ -379,6 +379,7 @@ Test(rolling, store_across_blocks_with_rolling_size_1, .timeout = 20) {
     cfg.protocol = ADSM_PROTOCOL_ROLLING;
     cfg.block_size = 4096;
     cfg.rolling_size = 1;
+    cfg.emu_memory = (size_t)256 << 20; /* small, like the other tests: fits valgrind's address space */
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
     unsigned char *a = adsm_alloc(2 * 4096);
     static unsigned char src[64];
