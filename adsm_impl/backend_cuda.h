@@ -294,7 +294,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
     size_t align = ADSM__MAX(c->granule, rt->cfg.block_size);
     if (rt->cfg.cuda_same_address) {
         r = c->cu.cuMemAddressReserve(&got, c->half, align, (adsm__cu_deviceptr)c->base, 0);
-        if (r == 0 && got == c->base) {
+        if (r == 0 && got == c->base && adsm__cuda_probe(c)) {
             c->va = got;
             c->va_size = c->half;
             return ADSM_OK;

@@ -420,3 +420,30 @@ Test(cuda_double, fetch_after_device_memset_sees_it, .timeout = 60) {
     for (size_t i = 0; i < n; i += 997) cr_assert_eq(c[i], 0.0f, "c[%zu] = %f", i, (double)c[i]);
     adsm_shutdown();
 }
+
+/* A driver that keeps device ranges out of the host's address space grants the hint: the device
+ * range then sits exactly under adsm's host reservation (first of the three placements). */
+Test(cuda_double, same_address_by_hint) {
+    setenv("CUDADOUBLE_NO_PLACEHOLDER", "1", 1);
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    adsm__cuda *c = (adsm__cuda *)adsm__rt.be_ctx;
+    cr_assert_eq(c->va, (adsm__cu_deviceptr)adsm__rt.base, "the device range starts at adsm's reservation");
+    cr_assert_eq(c->va_moved_host, 0, "the host reservation stayed where it was");
+    float *a = adsm_alloc(4096);
+    cr_assert_eq(adsm_safe(a), (void *)a);
+    run_vadd(100000);
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(s.translated_args, 0);
+    adsm_shutdown();
+}
+
+/* Without that, the host reservation moves onto the range the driver chose (GMAC's order). */
+Test(cuda_double, same_address_by_moving_the_host_reservation) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    adsm__cuda *c = (adsm__cuda *)adsm__rt.be_ctx;
+    cr_assert_eq(c->va_moved_host, 1);
+    cr_assert_eq(c->va, (adsm__cu_deviceptr)adsm__rt.base);
+    adsm_shutdown();
+}

@@ -9,7 +9,8 @@
  * Kernels are host functions registered by PTX entry name (driver_double.h). Environment knobs,
  * read at cuInit: CUDADOUBLE_DEVICES (default 1; 0 = no device), CUDADOUBLE_DRIVER_VERSION
  * (12080), CUDADOUBLE_MEMORY (device bytes, 1 GiB), CUDADOUBLE_NO_PARAM_INFO=1 (cuFuncGetParamInfo
- * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_DELAY_US (sleep before
+ * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
+ * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
  * each queued stream operation, 0).
  *
  * Thread contexts: every cu* function and cudadouble_* function runs on the calling application
@@ -137,6 +138,7 @@ struct resv {
     dptr_t base;
     size_t size;
     char *shadow;
+    bool placeholder; /* base..base+size is held by a PROT_NONE host mapping of ours */
     struct mapping *maps;
     struct mapping **gm; /* per granule: the mapping covering it, or NULL */
     unsigned char *gp;   /* per granule: 0 none, 1 read, 3 read-write */
@@ -169,7 +171,7 @@ static struct {
     int ndev;
     int driver_version;
     size_t memory;
-    bool no_param_info, no_pinned;
+    bool no_param_info, no_pinned, no_placeholder;
     unsigned long delay_us;
     struct adsm__cu_ctx_st *ctxs;
     struct handle_ent *reg;
@@ -503,6 +505,7 @@ CUresult cuInit(unsigned int flags) {
     g.memory = (size_t)env_ull("CUDADOUBLE_MEMORY", (size_t)1 << 30);
     g.no_param_info = env_flag("CUDADOUBLE_NO_PARAM_INFO");
     g.no_pinned = env_flag("CUDADOUBLE_NO_PINNED");
+    g.no_placeholder = env_flag("CUDADOUBLE_NO_PLACEHOLDER");
     g.delay_us = (unsigned long)env_ull("CUDADOUBLE_DELAY_US", 0);
     g.ngran = g.memory / GRAN;
     g.gran_free = g.ngran;
@@ -1187,7 +1190,16 @@ CUresult cuMemAddressReserve(adsm__cu_deviceptr *ptr, size_t size, size_t alignm
     }
     if (!v || !v->gm || !v->gp) goto oom;
     void *base = MAP_FAILED;
-    if (addr && addr % align == 0 && range_ok(addr, size)) {
+    bool placeholder = true;
+    bool free_here = true;
+    for (struct resv *o = g.resv; o; o = o->next)
+        if (addr < o->base + o->size && o->base < addr + size) free_here = false;
+    if (g.no_placeholder && addr && addr % align == 0 && range_ok(addr, size) && free_here) {
+        /* a driver that keeps device addresses out of the host's address space: any hint that
+         * misses its own reservations is granted, host mappings there or not */
+        base = (void *)(uintptr_t)addr;
+        placeholder = false;
+    } else if (addr && addr % align == 0 && range_ok(addr, size)) {
         base = map_placeholder((void *)(uintptr_t)addr, size, MAP_FIXED_NOREPLACE);
         /* kernels before 4.17 ignore the flag and treat it as a hint */
         if (base != MAP_FAILED && (uintptr_t)base != addr) {
@@ -1207,9 +1219,10 @@ CUresult cuMemAddressReserve(adsm__cu_deviceptr *ptr, size_t size, size_t alignm
     }
     v->shadow = map_placeholder(NULL, size, 0);
     if (v->shadow == MAP_FAILED) {
-        munmap(base, size);
+        if (placeholder) munmap(base, size);
         goto oom;
     }
+    v->placeholder = placeholder;
     v->base = (uintptr_t)base;
     v->size = size;
     v->next = g.resv;
@@ -1243,7 +1256,7 @@ CUresult cuMemAddressFree(adsm__cu_deviceptr ptr, size_t size) {
     }
     struct resv *v = *pp;
     *pp = v->next;
-    munmap((void *)(uintptr_t)v->base, v->size);
+    if (v->placeholder) munmap((void *)(uintptr_t)v->base, v->size);
     munmap(v->shadow, v->size);
     free(v->gm);
     free(v->gp);
