@@ -56,4 +56,25 @@ typedef struct adsm__backend_vtbl {
     adsm_result (*module_load)(void *ctx, const void *image, size_t size, int source, const char *const *options);
 } adsm__backend_vtbl;
 
+/* Signal-safe waits shared by the backends. A queue's consumer advances *done and wakes it;
+ * this returns once it reached `target`. */
+ADSM__PRIVATE void adsm__wait_done(int *done, int target) {
+    for (;;) {
+        int d = ADSM__LOAD(done);
+        if (d == target) return;
+        adsm__futex_wait(done, d);
+    }
+}
+
+/* A completion thread publishes *completed (then bumps and wakes *gen); *lost means it never
+ * will again. 0 once launch `seq` finished, -1 when the device is lost. */
+ADSM__PRIVATE int adsm__wait_launch(const uint64_t *completed, int *gen, const int *lost, uint64_t seq) {
+    for (;;) {
+        int g = ADSM__LOAD(gen);
+        if (ADSM__LOAD(completed) >= seq) return ADSM__LOAD(lost) ? -1 : 0;
+        if (ADSM__LOAD(lost)) return -1;
+        adsm__futex_wait(gen, g);
+    }
+}
+
 #endif /* ADSM__BACKEND_INCLUDED */

@@ -675,22 +675,12 @@ ADSM__PRIVATE int adsm__cuda_from_device(void *ctx, uintptr_t host, uintptr_t de
 /* Signal-safe: every queued command has been taken by the engine (uploads are staged). */
 ADSM__PRIVATE void adsm__cuda_drain(void *ctx) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    int tail = ADSM__LOAD(&c->ring_tail);
-    for (;;) {
-        int done = ADSM__LOAD(&c->ring_done);
-        if (done == tail) return;
-        adsm__futex_wait(&c->ring_done, done);
-    }
+    adsm__wait_done(&c->ring_done, ADSM__LOAD(&c->ring_tail));
 }
 
 ADSM__PRIVATE int adsm__cuda_wait(void *ctx, uint64_t seq) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    for (;;) {
-        int gen = ADSM__LOAD(&c->completion_gen);
-        if (ADSM__LOAD(&c->completed_seq) >= seq) return ADSM__LOAD(&c->lost) ? -1 : 0;
-        if (ADSM__LOAD(&c->lost)) return -1;
-        adsm__futex_wait(&c->completion_gen, gen);
-    }
+    return adsm__wait_launch(&c->completed_seq, &c->completion_gen, &c->lost, seq);
 }
 
 ADSM__PRIVATE adsm_result adsm__cuda_synchronize(void *ctx) {

@@ -247,12 +247,7 @@ ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
 
 ADSM__PRIVATE void adsm__emu_drain(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
-    int tail = ADSM__LOAD(&e->ring_tail);
-    for (;;) {
-        int done = ADSM__LOAD(&e->ring_done);
-        if (done == tail) return;
-        adsm__futex_wait(&e->ring_done, done);
-    }
+    adsm__wait_done(&e->ring_done, ADSM__LOAD(&e->ring_tail));
 }
 
 ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
@@ -362,14 +357,12 @@ ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
     return NULL;
 }
 
+/* A launch that completed before the device process died still counts as done (its results
+ * are readable); only later ones report the loss. */
 ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq) {
     adsm__emu *e = (adsm__emu *)ctx;
-    for (;;) {
-        int gen = ADSM__LOAD(&e->completion_gen);
-        if (ADSM__LOAD(&e->completed_seq) >= seq) return 0;
-        if (ADSM__LOAD(&e->lost)) return -1;
-        adsm__futex_wait(&e->completion_gen, gen);
-    }
+    if (ADSM__LOAD(&e->completed_seq) >= seq) return 0;
+    return adsm__wait_launch(&e->completed_seq, &e->completion_gen, &e->lost, seq);
 }
 
 ADSM__PRIVATE adsm_result adsm__emu_synchronize(void *ctx) {
