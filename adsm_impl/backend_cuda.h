@@ -96,6 +96,7 @@ typedef struct adsm__cuda {
     /* launches: the engine records kernel events, the completion thread waits for them */
     adsm__cu_event kev[ADSM__CUDA_EVENTS];
     const adsm_kernel_desc *kev_kernel[ADSM__CUDA_EVENTS];
+    const adsm_kernel_desc *last_kernel; /* engine thread: the newest launch, to name in faults */
     uint64_t issued_seq, completed_seq;
     int issued_gen, completion_gen, lost, quitting;
     pthread_mutex_t error_mutex;
@@ -531,6 +532,7 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
             r = 0;
         }
         c->kev_kernel[slot] = cmd->kernel;
+        c->last_kernel = cmd->kernel;
         if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->kstream);
         if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
         ADSM__STORE(&c->issued_seq, seq);
@@ -542,8 +544,17 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     default: break;
     }
     if (r == 0) return 0;
-    if (r != (adsm__cu_result)-1) adsm__cu_describe(c, r, what, text, sizeof text);
-    else snprintf(text, sizeof text, "copying fetched data into host memory failed: %s", strerror(errno));
+    if (r != (adsm__cu_result)-1 && adsm__cu_code(r) == ADSM_ERROR_KERNEL_CRASHED && c->last_kernel) {
+        /* a sticky fault surfaces at whatever call comes next: name the kernel, not the call */
+        char where[200];
+        snprintf(where, sizeof where, "kernel '%s' (or device work queued before it) failed, seen at %s",
+                 c->last_kernel->name, what);
+        adsm__cu_describe(c, r, where, text, sizeof text);
+    } else if (r != (adsm__cu_result)-1) {
+        adsm__cu_describe(c, r, what, text, sizeof text);
+    } else {
+        snprintf(text, sizeof text, "copying fetched data into host memory failed: %s", strerror(errno));
+    }
     adsm__cuda_record_error(c, r == (adsm__cu_result)-1 ? ADSM_ERROR_SYSTEM : adsm__cu_code(r), text, 1);
     return -1;
 }
