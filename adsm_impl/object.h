@@ -19,6 +19,7 @@ typedef struct adsm__block {
     uint32_t index;
     uint8_t state;
     uint8_t in_fifo;
+    uint8_t evicting; /* unit head: an asynchronous copy of it may still be reading the host pages */
 } adsm__block;
 
 typedef struct adsm__object {

@@ -121,6 +121,7 @@ ADSM__PRIVATE int adsm__writeback_unit(adsm__runtime *rt, adsm__block *b, int as
     adsm__unit_of(rt, o, b->index, &first, &count);
     if (o->blocks[first].state != ADSM__DIRTY) return 0;
     if (adsm__set_state(rt, o, first, count, ADSM__READONLY) != 0) return -1;
+    o->blocks[first].evicting = (uint8_t)(async != 0);
     return adsm__flush(rt, o, first, count, async);
 }
 
@@ -153,6 +154,12 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     int state = o->blocks[block].state;
     if (state == ADSM__DIRTY || (state == ADSM__READONLY && !is_write))
         return adsm__set_state(rt, o, first, count, state); /* another thread got here first */
+    if (is_write && o->blocks[first].evicting) {
+        /* its eviction may still be copying the pages: let the copy finish before the CPU writes
+         * (usually it has, and this returns at once) */
+        rt->be->drain(rt->be_ctx);
+        o->blocks[first].evicting = 0;
+    }
     if (state == ADSM__INVALID) {
         /* Even a full overwrite waits for the kernel that may write the object: the CPU's bytes
          * must land after the kernel's, in program order. */

@@ -390,3 +390,27 @@ Test(rolling, store_across_blocks_with_rolling_size_1, .timeout = 20) {
     cr_assert_eq(a[4096], 1);
     adsm_shutdown();
 }
+
+/* A CPU write to a block whose eager eviction may still be copying its pages waits for that copy
+ * first (white-box: the unit's `evicting` mark), so the copy never reads a page being written. */
+Test(rolling, write_to_an_evicted_block_waits_for_its_copy) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 2);
+    int32_t *p = alloc(4 * 4096);
+    wr(&p[0], 1);
+    wr(&p[1024], 2);
+    wr(&p[2048], 3); /* a third dirty block: block 0 is evicted asynchronously */
+    adsm__object *o = adsm__object_of(adsm__tree_find(&adsm__rt.objects, (uintptr_t)p));
+    cr_assert_not_null(o);
+    EXPECT_STATE(p, 'R');
+    cr_assert_eq(o->blocks[0].evicting, 1, "the eviction is marked on its unit");
+    wr(&p[1], 5);
+    cr_assert_eq(o->blocks[0].evicting, 0, "the write fault waited for the copy and cleared the mark");
+    EXPECT_STATE(p, 'D');
+    CALL_OK(k_incr, grid_for(4096), p, (size_t)4096);
+    sync_ok();
+    cr_assert_eq(rd(&p[0]), 2);
+    cr_assert_eq(rd(&p[1]), 6);
+    cr_assert_eq(rd(&p[1024]), 3);
+    cr_assert_eq(rd(&p[2048]), 4);
+    adsm_shutdown();
+}
