@@ -51,8 +51,8 @@ typedef struct adsm__backend_vtbl {
     /* device-only bulk operations (state-aware memset/memcpy); callers drained and waited */
     int (*dev_memset)(void *ctx, uintptr_t dev, int value, size_t n);
     int (*dev_copy)(void *ctx, uintptr_t dst, uintptr_t src, size_t n);
-    /* device code: an image (PTX/cubin/fatbin), or CUDA C source when options_or_null marks it as
-     * such (source != 0); NULL on backends that run kernels from their CPU bodies */
+    /* device code: an image (PTX/cubin/fatbin; size may be 0 for PTX), or, with source != 0,
+     * CUDA C compiled with `options`; NULL on backends that run kernels from their CPU bodies */
     adsm_result (*module_load)(void *ctx, const void *image, size_t size, int source, const char *const *options);
 } adsm__backend_vtbl;
 
