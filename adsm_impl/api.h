@@ -115,11 +115,11 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     rt->procmem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
     adsm__tree_init(&rt->objects);
     adsm__tree_init(&rt->safe_dev);
+    rt->dev_delta = 0; /* a backend whose device addresses differ sets it */
     if ((r = adsm__backend_start(rt)) != ADSM_OK) {
         adsm__release_reservation(rt);
         return r;
     }
-    rt->dev_delta = rt->be == &adsm__backend_cuda ? adsm__cuda_delta(rt->be_ctx) : 0;
     rt->proto = rt->be->moves_data ? adsm__protocol_for(rt->cfg.protocol) : &adsm__protocol_untracked;
     if ((r = adsm__fault_install(rt)) != ADSM_OK) {
         rt->be->shutdown(rt->be_ctx);

@@ -56,6 +56,22 @@ typedef struct adsm__backend_vtbl {
     adsm_result (*module_load)(void *ctx, const void *image, size_t size, int source, const char *const *options);
 } adsm__backend_vtbl;
 
+/* Signal-safe, shared by the backends' device->host copies: fills host memory of any protection.
+ * Plain memory (the explicit path) is a memcpy; inside the reservation /proc/self/mem writes the
+ * pages without opening them, so no thread sees a half-filled block; without it the pages are
+ * opened (the caller sets the final protection). 0 or -1. */
+ADSM__PRIVATE int adsm__copy_home(const adsm__runtime *rt, uintptr_t host, const void *src, size_t n) {
+    if (adsm__outside_reservation(rt, host, n)) {
+        memcpy((void *)host, src, n);
+        return 0;
+    }
+    if (rt->procmem_fd >= 0 && adsm__pwrite_full(rt->procmem_fd, src, n, host) == 0) return 0;
+    uintptr_t start = ADSM__ALIGN_DOWN(host, rt->page);
+    if (adsm__protect(start, ADSM__ALIGN_UP(host + n, rt->page) - start, PROT_READ | PROT_WRITE) != 0) return -1;
+    memcpy((void *)host, src, n);
+    return 0;
+}
+
 /* Signal-safe waits shared by the backends. A queue's consumer advances *done and wakes it;
  * this returns once it reached `target`. */
 ADSM__PRIVATE void adsm__wait_done(int *done, int target) {

@@ -250,6 +250,12 @@ ADSM__PRIVATE adsm_result adsm__cuda_device(adsm__cuda *c, int ordinal) {
 }
 
 /* ---- address space ------------------------------------------------------------------------- */
+/* adsm keeps device addresses in its shared half; the driver's are offset by delta (0 when the
+ * device range sits at the host addresses). */
+ADSM__PRIVATE adsm__cu_deviceptr adsm__cuda_dptr(const adsm__cuda *c, uintptr_t dev) {
+    return (adsm__cu_deviceptr)dev + (adsm__cu_deviceptr)c->delta;
+}
+
 ADSM__PRIVATE adsm_result adsm__move_reservation(adsm__runtime *rt, uintptr_t to); /* api.h */
 
 ADSM__PRIVATE adsm__cu_mem_alloc_prop adsm__cuda_prop(const adsm__cuda *c) {
@@ -275,7 +281,7 @@ ADSM__PRIVATE int adsm__cuda_probe(adsm__cuda *c) {
     int ok = 0;
     c->granule_handles = &saved; /* granule 0's handle lands here */
     if (adsm__cuda_map_granule(c, 0) == 0) {
-        adsm__cu_deviceptr at = (adsm__cu_deviceptr)c->base + (adsm__cu_deviceptr)c->delta;
+        adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base);
         memset(back, 0, sizeof back);
         ok = c->cu.cuMemsetD8Async(at, 0x5a, sizeof back, NULL) == 0 &&
              c->cu.cuMemcpyDtoHAsync(back, at, sizeof back, NULL) == 0 && c->cu.cuCtxSynchronize() == 0 &&
@@ -339,7 +345,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
 /* ---- device memory in granules ---------------------------------------------------------------- */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_map_granule(adsm__cuda *c, size_t g) {
     adsm__cu_mem_alloc_prop prop = adsm__cuda_prop(c);
-    adsm__cu_deviceptr at = (adsm__cu_deviceptr)(c->base + g * c->granule) + (adsm__cu_deviceptr)c->delta;
+    adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base + g * c->granule);
     adsm__cu_mem_access_desc access;
     adsm__cu_mem_handle h = 0;
     adsm__cu_result r = c->cu.cuMemCreate(&h, c->granule, &prop, 0);
@@ -361,7 +367,7 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_map_granule(adsm__cuda *c, size_t g) {
 }
 
 ADSM__PRIVATE void adsm__cuda_unmap_granule(adsm__cuda *c, size_t g) {
-    adsm__cu_deviceptr at = (adsm__cu_deviceptr)(c->base + g * c->granule) + (adsm__cu_deviceptr)c->delta;
+    adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base + g * c->granule);
     c->cu.cuMemUnmap(at, c->granule);
     c->cu.cuMemRelease(c->granule_handles[g]);
     c->granule_handles[g] = 0;
@@ -390,25 +396,8 @@ ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n) {
         if (c->granule_refs[g] > 0 && --c->granule_refs[g] == 0) adsm__cuda_unmap_granule(c, g);
 }
 
-ADSM__PRIVATE adsm__cu_deviceptr adsm__cuda_dptr(const adsm__cuda *c, uintptr_t dev) {
-    return (adsm__cu_deviceptr)dev + (adsm__cu_deviceptr)c->delta;
-}
 
 /* ---- the engine: every copy and launch, in queue order ------------------------------------- */
-ADSM__PRIVATE int adsm__cuda_in_reservation(const adsm__cuda *c, uintptr_t host, size_t n) {
-    return !(host + n <= c->base || host >= c->base + 2 * c->half);
-}
-
-/* Engine thread: host <- staging, whatever the host page protection (see emu's copy_home). */
-ADSM__PRIVATE int adsm__cuda_copy_home(adsm__cuda *c, uintptr_t host, const unsigned char *src, size_t n) {
-    if (!adsm__cuda_in_reservation(c, host, n)) {
-        memcpy((void *)host, src, n);
-        return 0;
-    }
-    if (c->rt->procmem_fd >= 0) return adsm__pwrite_full(c->rt->procmem_fd, src, n, host);
-    return -1;
-}
-
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     adsm__cu_result r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0); /* after the kernels queued before */
     for (size_t off = 0; r == 0 && off < cmd->n; off += c->stage_size) {
@@ -444,7 +433,7 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *c
             size_t off = (k - 1) * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->n - off);
             int s = (int)((k - 1) % ADSM__CUDA_SLOTS);
             r = c->cu.cuEventSynchronize(c->d2h_slot_ev[s]);
-            if (r == 0 && adsm__cuda_copy_home(c, cmd->dst + off, c->d2h_stage[s], len) != 0) return -1;
+            if (r == 0 && adsm__copy_home(c->rt, cmd->dst + off, c->d2h_stage[s], len) != 0) return -1;
         }
     }
     return r;
@@ -1033,6 +1022,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     adsm__log(ADSM_LOG_INFO, "cuda: device %d (%s, compute %d.%d), %zu MiB, %s addresses, %s staging of %zu KiB",
               rt->cfg.device, c->device_name, c->cc_major, c->cc_minor, c->capacity >> 20,
               c->delta ? "translated" : "same", c->pinned ? "pinned" : "pageable", c->stage_size >> 10);
+    rt->dev_delta = c->delta; /* adsm_safe, adsm_dev_alloc and device-pointer arguments */
     *ctx = c;
     return ADSM_OK;
 fail:
@@ -1045,9 +1035,6 @@ fail:
     }
     return r;
 }
-
-/* Whether addresses differ on the device (for adsm_safe and the explicit path). */
-ADSM__PRIVATE intptr_t adsm__cuda_delta(const void *ctx) { return ((const adsm__cuda *)ctx)->delta; }
 
 static const adsm__backend_vtbl adsm__backend_cuda = {
     "cuda", 1, ADSM__CUDA_MAX_ARGS, adsm__cuda_init, adsm__cuda_shutdown, adsm__cuda_capacity, adsm__cuda_dev_alloc,

@@ -277,30 +277,14 @@ ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, 
     return 0;
 }
 
-ADSM__PRIVATE int adsm__emu_copy_home(adsm__emu *e, uintptr_t host, const unsigned char *src, size_t n);
-
 ADSM__PRIVATE int adsm__emu_from_device(void *ctx, uintptr_t host, uintptr_t dev, size_t n) {
     adsm__emu *e = (adsm__emu *)ctx;
     if (dev < e->base || dev - e->base + n > e->half) return -1;
     const unsigned char *src = e->window + (dev - e->base);
     uint64_t t0 = adsm__now_ns();
-    int rc = adsm__emu_copy_home(e, host, src, n);
+    int rc = adsm__copy_home(e->rt, host, src, n);
     ADSM__ADD(&e->rt->stats.d2h_ns, adsm__now_ns() - t0);
     return rc;
-}
-
-/* Fills host memory of any protection: /proc/self/mem when it is open, else by opening the
- * pages (the caller sets the final protection). */
-ADSM__PRIVATE int adsm__emu_copy_home(adsm__emu *e, uintptr_t host, const unsigned char *src, size_t n) {
-    if (host + n <= e->base || host >= e->base + 2 * e->half) { /* plain memory (explicit copies) */
-        memcpy((void *)host, src, n);
-        return 0;
-    }
-    if (e->rt->procmem_fd >= 0 && adsm__pwrite_full(e->rt->procmem_fd, src, n, host) == 0) return 0;
-    uintptr_t page = e->rt->page, start = ADSM__ALIGN_DOWN(host, page);
-    if (adsm__protect(start, ADSM__ALIGN_UP(host + n, page) - start, PROT_READ | PROT_WRITE) != 0) return -1;
-    memcpy((void *)host, src, n);
-    return 0;
 }
 
 ADSM__PRIVATE int adsm__emu_in_window(const adsm__emu *e, uintptr_t dev, size_t n) {

@@ -447,3 +447,13 @@ Test(cuda_double, same_address_by_moving_the_host_reservation) {
     cr_assert_eq(c->va, (adsm__cu_deviceptr)adsm__rt.base);
     adsm_shutdown();
 }
+
+/* Without /proc/self/mem, downloads into protected pages take the same fallback as emu's. */
+Test(cuda_double, downloads_without_proc_self_mem) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
+    attach();
+    close(adsm__rt.procmem_fd);
+    adsm__rt.procmem_fd = -1;
+    run_vadd(200000);
+    adsm_shutdown();
+}
