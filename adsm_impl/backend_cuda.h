@@ -405,7 +405,7 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *c
         int s = c->h2d_next;
         c->h2d_next = (s + 1) % ADSM__CUDA_SLOTS;
         if ((r = c->cu.cuEventSynchronize(c->h2d_slot_ev[s])) != 0) break; /* the slot's last DMA is done */
-        memcpy(c->h2d_stage[s], (const void *)(cmd->src + off), len);
+        adsm__copy_out(c->h2d_stage[s], (const void *)(cmd->src + off), len);
         if ((r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->dst + off), c->h2d_stage[s], len, c->h2d)) != 0)
             break;
         r = c->cu.cuEventRecord(c->h2d_slot_ev[s], c->h2d);

@@ -238,7 +238,7 @@ ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
         adsm__dma_job job = e->ring[(unsigned)done % ADSM__DMA_RING];
         adsm__emu_wait(e, job.after_seq); /* stream order: after the kernels issued before it */
         uint64_t t0 = adsm__now_ns();
-        memcpy(e->window + (job.dev - e->base), (const void *)job.host, job.len);
+        adsm__copy_out(e->window + (job.dev - e->base), (const void *)job.host, job.len);
         ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
         ADSM__STORE(&e->ring_done, done + 1);
         adsm__futex_wake_all(&e->ring_done);
@@ -257,7 +257,7 @@ ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, 
         adsm__emu_drain(ctx); /* keep copies to the same block in order */
         adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq)); /* a running kernel may read it */
         uint64_t t0 = adsm__now_ns();
-        memcpy(e->window + (dev - e->base), (const void *)host, n);
+        adsm__copy_out(e->window + (dev - e->base), (const void *)host, n);
         ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
         return 0;
     }
