@@ -295,6 +295,10 @@ typedef struct adsm_stats {
     uint64_t objects, object_bytes;           /* live shared objects and their bytes (not reset) */
     uint64_t translated_args;                 /* cuda: pointer arguments moved to device addresses
                                                  (non-zero only when device and host addresses differ) */
+    uint64_t d2h_moved_bytes;  /* of d2h_bytes, those brought into protected pages with one copy: staged,
+                                  then moved over the block whole (mremap of 2 MiB huge pages) */
+    uint64_t d2h_forced_bytes; /* ... those written through /proc/self/mem (a kernel bounce copy): pieces
+                                  smaller than a huge page; the rest went straight to writable memory */
 } adsm_stats;
 
 /* ---- kernels -------------------------------------------------------------------------------- */
@@ -542,6 +546,7 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 #include "adsm_impl/stats.h"
 #include "adsm_impl/config.h"
 #include "adsm_impl/object.h"
+#include "adsm_impl/copy.h"
 #include "adsm_impl/runtime.h"
 #include "adsm_impl/backend.h"
 #include "adsm_impl/kernel.h"

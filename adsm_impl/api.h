@@ -98,9 +98,8 @@ ADSM__PRIVATE void adsm__release_reservation(adsm__runtime *rt) {
     adsm__arena_destroy(&rt->va_shared);
     adsm__arena_destroy(&rt->va_safe);
     if (rt->base) munmap((void *)rt->base, 2 * rt->half);
-    if (rt->procmem_fd >= 0) close(rt->procmem_fd);
+    adsm__filler_release(&rt->fill);
     rt->base = 0;
-    rt->procmem_fd = -1;
 }
 
 ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
@@ -112,7 +111,12 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
         adsm__release_reservation(rt);
         return r;
     }
-    rt->procmem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    if (adsm__filler_init(&rt->fill, rt->page) != 0) {
+        r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot map %zu MiB of staging for fetches: %s",
+                       2 * ADSM__FILL_SLOT >> 20, strerror(errno));
+        adsm__release_reservation(rt);
+        return r;
+    }
     adsm__tree_init(&rt->objects);
     adsm__tree_init(&rt->safe_dev);
     rt->dev_delta = 0; /* a backend whose device addresses differ sets it */

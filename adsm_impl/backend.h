@@ -39,7 +39,7 @@ typedef struct adsm__backend_vtbl {
     void (*dev_free)(void *ctx, uintptr_t dev, size_t span);
     /* signal-safe: host->device copy; async copies complete in order, before drain() returns */
     int (*to_device)(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async);
-    /* signal-safe: device->host copy into a host range of any protection */
+    /* signal-safe: device->host copy into writable host memory (copy.h fills protected pages) */
     int (*from_device)(void *ctx, uintptr_t host, uintptr_t dev, size_t n);
     /* signal-safe: wait until every async to_device copy has landed */
     void (*drain)(void *ctx);
@@ -55,42 +55,5 @@ typedef struct adsm__backend_vtbl {
      * CUDA C compiled with `options`; NULL on backends that run kernels from their CPU bodies */
     adsm_result (*module_load)(void *ctx, const void *image, size_t size, int source, const char *const *options);
 } adsm__backend_vtbl;
-
-/* Signal-safe, shared by the backends' device->host copies: fills host memory of any protection.
- * Plain memory (the explicit path) is a memcpy; inside the reservation /proc/self/mem writes the
- * pages without opening them, so no thread sees a half-filled block; without it the pages are
- * opened (the caller sets the final protection). 0 or -1. */
-ADSM__PRIVATE int adsm__copy_home(const adsm__runtime *rt, uintptr_t host, const void *src, size_t n) {
-    if (adsm__outside_reservation(rt, host, n)) {
-        memcpy((void *)host, src, n);
-        return 0;
-    }
-    if (rt->procmem_fd >= 0 && adsm__pwrite_full(rt->procmem_fd, src, n, host) == 0) return 0;
-    uintptr_t start = ADSM__ALIGN_DOWN(host, rt->page);
-    if (adsm__protect(start, ADSM__ALIGN_UP(host + n, rt->page) - start, PROT_READ | PROT_WRITE) != 0) return -1;
-    memcpy((void *)host, src, n);
-    return 0;
-}
-
-/* Signal-safe waits shared by the backends. A queue's consumer advances *done and wakes it;
- * this returns once it reached `target`. */
-ADSM__PRIVATE void adsm__wait_done(int *done, int target) {
-    for (;;) {
-        int d = ADSM__LOAD(done);
-        if (d == target) return;
-        adsm__futex_wait(done, d);
-    }
-}
-
-/* A completion thread publishes *completed (then bumps and wakes *gen); *lost means it never
- * will again. 0 once launch `seq` finished, -1 when the device is lost. */
-ADSM__PRIVATE int adsm__wait_launch(const uint64_t *completed, int *gen, const int *lost, uint64_t seq) {
-    for (;;) {
-        int g = ADSM__LOAD(gen);
-        if (ADSM__LOAD(completed) >= seq) return ADSM__LOAD(lost) ? -1 : 0;
-        if (ADSM__LOAD(lost)) return -1;
-        adsm__futex_wait(gen, g);
-    }
-}
 
 #endif /* ADSM__BACKEND_INCLUDED */

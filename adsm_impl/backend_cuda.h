@@ -433,7 +433,7 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *c
             size_t off = (k - 1) * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->n - off);
             int s = (int)((k - 1) % ADSM__CUDA_SLOTS);
             r = c->cu.cuEventSynchronize(c->d2h_slot_ev[s]);
-            if (r == 0 && adsm__copy_home(c->rt, cmd->dst + off, c->d2h_stage[s], len) != 0) return -1;
+            if (r == 0) memcpy((void *)(cmd->dst + off), c->d2h_stage[s], len); /* writable: copy.h */
         }
     }
     return r;

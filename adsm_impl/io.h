@@ -49,11 +49,11 @@ ADSM__PRIVATE adsm_result adsm__access_failed(void) {
  * (another thread may write the same block meanwhile and must still fault). */
 ADSM__PRIVATE int adsm__host_fill_protected(adsm__runtime *rt, uintptr_t a, int value, size_t n) {
     unsigned char pattern[4096];
-    if (rt->procmem_fd < 0) return -1;
+    if (rt->fill.procmem_fd < 0) return -1;
     memset(pattern, value, sizeof pattern);
     for (size_t done = 0; done < n;) {
         size_t len = ADSM__MIN(n - done, sizeof pattern);
-        if (adsm__pwrite_full(rt->procmem_fd, pattern, len, a + done) != 0) return -1;
+        if (adsm__pwrite_full(rt->fill.procmem_fd, pattern, len, a + done) != 0) return -1;
         done += len;
     }
     return 0;
@@ -67,7 +67,7 @@ ADSM__PRIVATE int adsm__memset_unit_in_place(adsm__runtime *rt, adsm__object *o,
     size_t data = ADSM__MIN(len, o->host + o->size - a);
     uintptr_t dev = o->dev + (a - o->host);
     if (state == ADSM__DIRTY) return 0;
-    if (state == ADSM__READONLY && rt->procmem_fd < 0) return 0;
+    if (state == ADSM__READONLY && rt->fill.procmem_fd < 0) return 0;
     if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return 0; /* device lost: the CPU path still works */
     if (rt->be->dev_memset(rt->be_ctx, dev, v, data) != 0) return -1;
     if (state == ADSM__READONLY && adsm__host_fill_protected(rt, a, v, data) != 0) return -1;
@@ -174,9 +174,8 @@ ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uint
 ADSM__PRIVATE void adsm__repair_tail(adsm__runtime *rt, uintptr_t from, uintptr_t to) {
     adsm__lock(&rt->lock);
     adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, from));
-    if (o && to <= o->host + o->size &&
-        rt->be->from_device(rt->be_ctx, from, o->dev + (from - o->host), to - from) == 0)
-        adsm__stats_d2h(&rt->stats, to - from);
+    if (o && to <= o->host + o->size) /* the claimed unit is Dirty: writable */
+        (void)adsm__fetch_range(rt, from, o->dev + (from - o->host), to - from, PROT_READ | PROT_WRITE);
     adsm__unlock(&rt->lock);
 }
 

@@ -51,9 +51,16 @@ ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t fir
     return 0;
 }
 
-/* Copies the Invalid blocks of [first, first+count) from the device into the (protected) host
- * pages, after the last kernel that may write the object finished. States are left to the
- * caller. Consecutive Invalid blocks go in one copy. */
+/* Device -> host copy into host memory of protection `prot` (kept), counted in the stats. */
+ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, uintptr_t host, uintptr_t dev, size_t n, int prot) {
+    adsm__fill_count count = {0, 0};
+    if (adsm__copy_home(&rt->fill, rt->be->from_device, rt->be_ctx, host, dev, n, prot, &count) != 0) return -1;
+    adsm__stats_d2h(&rt->stats, n);
+    ADSM__ADD(&rt->stats.d2h_moved_bytes, count.moved);
+    ADSM__ADD(&rt->stats.d2h_forced_bytes, count.forced);
+    return 0;
+}
+
 /* Waits for the last kernel that may write o. A lost device never finishes it; the device memory
  * is then taken as it stands (adsm_sync reports ADSM_ERROR_DEVICE_LOST), so the program can
  * still read its data instead of crashing. */
@@ -61,6 +68,9 @@ ADSM__PRIVATE void adsm__wait_writer(adsm__runtime *rt, const adsm__object *o) {
     (void)rt->be->wait(rt->be_ctx, o->writer_seq);
 }
 
+/* Copies the Invalid blocks of [first, first+count) from the device into the (protected) host
+ * pages, after the last kernel that may write the object finished. States are left to the
+ * caller. Consecutive Invalid blocks go in one copy. */
 ADSM__PRIVATE int adsm__fetch(adsm__runtime *rt, adsm__object *o, size_t first, size_t count) {
     unsigned shift = rt->cfg.block_shift;
     adsm__wait_writer(rt, o);
@@ -70,10 +80,7 @@ ADSM__PRIVATE int adsm__fetch(adsm__runtime *rt, adsm__object *o, size_t first, 
         size_t run = b;
         while (run < end && o->blocks[run].state == ADSM__INVALID) run++;
         size_t off = b << shift, len = adsm__blocks_len(b, run - b, shift, o->size);
-        if (len > 0) {
-            if (rt->be->from_device(rt->be_ctx, o->host + off, o->dev + off, len) != 0) return -1;
-            adsm__stats_d2h(&rt->stats, len);
-        }
+        if (len > 0 && adsm__fetch_range(rt, o->host + off, o->dev + off, len, PROT_NONE) != 0) return -1;
         b = run;
     }
     return 0;

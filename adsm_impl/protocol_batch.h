@@ -17,9 +17,8 @@ ADSM__PRIVATE adsm_result adsm__batch_acquire(adsm__runtime *rt) {
     if (rt->synced_seq == rt->launch_seq) return ADSM_OK; /* no kernel ran since the last sync */
     for (adsm__object *o = rt->first_object; o; o = o->next) {
         if (o->size == 0) continue;
-        if (rt->be->from_device(rt->be_ctx, o->host, o->dev, o->size) != 0)
+        if (adsm__fetch_range(rt, o->host, o->dev, o->size, PROT_READ | PROT_WRITE) != 0)
             return adsm__fail(ADSM_ERROR_SYSTEM, "batch: copy from the device failed");
-        adsm__stats_d2h(&rt->stats, o->size);
     }
     rt->synced_seq = rt->launch_seq;
     return ADSM_OK;

@@ -41,12 +41,12 @@ typedef struct adsm__runtime {
     uint64_t launch_seq; /* last launch issued */
     uint64_t synced_seq; /* batch: last launch whose results were copied back */
     adsm__stats stats;
-    int procmem_fd;      /* /proc/self/mem, for filling protected host pages */
+    adsm__filler fill;   /* brings device data into protected host pages (copy.h) */
     struct sigaction prev_segv;
     int handler_installed;
 } adsm__runtime;
 
-static adsm__runtime adsm__rt = {.init_mutex = PTHREAD_MUTEX_INITIALIZER, .procmem_fd = -1};
+static adsm__runtime adsm__rt = {.init_mutex = PTHREAD_MUTEX_INITIALIZER, .fill = {.procmem_fd = -1}};
 
 ADSM__PRIVATE int adsm__ready(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY; }
 

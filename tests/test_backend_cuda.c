@@ -448,12 +448,12 @@ Test(cuda_double, same_address_by_moving_the_host_reservation) {
     adsm_shutdown();
 }
 
-/* Without /proc/self/mem, downloads into protected pages take the same fallback as emu's. */
+/* Without /proc/self/mem, downloads into protected pages are moved by pages, as on emu. */
 Test(cuda_double, downloads_without_proc_self_mem) {
     init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
     attach();
-    close(adsm__rt.procmem_fd);
-    adsm__rt.procmem_fd = -1;
+    close(adsm__rt.fill.procmem_fd);
+    adsm__rt.fill.procmem_fd = -1;
     run_vadd(200000);
     adsm_shutdown();
 }

@@ -99,13 +99,13 @@ Test(limits, no_descriptor_left_at_init) {
 }
 
 /* Where /proc/self/mem cannot be opened (no descriptor left for it, no /proc mounted), fetches
- * into protected pages fall back to opening the pages; results stay right. /proc/self/mem is
+ * into protected pages move whole pages instead (copy.h); results stay right. /proc/self/mem is
  * opened first at init, so a descriptor limit cannot take it away alone: the test closes it. */
 Test(limits, without_proc_self_mem) {
     cr_assert_eq(init_emu(), ADSM_OK, "%s", adsm_last_error());
-    cr_assert_geq(adsm__rt.procmem_fd, 0);
-    close(adsm__rt.procmem_fd);
-    adsm__rt.procmem_fd = -1;
+    cr_assert_geq(adsm__rt.fill.procmem_fd, 0);
+    close(adsm__rt.fill.procmem_fd);
+    adsm__rt.fill.procmem_fd = -1;
     round_trip(50000);
     adsm_shutdown();
 }

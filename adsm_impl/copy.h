@@ -1,0 +1,173 @@
+/* adsm_impl/copy.h -- the copy machinery the device backends share: bringing device data into
+ * protected host pages with one CPU copy and no half-filled block ever visible, and the waits on
+ * copy queues and launch completion.
+ *
+ * Bringing data home (adsm__copy_home): a backend only ever copies into plain writable memory.
+ * Pages the program may not see yet (an Invalid block is PROT_NONE) are filled in a private
+ * staging slot and then moved over the block with mremap, which swaps the page-table entries in
+ * one step: a thread that touches the block faults until the move is done, then sees all of the
+ * new bytes (docs/design.md section 1 has the measurements). The block's stale pages are moved
+ * into the second slot, which becomes the next staging slot, so filling never zero-fills fresh
+ * pages either. Only whole 2 MiB huge pages are moved this way: mremap leaves one VMA per moved
+ * piece (they never merge with their neighbours), so smaller pieces at the ends of a range go
+ * through /proc/self/mem (the kernel writes through a bounce page whatever the protection), and
+ * only when that cannot be opened are they moved page by page.
+ *
+ * Context: signal-safe. adsm__copy_home runs inside the SIGSEGV handler (a fetch) under the
+ * runtime lock, and takes the filler's own futex lock around the staging slots; it uses only
+ * memcpy, mprotect, mremap, pwrite and futexes. adsm__filler_init/_release run in normal thread
+ * context at initialisation and shutdown. */
+#ifndef ADSM__COPY_INCLUDED
+#define ADSM__COPY_INCLUDED
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
+#define ADSM__HUGE_PAGE ((size_t)2 << 20)
+#define ADSM__FILL_SLOT ((size_t)8 << 20) /* bytes moved per mremap: fewer calls, fewer VMAs */
+
+typedef struct adsm__filler {
+    adsm__lock_t lock;      /* one fill at a time uses the slots */
+    unsigned char *slot[2]; /* slot[0]: staging (writable); slot[1]: spare (receives stale pages) */
+    size_t slot_size;       /* 0 before initialisation */
+    size_t page;
+    int procmem_fd;         /* /proc/self/mem, or -1 */
+} adsm__filler;
+
+/* Where the bytes of a fill went; the caller adds them to adsm_stats. */
+typedef struct adsm__fill_count {
+    size_t moved, forced; /* moved by mremap (one copy), written through /proc/self/mem (bounced) */
+} adsm__fill_count;
+
+/* The device side of a fill: copy n bytes from device address `dev` into writable host memory
+ * `dst` (a backend's from_device verb). 0 or -1. */
+typedef int (*adsm__fetch_fn)(void *ctx, uintptr_t dst, uintptr_t dev, size_t n);
+
+/* Normal context. 0, or -1 when the slots cannot be mapped (errno says why). Without
+ * /proc/self/mem the filler still works (pieces smaller than a huge page are moved by pages). */
+ADSM__PRIVATE int adsm__filler_init(adsm__filler *f, size_t page) {
+    memset(f, 0, sizeof *f);
+    f->page = page;
+    f->procmem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    size_t want = 2 * ADSM__FILL_SLOT + ADSM__HUGE_PAGE;
+    void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    uintptr_t raw = (uintptr_t)p, s = ADSM__ALIGN_UP(raw, ADSM__HUGE_PAGE);
+    if (s > raw) munmap(p, s - raw);
+    munmap((void *)(s + 2 * ADSM__FILL_SLOT), raw + want - s - 2 * ADSM__FILL_SLOT);
+    madvise((void *)s, 2 * ADSM__FILL_SLOT, MADV_HUGEPAGE);
+    f->slot[0] = (unsigned char *)s;
+    f->slot[1] = (unsigned char *)(s + ADSM__FILL_SLOT);
+    f->slot_size = ADSM__FILL_SLOT;
+    return 0;
+}
+
+ADSM__PRIVATE void adsm__filler_release(adsm__filler *f) {
+    if (f->slot_size) munmap(f->slot[0] < f->slot[1] ? f->slot[0] : f->slot[1], 2 * f->slot_size);
+    if (f->procmem_fd >= 0) close(f->procmem_fd);
+    memset(f, 0, sizeof *f);
+    f->procmem_fd = -1;
+}
+
+/* Moves the n staged bytes in slot[0] over [dst, dst + n) (page-aligned, n a multiple of the page)
+ * and leaves the range with protection `prot`. The range's stale pages go to slot[1], and the two
+ * slots trade places. 0 or -1 (the range is then unchanged). */
+ADSM__PRIVATE int adsm__filler_move(adsm__filler *f, uintptr_t dst, size_t n, int prot) {
+    unsigned char *stage = f->slot[0], *spare = f->slot[1];
+    /* the pages arrive with the staging slot's protection: set it first, so no thread can write
+     * the block before the caller records its state */
+    if (mprotect(stage, n, prot) != 0) return -1;
+    /* DONTUNMAP keeps both ranges mapped (empty), so no other mmap can land in a hole */
+    if (mremap((void *)dst, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, spare) == MAP_FAILED ||
+        mremap(stage, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, (void *)dst) == MAP_FAILED) {
+        mprotect(stage, n, PROT_READ | PROT_WRITE);
+        return -1;
+    }
+    mprotect(spare, f->slot_size, PROT_READ | PROT_WRITE);
+    f->slot[0] = spare;
+    f->slot[1] = stage;
+    return 0;
+}
+
+/* Fills a protected piece through /proc/self/mem from plain memory. 0 or -1. */
+ADSM__PRIVATE int adsm__filler_force(const adsm__filler *f, uintptr_t dst, const void *src, size_t n) {
+    return f->procmem_fd >= 0 ? adsm__pwrite_full(f->procmem_fd, src, n, dst) : -1;
+}
+
+/* One piece of at most one slot: fetch into the slot, then move it (whole huge pages, or whole
+ * pages when /proc/self/mem is missing) or force it in. */
+ADSM__PRIVATE int adsm__filler_piece(adsm__filler *f, adsm__fetch_fn fetch, void *ctx, uintptr_t dst,
+                                     uintptr_t dev, size_t n, int prot, adsm__fill_count *count) {
+    if (fetch(ctx, (uintptr_t)f->slot[0], dev, n) != 0) return -1;
+    int huge = dst % ADSM__HUGE_PAGE == 0 && n % ADSM__HUGE_PAGE == 0;
+    if (huge && adsm__filler_move(f, dst, n, prot) == 0) {
+        count->moved += n;
+        return 0;
+    }
+    if (adsm__filler_force(f, dst, f->slot[0], n) == 0) {
+        count->forced += n;
+        return 0;
+    }
+    /* no /proc/self/mem: move whole pages; the bytes past n in the last page are zero */
+    size_t whole = ADSM__ALIGN_UP(n, f->page);
+    if (dst % f->page != 0) return -1;
+    memset(f->slot[0] + n, 0, whole - n);
+    if (adsm__filler_move(f, dst, whole, prot) != 0) return -1;
+    count->moved += n;
+    return 0;
+}
+
+/* Length of the next piece of [dst, end): up to the next huge-page boundary when dst is not on
+ * one, else as many whole huge pages as fit in a slot, else the tail. */
+ADSM__PRIVATE size_t adsm__filler_next(const adsm__filler *f, uintptr_t dst, uintptr_t end) {
+    size_t left = end - dst;
+    uintptr_t boundary = ADSM__ALIGN_UP(dst + 1, ADSM__HUGE_PAGE);
+    if (dst % ADSM__HUGE_PAGE != 0) return ADSM__MIN(left, boundary - dst);
+    size_t whole = ADSM__ALIGN_DOWN(left, ADSM__HUGE_PAGE);
+    if (whole == 0) return left;
+    return ADSM__MIN(whole, f->slot_size);
+}
+
+/* Brings n bytes from device address dev into host memory [host, host + n) whose protection is
+ * `prot` (and stays so). Writable memory gets the device bytes directly; protected memory gets
+ * them all at once, as described at the top. 0 or -1. */
+ADSM__PRIVATE int adsm__copy_home(adsm__filler *f, adsm__fetch_fn fetch, void *ctx, uintptr_t host, uintptr_t dev,
+                                  size_t n, int prot, adsm__fill_count *count) {
+    if (prot & PROT_WRITE) return fetch(ctx, host, dev, n);
+    int rc = f->slot_size ? 0 : -1;
+    uintptr_t end = host + n;
+    adsm__lock(&f->lock);
+    while (rc == 0 && host < end) {
+        size_t len = adsm__filler_next(f, host, end);
+        rc = adsm__filler_piece(f, fetch, ctx, host, dev, len, prot, count);
+        host += len;
+        dev += len;
+    }
+    adsm__unlock(&f->lock);
+    return rc;
+}
+
+/* ---- waits shared by the backends' queues ------------------------------------------------- */
+/* A queue's consumer advances *done and wakes it; this returns once it reached `target`.
+ * Signal-safe. */
+ADSM__PRIVATE void adsm__wait_done(int *done, int target) {
+    for (;;) {
+        int d = ADSM__LOAD(done);
+        if (d == target) return;
+        adsm__futex_wait(done, d);
+    }
+}
+
+/* A completion thread publishes *completed (then bumps and wakes *gen); *lost means it never
+ * will again. 0 once launch `seq` finished, -1 when the device is lost. Signal-safe. */
+ADSM__PRIVATE int adsm__wait_launch(const uint64_t *completed, int *gen, const int *lost, uint64_t seq) {
+    for (;;) {
+        int g = ADSM__LOAD(gen);
+        if (ADSM__LOAD(completed) >= seq) return ADSM__LOAD(lost) ? -1 : 0;
+        if (ADSM__LOAD(lost)) return -1;
+        adsm__futex_wait(gen, g);
+    }
+}
+
+#endif /* ADSM__COPY_INCLUDED */

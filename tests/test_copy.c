@@ -1,0 +1,207 @@
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+/* tests/test_copy.c -- the copy machinery (adsm_impl/copy.h): device data reaches protected host
+ * pages in one piece, with one CPU copy where whole huge pages can be moved.
+ *
+ *   - A thread that reads a block while another thread's fault fetches it sees either a fault
+ *     (and then the whole new content) or the whole new content, never the old bytes of a part
+ *     not yet copied: many rounds, lazy and rolling, a block size whose fetches are moved
+ *     (2 MiB) and one whose fetches are forced through /proc/self/mem (64 KiB), and both again
+ *     without /proc/self/mem.
+ *   - Whole 2 MiB huge pages are moved (d2h_moved_bytes), pieces smaller than a huge page are
+ *     forced (d2h_forced_bytes), the bytes are right wherever a range starts and ends.
+ *   - Repeated fetches do not pile up mappings (each move leaves a VMA; they must be replaced,
+ *     not accumulated).
+ * Built a second time against the CUDA driver double (test_copy_cuda): the same results through
+ * the cuda backend's staging. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "tests/protocol_common.h"
+
+TestSuite(copy, .timeout = 60);
+
+/* ---- readers never see a half-filled block ------------------------------------------------ */
+typedef struct race_case {
+    adsm_protocol_kind protocol;
+    size_t block;
+    int without_procmem;
+} race_case;
+
+typedef struct race {
+    int32_t *c;
+    size_t n;            /* elements the reader checks: the first unit the main thread touches */
+    int round;           /* published by the main thread once the kernel's results are Invalid */
+    int32_t base;        /* the round's expected c[i] - i */
+    int done;            /* the reader finished checking this round */
+    int quit;
+    unsigned long long wrong, checked;
+    size_t first_wrong;
+    int32_t got, want;
+} race;
+
+/* a busy wait: a sleep would wake far too late on a loaded machine */
+static void spin_ns(uint64_t ns) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)(t.tv_nsec - t0.tv_nsec) < ns);
+}
+
+static void *race_reader(void *arg) {
+    race *r = (race *)arg;
+    for (int seen = 0;;) {
+        int round;
+        while ((round = __atomic_load_n(&r->round, __ATOMIC_ACQUIRE)) == seen)
+            if (__atomic_load_n(&r->quit, __ATOMIC_ACQUIRE)) return NULL;
+        seen = round;
+        int32_t base = __atomic_load_n(&r->base, __ATOMIC_ACQUIRE);
+        /* start a little after the main thread's fault, at a different point of its copy each
+         * round: reading first would make this thread the fetcher (or a waiter) every time */
+        spin_ns((uint64_t)(round % 16) * 15000);
+        /* backwards: a forward copy reaches the end last, so a visible half-filled block shows
+         * old values here */
+        for (size_t i = r->n; i-- > 0;) {
+            int32_t v = rd(&r->c[i]);
+            r->checked++;
+            if (v != base + (int32_t)i && r->wrong++ == 0) {
+                r->first_wrong = i;
+                r->got = v;
+                r->want = base + (int32_t)i;
+            }
+        }
+        __atomic_store_n(&r->done, round, __ATOMIC_RELEASE);
+    }
+}
+
+ParameterizedTestParameters(copy, readers_never_see_a_half_filled_block) {
+    static race_case cases[] = {
+        {ADSM_PROTOCOL_LAZY, 2 * MIB, 0},     {ADSM_PROTOCOL_ROLLING, 2 * MIB, 0},
+        {ADSM_PROTOCOL_LAZY, 64 * KIB, 0},    {ADSM_PROTOCOL_ROLLING, 64 * KIB, 0},
+        {ADSM_PROTOCOL_ROLLING, 2 * MIB, 1},  {ADSM_PROTOCOL_ROLLING, 64 * KIB, 1},
+    };
+    return cr_make_param_array(race_case, cases, sizeof cases / sizeof *cases);
+}
+
+ParameterizedTest(race_case *rc, copy, readers_never_see_a_half_filled_block) {
+    init(TEST_DEVICE_BACKEND, rc->protocol, rc->block, 0);
+    if (rc->without_procmem) {
+        close(adsm__rt.fill.procmem_fd);
+        adsm__rt.fill.procmem_fd = -1;
+    }
+    size_t size = 4 * MIB, n = size / sizeof(int32_t);
+    race r;
+    memset(&r, 0, sizeof r);
+    r.c = (int32_t *)alloc(size);
+    /* lazy fetches the whole object at the first touch, rolling the block touched */
+    r.n = (rc->protocol == ADSM_PROTOCOL_LAZY ? size : rc->block) / sizeof(int32_t);
+    pthread_t reader;
+    cr_assert_eq(pthread_create(&reader, NULL, race_reader, &r), 0);
+    const int rounds = 150;
+    for (int k = 1; k <= rounds && r.wrong == 0; k++) {
+        int32_t base = k * 1000003;
+        CALL_OK(k_fill, grid_for(n), r.c, n, base);
+        sync_ok();
+        __atomic_store_n(&r.base, base, __ATOMIC_RELEASE);
+        __atomic_store_n(&r.round, k, __ATOMIC_RELEASE);
+        /* fault on the unit's first element while the reader scans it from the end */
+        cr_assert_eq(rd(&r.c[0]), base);
+        while (__atomic_load_n(&r.done, __ATOMIC_ACQUIRE) != k) {}
+    }
+    __atomic_store_n(&r.quit, 1, __ATOMIC_RELEASE);
+    pthread_join(reader, NULL);
+    cr_assert_eq(r.wrong, 0, "%llu of %llu reads saw a half-filled block; first: element %zu read %d, expected %d",
+                 r.wrong, r.checked, r.first_wrong, r.got, r.want);
+    adsm_stats s = stats();
+    if (rc->without_procmem) cr_assert_eq(s.d2h_forced_bytes, 0, "no /proc/self/mem, yet bytes were forced");
+    cr_assert_eq(adsm_free(r.c), ADSM_OK);
+    adsm_shutdown();
+}
+
+/* ---- which path each piece takes ----------------------------------------------------------- */
+typedef struct path_case {
+    size_t block, size;
+    size_t moved, forced; /* expected for one read pass over the whole object after a fill */
+} path_case;
+
+ParameterizedTestParameters(copy, huge_pages_are_moved_and_the_rest_forced) {
+    static path_case cases[] = {
+        /* lazy, one fetch of the whole object; objects are aligned to the block size */
+        {2 * MIB, 8 * MIB, 8 * MIB, 0},                            /* whole huge pages */
+        {2 * MIB, 5 * MIB + 4096, 4 * MIB, MIB + 4096},             /* a tail under a huge page */
+        {64 * KIB, 64 * KIB, 0, 64 * KIB},                          /* smaller than a huge page */
+        {2 * MIB, 3 * MIB - 12, 2 * MIB, MIB - 12},                 /* an object size not a page multiple */
+    };
+    return cr_make_param_array(path_case, cases, sizeof cases / sizeof *cases);
+}
+
+ParameterizedTest(path_case *pc, copy, huge_pages_are_moved_and_the_rest_forced) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_LAZY, pc->block, 0);
+    size_t n = pc->size / sizeof(int32_t);
+    int32_t *c = (int32_t *)alloc(pc->size);
+    CALL_OK(k_fill, grid_for(n), c, n, 77);
+    sync_ok();
+    reset();
+    expect_filled(c, 0, n, 77);
+    adsm_stats s = stats();
+    cr_assert_eq(s.d2h_bytes, n * sizeof(int32_t));
+    cr_assert_eq(s.d2h_moved_bytes, pc->moved, "moved %llu, expected %zu", (unsigned long long)s.d2h_moved_bytes,
+                 pc->moved);
+    cr_assert_eq(s.d2h_forced_bytes, pc->forced, "forced %llu, expected %zu",
+                 (unsigned long long)s.d2h_forced_bytes, pc->forced);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    adsm_shutdown();
+}
+
+/* An object that starts inside a huge page (64 KiB blocks): the head up to the first huge-page
+ * boundary is forced, whole huge pages after it are moved, the tail forced; every byte right. */
+Test(copy, a_range_starting_inside_a_huge_page) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_LAZY, 64 * KIB, 0);
+    int32_t *pad = (int32_t *)alloc(192 * KIB); /* moves the next object off a huge-page boundary */
+    size_t size = 6 * MIB, n = size / sizeof(int32_t);
+    int32_t *c = (int32_t *)alloc(size);
+    uintptr_t at = (uintptr_t)c, huge = 2 * MIB;
+    cr_assert_neq(at % huge, 0, "the object landed on a huge-page boundary: move it with another pad");
+    size_t head = huge - at % huge, body = (size - head) / huge * huge, tail = size - head - body;
+    CALL_OK(k_fill, grid_for(n), c, n, -5);
+    sync_ok();
+    reset();
+    expect_filled(c, 0, n, -5);
+    adsm_stats s = stats();
+    cr_assert_eq(s.d2h_moved_bytes, body);
+    cr_assert_eq(s.d2h_forced_bytes, head + tail);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    cr_assert_eq(adsm_free(pad), ADSM_OK);
+    adsm_shutdown();
+}
+
+/* ---- moved pages do not pile up mappings ----------------------------------------------------- */
+static size_t mappings(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    cr_assert_not_null(f);
+    size_t lines = 0;
+    for (int ch; (ch = fgetc(f)) != EOF;) lines += ch == '\n';
+    fclose(f);
+    return lines;
+}
+
+Test(copy, repeated_fetches_keep_the_mapping_count_bounded) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 2 * MIB, 0);
+    size_t size = 32 * MIB, n = size / sizeof(int32_t);
+    int32_t *c = (int32_t *)alloc(size);
+    size_t before = 0;
+    for (int k = 0; k < 30; k++) {
+        CALL_OK(k_fill, grid_for(n), c, n, k);
+        sync_ok();
+        /* every other block, so the states alternate and nothing merges by protection alone */
+        for (size_t b = (size_t)k % 2; b < size / (2 * MIB); b += 2) cr_assert_eq(rd(&c[b * (2 * MIB / 4)]), k + (int32_t)(b * (2 * MIB / 4)));
+        if (k == 1) before = mappings();
+    }
+    size_t after = mappings();
+    cr_assert_leq(after, before + 4, "mappings grew from %zu to %zu over 28 rounds of fetches", before, after);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    adsm_shutdown();
+}
