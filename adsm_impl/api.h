@@ -113,7 +113,7 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     }
     if (adsm__filler_init(&rt->fill, rt->page) != 0) {
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot map %zu MiB of staging for fetches: %s",
-                       2 * ADSM__FILL_SLOT >> 20, strerror(errno));
+                       ADSM__FILL_BYTES >> 20, strerror(errno));
         adsm__release_reservation(rt);
         return r;
     }
@@ -344,6 +344,10 @@ ADSM_API adsm_result adsm_free(void *ptr) {
     rt->be->wait(rt->be_ctx, ADSM__LOAD(&rt->launch_seq));
     adsm__lock(&rt->lock);
     adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
+    while (o && o->busy_units) { /* a fault's copy of it runs outside the lock: let it finish */
+        adsm__await_copies(rt);
+        o = adsm__object_of(adsm__tree_find(&rt->objects, a));
+    }
     adsm_result r = ADSM_OK;
     if (!o) r = adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_free(%p): not a live shared object (freed twice?)", ptr);
     else if (a != o->host)
@@ -588,6 +592,12 @@ ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *
     return ADSM_OK;
 }
 
+ADSM__PRIVATE int adsm__any_busy(adsm__object *const *objects, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (objects[i]->busy_units) return 1;
+    return 0;
+}
+
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
@@ -606,18 +616,23 @@ ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, cons
     grid.end = threads;
     unsigned char *buf = (unsigned char *)malloc(k->args_size ? k->args_size : 1);
     if (!buf) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': out of memory", k->name);
-    memcpy(buf, args, k->args_size);
     adsm__launch l;
     adsm__object *writes[ADSM__MAX_PARAMS];
     uint64_t writer_before[ADSM__MAX_PARAMS];
-    size_t nwrites = 0;
-    memset(&l, 0, sizeof l);
-    l.kernel = k;
-    l.grid = grid;
-    l.args = buf;
+    size_t nwrites;
     adsm__lock(&rt->lock);
-    l.seq = rt->launch_seq + 1;
-    r = adsm__prepare_launch(rt, &l, buf, writes, writer_before, &nwrites);
+    for (;;) {
+        memcpy(buf, args, k->args_size); /* binding translates pointers in place */
+        memset(&l, 0, sizeof l);
+        l.kernel = k;
+        l.grid = grid;
+        l.args = buf;
+        l.seq = rt->launch_seq + 1;
+        nwrites = 0;
+        r = adsm__prepare_launch(rt, &l, buf, writes, writer_before, &nwrites);
+        if (r != ADSM_OK || !adsm__any_busy(writes, nwrites)) break;
+        adsm__await_copies(rt); /* a fault is fetching an object this kernel writes: let it finish */
+    }
     if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, l.seq);
     if (r == ADSM_OK) r = rt->be->launch(rt->be_ctx, &l);
     if (r == ADSM_OK) {

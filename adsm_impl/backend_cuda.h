@@ -9,8 +9,8 @@
  * granules on demand. Copies go through pinned staging buffers, two per direction, so the CPU
  * copy of one chunk overlaps the DMA of the next.
  *
- * Contexts: to_device/from_device/drain/wait run in the SIGSEGV handler under the runtime lock,
- * so they only queue commands and wait on futexes. Every driver call that moves data or launches
+ * Contexts: to_device/from_device/drain/wait run in the SIGSEGV handler (from_device with the
+ * runtime lock let go, see protocol.h), so they only queue commands and wait on futexes. Every driver call that moves data or launches
  * is made by the engine thread, in queue order, which also keeps the streams ordered with events
  * (copies after the kernels queued before them, kernels after the copies queued before them).
  * The completion thread waits for kernel events and publishes finished launches. Neither thread
@@ -44,6 +44,8 @@ enum { ADSM__CMD_H2D = 1, ADSM__CMD_D2H, ADSM__CMD_D2D, ADSM__CMD_MEMSET, ADSM__
 
 typedef struct adsm__cuda_cmd {
     int type, status, value;
+    int *result; /* where the engine writes status before it retires the command (the waiter's
+                    own variable: the ring slot may be reused as soon as it is retired) */
     uintptr_t dst, src; /* device addresses are adsm's (before translation) */
     size_t n;
     uint64_t seq;
@@ -87,7 +89,9 @@ typedef struct adsm__cuda {
     size_t stage_size;
     int pinned, h2d_next;
 
-    /* engine queue: producers hold the runtime lock; one consumer, the engine thread */
+    /* engine queue: producers take push_lock (faults fetch outside the runtime lock); one
+     * consumer, the engine thread */
+    adsm__lock_t push_lock;
     adsm__cuda_cmd *ring;
     int ring_tail, ring_done;
     pthread_t engine, completion;
@@ -563,39 +567,48 @@ ADSM__PRIVATE void *adsm__cuda_engine_main(void *arg) {
         if (quit) cmd->status = 0;
         else if (ADSM__LOAD(&c->lost) && cmd->type != ADSM__CMD_UNMAP) cmd->status = -1;
         else cmd->status = adsm__cuda_execute(c, cmd) == 0 ? 0 : (cmd->status == 1 ? 1 : -1);
+        if (cmd->result) ADSM__STORE(cmd->result, cmd->status);
         ADSM__STORE(&c->ring_done, done + 1);
         adsm__futex_wake_all(&c->ring_done);
         if (quit) return NULL;
     }
 }
 
-/* Signal-safe. Queues a command (the caller holds the runtime lock, so it is the only producer)
- * and returns its ticket. */
-ADSM__PRIVATE int adsm__cuda_push(adsm__cuda *c, const adsm__cuda_cmd *cmd, size_t bytes) {
+/* Signal-safe. Queues a command and returns its ticket; `result`, if not NULL, receives its
+ * status when it ran. Producers are the runtime lock's holder and faults copying outside it. */
+ADSM__PRIVATE int adsm__cuda_push(adsm__cuda *c, const adsm__cuda_cmd *cmd, size_t bytes, int *result) {
+    adsm__lock(&c->push_lock);
     int tail = ADSM__LOAD(&c->ring_tail);
     for (;;) {
         int done = ADSM__LOAD(&c->ring_done);
         if ((unsigned)tail - (unsigned)done < ADSM__CUDA_RING) break;
         adsm__futex_wait(&c->ring_done, done);
     }
-    memcpy(&c->ring[(unsigned)tail % ADSM__CUDA_RING], cmd, bytes);
+    adsm__cuda_cmd *slot = &c->ring[(unsigned)tail % ADSM__CUDA_RING];
+    memcpy(slot, cmd, bytes);
+    slot->result = result;
     ADSM__STORE(&c->ring_tail, tail + 1);
+    adsm__unlock(&c->push_lock);
     adsm__futex_wake_all(&c->ring_tail);
     return tail;
 }
 
-/* Signal-safe: waits until the command with this ticket ran; returns its status. */
-ADSM__PRIVATE int adsm__cuda_await(adsm__cuda *c, int ticket) {
+/* Signal-safe: waits until the command with this ticket ran. */
+ADSM__PRIVATE void adsm__cuda_await(adsm__cuda *c, int ticket) {
     for (;;) {
         int done = ADSM__LOAD(&c->ring_done);
-        if ((int)((unsigned)done - (unsigned)ticket) > 0) return c->ring[(unsigned)ticket % ADSM__CUDA_RING].status;
+        if ((int)((unsigned)done - (unsigned)ticket) > 0) return;
         adsm__futex_wait(&c->ring_done, done);
     }
 }
 
+/* Queues a command; with wait, returns its status once it ran. */
 ADSM__PRIVATE int adsm__cuda_run(adsm__cuda *c, const adsm__cuda_cmd *cmd, int wait) {
-    int ticket = adsm__cuda_push(c, cmd, offsetof(adsm__cuda_cmd, args));
-    return wait ? adsm__cuda_await(c, ticket) : 0;
+    int status = 0;
+    int ticket = adsm__cuda_push(c, cmd, offsetof(adsm__cuda_cmd, args), wait ? &status : NULL);
+    if (!wait) return 0;
+    adsm__cuda_await(c, ticket);
+    return ADSM__LOAD(&status);
 }
 
 ADSM__PRIVATE adsm__cuda_cmd adsm__cuda_range_cmd(int type, uintptr_t dst, uintptr_t src, size_t n) {
@@ -787,7 +800,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
         memcpy(cmd->args + k->params[i].offset, &p, sizeof p);
         ADSM__ADD(&c->rt->stats.translated_args, 1);
     }
-    adsm__cuda_push(c, cmd, offsetof(adsm__cuda_cmd, args) + k->args_size);
+    adsm__cuda_push(c, cmd, offsetof(adsm__cuda_cmd, args) + k->args_size, NULL);
     free(cmd);
     return ADSM_OK;
 }

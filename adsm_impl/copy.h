@@ -13,9 +13,10 @@
  * through /proc/self/mem (the kernel writes through a bounce page whatever the protection), and
  * only when that cannot be opened are they moved page by page.
  *
- * Context: signal-safe. adsm__copy_home runs inside the SIGSEGV handler (a fetch) under the
- * runtime lock, and takes the filler's own futex lock around the staging slots; it uses only
- * memcpy, mprotect, mremap, pwrite and futexes. adsm__filler_init/_release run in normal thread
+ * Context: signal-safe. adsm__copy_home runs inside the SIGSEGV handler (a fetch), with the
+ * runtime lock let go (protocol.h), so several fills may run at once: each piece holds one pair
+ * of slots under the pair's futex lock. It uses only memcpy, mprotect, mremap, pwrite and
+ * futexes. adsm__filler_init/_release run in normal thread
  * context at initialisation and shutdown. */
 #ifndef ADSM__COPY_INCLUDED
 #define ADSM__COPY_INCLUDED
@@ -25,14 +26,22 @@
 #endif
 
 #define ADSM__HUGE_PAGE ((size_t)2 << 20)
-#define ADSM__FILL_SLOT ((size_t)8 << 20) /* bytes moved per mremap: fewer calls, fewer VMAs */
+#define ADSM__FILL_SLOT ((size_t)4 << 20) /* bytes moved per mremap: fewer calls, fewer VMAs */
+#define ADSM__FILL_PAIRS 4                /* fills that may run at once (faults copy outside the
+                                             runtime lock), each holding a pair for one piece */
+
+/* Two slots: slot[0] is the staging slot (writable), slot[1] the spare that receives a block's
+ * stale pages; they trade places after every move. */
+typedef struct adsm__fill_pair {
+    adsm__lock_t lock;
+    unsigned char *slot[2];
+} adsm__fill_pair;
 
 typedef struct adsm__filler {
-    adsm__lock_t lock;      /* one fill at a time uses the slots */
-    unsigned char *slot[2]; /* slot[0]: staging (writable); slot[1]: spare (receives stale pages) */
-    size_t slot_size;       /* 0 before initialisation */
+    adsm__fill_pair pair[ADSM__FILL_PAIRS];
+    unsigned char *slots; /* one mapping holding every slot; NULL before initialisation */
     size_t page;
-    int procmem_fd;         /* /proc/self/mem, or -1 */
+    int procmem_fd;       /* /proc/self/mem, or -1 */
 } adsm__filler;
 
 /* Where the bytes of a fill went; the caller adds them to adsm_stats. */
@@ -44,37 +53,41 @@ typedef struct adsm__fill_count {
  * `dst` (a backend's from_device verb). 0 or -1. */
 typedef int (*adsm__fetch_fn)(void *ctx, uintptr_t dst, uintptr_t dev, size_t n);
 
+#define ADSM__FILL_BYTES ((size_t)ADSM__FILL_PAIRS * 2 * ADSM__FILL_SLOT)
+
 /* Normal context. 0, or -1 when the slots cannot be mapped (errno says why). Without
  * /proc/self/mem the filler still works (pieces smaller than a huge page are moved by pages). */
 ADSM__PRIVATE int adsm__filler_init(adsm__filler *f, size_t page) {
     memset(f, 0, sizeof *f);
     f->page = page;
     f->procmem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-    size_t want = 2 * ADSM__FILL_SLOT + ADSM__HUGE_PAGE;
+    size_t want = ADSM__FILL_BYTES + ADSM__HUGE_PAGE;
     void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return -1;
     uintptr_t raw = (uintptr_t)p, s = ADSM__ALIGN_UP(raw, ADSM__HUGE_PAGE);
     if (s > raw) munmap(p, s - raw);
-    munmap((void *)(s + 2 * ADSM__FILL_SLOT), raw + want - s - 2 * ADSM__FILL_SLOT);
-    madvise((void *)s, 2 * ADSM__FILL_SLOT, MADV_HUGEPAGE);
-    f->slot[0] = (unsigned char *)s;
-    f->slot[1] = (unsigned char *)(s + ADSM__FILL_SLOT);
-    f->slot_size = ADSM__FILL_SLOT;
+    munmap((void *)(s + ADSM__FILL_BYTES), raw + want - s - ADSM__FILL_BYTES);
+    madvise((void *)s, ADSM__FILL_BYTES, MADV_HUGEPAGE);
+    f->slots = (unsigned char *)s;
+    for (int i = 0; i < ADSM__FILL_PAIRS; i++) {
+        f->pair[i].slot[0] = f->slots + (size_t)(2 * i) * ADSM__FILL_SLOT;
+        f->pair[i].slot[1] = f->slots + (size_t)(2 * i + 1) * ADSM__FILL_SLOT;
+    }
     return 0;
 }
 
 ADSM__PRIVATE void adsm__filler_release(adsm__filler *f) {
-    if (f->slot_size) munmap(f->slot[0] < f->slot[1] ? f->slot[0] : f->slot[1], 2 * f->slot_size);
+    if (f->slots) munmap(f->slots, ADSM__FILL_BYTES);
     if (f->procmem_fd >= 0) close(f->procmem_fd);
     memset(f, 0, sizeof *f);
     f->procmem_fd = -1;
 }
 
-/* Moves the n staged bytes in slot[0] over [dst, dst + n) (page-aligned, n a multiple of the page)
- * and leaves the range with protection `prot`. The range's stale pages go to slot[1], and the two
- * slots trade places. 0 or -1 (the range is then unchanged). */
-ADSM__PRIVATE int adsm__filler_move(adsm__filler *f, uintptr_t dst, size_t n, int prot) {
-    unsigned char *stage = f->slot[0], *spare = f->slot[1];
+/* Moves the n staged bytes in the pair's slot[0] over [dst, dst + n) (page-aligned, n a multiple
+ * of the page) and leaves the range with protection `prot`. The range's stale pages go to
+ * slot[1], and the two slots trade places. 0 or -1 (the range is then unchanged). */
+ADSM__PRIVATE int adsm__filler_move(adsm__fill_pair *p, uintptr_t dst, size_t n, int prot) {
+    unsigned char *stage = p->slot[0], *spare = p->slot[1];
     /* the pages arrive with the staging slot's protection: set it first, so no thread can write
      * the block before the caller records its state */
     if (mprotect(stage, n, prot) != 0) return -1;
@@ -84,9 +97,9 @@ ADSM__PRIVATE int adsm__filler_move(adsm__filler *f, uintptr_t dst, size_t n, in
         mprotect(stage, n, PROT_READ | PROT_WRITE);
         return -1;
     }
-    mprotect(spare, f->slot_size, PROT_READ | PROT_WRITE);
-    f->slot[0] = spare;
-    f->slot[1] = stage;
+    mprotect(spare, ADSM__FILL_SLOT, PROT_READ | PROT_WRITE);
+    p->slot[0] = spare;
+    p->slot[1] = stage;
     return 0;
 }
 
@@ -95,66 +108,77 @@ ADSM__PRIVATE int adsm__filler_force(const adsm__filler *f, uintptr_t dst, const
     return f->procmem_fd >= 0 ? adsm__pwrite_full(f->procmem_fd, src, n, dst) : -1;
 }
 
-/* One piece of at most one slot: fetch into the slot, then move it (whole huge pages, or whole
- * pages when /proc/self/mem is missing) or force it in. */
-ADSM__PRIVATE int adsm__filler_piece(adsm__filler *f, adsm__fetch_fn fetch, void *ctx, uintptr_t dst,
-                                     uintptr_t dev, size_t n, int prot, adsm__fill_count *count) {
-    if (fetch(ctx, (uintptr_t)f->slot[0], dev, n) != 0) return -1;
+/* One piece of at most one slot, with the pair held: fetch into the staging slot, then move it
+ * (whole huge pages, or whole pages when /proc/self/mem is missing) or force it in. */
+ADSM__PRIVATE int adsm__filler_piece(adsm__filler *f, adsm__fill_pair *p, adsm__fetch_fn fetch, void *ctx,
+                                     uintptr_t dst, uintptr_t dev, size_t n, int prot, adsm__fill_count *count) {
+    if (fetch(ctx, (uintptr_t)p->slot[0], dev, n) != 0) return -1;
     int huge = dst % ADSM__HUGE_PAGE == 0 && n % ADSM__HUGE_PAGE == 0;
-    if (huge && adsm__filler_move(f, dst, n, prot) == 0) {
+    if (huge && adsm__filler_move(p, dst, n, prot) == 0) {
         count->moved += n;
         return 0;
     }
-    if (adsm__filler_force(f, dst, f->slot[0], n) == 0) {
+    if (adsm__filler_force(f, dst, p->slot[0], n) == 0) {
         count->forced += n;
         return 0;
     }
     /* no /proc/self/mem: move whole pages; the bytes past n in the last page are zero */
     size_t whole = ADSM__ALIGN_UP(n, f->page);
     if (dst % f->page != 0) return -1;
-    memset(f->slot[0] + n, 0, whole - n);
-    if (adsm__filler_move(f, dst, whole, prot) != 0) return -1;
+    memset(p->slot[0] + n, 0, whole - n);
+    if (adsm__filler_move(p, dst, whole, prot) != 0) return -1;
     count->moved += n;
     return 0;
 }
 
 /* Length of the next piece of [dst, end): up to the next huge-page boundary when dst is not on
  * one, else as many whole huge pages as fit in a slot, else the tail. */
-ADSM__PRIVATE size_t adsm__filler_next(const adsm__filler *f, uintptr_t dst, uintptr_t end) {
+ADSM__PRIVATE size_t adsm__filler_next(uintptr_t dst, uintptr_t end) {
     size_t left = end - dst;
     uintptr_t boundary = ADSM__ALIGN_UP(dst + 1, ADSM__HUGE_PAGE);
     if (dst % ADSM__HUGE_PAGE != 0) return ADSM__MIN(left, boundary - dst);
     size_t whole = ADSM__ALIGN_DOWN(left, ADSM__HUGE_PAGE);
     if (whole == 0) return left;
-    return ADSM__MIN(whole, f->slot_size);
+    return ADSM__MIN(whole, ADSM__FILL_SLOT);
+}
+
+/* A free pair, else (all in use by other fills) wait for the one `hint` picks. */
+ADSM__PRIVATE adsm__fill_pair *adsm__filler_take(adsm__filler *f, unsigned hint) {
+    for (int i = 0; i < ADSM__FILL_PAIRS; i++)
+        if (adsm__trylock(&f->pair[i].lock)) return &f->pair[i];
+    adsm__fill_pair *p = &f->pair[hint % ADSM__FILL_PAIRS];
+    adsm__lock(&p->lock);
+    return p;
 }
 
 /* Brings n bytes from device address dev into host memory [host, host + n) whose protection is
  * `prot` (and stays so). Writable memory gets the device bytes directly; protected memory gets
- * them all at once, as described at the top. 0 or -1. */
+ * them all at once, as described at the top. Pairs are held one piece at a time, so fills of
+ * different units interleave. 0 or -1. */
 ADSM__PRIVATE int adsm__copy_home(adsm__filler *f, adsm__fetch_fn fetch, void *ctx, uintptr_t host, uintptr_t dev,
                                   size_t n, int prot, adsm__fill_count *count) {
     if (prot & PROT_WRITE) return fetch(ctx, host, dev, n);
-    int rc = f->slot_size ? 0 : -1;
+    if (!f->slots) return -1;
     uintptr_t end = host + n;
-    adsm__lock(&f->lock);
+    int rc = 0;
     while (rc == 0 && host < end) {
-        size_t len = adsm__filler_next(f, host, end);
-        rc = adsm__filler_piece(f, fetch, ctx, host, dev, len, prot, count);
+        size_t len = adsm__filler_next(host, end);
+        adsm__fill_pair *p = adsm__filler_take(f, (unsigned)(host / ADSM__HUGE_PAGE));
+        rc = adsm__filler_piece(f, p, fetch, ctx, host, dev, len, prot, count);
+        adsm__unlock(&p->lock);
         host += len;
         dev += len;
     }
-    adsm__unlock(&f->lock);
     return rc;
 }
 
 /* ---- waits shared by the backends' queues ------------------------------------------------- */
-/* A queue's consumer advances *done and wakes it; this returns once it reached `target`.
- * Signal-safe. */
+/* A queue's consumer advances *done and wakes it; this returns once it reached (or passed:
+ * other threads may queue more meanwhile) `target`. Signal-safe. */
 ADSM__PRIVATE void adsm__wait_done(int *done, int target) {
     for (;;) {
         int d = ADSM__LOAD(done);
-        if (d == target) return;
+        if ((int)((unsigned)d - (unsigned)target) >= 0) return;
         adsm__futex_wait(done, d);
     }
 }

@@ -28,16 +28,23 @@ ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
     if (si->si_code <= 0) raise(sig);
 }
 
-/* Resolves a fault at address a; 0 when the access may be retried. */
+/* Resolves a fault at address a; 0 when the access may be retried. When the protocol let the
+ * runtime lock go (a copy ran, or this thread waited for another thread's copy), the object is
+ * looked up again: it may have been freed meanwhile. */
 ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_write) {
+    int rc = ADSM__AGAIN, decided = is_write >= 0;
     adsm__lock(&rt->lock);
-    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
-    int rc = -1;
-    if (o) {
+    while (rc == ADSM__AGAIN) {
+        adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
+        if (!o) {
+            rc = -1;
+            break;
+        }
         size_t block = adsm__tree_block_index(&o->node, a, rt->cfg.block_shift);
-        int state = o->blocks[block].state;
-        /* a write to a ReadOnly block is a write even where the decoder cannot tell */
-        if (is_write < 0) is_write = state != ADSM__INVALID;
+        /* a write to a ReadOnly block is a write even where the decoder cannot tell; decided
+         * once, so a fetch this fault made does not turn a read into a write */
+        if (!decided) is_write = o->blocks[block].state != ADSM__INVALID;
+        decided = 1;
         rc = rt->proto->on_access(rt, o, block, is_write, 0);
     }
     adsm__unlock(&rt->lock);

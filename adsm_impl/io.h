@@ -81,8 +81,15 @@ ADSM__PRIVATE adsm_result adsm__memset_impl(adsm__runtime *rt, uintptr_t d, int 
         adsm__lock(&rt->lock);
         adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, d));
         size_t len = adsm__piece(rt, o, d, n, &block, &whole);
-        if (o && whole && adsm__tracking(rt)) done = adsm__memset_unit_in_place(rt, o, d, v, len);
-        if (o && done == 0 && rt->proto->on_access(rt, o, block, 1, whole) != 0) done = -1;
+        int access = 0;
+        if (o && adsm__unit_busy(rt, o, block)) access = adsm__await_copies(rt); /* not while it is copied */
+        else if (o && whole && adsm__tracking(rt)) done = adsm__memset_unit_in_place(rt, o, d, v, len);
+        if (o && done == 0 && access == 0) access = rt->proto->on_access(rt, o, block, 1, whole);
+        if (access == ADSM__AGAIN) { /* the lock was let go: look everything up again */
+            adsm__unlock(&rt->lock);
+            continue;
+        }
+        if (access < 0) done = -1;
         if (done < 0) {
             adsm__unlock(&rt->lock);
             return adsm__access_failed();
@@ -140,15 +147,25 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
         adsm__object *os = adsm__object_of(adsm__tree_find(&rt->objects, s));
         size_t dunit = adsm__piece(rt, od, d, cover_end - d, &dblock, &dwhole);
         size_t dlen = ADSM__MIN(dunit, n);
+        if (od && adsm__unit_busy(rt, od, dblock)) { /* a copy of the destination runs: wait for it */
+            adsm__await_copies(rt);
+            adsm__unlock(&rt->lock);
+            continue;
+        }
         if (od && dwhole && dlen < dunit && rt->proto->eager) dwhole = 0; /* rolling: never leave a unit half-filled */
         if (od && os && dwhole && dlen == dunit && adsm__tracking(rt))
             done = adsm__memcpy_on_device(rt, od, d, s, dlen);
         size_t len = done ? dlen : adsm__piece(rt, os, s, dlen, &sblock, &swhole);
         if (od && done == 0 && dwhole && dlen < dunit && od->blocks[dblock].state == ADSM__INVALID && unfinished_end)
             *unfinished_end = ADSM__MIN(d + dunit, od->host + od->size);
-        if (done == 0 && ((os && rt->proto->on_access(rt, os, sblock, 0, 0) != 0) ||
-                          (od && rt->proto->on_access(rt, od, dblock, 1, dwhole) != 0)))
-            done = -1;
+        int access = 0;
+        if (done == 0 && os) access = rt->proto->on_access(rt, os, sblock, 0, 0);
+        if (done == 0 && od && access == 0) access = rt->proto->on_access(rt, od, dblock, 1, dwhole);
+        if (access == ADSM__AGAIN) { /* the lock was let go: look everything up again */
+            adsm__unlock(&rt->lock);
+            continue;
+        }
+        if (access < 0) done = -1;
         if (done < 0) {
             adsm__unlock(&rt->lock);
             return adsm__access_failed();

@@ -20,6 +20,8 @@ typedef struct adsm__block {
     uint8_t state;
     uint8_t in_fifo;
     uint8_t evicting; /* unit head: an asynchronous copy of it may still be reading the host pages */
+    uint8_t busy;     /* unit head: a copy of it runs outside the runtime lock; nobody else may
+                         change the unit until it is done (protocol.h, adsm__busy_begin) */
 } adsm__block;
 
 typedef struct adsm__object {
@@ -32,6 +34,8 @@ typedef struct adsm__object {
     int safe;                 /* host address differs from the device address */
     int device_only;          /* adsm_dev_alloc: no host side, no coherence */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
+    uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
+                                 writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */
 } adsm__object;
 

@@ -98,6 +98,14 @@ ADSM__PRIVATE void adsm__lock(adsm__lock_t *l) {
     adsm__tls_lock_depth++;
 }
 
+/* 1 when taken, 0 when somebody holds it. */
+ADSM__PRIVATE int adsm__trylock(adsm__lock_t *l) {
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&l->state, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 0;
+    adsm__tls_lock_depth++;
+    return 1;
+}
+
 ADSM__PRIVATE void adsm__unlock(adsm__lock_t *l) {
     adsm__tls_lock_depth--;
     if (__atomic_exchange_n(&l->state, 0, __ATOMIC_RELEASE) == 2)

@@ -4,10 +4,21 @@
  * A protocol answers five events: a CPU access the page protection stopped (fault, or a runtime
  * access on the program's behalf), release (a kernel call), acquire (adsm_sync) and free.
  * Batch and lazy track whole objects, rolling tracks blocks; the "unit" helpers hide that.
- * Everything here runs with the runtime lock held, and on_access also runs inside the SIGSEGV
- * handler: no allocation, no stdio, only backend verbs marked signal-safe. */
+ * Everything here is entered with the runtime lock held, and on_access also runs inside the
+ * SIGSEGV handler: no allocation, no stdio, only backend verbs marked signal-safe.
+ *
+ * Copies run outside the runtime lock: a fetch (and the waits before it: the kernel that writes
+ * the unit, an eviction still reading it) marks its unit busy, lets the lock go, copies, takes
+ * the lock back and finishes the state change. Nobody else changes a busy unit: a fault on it
+ * waits for the copy (a futex on rt->copy_gen), a launch that writes its object and a free of
+ * its object wait too, everything else proceeds. on_access returns ADSM__AGAIN when it let the
+ * lock go, so the caller looks its objects up again (they may have been freed meanwhile). */
 #ifndef ADSM__PROTOCOL_INCLUDED
 #define ADSM__PROTOCOL_INCLUDED
+
+/* on_access let the runtime lock go (and holds it again): what the caller looked up may be stale,
+ * look it up again and retry (the access itself may already be resolved). */
+enum { ADSM__AGAIN = 1 };
 
 typedef struct adsm__protocol_vtbl {
     const char *name;
@@ -15,7 +26,8 @@ typedef struct adsm__protocol_vtbl {
     int whole_object; /* unit of tracking: the object (batch, lazy) or one block (rolling) */
     int eager;        /* evict the oldest dirty unit past the rolling size (rolling) */
     /* a CPU read or write of block `block` needs the protocol; overwrite: the caller will
-     * replace the whole unit, so Invalid data need not be fetched. 0, or -1 on a system error */
+     * replace the whole unit, so Invalid data need not be fetched. 0, ADSM__AGAIN (see above),
+     * or -1 on a system error */
     int (*on_access)(adsm__runtime *rt, adsm__object *o, size_t block, int is_write, int overwrite);
     /* before launch `seq`: make device copies current; objects the kernel may write become
      * Invalid on the CPU */
@@ -40,6 +52,38 @@ ADSM__PRIVATE void adsm__unit_of(const adsm__runtime *rt, const adsm__object *o,
         *first = block;
         *count = 1;
     }
+}
+
+/* ---- copies outside the runtime lock ------------------------------------------------------ */
+/* Marks the unit headed by `head` busy and lets the runtime lock go. */
+ADSM__PRIVATE void adsm__busy_begin(adsm__runtime *rt, adsm__object *o, adsm__block *head) {
+    head->busy = 1;
+    o->busy_units++;
+    adsm__unlock(&rt->lock);
+}
+
+/* Takes the lock back, clears the mark and wakes whoever waits for a busy unit. */
+ADSM__PRIVATE void adsm__busy_end(adsm__runtime *rt, adsm__object *o, adsm__block *head) {
+    adsm__lock(&rt->lock);
+    head->busy = 0;
+    o->busy_units--;
+    ADSM__ADD(&rt->copy_gen, 1);
+    adsm__futex_wake_all(&rt->copy_gen);
+}
+
+/* Lets the runtime lock go until some busy unit is done, then takes it back. Signal-safe. */
+ADSM__PRIVATE int adsm__await_copies(adsm__runtime *rt) {
+    int gen = ADSM__LOAD(&rt->copy_gen);
+    adsm__unlock(&rt->lock);
+    adsm__futex_wait(&rt->copy_gen, gen);
+    adsm__lock(&rt->lock);
+    return ADSM__AGAIN;
+}
+
+ADSM__PRIVATE int adsm__unit_busy(const adsm__runtime *rt, const adsm__object *o, size_t block) {
+    size_t first, count;
+    adsm__unit_of(rt, o, block, &first, &count);
+    return o->blocks[first].busy;
 }
 
 /* Sets blocks [first, first+count) to `state`, changing the host protection first. */
@@ -72,6 +116,8 @@ ADSM__PRIVATE void adsm__wait_writer(adsm__runtime *rt, const adsm__object *o) {
  * pages, after the last kernel that may write the object finished. States are left to the
  * caller. Consecutive Invalid blocks go in one copy. */
 ADSM__PRIVATE int adsm__fetch(adsm__runtime *rt, adsm__object *o, size_t first, size_t count) {
+    /* runs with the unit busy and the runtime lock let go: the unit's states and o->writer_seq
+     * cannot change meanwhile (see the top of this file) */
     unsigned shift = rt->cfg.block_shift;
     adsm__wait_writer(rt, o);
     size_t b = first, end = first + count;
@@ -154,26 +200,42 @@ ADSM__PRIVATE int adsm__set_state_compacting(adsm__runtime *rt, adsm__object *o,
 }
 
 /* ---- lazy and rolling share this engine ------------------------------------------------- */
+/* The copies an access needs before the unit may change state: the end of an eviction still
+ * reading it (before a write), and the kernel that may write it plus the fetch (Invalid data).
+ * They run with the unit busy and the runtime lock let go. 0 or -1; *let_go says whether the
+ * lock was let go. */
+ADSM__PRIVATE int adsm__prepare_unit(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state,
+                                     int is_write, int overwrite, int *let_go) {
+    adsm__block *head = &o->blocks[first];
+    int need_drain = is_write && head->evicting, need_fetch = state == ADSM__INVALID;
+    if (!need_drain && !need_fetch) return 0;
+    int rc = 0;
+    *let_go = 1;
+    adsm__busy_begin(rt, o, head);
+    /* usually the eviction is long done and the drain returns at once */
+    if (need_drain) rt->be->drain(rt->be_ctx);
+    if (need_fetch) {
+        /* even a full overwrite waits for the kernel that may write the object: the CPU's bytes
+         * must land after the kernel's, in program order */
+        if (is_write && overwrite) adsm__wait_writer(rt, o);
+        else rc = adsm__fetch(rt, o, first, count);
+    }
+    adsm__busy_end(rt, o, head);
+    if (need_drain) head->evicting = 0;
+    return rc;
+}
+
 ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write,
                                        int overwrite) {
     size_t first, count;
     adsm__unit_of(rt, o, block, &first, &count);
-    int state = o->blocks[block].state;
+    if (o->blocks[first].busy) return adsm__await_copies(rt); /* another thread's copy of this unit */
+    int state = o->blocks[block].state, let_go = 0;
     if (state == ADSM__DIRTY || (state == ADSM__READONLY && !is_write))
         return adsm__set_state(rt, o, first, count, state); /* another thread got here first */
-    if (is_write && o->blocks[first].evicting) {
-        /* its eviction may still be copying the pages: let the copy finish before the CPU writes
-         * (usually it has, and this returns at once) */
-        rt->be->drain(rt->be_ctx);
-        o->blocks[first].evicting = 0;
-    }
-    if (state == ADSM__INVALID) {
-        /* Even a full overwrite waits for the kernel that may write the object: the CPU's bytes
-         * must land after the kernel's, in program order. */
-        adsm__wait_writer(rt, o);
-        if (!(is_write && overwrite) && adsm__fetch(rt, o, first, count) != 0) return -1;
-    }
-    if (!is_write) return adsm__set_state_compacting(rt, o, first, count, ADSM__READONLY);
+    if (adsm__prepare_unit(rt, o, first, count, state, is_write, overwrite, &let_go) != 0) return -1;
+    int done = let_go ? ADSM__AGAIN : 0;
+    if (!is_write) return adsm__set_state_compacting(rt, o, first, count, ADSM__READONLY) == 0 ? done : -1;
     if (adsm__set_state_compacting(rt, o, first, count, ADSM__DIRTY) != 0) return -1;
     adsm__fifo_push(rt, &o->blocks[first]);
     if (rt->proto->eager) {
@@ -183,7 +245,7 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
             ADSM__ADD(&rt->stats.evictions, 1);
         }
     }
-    return 0;
+    return done;
 }
 
 ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,

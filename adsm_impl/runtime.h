@@ -38,6 +38,7 @@ typedef struct adsm__runtime {
     void *be_ctx;
     const struct adsm__protocol_vtbl *proto;
 
+    int copy_gen;        /* bumped (and woken) each time a busy unit is done; futex word */
     uint64_t launch_seq; /* last launch issued */
     uint64_t synced_seq; /* batch: last launch whose results were copied back */
     adsm__stats stats;

@@ -205,3 +205,68 @@ Test(copy, repeated_fetches_keep_the_mapping_count_bounded) {
     cr_assert_eq(adsm_free(c), ADSM_OK);
     adsm_shutdown();
 }
+
+/* ---- copies run outside the runtime lock ----------------------------------------------------- */
+static int busy_units_of(const void *p) {
+    adsm__lock(&adsm__rt.lock);
+    adsm__object *o = adsm__object_of(adsm__tree_find(&adsm__rt.objects, (uintptr_t)p));
+    int busy = o ? (int)o->busy_units : -1;
+    adsm__unlock(&adsm__rt.lock);
+    return busy;
+}
+
+typedef struct big_read {
+    int32_t *c;
+    int32_t got;
+    int done;
+} big_read;
+
+static void *read_big(void *arg) {
+    big_read *b = (big_read *)arg;
+    b->got = rd(&b->c[0]); /* lazy: fetches the whole object */
+    __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* While one thread's fault fetches a large object, another thread's faults on other objects (a
+ * write to a ReadOnly block, a read that fetches) complete: the fetch holds its unit, not the
+ * runtime lock. On the cuda double every stream operation is delayed, so the fetch takes a while
+ * whatever the machine; on emu the object is large. */
+Test(copy, faults_elsewhere_do_not_wait_for_a_fetch) {
+#ifdef TEST_ON_CUDA_DOUBLE
+    setenv("CUDADOUBLE_DELAY_US", "1000", 1);
+    size_t size = 128 * MIB;
+#else
+    size_t size = 512 * MIB;
+#endif
+    clear_adsm_env();
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = TEST_DEVICE_BACKEND;
+    cfg.protocol = ADSM_PROTOCOL_LAZY;
+    cfg.block_size = 2 * MIB;
+    cfg.emu_memory = size + 64 * MIB;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    if (TEST_DEVICE_BACKEND == ADSM_BACKEND_CUDA) attach_test_kernels();
+    size_t n = size / sizeof(int32_t);
+    big_read b = {(int32_t *)alloc(size), 0, 0};
+    int32_t *readonly = (int32_t *)alloc(4096), *invalid = (int32_t *)alloc(4096);
+    CALL_OK(k_fill, grid_for(n), b.c, n, 11);
+    CALL_OK(k_fill, grid_for(1024), invalid, (size_t)1024, 22);
+    sync_ok();
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, read_big, &b), 0);
+    /* the fetch started (a fetch holding the runtime lock is only seen once it is over) */
+    while (busy_units_of(b.c) == 0 && !__atomic_load_n(&b.done, __ATOMIC_ACQUIRE)) {}
+    wr(&readonly[5], 5);               /* ReadOnly -> Dirty: no copy */
+    cr_assert_eq(rd(&invalid[7]), 29); /* Invalid: a fetch of its own */
+    int still = busy_units_of(b.c);
+    pthread_join(t, NULL);
+    cr_assert_gt(still, 0, "the other faults waited until the large fetch was done");
+    cr_assert_eq(b.got, 11);
+    expect_filled(b.c, n - 1024, n, 11);
+    cr_assert_eq(adsm_free(b.c), ADSM_OK);
+    cr_assert_eq(adsm_free(readonly), ADSM_OK);
+    cr_assert_eq(adsm_free(invalid), ADSM_OK);
+    adsm_shutdown();
+}
