@@ -49,6 +49,7 @@ typedef struct adsm__emu {
     size_t half, capacity;
     int devfd;
     unsigned char *window; /* parent's view of device memory: window[addr - base] */
+    uint64_t *backed;      /* one bit per 2 MiB granule of device memory the DMA side backed */
     int sock;
     pid_t child;
     unsigned workers;
@@ -224,6 +225,34 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
 
 ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq);
 
+/* ---- parent: backing device memory ---------------------------------------------------------- */
+/* Device memory is backed 2 MiB at a time, the first time a copy or a memset writes there: a
+ * copy into pages the kernel must still find runs at a tenth of the speed of one into backed
+ * pages here, and backing whole objects at allocation made adsm_alloc slow (and held the runtime
+ * lock). Kernels write into their OUT objects in the device process and back what they touch
+ * themselves. Signal-safe: one atomic bit per granule, then fallocate (a system call); a copy
+ * that races with another thread's backing of the same granule just finds some pages itself. */
+#define ADSM__EMU_GRANULE ((size_t)2 << 20)
+
+ADSM__PRIVATE void adsm__emu_back(adsm__emu *e, uintptr_t dev, size_t n) {
+    if (!e->backed || n == 0) return;
+    size_t first = (dev - e->base) / ADSM__EMU_GRANULE, last = (dev - e->base + n - 1) / ADSM__EMU_GRANULE;
+    for (size_t g = first; g <= last; g++) {
+        uint64_t bit = (uint64_t)1 << (g % 64);
+        if (__atomic_fetch_or(&e->backed[g / 64], bit, __ATOMIC_ACQ_REL) & bit) continue;
+        (void)fallocate(e->devfd, FALLOC_FL_KEEP_SIZE, (off_t)(g * ADSM__EMU_GRANULE), (off_t)ADSM__EMU_GRANULE);
+    }
+}
+
+/* The granules of a freed range may be backed again (a neighbour in the same granule only
+ * costs one more fallocate of pages that are still there). */
+ADSM__PRIVATE void adsm__emu_unback(adsm__emu *e, uintptr_t dev, size_t n) {
+    if (!e->backed || n == 0) return;
+    size_t first = (dev - e->base) / ADSM__EMU_GRANULE, last = (dev - e->base + n - 1) / ADSM__EMU_GRANULE;
+    for (size_t g = first; g <= last; g++)
+        __atomic_fetch_and(&e->backed[g / 64], ~((uint64_t)1 << (g % 64)), __ATOMIC_ACQ_REL);
+}
+
 /* ---- parent: DMA thread ------------------------------------------------------------------- */
 ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
     adsm__emu *e = (adsm__emu *)arg;
@@ -237,6 +266,7 @@ ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
         }
         adsm__dma_job job = e->ring[(unsigned)done % ADSM__DMA_RING];
         adsm__emu_wait(e, job.after_seq); /* stream order: after the kernels issued before it */
+        adsm__emu_back(e, job.dev, job.len);
         uint64_t t0 = adsm__now_ns();
         adsm__copy_out(e->window + (job.dev - e->base), (const void *)job.host, job.len);
         ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
@@ -256,6 +286,7 @@ ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, 
     if (!async || !e->dma_started) {
         adsm__emu_drain(ctx); /* keep copies to the same block in order */
         adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq)); /* a running kernel may read it */
+        adsm__emu_back(e, dev, n);
         uint64_t t0 = adsm__now_ns();
         adsm__copy_out(e->window + (dev - e->base), (const void *)host, n);
         ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
@@ -296,6 +327,7 @@ ADSM__PRIVATE int adsm__emu_dev_memset(void *ctx, uintptr_t dev, int value, size
     if (!adsm__emu_in_window(e, dev, n)) return -1;
     adsm__emu_drain(ctx);
     adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq)); /* a running kernel may read it */
+    adsm__emu_back(e, dev, n);
     memset(e->window + (dev - e->base), value, n);
     return 0;
 }
@@ -305,6 +337,7 @@ ADSM__PRIVATE int adsm__emu_dev_copy(void *ctx, uintptr_t dst, uintptr_t src, si
     if (!adsm__emu_in_window(e, dst, n) || !adsm__emu_in_window(e, src, n)) return -1;
     adsm__emu_drain(ctx); /* evictions in flight may be the source's latest bytes */
     adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq)); /* a running kernel may read it */
+    adsm__emu_back(e, dst, n);
     memmove(e->window + (dst - e->base), e->window + (src - e->base), n);
     return 0;
 }
@@ -382,13 +415,10 @@ ADSM__PRIVATE adsm_result adsm__emu_range_cmd(adsm__emu *e, uint32_t type, uintp
 
 ADSM__PRIVATE size_t adsm__emu_capacity(void *ctx) { return ((adsm__emu *)ctx)->capacity; }
 
-/* Device memory is backed when it is allocated, as a GPU's is: copies into it then measure
- * copying, not the kernel finding fresh pages (first touch of shmem runs at ~0.8 GB/s here,
- * a copy into backed pages at ~7 GB/s). A device that cannot back it is out of memory. */
+/* Capacity is accounted by the runtime (emu_memory); the memory itself is backed at the first
+ * copy into it (adsm__emu_back). */
 ADSM__PRIVATE adsm_result adsm__emu_dev_alloc(void *ctx, uintptr_t dev, size_t span) {
     adsm__emu *e = (adsm__emu *)ctx;
-    if (fallocate(e->devfd, FALLOC_FL_KEEP_SIZE, (off_t)(dev - e->base), (off_t)span) != 0 && errno == ENOSPC)
-        return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "emu backend: no memory left to back %zu bytes", span);
     return adsm__emu_range_cmd(e, ADSM__EMU_ALLOC, dev, span);
 }
 
@@ -397,6 +427,7 @@ ADSM__PRIVATE adsm_result adsm__emu_dev_alloc(void *ctx, uintptr_t dev, size_t s
 ADSM__PRIVATE void adsm__emu_dev_free(void *ctx, uintptr_t dev, size_t span) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_range_cmd(e, ADSM__EMU_FREE, dev, span);
+    adsm__emu_unback(e, dev, span);
     if (fallocate(e->devfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(dev - e->base), (off_t)span) != 0)
         memset(e->window + (dev - e->base), 0, span);
 }
@@ -444,6 +475,7 @@ ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     if (e->sock >= 0) close(e->sock);
     if (e->window) munmap(e->window, e->half);
     if (e->devfd >= 0) close(e->devfd);
+    free(e->backed);
     pthread_mutex_destroy(&e->error_mutex);
     free(e);
 }
@@ -456,6 +488,7 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     e->base = rt->base;
     e->half = rt->half;
     e->capacity = rt->cfg.emu_memory;
+    e->backed = (uint64_t *)calloc(e->half / ADSM__EMU_GRANULE / 64 + 1, sizeof *e->backed); /* NULL: pages found on touch */
     e->workers = rt->cfg.emu_workers;
     e->sock = -1;
     pthread_mutex_init(&e->error_mutex, NULL);
