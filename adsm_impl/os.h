@@ -171,7 +171,9 @@ ADSM__PRIVATE size_t adsm__phys_memory(void) {
  * after adsm does not unhook it; adsm's own changes go to libc's. Resolved in normal context
  * (initialisation) so signal-context callers find it cached. */
 typedef int (*adsm__sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+#ifndef ADSM_NO_INTERPOSE_SIGNALS
 static adsm__sigaction_fn adsm__real_sigaction_fn;
+#endif
 
 ADSM__PRIVATE adsm__sigaction_fn adsm__real_sigaction(void) {
 #ifdef ADSM_NO_INTERPOSE_SIGNALS
