@@ -15,7 +15,8 @@
  * Both are timed around the whole write loop (us per fault = time / K); each point is the median
  * of --runs runs (default 5), each on fresh memory. The ratio is adsm over bare in this run.
  *
- *   gcc -std=c11 -O2 -I. bench/fault_path/fault_path.c -pthread -ldl -o /tmp/fp && /tmp/fp [--runs N]
+ *   gcc -std=c11 -O2 -I. bench/fault_path/fault_path.c -pthread -ldl -o /tmp/fp && /tmp/fp [--quick | --full | --runs N]
+ *   (--quick: 3 runs, --full: 7)
  */
 #include <signal.h>
 #include <stdint.h>
@@ -99,6 +100,8 @@ int main(int argc, char **argv) {
     int runs = 5;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) runs = 3;
+        else if (!strcmp(argv[i], "--full")) runs = 7;
     }
     if (runs < 1 || runs > MAX_RUNS) runs = 5;
     static const size_t counts[] = {1, 1024, 65536, 1048576};
