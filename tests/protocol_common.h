@@ -52,7 +52,32 @@ void k_sum3(adsm_grid g, int32_t *x, const int32_t *a, const int32_t *b, size_t 
 /* The device the protocol tests run on: the emu backend, or (built with -DTEST_ON_CUDA_DOUBLE) the
  * cuda backend loaded against the driver test double, where the same tests must move the same
  * bytes and compute the same results. */
-#ifdef TEST_ON_CUDA_DOUBLE
+#if defined(TEST_ON_REAL_CUDA)
+/* bench/gpu_check.sh builds the suites a third time for a real GPU: the kernels' CUDA C twins,
+ * compiled by NVRTC at start-up (the same parameters, in order, as the declarations above). */
+#define TEST_DEVICE_BACKEND ADSM_BACKEND_CUDA
+#define TEST_DEVICE_NAME "cuda"
+static const char test_kernels_cuda[] = ADSM_CUDA_SOURCE(
+    extern "C" __global__ void k_fill(int *c, size_t n, int base) {
+        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+        if (i < n) c[i] = base + (int)i;
+    }
+    extern "C" __global__ void k_add(int *c, const int *a, const int *b, size_t n) {
+        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+        if (i < n) c[i] = (int)((unsigned)a[i] + (unsigned)b[i]);
+    }
+    extern "C" __global__ void k_incr(int *x, size_t n) {
+        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+        if (i < n) x[i] += 1;
+    }
+    extern "C" __global__ void k_sum3(int *x, const int *a, const int *b, size_t n) {
+        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+        if (i < n) x[i] += a[i] + b[i];
+    });
+static inline void attach_test_kernels(void) {
+    cr_assert_eq(adsm_module_load_source(test_kernels_cuda, NULL), ADSM_OK, "%s", adsm_last_error());
+}
+#elif defined(TEST_ON_CUDA_DOUBLE)
 #include "tests/cuda_double_bridge.h"
 #define TEST_DEVICE_BACKEND ADSM_BACKEND_CUDA
 #define TEST_DEVICE_NAME "cuda"

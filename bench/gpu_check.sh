@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with an NVIDIA GPU and its driver, runs adsm on the cuda backend
+# (ADSM_BACKEND=cuda, ADSM_LOG=info) and writes one report, bench/results/gpu_check.md (or
+# $ADSM_BENCH_OUT/gpu_check.md):
+#   1. the machine: GPU, driver, CUDA version, PCIe link (nvidia-smi), kernel, CPUs;
+#   2. what adsm chose there: the device line adsm logs (address placement: shared or translated;
+#      pinned or pageable staging) and every warning;
+#   3. the examples, each with its output and exit status;
+#   4. the protocol suites and the copy tests built for the real driver (-DTEST_ON_REAL_CUDA: the
+#      kernels' CUDA C twins through NVRTC), when Criterion is installed;
+#   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, fault_path, threads.
+# Exit status: 0 when every example and test passed, 1 otherwise (the report is written either
+# way). Needs only a C compiler; Bazel is used by sweep.sh when it is there.
+#
+#   bench/gpu_check.sh            about 5-10 minutes
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${ADSM_BENCH_OUT:-bench/results}
+mkdir -p "$out/gpu_bin"
+bin=$out/gpu_bin
+report=$out/gpu_check.md
+export ADSM_BACKEND=cuda ADSM_LOG=info
+status=0
+CC=${CC:-cc}
+
+say() { printf '%s\n' "$*" >> "$report"; }
+block() { say '```'; cat "$1" >> "$report"; say '```'; }
+
+: > "$report"
+say "# adsm GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
+say ""
+say "## Machine"
+say '```'
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max \
+        --format=csv >> "$report" 2>&1
+    nvidia-smi | sed -n '3p' >> "$report" 2>&1 # the "Driver Version / CUDA Version" line
+else
+    say "nvidia-smi not found"
+fi
+say "kernel: $(uname -sr), CPUs: $(nproc), commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say '```'
+
+# ---- examples -----------------------------------------------------------------------------------
+say ""
+say "## Examples (ADSM_BACKEND=cuda)"
+first=1
+for src in examples/*.c; do
+    name=$(basename "$src" .c)
+    log=$out/gpu_$name.log
+    if ! "$CC" -std=c11 -O2 -I. "$src" -pthread -ldl -o "$bin/$name" > "$log" 2>&1; then
+        say "- $name: BUILD FAILED"
+        block "$log"
+        status=1
+        continue
+    fi
+    (cd "$out" && timeout 300 "./gpu_bin/$name") > "$log" 2>&1
+    rc=$?
+    if [[ $first -eq 1 ]]; then
+        say ""
+        say "What adsm chose (its log at ADSM_LOG=info, from $name):"
+        say '```'
+        grep -E '^adsm (info|warn|error)' "$log" >> "$report" || say "(no adsm log lines)"
+        say '```'
+        first=0
+    fi
+    if [[ $rc -eq 0 ]]; then say "- $name: ok"; else say "- $name: FAILED (exit $rc)"; status=1; fi
+    block "$log"
+done
+
+# ---- tests against the real driver ------------------------------------------------------------
+say ""
+say "## Protocol and copy tests on the real driver"
+if [[ -f /usr/include/criterion/criterion.h ]]; then
+    for t in test_protocol_batch test_protocol_lazy test_protocol_rolling test_copy; do
+        log=$out/gpu_$t.log
+        if ! "$CC" -std=c11 -O1 -g -D_GNU_SOURCE -DTEST_ON_REAL_CUDA -I. "tests/$t.c" -pthread -ldl -lcriterion \
+            -o "$bin/$t" > "$log" 2>&1; then
+            say "- $t: BUILD FAILED"
+            block "$log"
+            status=1
+            continue
+        fi
+        timeout 600 "$bin/$t" --jobs 1 > "$log" 2>&1
+        rc=$?
+        if [[ $rc -eq 0 ]]; then say "- $t: passed ($(grep -o 'Tested: [0-9]*' "$log" | head -1))"
+        else say "- $t: FAILED (exit $rc)"; status=1; fi
+        grep -E '^\[(FAIL|----)\]|Synthesis' "$log" | head -40 > "$log.summary"
+        block "$log.summary"
+    done
+else
+    say "Criterion is not installed here (libcriterion-dev): the tests were not run."
+    status=1
+fi
+
+# ---- benchmarks -------------------------------------------------------------------------------
+say ""
+say "## Benchmarks (bench/sweep.sh --quick)"
+sweep_log=$out/gpu_sweep.log
+ADSM_BENCH_OUT=$out bench/sweep.sh --quick > "$sweep_log" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] || { say "sweep.sh FAILED (exit $rc); its log:"; block "$sweep_log"; status=1; }
+for t in vecadd stencil3d transfer fault_path threads; do
+    if [[ -f $out/$t.md ]]; then
+        say ""
+        cat "$out/$t.md" >> "$report"
+    fi
+done
+
+say ""
+say "Overall: $([[ $status -eq 0 ]] && echo 'every example and test passed' || echo 'FAILURES above')."
+echo "report: $report" >&2
+exit $status
