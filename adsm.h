@@ -548,6 +548,7 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 #include "adsm_impl/object.h"
 #include "adsm_impl/copy.h"
 #include "adsm_impl/runtime.h"
+#include "adsm_impl/reservation.h"
 #include "adsm_impl/backend.h"
 #include "adsm_impl/kernel.h"
 #include "adsm_impl/protocol.h"
@@ -559,6 +560,8 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 #include "adsm_impl/backend_cuda.h"
 #include "adsm_impl/fault.h"
 #include "adsm_impl/io.h"
+#include "adsm_impl/object_life.h"
+#include "adsm_impl/launch.h"
 #include "adsm_impl/api.h"
 #endif /* ADSM_IMPLEMENTATION */
 

@@ -8,53 +8,10 @@
 #define ADSM__API_INCLUDED
 
 /* ---- initialisation --------------------------------------------------------------------- */
-ADSM__PRIVATE adsm_result adsm__reserve(adsm__runtime *rt) {
-    size_t gib = (size_t)1 << 30;
-    size_t align = ADSM__MAX(rt->cfg.block_size, (size_t)2 << 20);
-    /* 64 GiB per half unless the device is larger; where less address space is allowed (ulimit -v,
-     * valgrind's ~64 GiB), halve down to what the device capacity needs. */
-    size_t need = ADSM__ALIGN_UP(ADSM__MAX(gib, 2 * rt->cfg.emu_memory), gib);
-    rt->half = ADSM__MAX((size_t)64 * gib, need);
-    size_t total = 2 * rt->half + align;
-    void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    while (p == MAP_FAILED && rt->half / 2 >= need) {
-        rt->half /= 2;
-        total = 2 * rt->half + align;
-        p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    }
-    if (p == MAP_FAILED)
-        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: %s", total / gib,
-                          strerror(errno));
-    uintptr_t raw = (uintptr_t)p, base = ADSM__ALIGN_UP(raw, align);
-    if (base > raw) munmap(p, base - raw);
-    if (raw + total > base + 2 * rt->half) munmap((void *)(base + 2 * rt->half), raw + total - base - 2 * rt->half);
-    rt->base = base;
-    /* Host copies live on transparent huge pages where the block size allows it: protecting a
-     * 2 MiB block is then one page-table entry instead of 512 (docs/design.md). */
-    madvise((void *)base, 2 * rt->half, MADV_HUGEPAGE);
-    if (adsm__arena_init(&rt->va_shared, base, rt->half, rt->page) != 0 ||
-        adsm__arena_init(&rt->va_safe, base + rt->half, rt->half, rt->page) != 0)
-        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of memory while initialising");
-    return ADSM_OK;
-}
-
-/* Moves the (still empty) reservation to [to, to + 2 * half), over whatever is mapped there: the
- * cuda backend's device range, whose host placeholder the driver made (GMAC's order). */
-ADSM__PRIVATE adsm_result adsm__move_reservation(adsm__runtime *rt, uintptr_t to) {
-    size_t total = 2 * rt->half;
-    if (rt->nobjects || (to < rt->base + total && rt->base < to + total))
-        return adsm__fail(ADSM_ERROR_UNSUPPORTED, "cannot move the address reservation");
-    void *p = mmap((void *)to, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    if (p == MAP_FAILED) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot map at %p: %s", (void *)to, strerror(errno));
-    munmap((void *)rt->base, total);
-    madvise((void *)to, total, MADV_HUGEPAGE);
-    adsm__arena_destroy(&rt->va_shared);
-    adsm__arena_destroy(&rt->va_safe);
-    rt->base = to;
-    if (adsm__arena_init(&rt->va_shared, to, rt->half, rt->page) != 0 ||
-        adsm__arena_init(&rt->va_safe, to + rt->half, rt->half, rt->page) != 0)
-        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of memory while initialising");
-    return ADSM_OK;
+/* The address reservation and the fetch staging slots, both made by adsm__start. */
+ADSM__PRIVATE void adsm__release_memory(adsm__runtime *rt) {
+    adsm__release_reservation(rt);
+    adsm__filler_release(&rt->fill);
 }
 
 ADSM__PRIVATE const adsm__protocol_vtbl *adsm__protocol_for(adsm_protocol_kind kind) {
@@ -85,49 +42,32 @@ ADSM__PRIVATE adsm_result adsm__backend_start(adsm__runtime *rt) {
     return r;
 }
 
-/* Device addresses as the program sees them (adsm_safe, adsm_dev_alloc, kernel arguments) and as
- * adsm keeps them; they differ only on cuda when translating. */
-ADSM__PRIVATE uintptr_t adsm__dev_out(const adsm__runtime *rt, uintptr_t dev) {
-    return dev + (uintptr_t)rt->dev_delta;
-}
-ADSM__PRIVATE uintptr_t adsm__dev_in(const adsm__runtime *rt, uintptr_t dev) {
-    return dev - (uintptr_t)rt->dev_delta;
-}
-
-ADSM__PRIVATE void adsm__release_reservation(adsm__runtime *rt) {
-    adsm__arena_destroy(&rt->va_shared);
-    adsm__arena_destroy(&rt->va_safe);
-    if (rt->base) munmap((void *)rt->base, 2 * rt->half);
-    adsm__filler_release(&rt->fill);
-    rt->base = 0;
-}
-
 ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
     rt->page = (size_t)sysconf(_SC_PAGESIZE);
     if ((r = adsm__settings_resolve(cfg, rt->page, &rt->cfg)) != ADSM_OK) return r;
     if ((r = adsm__reserve(rt)) != ADSM_OK) {
-        adsm__release_reservation(rt);
+        adsm__release_memory(rt);
         return r;
     }
     if (adsm__filler_init(&rt->fill, rt->page) != 0) {
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot map %zu MiB of staging for fetches: %s",
                        ADSM__FILL_BYTES >> 20, strerror(errno));
-        adsm__release_reservation(rt);
+        adsm__release_memory(rt);
         return r;
     }
     adsm__tree_init(&rt->objects);
     adsm__tree_init(&rt->safe_dev);
     rt->dev_delta = 0; /* a backend whose device addresses differ sets it */
     if ((r = adsm__backend_start(rt)) != ADSM_OK) {
-        adsm__release_reservation(rt);
+        adsm__release_memory(rt);
         return r;
     }
     rt->proto = rt->be->moves_data ? adsm__protocol_for(rt->cfg.protocol) : &adsm__protocol_untracked;
     if ((r = adsm__fault_install(rt)) != ADSM_OK) {
         rt->be->shutdown(rt->be_ctx);
-        adsm__release_reservation(rt);
+        adsm__release_memory(rt);
         return r;
     }
     adsm__log(ADSM_LOG_INFO, "backend %s, protocol %s, block size %zu", rt->be->name, adsm__protocol_for(rt->cfg.protocol)->name,
@@ -151,11 +91,6 @@ ADSM_API adsm_result adsm_init(const adsm_config *cfg) {
                                   : adsm__start(cfg);
     pthread_mutex_unlock(&adsm__rt.init_mutex);
     return r;
-}
-
-ADSM__PRIVATE void adsm__object_destroy(adsm__object *o) {
-    free(o->blocks);
-    free(o);
 }
 
 ADSM_API void adsm_shutdown(void) {
@@ -186,128 +121,13 @@ ADSM_API void adsm_shutdown(void) {
     rt->be = NULL;
     rt->be_ctx = NULL;
     adsm__fault_uninstall(rt);
-    adsm__release_reservation(rt);
+    adsm__release_memory(rt);
     rt->launch_seq = rt->synced_seq = 0;
     adsm__stats_reset(&rt->stats);
     pthread_mutex_unlock(&rt->init_mutex);
 }
 
 /* ---- objects ------------------------------------------------------------------------------ */
-ADSM__PRIVATE void adsm__list_append(adsm__runtime *rt, adsm__object *o) {
-    o->prev = rt->last_object;
-    o->next = NULL;
-    if (rt->last_object) rt->last_object->next = o;
-    else rt->first_object = o;
-    rt->last_object = o;
-}
-
-ADSM__PRIVATE void adsm__list_remove(adsm__runtime *rt, adsm__object *o) {
-    if (o->prev) o->prev->next = o->next;
-    else rt->first_object = o->next;
-    if (o->next) o->next->prev = o->prev;
-    else rt->last_object = o->prev;
-}
-
-/* Undoes what adsm__object_create did so far (stage: 1 address, 2 device, 3 tree, 4 listed). */
-ADSM__PRIVATE void adsm__object_unwind(adsm__runtime *rt, adsm__object *o, int stage) {
-    if (stage >= 4) {
-        adsm__list_remove(rt, o);
-        rt->nobjects--;
-        rt->object_bytes -= o->size;
-        rt->device_used -= o->span;
-    }
-    if (stage >= 3) {
-        adsm__tree_remove(&rt->objects, &o->node);
-        if (o->safe) adsm__tree_remove(&rt->safe_dev, &o->dev_node);
-    }
-    if (stage >= 2) rt->be->dev_free(rt->be_ctx, o->dev, o->span);
-    if (stage >= 1 && o->device_only) {
-        adsm__arena_free(&rt->va_shared, o->dev, o->span);
-    } else if (stage >= 1) {
-        madvise((void *)o->host, o->span, MADV_DONTNEED); /* the next object here starts zeroed */
-        adsm__protect(o->host, o->span, PROT_NONE);
-        adsm__arena_free(o->safe ? &rt->va_safe : &rt->va_shared, o->host, o->span);
-        if (o->safe) adsm__arena_free(&rt->va_shared, o->dev, o->span);
-    }
-    adsm__object_destroy(o);
-}
-
-/* Objects of at least one block start on a block boundary (blocks then match huge pages); smaller
- * ones on a page. */
-ADSM__PRIVATE size_t adsm__object_align(const adsm__runtime *rt, size_t span) {
-    return span >= rt->cfg.block_size ? rt->cfg.block_size : rt->page;
-}
-
-/* Whether the device has room for span more bytes (shared objects and device buffers share it);
- * the error names the call. Lock held. */
-ADSM__PRIVATE adsm_result adsm__device_room(adsm__runtime *rt, size_t size, size_t span, const char *fn) {
-    size_t capacity = rt->be->capacity(rt->be_ctx);
-    if (span <= capacity && rt->device_used <= capacity - span) return ADSM_OK;
-    return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "%s(%zu): the %s device has %zu of its %zu bytes free", fn,
-                      size, rt->be->name, capacity - ADSM__MIN(capacity, rt->device_used), capacity);
-}
-
-/* Touches every page of a fresh bookkeeping array now, so that the fault handler, which reads
- * one block record per fault, never takes a page fault (and a zeroing) on it: a large object's
- * array is tens of MiB, and first touches would make faults on large objects slower than on
- * small ones. */
-ADSM__PRIVATE void adsm__prefault(void *p, size_t n, size_t page) {
-    volatile unsigned char *b = (volatile unsigned char *)p;
-    for (size_t off = 0; off < n; off += page) b[off] = 0;
-}
-
-ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, int safe, const char *fn,
-                                              adsm__object **out) {
-    size_t span = ADSM__ALIGN_UP(size, rt->page), align = adsm__object_align(rt, span);
-    adsm_result room = adsm__device_room(rt, size, span, fn);
-    if (room != ADSM_OK) return room;
-    adsm__object *o = (adsm__object *)calloc(1, sizeof *o);
-    size_t nblocks = (span + rt->cfg.block_size - 1) >> rt->cfg.block_shift;
-    if (o) o->blocks = (adsm__block *)calloc(nblocks, sizeof *o->blocks);
-    if (!o || !o->blocks) {
-        if (o) adsm__object_destroy(o);
-        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of host memory for the bookkeeping of %zu bytes", size);
-    }
-    adsm__prefault(o->blocks, nblocks * sizeof *o->blocks, rt->page);
-    o->size = size;
-    o->span = span;
-    o->nblocks = nblocks;
-    o->safe = safe;
-    for (size_t b = 0; b < nblocks; b++) {
-        o->blocks[b].obj = o;
-        o->blocks[b].index = (uint32_t)b;
-    }
-    o->host = adsm__arena_alloc(safe ? &rt->va_safe : &rt->va_shared, span, align);
-    o->dev = safe && o->host ? adsm__arena_alloc(&rt->va_shared, span, align) : o->host;
-    if (!o->host || !o->dev) {
-        if (o->host && safe) adsm__arena_free(&rt->va_safe, o->host, span);
-        adsm__object_destroy(o);
-        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of shared address space for %zu bytes", size);
-    }
-    adsm_result r = rt->be->dev_alloc(rt->be_ctx, o->dev, span);
-    if (r != ADSM_OK) {
-        adsm__object_unwind(rt, o, 1);
-        return r;
-    }
-    o->node.start = o->host;
-    o->node.end = o->host + span;
-    o->dev_node.start = o->dev;
-    o->dev_node.end = o->dev + span;
-    adsm__tree_insert(&rt->objects, &o->node);
-    if (safe) adsm__tree_insert(&rt->safe_dev, &o->dev_node);
-    adsm__list_append(rt, o);
-    rt->nobjects++;
-    rt->object_bytes += size;
-    rt->device_used += span;
-    if (rt->proto->on_alloc(rt, o) != 0) {
-        int e = errno;
-        adsm__object_unwind(rt, o, 4);
-        return adsm__fail(ADSM_ERROR_SYSTEM, "mprotect of a new object failed: %s", strerror(e));
-    }
-    *out = o;
-    return ADSM_OK;
-}
-
 ADSM__PRIVATE void *adsm__alloc(size_t size, int safe, const char *fn) {
     adsm__runtime *rt = &adsm__rt;
     adsm__object *o = NULL;
@@ -540,74 +360,6 @@ ADSM_API adsm_result adsm_module_load_file(const char *path) {
 }
 
 /* ---- launches ----------------------------------------------------------------------------- */
-ADSM__PRIVATE void adsm__add_range(adsm__range *ranges, size_t *n, uintptr_t addr, size_t len, const char *param) {
-    for (size_t i = 0; i < *n; i++)
-        if (ranges[i].addr == addr) return;
-    ranges[*n].addr = addr;
-    ranges[*n].len = len;
-    ranges[*n].param = param;
-    (*n)++;
-}
-
-/* Finds the object behind a pointer argument, translating host addresses of safe objects into
- * device addresses in place. */
-ADSM__PRIVATE adsm_result adsm__bind_pointer(adsm__runtime *rt, const adsm_kernel_desc *k, const adsm_param_desc *p,
-                                             unsigned char *args, adsm__object **out) {
-    void *value;
-    memcpy(&value, args + p->offset, sizeof value);
-    uintptr_t a = (uintptr_t)value;
-    *out = NULL;
-    if (!value) return ADSM_OK;
-    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
-    if (o && o->safe) {
-        void *dev = (void *)(o->dev + (a - o->host));
-        memcpy(args + p->offset, &dev, sizeof dev);
-    } else if (!o) {
-        adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, adsm__dev_in(rt, a)); /* already a device address */
-        if (n) {
-            o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
-            void *dev = (void *)adsm__dev_in(rt, a); /* the backend translates it back */
-            memcpy(args + p->offset, &dev, sizeof dev);
-        }
-    }
-    if (!o)
-        return adsm__fail(ADSM_ERROR_NOT_SHARED,
-                          "kernel '%s': parameter '%s' (%s) is %p, which is not inside a shared object", k->name,
-                          p->name, adsm__access_names[p->access], value);
-    *out = o;
-    return ADSM_OK;
-}
-
-ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *l, unsigned char *args,
-                                               adsm__object **writes, uint64_t *writer_before, size_t *nwrites) {
-    const adsm_kernel_desc *k = l->kernel;
-    for (unsigned i = 0; i < k->nparams; i++) {
-        const adsm_param_desc *p = &k->params[i];
-        adsm__object *o;
-        if (!adsm__access_is_pointer(p->access)) continue;
-        adsm_result r = adsm__bind_pointer(rt, k, p, args, &o);
-        if (r != ADSM_OK) return r;
-        if (!o) continue;
-        if (adsm__access_writes(p->access)) {
-            size_t before = l->nwritable;
-            adsm__add_range(l->writable, &l->nwritable, o->dev, o->span, p->name);
-            if (l->nwritable > before && !o->device_only) {
-                writer_before[*nwrites] = o->writer_seq;
-                writes[(*nwrites)++] = o;
-            }
-        } else {
-            adsm__add_range(l->inputs, &l->ninputs, o->dev, o->span, p->name);
-        }
-    }
-    return ADSM_OK;
-}
-
-ADSM__PRIVATE int adsm__any_busy(adsm__object *const *objects, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (objects[i]->busy_units) return 1;
-    return 0;
-}
-
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;

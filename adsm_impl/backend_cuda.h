@@ -260,7 +260,6 @@ ADSM__PRIVATE adsm__cu_deviceptr adsm__cuda_dptr(const adsm__cuda *c, uintptr_t 
     return (adsm__cu_deviceptr)dev + (adsm__cu_deviceptr)c->delta;
 }
 
-ADSM__PRIVATE adsm_result adsm__move_reservation(adsm__runtime *rt, uintptr_t to); /* api.h */
 
 ADSM__PRIVATE adsm__cu_mem_alloc_prop adsm__cuda_prop(const adsm__cuda *c) {
     adsm__cu_mem_alloc_prop prop;
