@@ -299,6 +299,8 @@ typedef struct adsm_stats {
                                   then moved over the block whole (mremap of 2 MiB huge pages) */
     uint64_t d2h_forced_bytes; /* ... those written through /proc/self/mem (a kernel bounce copy): pieces
                                   smaller than a huge page; the rest went straight to writable memory */
+    uint64_t staged_bytes;     /* cuda: bytes copied through adsm's pinned staging buffers (either way); 0
+                                  where shared objects are page-locked and the DMA uses their pages */
 } adsm_stats;
 
 /* ---- kernels -------------------------------------------------------------------------------- */

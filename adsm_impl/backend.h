@@ -54,6 +54,14 @@ typedef struct adsm__backend_vtbl {
     /* device code: an image (PTX/cubin/fatbin; size may be 0 for PTX), or, with source != 0,
      * CUDA C compiled with `options`; NULL on backends that run kernels from their CPU bodies */
     adsm_result (*module_load)(void *ctx, const void *image, size_t size, int source, const char *const *options);
+    /* optional (cuda): page-lock host memory with the driver so that copies to and from it are
+     * direct DMA; 1 when it did (the caller unlocks it before releasing the pages), 0 when copies
+     * of it stay staged. Normal context; the range is mapped read-write and populated. */
+    int (*host_lock)(void *ctx, uintptr_t host, size_t n);
+    void (*host_unlock)(void *ctx, uintptr_t host, size_t n);
+    /* optional, signal-safe: whether from_device writes [host, host + n) whatever its page
+     * protection (a DMA engine into page-locked pages), so no staging slot is needed */
+    int (*host_direct)(void *ctx, uintptr_t host, size_t n);
 } adsm__backend_vtbl;
 
 #endif /* ADSM__BACKEND_INCLUDED */

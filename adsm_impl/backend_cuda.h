@@ -40,7 +40,7 @@ typedef struct adsm__nvrtc_api {
 } adsm__nvrtc_api;
 
 enum { ADSM__CMD_H2D = 1, ADSM__CMD_D2H, ADSM__CMD_D2D, ADSM__CMD_MEMSET, ADSM__CMD_LAUNCH, ADSM__CMD_MAP,
-       ADSM__CMD_UNMAP, ADSM__CMD_QUIT };
+       ADSM__CMD_UNMAP, ADSM__CMD_REGISTER, ADSM__CMD_UNREGISTER, ADSM__CMD_QUIT };
 
 typedef struct adsm__cuda_cmd {
     int type, status, value;
@@ -107,6 +107,13 @@ typedef struct adsm__cuda {
     adsm_result first_error;
     char error_text[400];
     pthread_mutex_t module_mutex;
+
+    /* host ranges page-locked with the driver (cuMemHostRegister): copies to and from them are
+     * direct DMA, no staging. Inserted and removed in normal context, looked up by the engine and
+     * by signal-context callers, all under locked_lock. */
+    adsm__lock_t locked_lock;
+    adsm__tree locked;
+    int lock_refused; /* the driver refused once: said so, stop asking */
 
     /* modules and the kernels found in them (normal context, runtime lock) */
     adsm__cu_module *modules;
@@ -400,8 +407,43 @@ ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n) {
 }
 
 
+/* ---- page-locked host ranges ---------------------------------------------------------------- */
+/* Signal-safe: whether [host, host + n) lies in one page-locked range. */
+ADSM__PRIVATE int adsm__cuda_is_locked(adsm__cuda *c, uintptr_t host, size_t n) {
+    adsm__lock(&c->locked_lock);
+    adsm__tree_node *r = adsm__tree_find(&c->locked, host);
+    int whole = r && host + n <= r->end;
+    adsm__unlock(&c->locked_lock);
+    return whole;
+}
+
+ADSM__PRIVATE int adsm__cuda_host_direct(void *ctx, uintptr_t host, size_t n) {
+    return adsm__cuda_is_locked((adsm__cuda *)ctx, host, n);
+}
+
+/* A direct copy: the driver's DMA reads or writes the host pages themselves, whatever their page
+ * protection. The engine waits for it before it retires the command, so a drain still means "no
+ * copy reads host pages any more" (the protocols rely on it before a CPU write). */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, adsm__cuda_cmd *cmd, int to_device) {
+    adsm__cu_result r;
+    if (to_device) {
+        r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0); /* after the kernels queued before */
+        if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->dst), (const void *)cmd->src, cmd->n, c->h2d);
+        if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
+        if (r == 0) r = c->cu.cuStreamSynchronize(c->h2d);
+    } else {
+        r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
+        if (r == 0) r = c->cu.cuStreamWaitEvent(c->d2h, c->ops_last, 0);
+        if (r == 0) r = c->cu.cuMemcpyDtoHAsync((void *)cmd->dst, adsm__cuda_dptr(c, cmd->src), cmd->n, c->d2h);
+        if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
+    }
+    return r;
+}
+
 /* ---- the engine: every copy and launch, in queue order ------------------------------------- */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *cmd) {
+    if (adsm__cuda_is_locked(c, cmd->src, cmd->n)) return adsm__cuda_direct(c, cmd, 1);
+    ADSM__ADD(&c->rt->stats.staged_bytes, cmd->n);
     adsm__cu_result r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0); /* after the kernels queued before */
     for (size_t off = 0; r == 0 && off < cmd->n; off += c->stage_size) {
         size_t len = ADSM__MIN(c->stage_size, cmd->n - off);
@@ -419,6 +461,8 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *c
 
 /* Device -> staging in chunks, each chunk's DMA overlapping the copy-out of the one before. */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *cmd) {
+    if (adsm__cuda_is_locked(c, cmd->dst, cmd->n)) return adsm__cuda_direct(c, cmd, 0);
+    ADSM__ADD(&c->rt->stats.staged_bytes, cmd->n);
     /* Sees every earlier upload, memset and device copy. Kernels are not waited for here: the
      * protocols wait for the kernel that may write a block before fetching it, and fetches of
      * other objects may overlap a running kernel. */
@@ -509,6 +553,15 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
         if (r == 0) r = c->cu.cuStreamSynchronize(c->kstream);
         if (r == 0) adsm__cuda_unmap(c, cmd->dst, cmd->n);
+        break;
+    case ADSM__CMD_REGISTER: /* a refusal is not an error: copies of the range stay staged */
+        cmd->status = c->cu.cuMemHostRegister((void *)cmd->dst, cmd->n, 0) == 0 ? 0 : 1;
+        return cmd->status == 0 ? 0 : -1;
+    case ADSM__CMD_UNREGISTER:
+        /* copies in flight may still read or write the pages */
+        r = c->cu.cuStreamSynchronize(c->h2d);
+        if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
+        (void)c->cu.cuMemHostUnregister((void *)cmd->dst);
         break;
     case ADSM__CMD_LAUNCH: {
         uint64_t seq = cmd->seq;
@@ -668,6 +721,43 @@ ADSM__PRIVATE void adsm__cuda_dev_free(void *ctx, uintptr_t dev, size_t span) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_UNMAP, dev, 0, span);
     adsm__cuda_run(c, &cmd, 1);
+}
+
+/* Normal context. Page-locks a shared object's host pages (an engine command: the engine makes
+ * every driver call that concerns memory). Under shared addresses the driver refuses (the range
+ * is device address space already); after the first refusal adsm stops asking and says so. */
+ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (!c->cu.cuMemHostRegister || !c->cu.cuMemHostUnregister || c->lock_refused || ADSM__LOAD(&c->lost)) return 0;
+    adsm__tree_node *node = (adsm__tree_node *)calloc(1, sizeof *node);
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_REGISTER, host, 0, n);
+    if (!node || adsm__cuda_run(c, &cmd, 1) != 0) {
+        free(node);
+        if (!c->lock_refused)
+            adsm__log(ADSM_LOG_INFO, "cuda: the driver refused to page-lock shared memory (%s addresses); copies "
+                      "go through pinned staging", c->delta ? "translated" : "shared");
+        c->lock_refused = 1;
+        return 0;
+    }
+    node->start = host;
+    node->end = host + n;
+    adsm__lock(&c->locked_lock);
+    adsm__tree_insert(&c->locked, node);
+    adsm__unlock(&c->locked_lock);
+    return 1;
+}
+
+ADSM__PRIVATE void adsm__cuda_host_unlock(void *ctx, uintptr_t host, size_t n) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    (void)n;
+    adsm__lock(&c->locked_lock);
+    adsm__tree_node *node = adsm__tree_find(&c->locked, host);
+    if (node) adsm__tree_remove(&c->locked, node);
+    adsm__unlock(&c->locked_lock);
+    if (!node) return;
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_UNREGISTER, host, 0, n);
+    adsm__cuda_run(c, &cmd, 1);
+    free(node);
 }
 
 ADSM__PRIVATE int adsm__cuda_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
@@ -944,6 +1034,15 @@ ADSM__PRIVATE adsm_result adsm__cuda_staging(adsm__cuda *c) {
     return ADSM_OK;
 }
 
+/* Shutdown: ranges still page-locked (objects the program did not free) are unlocked. */
+ADSM__PRIVATE void adsm__cuda_unlock_all(adsm__cuda *c) {
+    for (adsm__tree_node *n; (n = adsm__tree_first(&c->locked)) != NULL;) {
+        adsm__tree_remove(&c->locked, n);
+        if (c->cu.cuMemHostUnregister) c->cu.cuMemHostUnregister((void *)n->start);
+        free(n);
+    }
+}
+
 ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     ADSM__STORE(&c->quitting, 1);
@@ -963,6 +1062,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         for (size_t g = 0; c->granule_refs && g < c->half / c->granule; g++)
             if (c->granule_refs[g]) adsm__cuda_unmap_granule(c, g);
         for (size_t m = 0; m < c->nmodules; m++) c->cu.cuModuleUnload(c->modules[m]);
+        adsm__cuda_unlock_all(c);
         for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
             if (c->h2d_stage[s]) c->pinned ? (void)c->cu.cuMemFreeHost(c->h2d_stage[s]) : free(c->h2d_stage[s]);
             if (c->d2h_stage[s]) c->pinned ? (void)c->cu.cuMemFreeHost(c->d2h_stage[s]) : free(c->d2h_stage[s]);
@@ -1002,6 +1102,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     c->half = rt->half;
     c->stage_size = rt->cfg.cuda_staging;
     c->h2d_next = 0;
+    adsm__tree_init(&c->locked);
     pthread_mutex_init(&c->error_mutex, NULL);
     pthread_mutex_init(&c->module_mutex, NULL);
     if ((r = adsm__cuda_open(c, rt->cfg.cuda_driver)) != ADSM_OK || (r = adsm__cuda_device(c, rt->cfg.device)) != ADSM_OK)
@@ -1049,8 +1150,26 @@ fail:
 }
 
 static const adsm__backend_vtbl adsm__backend_cuda = {
-    "cuda", 1, ADSM__CUDA_MAX_ARGS, adsm__cuda_init, adsm__cuda_shutdown, adsm__cuda_capacity, adsm__cuda_dev_alloc,
-    adsm__cuda_dev_free, adsm__cuda_to_device, adsm__cuda_from_device, adsm__cuda_drain, adsm__cuda_launch,
-    adsm__cuda_wait, adsm__cuda_synchronize, adsm__cuda_dev_memset, adsm__cuda_dev_copy, adsm__cuda_module_load};
+    .name = "cuda",
+    .moves_data = 1,
+    .max_args = ADSM__CUDA_MAX_ARGS,
+    .init = adsm__cuda_init,
+    .shutdown = adsm__cuda_shutdown,
+    .capacity = adsm__cuda_capacity,
+    .dev_alloc = adsm__cuda_dev_alloc,
+    .dev_free = adsm__cuda_dev_free,
+    .to_device = adsm__cuda_to_device,
+    .from_device = adsm__cuda_from_device,
+    .drain = adsm__cuda_drain,
+    .launch = adsm__cuda_launch,
+    .wait = adsm__cuda_wait,
+    .synchronize = adsm__cuda_synchronize,
+    .dev_memset = adsm__cuda_dev_memset,
+    .dev_copy = adsm__cuda_dev_copy,
+    .module_load = adsm__cuda_module_load,
+    .host_lock = adsm__cuda_host_lock,
+    .host_unlock = adsm__cuda_host_unlock,
+    .host_direct = adsm__cuda_host_direct,
+};
 
 #endif /* ADSM__BACKEND_CUDA_INCLUDED */

@@ -531,8 +531,22 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
 }
 
 static const adsm__backend_vtbl adsm__backend_emu = {
-    "emu", 1, ADSM__EMU_MAX_ARGS, adsm__emu_init, adsm__emu_shutdown, adsm__emu_capacity, adsm__emu_dev_alloc, adsm__emu_dev_free,
-    adsm__emu_to_device, adsm__emu_from_device, adsm__emu_drain, adsm__emu_launch, adsm__emu_wait,
-    adsm__emu_synchronize, adsm__emu_dev_memset, adsm__emu_dev_copy, NULL};
+    .name = "emu",
+    .moves_data = 1,
+    .max_args = ADSM__EMU_MAX_ARGS,
+    .init = adsm__emu_init,
+    .shutdown = adsm__emu_shutdown,
+    .capacity = adsm__emu_capacity,
+    .dev_alloc = adsm__emu_dev_alloc,
+    .dev_free = adsm__emu_dev_free,
+    .to_device = adsm__emu_to_device,
+    .from_device = adsm__emu_from_device,
+    .drain = adsm__emu_drain,
+    .launch = adsm__emu_launch,
+    .wait = adsm__emu_wait,
+    .synchronize = adsm__emu_synchronize,
+    .dev_memset = adsm__emu_dev_memset,
+    .dev_copy = adsm__emu_dev_copy,
+};
 
 #endif /* ADSM__BACKEND_EMU_INCLUDED */

@@ -96,8 +96,22 @@ ADSM__PRIVATE int adsm__host_dev_copy(void *ctx, uintptr_t dst, uintptr_t src, s
 }
 
 static const adsm__backend_vtbl adsm__backend_host = {
-    "host", 0, 0, adsm__host_init, adsm__host_shutdown, adsm__host_capacity, adsm__host_dev_alloc,
-    adsm__host_dev_free, adsm__host_to_device, adsm__host_from_device, adsm__host_drain, adsm__host_launch,
-    adsm__host_wait, adsm__host_synchronize, adsm__host_dev_memset, adsm__host_dev_copy, NULL};
+    .name = "host",
+    .moves_data = 0,
+    .max_args = 0,
+    .init = adsm__host_init,
+    .shutdown = adsm__host_shutdown,
+    .capacity = adsm__host_capacity,
+    .dev_alloc = adsm__host_dev_alloc,
+    .dev_free = adsm__host_dev_free,
+    .to_device = adsm__host_to_device,
+    .from_device = adsm__host_from_device,
+    .drain = adsm__host_drain,
+    .launch = adsm__host_launch,
+    .wait = adsm__host_wait,
+    .synchronize = adsm__host_synchronize,
+    .dev_memset = adsm__host_dev_memset,
+    .dev_copy = adsm__host_dev_copy,
+};
 
 #endif /* ADSM__BACKEND_HOST_INCLUDED */

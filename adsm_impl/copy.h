@@ -53,6 +53,10 @@ typedef struct adsm__fill_count {
  * `dst` (a backend's from_device verb). 0 or -1. */
 typedef int (*adsm__fetch_fn)(void *ctx, uintptr_t dst, uintptr_t dev, size_t n);
 
+/* Whether the backend's copies reach [host, host + n) whatever its page protection (DMA into
+ * page-locked pages); NULL: never. */
+typedef int (*adsm__direct_fn)(void *ctx, uintptr_t host, size_t n);
+
 #define ADSM__FILL_BYTES ((size_t)ADSM__FILL_PAIRS * 2 * ADSM__FILL_SLOT)
 
 /* Normal context. 0, or -1 when the slots cannot be mapped (errno says why). Without
@@ -151,13 +155,24 @@ ADSM__PRIVATE adsm__fill_pair *adsm__filler_take(adsm__filler *f, unsigned hint)
     return p;
 }
 
+/* Straight into the destination, in pieces, so that other threads' fetches (queued behind on
+ * one engine, cuda) wait for one piece, not for a whole large object. */
+#define ADSM__DIRECT_PIECE ((size_t)16 << 20)
+
+ADSM__PRIVATE int adsm__copy_direct(adsm__fetch_fn fetch, void *ctx, uintptr_t host, uintptr_t dev, size_t n) {
+    for (size_t off = 0; off < n; off += ADSM__DIRECT_PIECE)
+        if (fetch(ctx, host + off, dev + off, ADSM__MIN(ADSM__DIRECT_PIECE, n - off)) != 0) return -1;
+    return 0;
+}
+
 /* Brings n bytes from device address dev into host memory [host, host + n) whose protection is
- * `prot` (and stays so). Writable memory gets the device bytes directly; protected memory gets
- * them all at once, as described at the top. Pairs are held one piece at a time, so fills of
- * different units interleave. 0 or -1. */
-ADSM__PRIVATE int adsm__copy_home(adsm__filler *f, adsm__fetch_fn fetch, void *ctx, uintptr_t host, uintptr_t dev,
-                                  size_t n, int prot, adsm__fill_count *count) {
-    if (prot & PROT_WRITE) return fetch(ctx, host, dev, n);
+ * `prot` (and stays so). Writable memory, and memory the backend's DMA writes whatever its
+ * protection (`direct`), gets the device bytes directly: the block stays protected until the
+ * copy is complete. Other protected memory gets them all at once, as described at the top. Pairs
+ * are held one piece at a time, so fills of different units interleave. 0 or -1. */
+ADSM__PRIVATE int adsm__copy_home(adsm__filler *f, adsm__fetch_fn fetch, adsm__direct_fn direct, void *ctx,
+                                  uintptr_t host, uintptr_t dev, size_t n, int prot, adsm__fill_count *count) {
+    if ((prot & PROT_WRITE) || (direct && direct(ctx, host, n))) return adsm__copy_direct(fetch, ctx, host, dev, n);
     if (!f->slots) return -1;
     uintptr_t end = host + n;
     int rc = 0;

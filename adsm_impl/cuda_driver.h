@@ -159,6 +159,8 @@ enum {
     X(cuEventSynchronize, 2000, 1, adsm__cu_result, (adsm__cu_event event))                                      \
     X(cuMemAllocHost, 3020, 1, adsm__cu_result, (void **ptr, size_t bytes))                                      \
     X(cuMemFreeHost, 2000, 1, adsm__cu_result, (void *ptr))                                                      \
+    X(cuMemHostRegister, 6050, 0, adsm__cu_result, (void *ptr, size_t bytes, unsigned int flags))               \
+    X(cuMemHostUnregister, 4000, 0, adsm__cu_result, (void *ptr))                                                \
     X(cuMemcpyHtoDAsync, 3020, 1, adsm__cu_result,                                                               \
       (adsm__cu_deviceptr dst, const void *src, size_t bytes, adsm__cu_stream stream))                          \
     X(cuMemcpyDtoHAsync, 3020, 1, adsm__cu_result,                                                               \

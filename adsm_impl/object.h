@@ -33,6 +33,7 @@ typedef struct adsm__object {
     adsm__block *blocks;
     int safe;                 /* host address differs from the device address */
     int device_only;          /* adsm_dev_alloc: no host side, no coherence */
+    int locked;               /* host pages page-locked with the driver: copies are direct DMA */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */

@@ -43,6 +43,7 @@ ADSM__PRIVATE void adsm__object_unwind(adsm__runtime *rt, adsm__object *o, int s
     if (stage >= 1 && o->device_only) {
         adsm__arena_free(&rt->va_shared, o->dev, o->span);
     } else if (stage >= 1) {
+        if (o->locked) rt->be->host_unlock(rt->be_ctx, o->host, o->span); /* before the pages go */
         madvise((void *)o->host, o->span, MADV_DONTNEED); /* the next object here starts zeroed */
         adsm__protect(o->host, o->span, PROT_NONE);
         adsm__arena_free(o->safe ? &rt->va_safe : &rt->va_shared, o->host, o->span);
@@ -73,6 +74,16 @@ ADSM__PRIVATE adsm_result adsm__device_room(adsm__runtime *rt, size_t size, size
 ADSM__PRIVATE void adsm__prefault(void *p, size_t n, size_t page) {
     volatile unsigned char *b = (volatile unsigned char *)p;
     for (size_t off = 0; off < n; off += page) b[off] = 0;
+}
+
+/* Where the backend can (cuda), the object's host pages are page-locked with the driver, so its
+ * copies are DMA straight between them and device memory. The driver pins pages for writing,
+ * so the range is made writable first (the protocol protects it right after, in on_alloc);
+ * pinned pages stay pinned whatever their protection later, and DMA ignores the protection. */
+ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
+    if (!rt->be->host_lock || !rt->be->moves_data) return;
+    if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
+    o->locked = rt->be->host_lock(rt->be_ctx, o->host, o->span);
 }
 
 ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, int safe, const char *fn,
@@ -108,6 +119,7 @@ ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, in
         adsm__object_unwind(rt, o, 1);
         return r;
     }
+    adsm__object_lock_pages(rt, o);
     o->node.start = o->host;
     o->node.end = o->host + span;
     o->dev_node.start = o->dev;

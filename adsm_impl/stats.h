@@ -11,7 +11,7 @@ typedef struct adsm__stats {
     uint64_t read_faults, write_faults, evictions, launches, fault_ns;
     uint64_t h2d_ns, d2h_ns;
     uint64_t translated_args;
-    uint64_t d2h_moved_bytes, d2h_forced_bytes;
+    uint64_t d2h_moved_bytes, d2h_forced_bytes, staged_bytes;
 } adsm__stats;
 
 ADSM__PRIVATE void adsm__stats_h2d(adsm__stats *s, size_t bytes) {
@@ -41,6 +41,7 @@ ADSM__PRIVATE void adsm__stats_read(const adsm__stats *s, adsm_stats *out) {
     out->translated_args = ADSM__LOAD(&s->translated_args);
     out->d2h_moved_bytes = ADSM__LOAD(&s->d2h_moved_bytes);
     out->d2h_forced_bytes = ADSM__LOAD(&s->d2h_forced_bytes);
+    out->staged_bytes = ADSM__LOAD(&s->staged_bytes);
 }
 
 ADSM__PRIVATE void adsm__stats_reset(adsm__stats *s) {

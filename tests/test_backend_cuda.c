@@ -457,3 +457,71 @@ Test(cuda_double, downloads_without_proc_self_mem) {
     run_vadd(200000);
     adsm_shutdown();
 }
+
+/* ---- page-locked shared objects -------------------------------------------------------------- */
+/* Where the driver page-locks the objects' host pages (translated addresses: the host pages are
+ * not device address space), every copy is DMA on those pages: no byte goes through adsm's
+ * staging, in either direction, and downloads need no staging slot either (the DMA writes the
+ * protected pages). Counted by adsm and, independently, by the double. */
+Test(cuda_double, page_locked_objects_move_without_staging) {
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.block_size = 64 << 10;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    attach();
+    adsm_reset_stats();
+    cudadouble_counters before = cuda_double_counters();
+    run_vadd(300000);
+    cudadouble_counters after = cuda_double_counters();
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_geq(after.registrations - before.registrations, 3, "the three objects were page-locked");
+    cr_assert_gt(s.h2d_bytes, 0);
+    cr_assert_gt(s.d2h_bytes, 0);
+    cr_assert_eq(s.staged_bytes, 0, "adsm staged %llu bytes", (unsigned long long)s.staged_bytes);
+    cr_assert_eq(after.staged_bytes - before.staged_bytes, 0, "the driver saw copies from staging");
+    cr_assert_eq(after.registered_bytes - before.registered_bytes, s.h2d_bytes + s.d2h_bytes);
+    cr_assert_eq(s.d2h_moved_bytes + s.d2h_forced_bytes, 0, "downloads went through a staging slot");
+    adsm_shutdown();
+}
+
+/* Under shared addresses the host pages are device address space: the driver refuses to lock
+ * them, adsm says so once and stages every copy; the results are the same. */
+Test(cuda_double, shared_addresses_stage_every_copy) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
+    attach();
+    adsm_reset_stats();
+    cudadouble_counters before = cuda_double_counters();
+    run_vadd(300000);
+    cudadouble_counters after = cuda_double_counters();
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(after.registrations - before.registrations, 0);
+    cr_assert_eq(s.staged_bytes, s.h2d_bytes + s.d2h_bytes);
+    cr_assert_eq(after.registered_bytes - before.registered_bytes, 0);
+    adsm_shutdown();
+}
+
+/* A driver that refuses to lock memory (out of lockable memory) leaves every copy staged, with
+ * the same results. */
+Test(cuda_double, locking_refused_by_the_driver_stages) {
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
+    setenv("CUDADOUBLE_NO_REGISTER", "1", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.block_size = 64 << 10;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    attach();
+    adsm_reset_stats();
+    run_vadd(300000);
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_gt(s.staged_bytes, 0);
+    cr_assert_eq(s.staged_bytes, s.h2d_bytes + s.d2h_bytes);
+    adsm_shutdown();
+}

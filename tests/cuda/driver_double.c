@@ -11,7 +11,15 @@
  * (12080), CUDADOUBLE_MEMORY (device bytes, 1 GiB), CUDADOUBLE_NO_PARAM_INFO=1 (cuFuncGetParamInfo
  * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
  * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
- * each queued stream operation, 0).
+ * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
+ * driver out of lockable memory does).
+ *
+ * Page-locked memory: cuMemAllocHost memory and ranges registered with cuMemHostRegister are
+ * "pinned": copies to and from them are asynchronous, and the device side of a copy (the stream
+ * worker) writes and reads them whatever their page protection, as a DMA engine does (through
+ * /proc/self/mem). A registration may not overlap a reserved device range (the unified address
+ * space has the range already) or another registration. Copies from or to pageable memory are
+ * synchronous and go through a private buffer, as the real driver stages them.
  *
  * Thread contexts: every cu* function and cudadouble_* function runs on the calling application
  * thread and is thread safe (one global mutex `g.mu` and one condition variable `g.cv`, plus a
@@ -148,6 +156,7 @@ struct pinned {
     struct pinned *next;
     char *p;
     size_t size;
+    bool registered; /* cuMemHostRegister (the caller's pages), not cuMemAllocHost */
 };
 
 struct kernel_reg {
@@ -171,7 +180,8 @@ static struct {
     int ndev;
     int driver_version;
     size_t memory;
-    bool no_param_info, no_pinned, no_placeholder;
+    bool no_param_info, no_pinned, no_placeholder, no_register;
+    int procmem; /* /proc/self/mem: DMA into registered pages whatever their protection */
     unsigned long delay_us;
     struct adsm__cu_ctx_st *ctxs;
     struct handle_ent *reg;
@@ -192,6 +202,7 @@ static struct {
     .cv = PTHREAD_COND_INITIALIZER,
     .maplock = PTHREAD_RWLOCK_INITIALIZER,
     .memfd = -1,
+    .procmem = -1,
 };
 
 static __thread struct adsm__cu_ctx_st *tl_ctx;      /* cuCtxSetCurrent */
@@ -319,12 +330,35 @@ static bool host_in_resv(const void *p, size_t n) {
     return false;
 }
 
-static bool host_pinned(const void *p, size_t n) {
+/* The pinned range holding [p, p + n) whole, or NULL. */
+static struct pinned *host_pinned(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
-    if (!range_ok(a, n)) return false;
+    if (!range_ok(a, n)) return NULL;
     for (struct pinned *q = g.pinned; q; q = q->next)
-        if (a >= (uintptr_t)q->p && a + n <= (uintptr_t)q->p + q->size) return true;
-    return false;
+        if (a >= (uintptr_t)q->p && a + n <= (uintptr_t)q->p + q->size) return q;
+    return NULL;
+}
+
+static void count_host_bytes(const struct pinned *q, size_t n) {
+    if (!q) g.counters.pageable_bytes += n;
+    else if (q->registered) g.counters.registered_bytes += n;
+    else g.counters.staged_bytes += n;
+}
+
+/* The device side of a copy into page-locked host memory: a DMA engine ignores the page
+ * protection, so registered pages the program keeps PROT_NONE are written all the same. */
+static void dma_write(void *dst, const void *src, size_t n) {
+    const char *p = src;
+    off_t at = (off_t)(uintptr_t)dst;
+    while (n > 0 && g.procmem >= 0) {
+        ssize_t w = pwrite(g.procmem, p, n, at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        p += w;
+        at += w;
+        n -= (size_t)w;
+    }
+    if (n > 0) memcpy((char *)(uintptr_t)at, p, n); /* no /proc/self/mem: plain memory only */
 }
 
 /* ---------------------------------------------------------------- stream operations */
@@ -387,7 +421,7 @@ static void run_op(struct adsm__cu_ctx_st *ctx, struct op *op) {
     if (ok) {
         switch (op->kind) {
         case OP_H2D: memcpy(d, op->hsrc, op->n); break;
-        case OP_D2H: memcpy(op->hdst, s, op->n); break;
+        case OP_D2H: dma_write(op->hdst, s, op->n); break;
         case OP_D2D: memmove(d, s, op->n); break;
         case OP_MEMSET: memset(d, op->value, op->n); break;
         case OP_LAUNCH: {
@@ -505,6 +539,8 @@ CUresult cuInit(unsigned int flags) {
     g.memory = (size_t)env_ull("CUDADOUBLE_MEMORY", (size_t)1 << 30);
     g.no_param_info = env_flag("CUDADOUBLE_NO_PARAM_INFO");
     g.no_pinned = env_flag("CUDADOUBLE_NO_PINNED");
+    g.no_register = env_flag("CUDADOUBLE_NO_REGISTER");
+    if (g.procmem < 0) g.procmem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
     g.no_placeholder = env_flag("CUDADOUBLE_NO_PLACEHOLDER");
     g.delay_us = (unsigned long)env_ull("CUDADOUBLE_DELAY_US", 0);
     g.ngran = g.memory / GRAN;
@@ -956,6 +992,7 @@ CUresult cuMemAllocHost(void **ptr, size_t bytes) {
         } else {
             q->p = p;
             q->size = size;
+            q->registered = false;
             q->next = g.pinned;
             g.pinned = q;
             *ptr = p;
@@ -971,7 +1008,7 @@ CUresult cuMemFreeHost(void *ptr) {
     if (!r && (!tl_ctx || tl_ctx->refs == 0)) r = ADSM__CUDA_ERROR_INVALID_CONTEXT;
     if (!r) {
         struct pinned **pp = &g.pinned;
-        while (*pp && (*pp)->p != ptr) pp = &(*pp)->next;
+        while (*pp && ((*pp)->p != ptr || (*pp)->registered)) pp = &(*pp)->next;
         if (!ptr || !*pp) r = ADSM__CUDA_ERROR_INVALID_VALUE;
         else {
             struct pinned *q = *pp;
@@ -979,6 +1016,50 @@ CUresult cuMemFreeHost(void *ptr) {
             munmap(q->p, q->size);
             free(q);
             r = tl_ctx->sticky;
+        }
+    }
+    unlock();
+    return note(r);
+}
+
+/* Page-locks the caller's [ptr, ptr + bytes): page-aligned is not required (the real driver
+ * rounds), but it must not overlap a reserved device range or another pinned range. */
+CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
+    lock();
+    CUresult r = check_ctx(NULL);
+    uintptr_t a = (uintptr_t)ptr;
+    if (!r && (!ptr || bytes == 0 || !range_ok(a, bytes) || (flags & ~0x0fu))) r = ADSM__CUDA_ERROR_INVALID_VALUE;
+    if (!r && host_in_resv(ptr, bytes)) r = ADSM__CUDA_ERROR_INVALID_VALUE; /* already device addresses */
+    for (struct pinned *q = g.pinned; !r && q; q = q->next)
+        if (a < (uintptr_t)q->p + q->size && a + bytes > (uintptr_t)q->p) r = ADSM__CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    if (!r && g.no_register) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
+    if (!r) {
+        struct pinned *q = malloc(sizeof *q);
+        if (!q) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
+        else {
+            q->p = ptr;
+            q->size = bytes;
+            q->registered = true;
+            q->next = g.pinned;
+            g.pinned = q;
+            g.counters.registrations++;
+        }
+    }
+    unlock();
+    return note(r);
+}
+
+CUresult cuMemHostUnregister(void *ptr) {
+    lock();
+    CUresult r = check_ctx(NULL);
+    if (!r) {
+        struct pinned **pp = &g.pinned;
+        while (*pp && !((*pp)->registered && (*pp)->p == ptr)) pp = &(*pp)->next;
+        if (!*pp) r = ADSM__CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+        else {
+            struct pinned *q = *pp;
+            *pp = q->next;
+            free(q);
         }
     }
     unlock();
@@ -1011,7 +1092,8 @@ CUresult cuMemcpyHtoDAsync(adsm__cu_deviceptr dst, const void *src, size_t bytes
     }
     op->dst = dst;
     op->n = bytes;
-    bool pinned = host_pinned(src, bytes);
+    struct pinned *pinned = host_pinned(src, bytes);
+    count_host_bytes(pinned, bytes);
     if (pinned) {
         op->hsrc = src;
         g.counters.h2d_async++;
@@ -1057,6 +1139,7 @@ CUresult cuMemcpyDtoHAsync(void *dst, adsm__cu_deviceptr src, size_t bytes, adsm
     op->src = src;
     op->n = bytes;
     g.counters.d2h_bytes += bytes;
+    count_host_bytes(host_pinned(dst, bytes), bytes);
     if (host_pinned(dst, bytes)) {
         op->hdst = dst;
         g.counters.d2h_async++;

@@ -41,6 +41,10 @@ typedef struct cudadouble_counters {
     unsigned long long h2d_pageable, d2h_pageable; /* copies whose host side was pageable */
     unsigned long long launches, device_bytes_mapped, reservations;
     unsigned long long rejected;                   /* calls that returned an error other than NOT_READY */
+    /* bytes by the kind of host memory the copy used: cuMemAllocHost memory (a runtime's staging
+     * buffers), ranges registered with cuMemHostRegister (a program's own pages), or pageable */
+    unsigned long long staged_bytes, registered_bytes, pageable_bytes;
+    unsigned long long registrations; /* cuMemHostRegister calls that succeeded */
 } cudadouble_counters;
 
 void cudadouble_get_counters(cudadouble_counters *out);
