@@ -382,6 +382,7 @@ ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, cons
     adsm__object *writes[ADSM__MAX_PARAMS];
     uint64_t writer_before[ADSM__MAX_PARAMS];
     size_t nwrites;
+    pthread_mutex_lock(&rt->launch_mutex);
     adsm__lock(&rt->lock);
     for (;;) {
         memcpy(buf, args, k->args_size); /* binding translates pointers in place */
@@ -405,6 +406,7 @@ ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, cons
         for (size_t i = 0; i < nwrites; i++) writes[i]->writer_seq = writer_before[i];
     }
     adsm__unlock(&rt->lock);
+    pthread_mutex_unlock(&rt->launch_mutex);
     free(buf);
     return r;
 }

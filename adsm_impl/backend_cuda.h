@@ -607,6 +607,7 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
 ADSM__PRIVATE void *adsm__cuda_engine_main(void *arg) {
     adsm__cuda *c = (adsm__cuda *)arg;
     adsm__tls_passthrough = 1; /* reads shared memory: never through interposed memcpy */
+    adsm__tls_copy_thread = 1;
     c->cu.cuCtxSetCurrent(c->ctx);
     for (;;) {
         int tail = ADSM__LOAD(&c->ring_tail), done = ADSM__LOAD(&c->ring_done);

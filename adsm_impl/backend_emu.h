@@ -37,10 +37,13 @@ typedef struct adsm__emu_msg {
     _Alignas(16) unsigned char args[ADSM__EMU_MAX_ARGS];
 } adsm__emu_msg;
 
+/* One job of the DMA thread, in queue order: a host->device copy, or a launch to send to the
+ * device process once the copies queued before it landed (as a GPU stream orders them). */
 typedef struct adsm__dma_job {
     uintptr_t dev, host;
     size_t len;
     uint64_t after_seq; /* launches that may still read the old bytes: the copy waits for them */
+    struct adsm__emu_msg *launch; /* a launch message (malloc'd, the DMA thread frees it), or NULL */
 } adsm__dma_job;
 
 typedef struct adsm__emu {
@@ -254,9 +257,28 @@ ADSM__PRIVATE void adsm__emu_unback(adsm__emu *e, uintptr_t dev, size_t n) {
 }
 
 /* ---- parent: DMA thread ------------------------------------------------------------------- */
+ADSM__PRIVATE adsm_result adsm__emu_send(adsm__emu *e, const struct adsm__emu_msg *m, size_t len);
+ADSM__PRIVATE void adsm__emu_record_error(adsm__emu *e, adsm_result r, const char *text);
+
+ADSM__PRIVATE void adsm__emu_copy_job(adsm__emu *e, const adsm__dma_job *job) {
+    adsm__emu_wait(e, job->after_seq); /* stream order: after the kernels issued before it */
+    adsm__emu_back(e, job->dev, job->len);
+    uint64_t t0 = adsm__now_ns();
+    adsm__copy_out(e->window + (job->dev - e->base), (const void *)job->host, job->len);
+    ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
+}
+
+/* A launch that cannot reach the device is reported at the next adsm_sync, as a GPU would. */
+ADSM__PRIVATE void adsm__emu_send_launch(adsm__emu *e, adsm__emu_msg *m) {
+    if (adsm__emu_send(e, m, offsetof(adsm__emu_msg, args) + m->kernel->args_size) != ADSM_OK)
+        adsm__emu_record_error(e, ADSM_ERROR_DEVICE_LOST, "a launch could not reach the emulated device");
+    free(m);
+}
+
 ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
     adsm__emu *e = (adsm__emu *)arg;
     adsm__tls_passthrough = 1; /* its copies read shared memory: never through interposed memcpy */
+    adsm__tls_copy_thread = 1;
     for (;;) {
         int tail = ADSM__LOAD(&e->ring_tail), done = ADSM__LOAD(&e->ring_done);
         if (tail == done) {
@@ -265,11 +287,8 @@ ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
             continue;
         }
         adsm__dma_job job = e->ring[(unsigned)done % ADSM__DMA_RING];
-        adsm__emu_wait(e, job.after_seq); /* stream order: after the kernels issued before it */
-        adsm__emu_back(e, job.dev, job.len);
-        uint64_t t0 = adsm__now_ns();
-        adsm__copy_out(e->window + (job.dev - e->base), (const void *)job.host, job.len);
-        ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
+        if (job.launch) adsm__emu_send_launch(e, job.launch);
+        else adsm__emu_copy_job(e, &job);
         ADSM__STORE(&e->ring_done, done + 1);
         adsm__futex_wake_all(&e->ring_done);
     }
@@ -278,6 +297,19 @@ ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
 ADSM__PRIVATE void adsm__emu_drain(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__wait_done(&e->ring_done, ADSM__LOAD(&e->ring_tail));
+}
+
+/* Signal-safe. Queues a job; the caller holds the runtime lock, so it is the only producer. */
+ADSM__PRIVATE void adsm__emu_push(adsm__emu *e, const adsm__dma_job *job) {
+    int tail = ADSM__LOAD(&e->ring_tail);
+    for (;;) { /* ring full: wait for the DMA thread, which never needs the runtime lock */
+        int done = ADSM__LOAD(&e->ring_done);
+        if ((unsigned)tail - (unsigned)done < ADSM__DMA_RING) break;
+        adsm__futex_wait(&e->ring_done, done);
+    }
+    e->ring[(unsigned)tail % ADSM__DMA_RING] = *job;
+    ADSM__STORE(&e->ring_tail, tail + 1);
+    adsm__futex_wake_all(&e->ring_tail);
 }
 
 ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
@@ -292,19 +324,8 @@ ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, 
         ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
         return 0;
     }
-    int tail = ADSM__LOAD(&e->ring_tail);
-    for (;;) { /* ring full: wait for the DMA thread, which never needs the runtime lock */
-        int done = ADSM__LOAD(&e->ring_done);
-        if ((unsigned)tail - (unsigned)done < ADSM__DMA_RING) break;
-        adsm__futex_wait(&e->ring_done, done);
-    }
-    adsm__dma_job *job = &e->ring[(unsigned)tail % ADSM__DMA_RING];
-    job->dev = dev;
-    job->host = host;
-    job->len = n;
-    job->after_seq = ADSM__LOAD(&e->rt->launch_seq);
-    ADSM__STORE(&e->ring_tail, tail + 1);
-    adsm__futex_wake_all(&e->ring_tail);
+    adsm__dma_job job = {dev, host, n, ADSM__LOAD(&e->rt->launch_seq), NULL};
+    adsm__emu_push(e, &job);
     return 0;
 }
 
@@ -394,7 +415,7 @@ ADSM__PRIVATE adsm_result adsm__emu_synchronize(void *ctx) {
 }
 
 /* ---- parent: commands ------------------------------------------------------------------- */
-ADSM__PRIVATE adsm_result adsm__emu_send(adsm__emu *e, const adsm__emu_msg *m, size_t len) {
+ADSM__PRIVATE adsm_result adsm__emu_send(adsm__emu *e, const struct adsm__emu_msg *m, size_t len) {
     if (ADSM__LOAD(&e->lost)) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
     for (;;) {
         ssize_t n = send(e->sock, m, len, MSG_NOSIGNAL);
@@ -450,6 +471,15 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
     memcpy(m->writable, l->writable, sizeof m->writable);
     memcpy(m->inputs, l->inputs, sizeof m->inputs);
     memcpy(m->args, l->args, l->kernel->args_size);
+    if (ADSM__LOAD(&e->lost)) {
+        free(m);
+        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
+    }
+    if (e->dma_started) { /* behind the copies queued before it (release queues its flushes) */
+        adsm__dma_job job = {0, 0, 0, 0, m};
+        adsm__emu_push(e, &job);
+        return ADSM_OK;
+    }
     adsm_result r = adsm__emu_send(e, m, offsetof(adsm__emu_msg, args) + l->kernel->args_size);
     free(m);
     return r;

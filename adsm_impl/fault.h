@@ -60,6 +60,13 @@ static void adsm__segv_handler(int sig, siginfo_t *si, void *context) {
         errno = saved_errno;
         return;
     }
+    if (adsm__tls_copy_thread) { /* a copy thread of adsm's own: waiting here could never end */
+        adsm__write_stderr("adsm: internal error: a copy thread faulted on shared memory that is protected "
+                           "(a copy was queued for pages that were then protected); please report this\n");
+        adsm__chain(sig, si, context);
+        errno = saved_errno;
+        return;
+    }
     if (adsm__tls_lock_depth > 0) {
         adsm__write_stderr("adsm: fault on shared memory while this thread holds the runtime lock "
                            "(shared memory touched from a signal handler?)\n");

@@ -88,6 +88,8 @@ static __thread int adsm__tls_lock_depth;
 /* Set on threads whose memory operations must never be routed through adsm (the DMA thread,
  * kernel workers): interposed memcpy/memset/read/... pass straight to libc there. */
 static __thread int adsm__tls_passthrough;
+/* Set on adsm's copy threads (emu DMA thread, cuda engine): a fault there is adsm's own bug. */
+static __thread int adsm__tls_copy_thread;
 
 ADSM__PRIVATE void adsm__lock(adsm__lock_t *l) {
     int expected = 0;

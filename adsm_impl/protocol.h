@@ -249,14 +249,44 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     return done;
 }
 
+/* Units of the objects a kernel writes are about to become Invalid (PROT_NONE), so a queued copy
+ * still reading them (a flush just queued, an eviction) must be done first: the copy engine reads
+ * host pages through the CPU's protection. The wait runs with those units busy and the lock let
+ * go (adsm_launch holds rt->launch_mutex, so no other launch interleaves; the objects cannot be
+ * freed meanwhile). */
+ADSM__PRIVATE void adsm__settle_written(adsm__runtime *rt, adsm__object **writes, size_t nwrites) {
+    size_t pending = 0;
+    for (size_t i = 0; i < nwrites; i++)
+        for (size_t b = 0; b < writes[i]->nblocks; b++) pending += writes[i]->blocks[b].evicting;
+    if (pending == 0) return;
+    for (size_t i = 0; i < nwrites; i++) {
+        writes[i]->busy_units++;
+        for (size_t b = 0; b < writes[i]->nblocks; b++)
+            if (writes[i]->blocks[b].evicting) writes[i]->blocks[b].busy = 1;
+    }
+    adsm__unlock(&rt->lock);
+    rt->be->drain(rt->be_ctx);
+    adsm__lock(&rt->lock);
+    for (size_t i = 0; i < nwrites; i++) {
+        writes[i]->busy_units--;
+        for (size_t b = 0; b < writes[i]->nblocks; b++)
+            if (writes[i]->blocks[b].busy) writes[i]->blocks[b].busy = writes[i]->blocks[b].evicting = 0;
+    }
+    ADSM__ADD(&rt->copy_gen, 1);
+    adsm__futex_wake_all(&rt->copy_gen);
+}
+
 ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
                                                 uint64_t seq) {
-    rt->be->drain(rt->be_ctx); /* evictions in flight land before the flushes below */
+    /* Flushes are queued, not waited for: the backend runs the launch after the copies queued
+     * before it (stream order), so no copy runs under the runtime lock. A CPU write to a unit
+     * whose flush may still be reading it waits for that copy (its `evicting` mark). */
     while (rt->fifo_head) {
-        if (adsm__writeback_unit(rt, rt->fifo_head, 0) != 0)
+        if (adsm__writeback_unit(rt, rt->fifo_head, 1) != 0)
             return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s",
                               strerror(errno));
     }
+    adsm__settle_written(rt, writes, nwrites);
     for (size_t i = 0; i < nwrites; i++) {
         adsm__object *o = writes[i];
         if (adsm__set_state(rt, o, 0, o->nblocks, ADSM__INVALID) != 0)

@@ -14,6 +14,7 @@ enum { ADSM__RT_OFF = 0, ADSM__RT_READY = 1 };
 typedef struct adsm__runtime {
     int state;                  /* ADSM__RT_*, read atomically by the fault handler */
     pthread_mutex_t init_mutex; /* serialises adsm_init / adsm_shutdown */
+    pthread_mutex_t launch_mutex; /* serialises launches: release may let the runtime lock go */
     adsm__settings cfg;
     size_t page;
 
@@ -47,7 +48,8 @@ typedef struct adsm__runtime {
     int handler_installed;
 } adsm__runtime;
 
-static adsm__runtime adsm__rt = {.init_mutex = PTHREAD_MUTEX_INITIALIZER, .fill = {.procmem_fd = -1}};
+static adsm__runtime adsm__rt = {
+    .init_mutex = PTHREAD_MUTEX_INITIALIZER, .launch_mutex = PTHREAD_MUTEX_INITIALIZER, .fill = {.procmem_fd = -1}};
 
 ADSM__PRIVATE int adsm__ready(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY; }
 

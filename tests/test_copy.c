@@ -280,3 +280,31 @@ Test(copy, faults_elsewhere_do_not_wait_for_a_fetch) {
     cr_assert_eq(adsm_free(invalid), ADSM_OK);
     adsm_shutdown();
 }
+
+/* ---- queued flushes and invalidation ---------------------------------------------------------- */
+/* A launch queues the flushes of dirty units instead of copying them under the runtime lock; an
+ * object the kernel also writes becomes Invalid (PROT_NONE) right after, so its flush must have
+ * read the pages by then (a copy thread faulting on them would wait forever). Many rounds of
+ * CPU writes followed by a kernel that reads and writes the same object. */
+ParameterizedTestParameters(copy, inout_object_flushed_before_it_is_invalidated) {
+    static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
+    return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, copy, inout_object_flushed_before_it_is_invalidated) {
+    init(TEST_DEVICE_BACKEND, *protocol, 64 * KIB, 0);
+    size_t size = 4 * MIB, n = size / sizeof(int32_t);
+    int32_t *x = (int32_t *)alloc(size);
+    for (int round = 0; round < 100; round++) {
+        for (size_t i = (size_t)round % 7; i < n; i += 4096) wr(&x[i], rd(&x[i]) + 10); /* dirty many blocks */
+        CALL_OK(k_incr, grid_for(n), x, n);
+    }
+    sync_ok();
+    for (size_t i = 0; i < n; i++) {
+        int32_t cpu = 0;
+        for (int round = 0; round < 100; round++) cpu += (i % 4096 == (size_t)round % 7) ? 10 : 0;
+        cr_assert_eq(rd(&x[i]), cpu + 100, "x[%zu] = %d, expected %d", i, rd(&x[i]), cpu + 100);
+    }
+    cr_assert_eq(adsm_free(x), ADSM_OK);
+    adsm_shutdown();
+}
