@@ -295,6 +295,9 @@ typedef struct adsm_stats {
     uint64_t objects, object_bytes;           /* live shared objects and their bytes (not reset) */
     uint64_t translated_args;                 /* cuda: pointer arguments moved to device addresses
                                                  (non-zero only when device and host addresses differ) */
+    uint64_t rolling_regrets;                 /* rolling: evicted blocks written again before the next
+                                                 call (each one grows the adaptive rolling size) */
+    uint64_t rolling_size;                    /* rolling: the rolling size now, in blocks (not reset) */
 } adsm_stats;
 
 /* ---- kernels -------------------------------------------------------------------------------- */

@@ -176,7 +176,9 @@ ADSM_API void adsm_shutdown(void) {
     }
     rt->first_object = rt->last_object = NULL;
     rt->fifo_head = rt->fifo_tail = NULL;
-    rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = 0;
+    rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = rt->tracked_blocks = 0;
+    rt->rolling_limit = 0;
+    rt->evict_clock = rt->epoch_clock = rt->epoch_regrets = 0;
     adsm__unlock(&rt->lock);
     rt->be->shutdown(rt->be_ctx);
     rt->be = NULL;
@@ -210,6 +212,7 @@ ADSM__PRIVATE void adsm__object_unwind(adsm__runtime *rt, adsm__object *o, int s
         adsm__list_remove(rt, o);
         rt->nobjects--;
         rt->object_bytes -= o->size;
+        rt->tracked_blocks -= o->nblocks;
         rt->device_used -= o->span;
     }
     if (stage >= 3) {
@@ -284,6 +287,7 @@ ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, in
     adsm__list_append(rt, o);
     rt->nobjects++;
     rt->object_bytes += size;
+    rt->tracked_blocks += nblocks;
     rt->device_used += span;
     if (rt->proto->on_alloc(rt, o) != 0) {
         int e = errno;
@@ -679,6 +683,7 @@ ADSM_API adsm_result adsm_get_stats(adsm_stats *out) {
         adsm__lock(&rt->lock);
         out->objects = rt->nobjects;
         out->object_bytes = rt->object_bytes;
+        out->rolling_size = rt->proto->eager ? adsm__rolling_limit(rt) : 0;
         adsm__unlock(&rt->lock);
     }
     return ADSM_OK;

@@ -3,7 +3,8 @@
  * An object is one adsm_alloc: a page-aligned host range (its node in the block tree), the
  * device address behind it, and an array of blocks of the configured block size (the last one
  * shorter). Each block carries its state (Invalid / ReadOnly / Dirty, mirrored in the host page
- * protection) and its links in the rolling FIFO of dirty blocks. The helpers here only compute;
+ * protection), its links in the rolling FIFO of dirty blocks and when it was last evicted (the
+ * adaptive rolling size learns from blocks written again after their eviction). The helpers here only compute;
  * they are safe in any context, the signal handler included. Objects are created and destroyed
  * by api.h under the runtime lock. */
 #ifndef ADSM__OBJECT_INCLUDED
@@ -20,6 +21,8 @@ typedef struct adsm__block {
     uint8_t state;
     uint8_t in_fifo;
     uint8_t evicting; /* unit head: an asynchronous copy of it may still be reading the host pages */
+    uint64_t evicted_at; /* unit head, rolling: value of the runtime's eviction clock when this unit
+                            was last evicted eagerly (0: never), to detect a regretted eviction */
 } adsm__block;
 
 typedef struct adsm__object {

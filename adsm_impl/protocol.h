@@ -125,11 +125,65 @@ ADSM__PRIVATE int adsm__writeback_unit(adsm__runtime *rt, adsm__block *b, int as
     return adsm__flush(rt, o, first, count, async);
 }
 
-/* At least 2: one unaligned store may span two blocks, and both must be Dirty at once or they
- * would evict each other forever. */
+/* ---- the rolling size ------------------------------------------------------------------- */
+/* Floor of the adaptive size: ADSM_ROLLING_STEP per live object (the paper's rule). At least 2:
+ * one unaligned store may span two blocks, and both must be Dirty at once or they would evict
+ * each other forever. */
+ADSM__PRIVATE size_t adsm__rolling_floor(const adsm__runtime *rt) {
+    size_t floor = rt->cfg.rolling_step * rt->nobjects;
+    return floor < 2 ? 2 : floor;
+}
+
+/* Ceiling: every block of every live object. A window that holds all of them never evicts,
+ * which is lazy at block granularity; no pattern can do worse than that, while any smaller
+ * ceiling brings the thrashing back for random writes over objects larger than it. */
+ADSM__PRIVATE size_t adsm__rolling_ceiling(const adsm__runtime *rt) {
+    size_t floor = adsm__rolling_floor(rt);
+    return rt->tracked_blocks > floor ? rt->tracked_blocks : floor;
+}
+
 ADSM__PRIVATE size_t adsm__rolling_limit(const adsm__runtime *rt) {
-    size_t limit = rt->cfg.rolling_size ? rt->cfg.rolling_size : rt->cfg.rolling_step * rt->nobjects;
-    return limit < 2 ? 2 : limit;
+    if (rt->cfg.rolling_size) return rt->cfg.rolling_size < 2 ? 2 : rt->cfg.rolling_size;
+    size_t floor = adsm__rolling_floor(rt), ceiling = adsm__rolling_ceiling(rt);
+    if (rt->rolling_limit < floor) return floor;
+    return rt->rolling_limit > ceiling ? ceiling : rt->rolling_limit;
+}
+
+/* Regret: unit b becomes Dirty again after an eager eviction since the last kernel call. That
+ * eviction copied bytes the next call copies again, so the window was too small by at least the
+ * evictions made since b left it: grow to cover that distance, and at least double, so a random
+ * pattern needs a handful of regrets, not one per block, to reach its working set. */
+ADSM__PRIVATE void adsm__rolling_note_write(adsm__runtime *rt, adsm__block *b) {
+    if (b->evicted_at <= rt->epoch_clock) return; /* never evicted, or before the last call */
+    size_t limit = adsm__rolling_limit(rt), ceiling = adsm__rolling_ceiling(rt);
+    size_t distance = (size_t)(rt->evict_clock - b->evicted_at) + 1;
+    size_t grown = limit + (distance > limit ? distance : limit);
+    b->evicted_at = 0;
+    rt->epoch_regrets++;
+    ADSM__ADD(&rt->stats.rolling_regrets, 1);
+    if (!rt->cfg.rolling_size) rt->rolling_limit = grown < ceiling ? grown : ceiling;
+}
+
+/* At a kernel call (before the flush): halve the window when the last epoch showed it larger
+ * than needed, with no regret, and either evictions (each one was harmless, and a smaller window
+ * sends more of the data while the CPU works) or less than half of it in use (the working set
+ * is small). A window in full use without evictions is kept: that is a pattern it fits. */
+ADSM__PRIVATE void adsm__rolling_end_epoch(adsm__runtime *rt) {
+    size_t limit = adsm__rolling_limit(rt);
+    int evicted = rt->evict_clock != rt->epoch_clock;
+    if (!rt->cfg.rolling_size && rt->epoch_regrets == 0 && (evicted || rt->fifo_len < limit / 2))
+        rt->rolling_limit = limit / 2; /* adsm__rolling_limit keeps it at the floor or above */
+    rt->epoch_clock = rt->evict_clock;
+    rt->epoch_regrets = 0;
+}
+
+/* Eager eviction of the oldest dirty unit, stamped with the eviction clock. */
+ADSM__PRIVATE int adsm__evict_oldest(adsm__runtime *rt) {
+    adsm__block *b = rt->fifo_head;
+    if (adsm__writeback_unit(rt, b, 1) != 0) return -1;
+    b->evicted_at = ++rt->evict_clock;
+    ADSM__ADD(&rt->stats.evictions, 1);
+    return 0;
 }
 
 /* mprotect fails with ENOMEM when the process would exceed vm.max_map_count mappings: every run
@@ -169,12 +223,11 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     if (!is_write) return adsm__set_state_compacting(rt, o, first, count, ADSM__READONLY);
     if (adsm__set_state_compacting(rt, o, first, count, ADSM__DIRTY) != 0) return -1;
     adsm__fifo_push(rt, &o->blocks[first]);
-    if (rt->proto->eager) {
-        size_t limit = adsm__rolling_limit(rt);
-        while (rt->fifo_len > limit) {
-            if (adsm__writeback_unit(rt, rt->fifo_head, 1) != 0) return -1;
-            ADSM__ADD(&rt->stats.evictions, 1);
-        }
+    if (!rt->proto->eager) return 0;
+    adsm__rolling_note_write(rt, &o->blocks[first]);
+    size_t limit = adsm__rolling_limit(rt);
+    while (rt->fifo_len > limit) {
+        if (adsm__evict_oldest(rt) != 0) return -1;
     }
     return 0;
 }
@@ -182,6 +235,7 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
 ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
                                                 uint64_t seq) {
     rt->be->drain(rt->be_ctx); /* evictions in flight land before the flushes below */
+    if (rt->proto->eager) adsm__rolling_end_epoch(rt);
     while (rt->fifo_head) {
         if (adsm__writeback_unit(rt, rt->fifo_head, 0) != 0)
             return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s",

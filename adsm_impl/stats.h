@@ -11,6 +11,7 @@ typedef struct adsm__stats {
     uint64_t read_faults, write_faults, evictions, launches, fault_ns;
     uint64_t h2d_ns, d2h_ns;
     uint64_t translated_args;
+    uint64_t rolling_regrets;
 } adsm__stats;
 
 ADSM__PRIVATE void adsm__stats_h2d(adsm__stats *s, size_t bytes) {
@@ -38,6 +39,7 @@ ADSM__PRIVATE void adsm__stats_read(const adsm__stats *s, adsm_stats *out) {
     out->h2d_ns = ADSM__LOAD(&s->h2d_ns);
     out->d2h_ns = ADSM__LOAD(&s->d2h_ns);
     out->translated_args = ADSM__LOAD(&s->translated_args);
+    out->rolling_regrets = ADSM__LOAD(&s->rolling_regrets);
 }
 
 ADSM__PRIVATE void adsm__stats_reset(adsm__stats *s) {
