@@ -149,32 +149,39 @@ ADSM__PRIVATE size_t adsm__rolling_limit(const adsm__runtime *rt) {
     return rt->rolling_limit > ceiling ? ceiling : rt->rolling_limit;
 }
 
-/* Regret: unit b becomes Dirty again after an eager eviction since the last kernel call. That
- * eviction copied bytes the next call copies again, so the window was too small by at least the
- * evictions made since b left it: grow to cover that distance, and at least double, so a random
- * pattern needs a handful of regrets, not one per block, to reach its working set. */
+/* Unit b became Dirty. Regret: it had been evicted eagerly since the last kernel call, so that
+ * eviction copied bytes the next call copies again; the window was too small by at least the
+ * evictions made since b left it. Grow to cover that distance, and at least double, so a random
+ * pattern needs a handful of regrets, not one per block, to reach its working set; but never past
+ * twice the units this epoch has dirtied (a window larger than that cannot save an eviction now,
+ * and would only delay the evictions of a later sequential phase) nor past every live block. */
 ADSM__PRIVATE void adsm__rolling_note_write(adsm__runtime *rt, adsm__block *b) {
-    if (b->evicted_at <= rt->epoch_clock) return; /* never evicted, or before the last call */
+    if (b->evicted_at <= rt->epoch_clock) { /* never evicted, or before the last call */
+        rt->epoch_touched++;
+        return;
+    }
     size_t limit = adsm__rolling_limit(rt), ceiling = adsm__rolling_ceiling(rt);
     size_t distance = (size_t)(rt->evict_clock - b->evicted_at) + 1;
     size_t grown = limit + (distance > limit ? distance : limit);
+    if (grown > 2 * rt->epoch_touched) grown = 2 * rt->epoch_touched;
+    if (grown > ceiling) grown = ceiling;
     b->evicted_at = 0;
     rt->epoch_regrets++;
     ADSM__ADD(&rt->stats.rolling_regrets, 1);
-    if (!rt->cfg.rolling_size) rt->rolling_limit = grown < ceiling ? grown : ceiling;
+    if (!rt->cfg.rolling_size && grown > limit) rt->rolling_limit = grown;
 }
 
-/* At a kernel call (before the flush): halve the window when the last epoch showed it larger
- * than needed, with no regret, and either evictions (each one was harmless, and a smaller window
- * sends more of the data while the CPU works) or less than half of it in use (the working set
- * is small). A window in full use without evictions is kept: that is a pattern it fits. */
+/* At a kernel call (before the flush): halve the window when the epoch that ends showed it
+ * larger than needed: no regret, and either evictions (each one was harmless, and a smaller
+ * window sends more of the data while the CPU works) or at most half of it in use (the working
+ * set is small). A window in full use without evictions is kept: that is a pattern it fits. */
 ADSM__PRIVATE void adsm__rolling_end_epoch(adsm__runtime *rt) {
     size_t limit = adsm__rolling_limit(rt);
     int evicted = rt->evict_clock != rt->epoch_clock;
-    if (!rt->cfg.rolling_size && rt->epoch_regrets == 0 && (evicted || rt->fifo_len < limit / 2))
+    if (!rt->cfg.rolling_size && rt->epoch_regrets == 0 && (evicted || rt->fifo_len <= limit / 2))
         rt->rolling_limit = limit / 2; /* adsm__rolling_limit keeps it at the floor or above */
     rt->epoch_clock = rt->evict_clock;
-    rt->epoch_regrets = 0;
+    rt->epoch_regrets = rt->epoch_touched = 0;
 }
 
 /* Eager eviction of the oldest dirty unit, stamped with the eviction clock. */

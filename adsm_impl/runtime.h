@@ -35,10 +35,10 @@ typedef struct adsm__runtime {
     adsm__block *fifo_head, *fifo_tail; /* dirty units, oldest first */
     size_t fifo_len;
     /* adaptive rolling size (protocol.h): the learned limit (0 until it first changes), the count
-     * of eager evictions so far (the clock blocks' evicted_at refers to), its value at the last
-     * release, and the evictions regretted since then */
+     * of eager evictions so far (the clock blocks' evicted_at refers to) and its value at the last
+     * kernel call; since that call, the evictions regretted and the units newly made Dirty */
     size_t rolling_limit;
-    uint64_t evict_clock, epoch_clock, epoch_regrets;
+    uint64_t evict_clock, epoch_clock, epoch_regrets, epoch_touched;
 
     const struct adsm__backend_vtbl *be;
     void *be_ctx;
