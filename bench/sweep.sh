@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GMAC paper's two block-size experiments on this machine's default backend (emu when
 # there is no GPU): bench/vecadd (Figure 11) and bench/stencil3d (Figure 9), then bench/transfer
-# (upload/download bandwidth through adsm against explicit copies; no plot). Prints the tables,
+# (upload/download bandwidth through adsm against explicit copies; no plot) and bench/patterns
+# (CPU access patterns between calls: lazy, adaptive rolling and explicit, time and bytes; no plot). Prints the tables,
 # writes CSV files and draws PNG plots into bench/results/ (or $ADSM_BENCH_OUT).
 #
 #   bench/sweep.sh            quick mode: a few minutes on 2 cores
@@ -17,12 +18,12 @@ mkdir -p "$out"
 
 echo "== building the benchmarks" >&2
 if command -v bazel >/dev/null; then
-    bazel build -c opt //:bench_vecadd //:bench_stencil3d //:bench_transfer >&2
+    bazel build -c opt //:bench_vecadd //:bench_stencil3d //:bench_transfer //:bench_patterns >&2
     bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 else
     bin=$out/bin
     mkdir -p "$bin"
-    for b in vecadd stencil3d transfer; do
+    for b in vecadd stencil3d transfer patterns; do
         cc -std=c11 -O2 -I. "bench/$b/$b.c" -pthread -ldl -o "$bin/bench_$b"
     done
 fi
@@ -33,6 +34,8 @@ echo "== stencil3d volume x block-size sweep ($mode)" >&2
 "$bin/bench_stencil3d" "$mode" --csv "$out/stencil3d.csv" | tee "$out/stencil3d.md"
 echo "== transfer bandwidth: adsm uploads/downloads against explicit copies ($mode)" >&2
 "$bin/bench_transfer" "$mode" --csv "$out/transfer.csv" | tee "$out/transfer.md"
+echo "== access patterns: lazy, adaptive rolling and explicit copies, time and bytes ($mode)" >&2
+"$bin/bench_patterns" "$mode" --csv "$out/patterns.csv" | tee "$out/patterns.md"
 
 if ! command -v gnuplot >/dev/null; then
     echo "gnuplot not found (run .ci/setup): CSV files are in $out, no plots drawn" >&2
