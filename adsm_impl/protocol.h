@@ -125,6 +125,21 @@ ADSM__PRIVATE int adsm__writeback_unit(adsm__runtime *rt, adsm__block *b, int as
     return adsm__flush(rt, o, first, count, async);
 }
 
+/* Writes back, at a kernel call, the dirty unit b and the Dirty blocks next to it in its object
+ * (rolling tracks blocks: a sequential or dense phase leaves long runs of them): one protection
+ * change and one copy for the run instead of one per block. Protection first, as above. */
+ADSM__PRIVATE int adsm__writeback_run(adsm__runtime *rt, adsm__block *b) {
+    adsm__object *o = b->obj;
+    if (rt->proto->whole_object || b->state != ADSM__DIRTY) return adsm__writeback_unit(rt, b, 0);
+    size_t first = b->index, end = b->index + 1;
+    while (first > 0 && o->blocks[first - 1].in_fifo && o->blocks[first - 1].state == ADSM__DIRTY) first--;
+    while (end < o->nblocks && o->blocks[end].in_fifo && o->blocks[end].state == ADSM__DIRTY) end++;
+    for (size_t k = first; k < end; k++) adsm__fifo_remove(rt, &o->blocks[k]);
+    if (adsm__set_state(rt, o, first, end - first, ADSM__READONLY) != 0) return -1;
+    for (size_t k = first; k < end; k++) o->blocks[k].evicting = 0;
+    return adsm__flush(rt, o, first, end - first, 0);
+}
+
 /* ---- the rolling size ------------------------------------------------------------------- */
 /* Floor of the adaptive size: ADSM_ROLLING_STEP per live object (the paper's rule). At least 2:
  * one unaligned store may span two blocks, and both must be Dirty at once or they would evict
@@ -244,7 +259,7 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
     rt->be->drain(rt->be_ctx); /* evictions in flight land before the flushes below */
     if (rt->proto->eager) adsm__rolling_end_epoch(rt);
     while (rt->fifo_head) {
-        if (adsm__writeback_unit(rt, rt->fifo_head, 0) != 0)
+        if (adsm__writeback_run(rt, rt->fifo_head) != 0)
             return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s",
                               strerror(errno));
     }

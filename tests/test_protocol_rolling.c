@@ -111,6 +111,27 @@ TEST_BLOCK_SIZES(rolling, call_flushes_dirty_blocks_and_invalidates_outputs) {
     adsm_shutdown();
 }
 
+/* At a call, adjacent Dirty blocks of one object go in one copy (one protection change): blocks
+ * 1-3 and the short last block make two copies, not four. */
+TEST_BLOCK_SIZES(rolling, call_flushes_adjacent_dirty_blocks_in_one_copy) {
+    rolling(bs);
+    size_t n = NELEM(bs);
+    int32_t *a = alloc(SIZE(bs)), *c = alloc(SIZE(bs));
+    wr(AT(a, bs, 3), 3);
+    wr(AT(a, bs, 1), 1);
+    wr(AT(a, bs, 2), 2);
+    wr(&a[n - 1], 9);
+    reset();
+    CALL_OK(k_add, grid_for(n), c, a, a, n);
+    EXPECT_BYTES(3 * bs + TAIL, 0);
+    cr_assert_eq(stats().h2d_copies, 2);
+    expect_blocks(a, bs, "RRRRRR");
+    sync_ok();
+    cr_assert_eq(rd(AT(c, bs, 2)), 4);
+    cr_assert_eq(rd(&c[n - 1]), 18);
+    adsm_shutdown();
+}
+
 /* Every dirty block of every object goes at any call, passed to the kernel or not. */
 Test(rolling, call_flushes_dirty_blocks_of_every_object) {
     rolling(4096);
