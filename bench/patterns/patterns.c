@@ -31,7 +31,7 @@
  *
  *   gcc -std=c11 -O2 -Wall -Wextra -Werror -I. bench/patterns/patterns.c -pthread -ldl -o /tmp/bpat
  *   /tmp/bpat [--quick | --full] [--runs N] [--epochs N] [--only PATTERN] [--csv FILE]
- *     --quick    64M object, blocks 64K and 2M, 3 epochs, 3 runs (default; about 2 minutes on 2 CPUs)
+ *     --quick    64M object, blocks 64K and 2M, 3 epochs, 3 runs (default; under a minute on 2 CPUs)
  *     --full     256M object, blocks 4K, 64K, 512K, 2M, 8M, 4 epochs, 5 runs
  *     --epochs N epochs per program; --only PATTERN: that pattern alone
  * ADSM_ROLLING_SIZE=4 in the environment gives the rolling rows the paper's rule as it was before
