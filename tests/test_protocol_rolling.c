@@ -474,6 +474,20 @@ Test(rolling, window_is_bounded_by_live_blocks) {
     adsm_shutdown();
 }
 
+/* Under valgrind (tests/valgrind_protocol.sh) every fault is a slow signal delivery: the
+ * random-increment test runs at an eighth of its size there, with the same proportions. */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+static size_t test_scale(void) {
+#ifdef RUNNING_ON_VALGRIND
+    if (RUNNING_ON_VALGRIND) return 8;
+#endif
+    return 1;
+}
+
 /* The issue's program: zero a 64 MiB object, call a kernel, make 262,144 random increments into
  * it. Under the paper's fixed rule (2 per object) nearly every increment evicted a block written
  * again moments later (479 GB for 64 MiB at 2 MiB blocks). The increments must move at most twice
@@ -485,17 +499,20 @@ ParameterizedTestParameters(rolling, random_increments_do_not_thrash) {
 }
 
 ParameterizedTest(size_t *block_size, rolling, random_increments_do_not_thrash) {
-    const size_t bs = *block_size, size = 64 * MIB, n = size / sizeof(int32_t);
+    const size_t bs = *block_size, size = 64 * MIB / test_scale(), n = size / sizeof(int32_t);
+    const size_t increments = 262144 / test_scale();
     init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 0);
     int32_t *x = alloc(size);
     int32_t *ref = calloc(n, sizeof *ref);
     cr_assert_not_null(ref);
-    memset(x, 0, size);
+    /* the CPU zeroes it: stores, not memset, whose replacement under valgrind never returns from
+     * a protected shared page here (plain runs are fine with memset) */
+    for (size_t i = 0; i < n; i++) wr(&x[i], 0);
     CALL_OK(k_incr, grid_for(n), x, n);
     sync_ok();
     reset();
     uint64_t r = 88172645463325252ull; /* xorshift64: the same increments on every run */
-    for (size_t k = 0; k < 262144; k++) {
+    for (size_t k = 0; k < increments; k++) {
         r ^= r << 13;
         r ^= r >> 7;
         r ^= r << 17;
@@ -512,7 +529,12 @@ ParameterizedTest(size_t *block_size, rolling, random_increments_do_not_thrash) 
     s = stats();
     cr_assert_leq(s.h2d_bytes, size + size / 2, "%zu-byte blocks: %llu bytes to the device for one object", bs,
                   (unsigned long long)s.h2d_bytes);
-    for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&x[i]), ref[i] + 2, "x[%zu]", i);
+    size_t wrong = 0, first_wrong = n;
+    for (size_t i = 0; i < n; i++) {
+        if (rd(&x[i]) == ref[i] + 2) continue;
+        if (!wrong++) first_wrong = i;
+    }
+    cr_assert_eq(wrong, 0, "%zu wrong elements, the first x[%zu]", wrong, first_wrong);
     free(ref);
     adsm_shutdown();
 }
