@@ -4,9 +4,9 @@
  * device address behind it, and an array of blocks of the configured block size (the last one
  * shorter). Each block carries its state (Invalid / ReadOnly / Dirty, mirrored in the host page
  * protection), its links in the rolling FIFO of dirty blocks and when it was last evicted (the
- * adaptive rolling size learns from blocks written again after their eviction). The helpers here only compute;
- * they are safe in any context, the signal handler included. Objects are created and destroyed
- * by api.h under the runtime lock. */
+ * adaptive rolling size learns from blocks written again after their eviction). The helpers here
+ * only compute; they are safe in any context, the signal handler included. Objects are created
+ * and destroyed by api.h under the runtime lock. */
 #ifndef ADSM__OBJECT_INCLUDED
 #define ADSM__OBJECT_INCLUDED
 
