@@ -79,7 +79,7 @@
        ADSM_PROTOCOL      batch | lazy | rolling                       (rolling)
        ADSM_BLOCK_SIZE    power of two, multiple of the page size, 4K..1G; K/M/G suffixes (2M)
        ADSM_ROLLING_SIZE  dirty blocks kept before eager eviction, at least 2; 0 = adaptive (0)
-       ADSM_ROLLING_STEP  adaptive growth per allocation, shrinks on free (2)
+       ADSM_ROLLING_STEP  adaptive: the smallest rolling size, per live object (2)
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device (CPU count)
        ADSM_LOG           error | warn | info | debug                  (warn)
@@ -99,6 +99,13 @@
                 flushed at the call.
        rolling  lazy at block granularity, plus at most "rolling size" Dirty blocks: the oldest is
                 sent to the device asynchronously while the CPU goes on (the default).
+                The adaptive rolling size (ADSM_ROLLING_SIZE=0) starts at ADSM_ROLLING_STEP
+                blocks per live object. A block written again after its eviction, before the
+                next kernel call, was sent for nothing: the size grows to cover that (at least
+                doubling; never past twice the blocks dirtied since the call, nor past the blocks
+                of all live objects, where rolling becomes lazy per block and cannot thrash). A
+                call after an epoch with no such regret halves it when that epoch evicted or used
+                at most half of it. adsm_stats.rolling_size and .rolling_regrets show it work.
 
    5. BACKENDS
    ===========
@@ -301,6 +308,9 @@ typedef struct adsm_stats {
                                   smaller than a huge page; the rest went straight to writable memory */
     uint64_t staged_bytes;     /* cuda: bytes copied through adsm's pinned staging buffers (either way); 0
                                   where shared objects are page-locked and the DMA uses their pages */
+    uint64_t rolling_regrets;                 /* rolling: evicted blocks written again before the next
+                                                 call (each one grows the adaptive rolling size) */
+    uint64_t rolling_size;                    /* rolling: the rolling size now, in blocks (not reset) */
 } adsm_stats;
 
 /* ---- kernels -------------------------------------------------------------------------------- */

@@ -115,7 +115,9 @@ ADSM_API void adsm_shutdown(void) {
     }
     rt->first_object = rt->last_object = NULL;
     rt->fifo_head = rt->fifo_tail = NULL;
-    rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = 0;
+    rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = rt->tracked_blocks = 0;
+    rt->rolling_limit = 0;
+    rt->evict_clock = rt->epoch_clock = rt->epoch_regrets = rt->epoch_touched = 0;
     adsm__unlock(&rt->lock);
     rt->be->shutdown(rt->be_ctx);
     rt->be = NULL;
@@ -462,6 +464,7 @@ ADSM_API adsm_result adsm_get_stats(adsm_stats *out) {
         adsm__lock(&rt->lock);
         out->objects = rt->nobjects;
         out->object_bytes = rt->object_bytes;
+        out->rolling_size = rt->proto->eager ? adsm__rolling_limit(rt) : 0;
         adsm__unlock(&rt->lock);
     }
     return ADSM_OK;

@@ -3,9 +3,10 @@
  * An object is one adsm_alloc: a page-aligned host range (its node in the block tree), the
  * device address behind it, and an array of blocks of the configured block size (the last one
  * shorter). Each block carries its state (Invalid / ReadOnly / Dirty, mirrored in the host page
- * protection) and its links in the rolling FIFO of dirty blocks. The helpers here only compute;
- * they are safe in any context, the signal handler included. Objects are created and destroyed
- * by api.h under the runtime lock. */
+ * protection), its links in the rolling FIFO of dirty blocks and when it was last evicted (the
+ * adaptive rolling size learns from blocks written again after their eviction). The helpers here
+ * only compute; they are safe in any context, the signal handler included. Objects are created
+ * and destroyed by api.h under the runtime lock. */
 #ifndef ADSM__OBJECT_INCLUDED
 #define ADSM__OBJECT_INCLUDED
 
@@ -22,6 +23,8 @@ typedef struct adsm__block {
     uint8_t evicting; /* unit head: an asynchronous copy of it may still be reading the host pages */
     uint8_t busy;     /* unit head: a copy of it runs outside the runtime lock; nobody else may
                          change the unit until it is done (protocol.h, adsm__busy_begin) */
+    uint64_t evicted_at; /* unit head, rolling: value of the runtime's eviction clock when this unit
+                            was last evicted eagerly (0: never), to detect a regretted eviction */
 } adsm__block;
 
 typedef struct adsm__object {

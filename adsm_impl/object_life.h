@@ -33,6 +33,7 @@ ADSM__PRIVATE void adsm__object_unwind(adsm__runtime *rt, adsm__object *o, int s
         adsm__list_remove(rt, o);
         rt->nobjects--;
         rt->object_bytes -= o->size;
+        rt->tracked_blocks -= o->nblocks;
         rt->device_used -= o->span;
     }
     if (stage >= 3) {
@@ -129,6 +130,7 @@ ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, in
     adsm__list_append(rt, o);
     rt->nobjects++;
     rt->object_bytes += size;
+    rt->tracked_blocks += nblocks;
     rt->device_used += span;
     if (rt->proto->on_alloc(rt, o) != 0) {
         int e = errno;

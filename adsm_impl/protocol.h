@@ -179,11 +179,88 @@ ADSM__PRIVATE int adsm__writeback_unit(adsm__runtime *rt, adsm__block *b, int as
     return adsm__flush(rt, o, first, count, async);
 }
 
-/* At least 2: one unaligned store may span two blocks, and both must be Dirty at once or they
- * would evict each other forever. */
+/* Writes back, at a kernel call, the dirty unit b and the Dirty blocks next to it in its object
+ * (rolling tracks blocks: a sequential or dense phase leaves long runs of them): one protection
+ * change and one queued copy for the run instead of one per block. Protection first, as above;
+ * every block of the run is marked, as its copy may still read it. */
+ADSM__PRIVATE int adsm__writeback_run(adsm__runtime *rt, adsm__block *b) {
+    adsm__object *o = b->obj;
+    if (rt->proto->whole_object || b->state != ADSM__DIRTY) return adsm__writeback_unit(rt, b, 1);
+    size_t first = b->index, end = b->index + 1;
+    while (first > 0 && o->blocks[first - 1].in_fifo && o->blocks[first - 1].state == ADSM__DIRTY) first--;
+    while (end < o->nblocks && o->blocks[end].in_fifo && o->blocks[end].state == ADSM__DIRTY) end++;
+    for (size_t k = first; k < end; k++) adsm__fifo_remove(rt, &o->blocks[k]);
+    if (adsm__set_state(rt, o, first, end - first, ADSM__READONLY) != 0) return -1;
+    for (size_t k = first; k < end; k++) o->blocks[k].evicting = 1;
+    return adsm__flush(rt, o, first, end - first, 1);
+}
+
+/* ---- the rolling size ------------------------------------------------------------------- */
+/* Floor of the adaptive size: ADSM_ROLLING_STEP per live object (the paper's rule). At least 2:
+ * one unaligned store may span two blocks, and both must be Dirty at once or they would evict
+ * each other forever. */
+ADSM__PRIVATE size_t adsm__rolling_floor(const adsm__runtime *rt) {
+    size_t floor = rt->cfg.rolling_step * rt->nobjects;
+    return floor < 2 ? 2 : floor;
+}
+
+/* Ceiling: every block of every live object. A window that holds all of them never evicts,
+ * which is lazy at block granularity; no pattern can do worse than that, while any smaller
+ * ceiling brings the thrashing back for random writes over objects larger than it. */
+ADSM__PRIVATE size_t adsm__rolling_ceiling(const adsm__runtime *rt) {
+    size_t floor = adsm__rolling_floor(rt);
+    return rt->tracked_blocks > floor ? rt->tracked_blocks : floor;
+}
+
 ADSM__PRIVATE size_t adsm__rolling_limit(const adsm__runtime *rt) {
-    size_t limit = rt->cfg.rolling_size ? rt->cfg.rolling_size : rt->cfg.rolling_step * rt->nobjects;
-    return limit < 2 ? 2 : limit;
+    if (rt->cfg.rolling_size) return rt->cfg.rolling_size < 2 ? 2 : rt->cfg.rolling_size;
+    size_t floor = adsm__rolling_floor(rt), ceiling = adsm__rolling_ceiling(rt);
+    if (rt->rolling_limit < floor) return floor;
+    return rt->rolling_limit > ceiling ? ceiling : rt->rolling_limit;
+}
+
+/* Unit b became Dirty. Regret: it had been evicted eagerly since the last kernel call, so that
+ * eviction copied bytes the next call copies again; the window was too small by at least the
+ * evictions made since b left it. Grow to cover that distance, and at least double, so a random
+ * pattern needs a handful of regrets, not one per block, to reach its working set; but never past
+ * twice the units this epoch has dirtied (a window larger than that cannot save an eviction now,
+ * and would only delay the evictions of a later sequential phase) nor past every live block. */
+ADSM__PRIVATE void adsm__rolling_note_write(adsm__runtime *rt, adsm__block *b) {
+    if (b->evicted_at <= rt->epoch_clock) { /* never evicted, or before the last call */
+        rt->epoch_touched++;
+        return;
+    }
+    size_t limit = adsm__rolling_limit(rt), ceiling = adsm__rolling_ceiling(rt);
+    size_t distance = (size_t)(rt->evict_clock - b->evicted_at) + 1;
+    size_t grown = limit + (distance > limit ? distance : limit);
+    if (grown > 2 * rt->epoch_touched) grown = 2 * rt->epoch_touched;
+    if (grown > ceiling) grown = ceiling;
+    b->evicted_at = 0;
+    rt->epoch_regrets++;
+    ADSM__ADD(&rt->stats.rolling_regrets, 1);
+    if (!rt->cfg.rolling_size && grown > limit) rt->rolling_limit = grown;
+}
+
+/* At a kernel call (before the flush): halve the window when the epoch that ends showed it
+ * larger than needed: no regret, and either evictions (each one was harmless, and a smaller
+ * window sends more of the data while the CPU works) or at most half of it in use (the working
+ * set is small). A window in full use without evictions is kept: that is a pattern it fits. */
+ADSM__PRIVATE void adsm__rolling_end_epoch(adsm__runtime *rt) {
+    size_t limit = adsm__rolling_limit(rt);
+    int evicted = rt->evict_clock != rt->epoch_clock;
+    if (!rt->cfg.rolling_size && rt->epoch_regrets == 0 && (evicted || rt->fifo_len <= limit / 2))
+        rt->rolling_limit = limit / 2; /* adsm__rolling_limit keeps it at the floor or above */
+    rt->epoch_clock = rt->evict_clock;
+    rt->epoch_regrets = rt->epoch_touched = 0;
+}
+
+/* Eager eviction of the oldest dirty unit, stamped with the eviction clock. */
+ADSM__PRIVATE int adsm__evict_oldest(adsm__runtime *rt) {
+    adsm__block *b = rt->fifo_head;
+    if (adsm__writeback_unit(rt, b, 1) != 0) return -1;
+    b->evicted_at = ++rt->evict_clock;
+    ADSM__ADD(&rt->stats.evictions, 1);
+    return 0;
 }
 
 /* mprotect fails with ENOMEM when the process would exceed vm.max_map_count mappings: every run
@@ -239,12 +316,11 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     if (!is_write) return adsm__set_state_compacting(rt, o, first, count, ADSM__READONLY) == 0 ? done : -1;
     if (adsm__set_state_compacting(rt, o, first, count, ADSM__DIRTY) != 0) return -1;
     adsm__fifo_push(rt, &o->blocks[first]);
-    if (rt->proto->eager) {
-        size_t limit = adsm__rolling_limit(rt);
-        while (rt->fifo_len > limit) {
-            if (adsm__writeback_unit(rt, rt->fifo_head, 1) != 0) return -1;
-            ADSM__ADD(&rt->stats.evictions, 1);
-        }
+    if (!rt->proto->eager) return 0;
+    adsm__rolling_note_write(rt, &o->blocks[first]);
+    size_t limit = adsm__rolling_limit(rt);
+    while (rt->fifo_len > limit) {
+        if (adsm__evict_oldest(rt) != 0) return -1;
     }
     return done;
 }
@@ -281,8 +357,9 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
     /* Flushes are queued, not waited for: the backend runs the launch after the copies queued
      * before it (stream order), so no copy runs under the runtime lock. A CPU write to a unit
      * whose flush may still be reading it waits for that copy (its `evicting` mark). */
+    if (rt->proto->eager) adsm__rolling_end_epoch(rt);
     while (rt->fifo_head) {
-        if (adsm__writeback_unit(rt, rt->fifo_head, 1) != 0)
+        if (adsm__writeback_run(rt, rt->fifo_head) != 0)
             return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s",
                               strerror(errno));
     }

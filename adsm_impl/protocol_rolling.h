@@ -1,10 +1,14 @@
 /* adsm_impl/protocol_rolling.h -- rolling update: lazy at block granularity, plus a FIFO of at
  * most "rolling size" Dirty blocks. A block that becomes Dirty past that bound sends the oldest
  * Dirty block to the device asynchronously (it becomes ReadOnly), so transfers overlap CPU work.
- * The rolling size is fixed (ADSM_ROLLING_SIZE) or adaptive: ADSM_ROLLING_STEP per live object.
+ * The rolling size is fixed (ADSM_ROLLING_SIZE) or adaptive: at least ADSM_ROLLING_STEP per live
+ * object, grown when an evicted block is written again before the next kernel call (a regret),
+ * halved at a call after an epoch that did not need it, never past the blocks of the live objects
+ * (docs/design.md, section 5).
  *
  * The engine lives in protocol.h; its access path runs in the SIGSEGV handler under the runtime
- * lock, and eviction only enqueues the copy for the backend's DMA thread. */
+ * lock (the adaptive size is integer bookkeeping on the runtime and the block records, no
+ * allocation), and eviction only enqueues the copy for the backend's DMA thread. */
 #ifndef ADSM__PROTOCOL_ROLLING_INCLUDED
 #define ADSM__PROTOCOL_ROLLING_INCLUDED
 

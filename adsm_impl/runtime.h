@@ -31,9 +31,15 @@ typedef struct adsm__runtime {
     adsm__tree safe_dev; /* device ranges of objects not at their host address (safe, device-only) */
     adsm__object *first_object, *last_object;
     size_t nobjects, object_bytes, device_used;
+    size_t tracked_blocks; /* blocks of live shared objects: the most that can ever be Dirty */
 
     adsm__block *fifo_head, *fifo_tail; /* dirty units, oldest first */
-    size_t fifo_len, rolling_limit;
+    size_t fifo_len;
+    /* adaptive rolling size (protocol.h): the learned limit (0 until it first changes), the count
+     * of eager evictions so far (the clock blocks' evicted_at refers to) and its value at the last
+     * kernel call; since that call, the evictions regretted and the units newly made Dirty */
+    size_t rolling_limit;
+    uint64_t evict_clock, epoch_clock, epoch_regrets, epoch_touched;
 
     const struct adsm__backend_vtbl *be;
     void *be_ctx;

@@ -8,7 +8,7 @@
 #   3. the examples, each with its output and exit status;
 #   4. the protocol suites and the copy tests built for the real driver (-DTEST_ON_REAL_CUDA: the
 #      kernels' CUDA C twins through NVRTC), when Criterion is installed;
-#   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, fault_path, threads.
+#   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads.
 # Exit status: 0 when every example and test passed, 1 otherwise (the report is written either
 # way). Needs only a C compiler; Bazel is used by sweep.sh when it is there.
 #
@@ -100,7 +100,7 @@ sweep_log=$out/gpu_sweep.log
 ADSM_BENCH_OUT=$out bench/sweep.sh --quick > "$sweep_log" 2>&1
 rc=$?
 [[ $rc -eq 0 ]] || { say "sweep.sh FAILED (exit $rc); its log:"; block "$sweep_log"; status=1; }
-for t in vecadd stencil3d transfer fault_path threads; do
+for t in vecadd stencil3d transfer patterns fault_path threads; do
     if [[ -f $out/$t.md ]]; then
         say ""
         cat "$out/$t.md" >> "$report"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the GMAC paper's two block-size experiments on this machine's default backend (emu when
 # there is no GPU): bench/vecadd (Figure 11) and bench/stencil3d (Figure 9), then bench/transfer
-# (upload/download bandwidth through adsm against explicit copies; no plot), bench/fault_path
-# (one write fault against a bare handler, per object size) and bench/threads (faults from
-# several threads; one thread's faults while another fetches). Prints the tables,
+# (upload/download bandwidth through adsm against explicit copies; no plot), bench/patterns
+# (CPU access patterns between calls: lazy, adaptive rolling and explicit, time and bytes; no
+# plot), bench/fault_path (one write fault against a bare handler, per object size) and
+# bench/threads (faults from several threads; one thread's faults while another fetches). Prints the tables,
 # writes CSV files and draws PNG plots into bench/results/ (or $ADSM_BENCH_OUT).
 #
 #   bench/sweep.sh            quick mode: a few minutes on 2 cores
@@ -19,12 +20,13 @@ mkdir -p "$out"
 
 echo "== building the benchmarks" >&2
 if command -v bazel >/dev/null; then
-    bazel build -c opt //:bench_vecadd //:bench_stencil3d //:bench_transfer //:bench_fault_path //:bench_threads >&2
+    bazel build -c opt //:bench_vecadd //:bench_stencil3d //:bench_transfer //:bench_patterns //:bench_fault_path \
+        //:bench_threads >&2
     bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 else
     bin=$out/bin
     mkdir -p "$bin"
-    for b in vecadd stencil3d transfer fault_path threads; do
+    for b in vecadd stencil3d transfer patterns fault_path threads; do
         cc -std=c11 -O2 -I. "bench/$b/$b.c" -pthread -ldl -o "$bin/bench_$b"
     done
 fi
@@ -35,6 +37,8 @@ echo "== stencil3d volume x block-size sweep ($mode)" >&2
 "$bin/bench_stencil3d" "$mode" --csv "$out/stencil3d.csv" | tee "$out/stencil3d.md"
 echo "== transfer bandwidth: adsm uploads/downloads against explicit copies ($mode)" >&2
 "$bin/bench_transfer" "$mode" --csv "$out/transfer.csv" | tee "$out/transfer.md"
+echo "== access patterns: lazy, adaptive rolling and explicit copies, time and bytes ($mode)" >&2
+"$bin/bench_patterns" "$mode" --csv "$out/patterns.csv" | tee "$out/patterns.md"
 echo "== fault path: adsm's write fault against a bare handler ($mode)" >&2
 "$bin/bench_fault_path" "$mode" | tee "$out/fault_path.md"
 echo "== threads: fault throughput and latency next to a large fetch ($mode)" >&2
