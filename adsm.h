@@ -185,7 +185,9 @@
    buffer (the CPU must not touch it), adsm_copy_to_device / adsm_copy_from_device copy between it
    and plain host memory after every launch issued so far, adsm_dev_free releases it, and
    ADSM_CALL accepts such device pointers as arguments. No coherence: what you copy is what the
-   device has.
+   device has. adsm_host_alloc gives host memory of the kind adsm's own objects live on (2 MiB
+   aligned, transparent huge pages; on cuda page-locked with the driver, so copies to and from it
+   are DMA without staging), the fair host side of an explicit program; adsm_host_free frees it.
 
    9. LIMITS
    ==========
@@ -378,6 +380,11 @@ ADSM_API void *adsm_dev_alloc(size_t size);
 ADSM_API adsm_result adsm_dev_free(void *dev);
 ADSM_API adsm_result adsm_copy_to_device(void *dev, const void *host, size_t n);
 ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n);
+/* Host memory for explicit copies: 2 MiB aligned, on transparent huge pages, page-locked with the
+ * driver on cuda (copies to and from it are direct DMA). Plain memory otherwise: the CPU uses it
+ * freely, adsm does not track it. NULL (adsm_last_error) when it cannot be mapped. */
+ADSM_API void *adsm_host_alloc(size_t size);
+ADSM_API adsm_result adsm_host_free(void *host);
 
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *kernel, adsm_grid grid, const void *args);
 

@@ -59,6 +59,7 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     }
     adsm__tree_init(&rt->objects);
     adsm__tree_init(&rt->safe_dev);
+    adsm__tree_init(&rt->host_buffers);
     rt->dev_delta = 0; /* a backend whose device addresses differ sets it */
     if ((r = adsm__backend_start(rt)) != ADSM_OK) {
         adsm__release_memory(rt);
@@ -112,6 +113,10 @@ ADSM_API void adsm_shutdown(void) {
     for (adsm__object *o = rt->first_object, *next; o; o = next) {
         next = o->next;
         adsm__object_destroy(o);
+    }
+    for (adsm__tree_node *n; (n = adsm__tree_first(&rt->host_buffers)) != NULL;) {
+        adsm__tree_remove(&rt->host_buffers, n); /* the memory stays the program's; the cuda */
+        free(ADSM__CONTAINER_OF(n, adsm__host_buffer, node)); /* backend unlocks it at shutdown */
     }
     rt->first_object = rt->last_object = NULL;
     rt->fifo_head = rt->fifo_tail = NULL;
@@ -307,6 +312,54 @@ ADSM_API adsm_result adsm_copy_to_device(void *dev, const void *host, size_t n) 
 
 ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n) {
     return adsm__explicit_copy((void *)dev, host, n, 0);
+}
+
+/* ---- host memory for explicit copies -------------------------------------------------------- */
+ADSM_API void *adsm_host_alloc(size_t size) {
+    adsm__runtime *rt = &adsm__rt;
+    size_t huge = ADSM__HUGE_PAGE;
+    if (adsm__ensure() != ADSM_OK) return NULL;
+    if (size == 0 || size > SIZE_MAX - 2 * huge) {
+        adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_host_alloc(%zu): %s", size, size ? "too large" : "size 0");
+        return NULL;
+    }
+    size_t span = ADSM__ALIGN_UP(size, huge);
+    adsm__host_buffer *b = (adsm__host_buffer *)calloc(1, sizeof *b);
+    void *p = b ? mmap(NULL, span + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        free(b);
+        adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_host_alloc(%zu): %s", size, strerror(errno));
+        return NULL;
+    }
+    uintptr_t raw = (uintptr_t)p, at = ADSM__ALIGN_UP(raw, huge);
+    if (at > raw) munmap(p, at - raw);
+    munmap((void *)(at + span), raw + huge - at);
+    madvise((void *)at, span, MADV_HUGEPAGE);
+    b->node.start = at;
+    b->node.end = at + span;
+    if (rt->be->host_lock) b->locked = rt->be->host_lock(rt->be_ctx, at, span);
+    adsm__lock(&rt->lock);
+    adsm__tree_insert(&rt->host_buffers, &b->node);
+    adsm__unlock(&rt->lock);
+    return (void *)at;
+}
+
+ADSM_API adsm_result adsm_host_free(void *host) {
+    adsm__runtime *rt = &adsm__rt;
+    if (!host) return ADSM_OK;
+    if (!adsm__ready())
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_host_free(%p): adsm is not initialised", host);
+    adsm__lock(&rt->lock);
+    adsm__tree_node *n = adsm__tree_find(&rt->host_buffers, (uintptr_t)host);
+    if (n && n->start == (uintptr_t)host) adsm__tree_remove(&rt->host_buffers, n);
+    else n = NULL;
+    adsm__unlock(&rt->lock);
+    if (!n) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_host_free(%p): not from adsm_host_alloc", host);
+    adsm__host_buffer *b = ADSM__CONTAINER_OF(n, adsm__host_buffer, node);
+    if (b->locked) rt->be->host_unlock(rt->be_ctx, n->start, n->end - n->start);
+    munmap((void *)n->start, n->end - n->start);
+    free(b);
+    return ADSM_OK;
 }
 
 /* ---- device code ---------------------------------------------------------------------------- */

@@ -113,7 +113,7 @@ typedef struct adsm__cuda {
      * by signal-context callers, all under locked_lock. */
     adsm__lock_t locked_lock;
     adsm__tree locked;
-    int lock_refused; /* the driver refused once: said so, stop asking */
+    int lock_refused; /* the driver refused a shared object once: said so, stop asking for objects */
 
     /* modules and the kernels found in them (normal context, runtime lock) */
     adsm__cu_module *modules;
@@ -729,15 +729,21 @@ ADSM__PRIVATE void adsm__cuda_dev_free(void *ctx, uintptr_t dev, size_t span) {
  * is device address space already); after the first refusal adsm stops asking and says so. */
 ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    if (!c->cu.cuMemHostRegister || !c->cu.cuMemHostUnregister || c->lock_refused || ADSM__LOAD(&c->lost)) return 0;
+    int object = !adsm__outside_reservation(c->rt, host, n); /* else adsm_host_alloc memory */
+    if (!c->cu.cuMemHostRegister || !c->cu.cuMemHostUnregister || (object && c->lock_refused) ||
+        ADSM__LOAD(&c->lost))
+        return 0;
     adsm__tree_node *node = (adsm__tree_node *)calloc(1, sizeof *node);
     adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_REGISTER, host, 0, n);
     if (!node || adsm__cuda_run(c, &cmd, 1) != 0) {
         free(node);
-        if (!c->lock_refused)
+        if (object && !c->lock_refused)
             adsm__log(ADSM_LOG_INFO, "cuda: the driver refused to page-lock shared memory (%s addresses); copies "
                       "go through pinned staging", c->delta ? "translated" : "shared");
-        c->lock_refused = 1;
+        else if (!object)
+            adsm__log(ADSM_LOG_INFO, "cuda: the driver refused to page-lock %zu bytes of adsm_host_alloc memory; its "
+                      "copies go through pinned staging", n);
+        c->lock_refused |= object;
         return 0;
     }
     node->start = host;

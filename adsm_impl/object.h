@@ -56,6 +56,12 @@ ADSM__PRIVATE size_t adsm__blocks_len(size_t first, size_t count, unsigned shift
     return end > begin ? end - begin : 0;
 }
 
+/* Host memory from adsm_host_alloc: plain memory for explicit copies, not an object. */
+typedef struct adsm__host_buffer {
+    adsm__tree_node node; /* [host, host + span) */
+    int locked;           /* page-locked with the driver */
+} adsm__host_buffer;
+
 static const char adsm__state_letters[3] = {'I', 'R', 'D'};
 
 static const int adsm__state_prot[3] = {PROT_NONE, PROT_READ, PROT_READ | PROT_WRITE};

@@ -29,6 +29,7 @@ typedef struct adsm__runtime {
     adsm__lock_t lock;
     adsm__tree objects;  /* host ranges of live objects */
     adsm__tree safe_dev; /* device ranges of objects not at their host address (safe, device-only) */
+    adsm__tree host_buffers; /* adsm_host_alloc memory (adsm__host_buffer nodes) */
     adsm__object *first_object, *last_object;
     size_t nobjects, object_bytes, device_used;
     size_t tracked_blocks; /* blocks of live shared objects: the most that can ever be Dirty */

@@ -525,3 +525,27 @@ Test(cuda_double, locking_refused_by_the_driver_stages) {
     cr_assert_eq(s.staged_bytes, s.h2d_bytes + s.d2h_bytes);
     adsm_shutdown();
 }
+
+/* adsm_host_alloc memory is page-locked on cuda in every address placement (it is never device
+ * address space): explicit copies from and to it are DMA, none of their bytes staged. */
+Test(cuda_double, host_alloc_memory_is_page_locked) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0); /* shared addresses: the objects themselves stage */
+    size_t n = 5 << 20;
+    unsigned char *h = adsm_host_alloc(n), *d = adsm_dev_alloc(n);
+    cr_assert(h && d, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i * 13);
+    adsm_reset_stats();
+    cudadouble_counters before = cuda_double_counters();
+    cr_assert_eq(adsm_copy_to_device(d, h, n), ADSM_OK, "%s", adsm_last_error());
+    memset(h, 0, n);
+    cr_assert_eq(adsm_copy_from_device(h, d, n), ADSM_OK, "%s", adsm_last_error());
+    cudadouble_counters after = cuda_double_counters();
+    for (size_t i = 0; i < n; i++) cr_assert_eq(h[i], (unsigned char)(i * 13), "byte %zu", i);
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(s.staged_bytes, 0, "adsm staged %llu bytes", (unsigned long long)s.staged_bytes);
+    cr_assert_eq(after.registered_bytes - before.registered_bytes, 2 * n);
+    cr_assert_eq(adsm_host_free(h), ADSM_OK);
+    cr_assert_eq(adsm_dev_free(d), ADSM_OK);
+    adsm_shutdown();
+}

@@ -12,7 +12,7 @@
  * moves only the block holding it, so its cost depends on the block size.
  *
  * Variants, all in the same run on the same backend (ADSM_BACKEND or the default):
- *   explicit      plain host buffer + adsm_dev_alloc device volumes: the source point goes to the
+ *   explicit      adsm_host_alloc host buffer + adsm_dev_alloc device volumes: the source point goes to the
  *                 device with adsm_copy_to_device of that one element, the volume comes back with
  *                 adsm_copy_from_device only when it is written to the file (the hand-tuned
  *                 CUDA-style program: the least data any version can move)
@@ -201,12 +201,10 @@ static measure run_variant(bench_ctx *c, variant *v, uint32_t edge, float *final
     measure m;
     double t0 = now_ms();
     if (v->kind == V_EXPLICIT) {
-        float *host = calloc(n, sizeof *host); /* the host copy, refreshed only for the dumps */
+        /* the host copy, refreshed only for the dumps; adsm's memory kind (page-locked on cuda) */
+        float *host = adsm_host_alloc(bytes);
         float *d_cur = adsm_dev_alloc(bytes), *d_next = adsm_dev_alloc(bytes); /* zero-filled */
-        if (!host) {
-            fprintf(stderr, "stencil3d: out of memory\n");
-            exit(1);
-        }
+        if (!host) die("adsm_host_alloc");
         if (!d_cur || !d_next) die("adsm_dev_alloc");
         for (int t = 1; t <= c->steps; t++) {
             float s = source_value(t);
@@ -224,7 +222,7 @@ static measure run_variant(bench_ctx *c, variant *v, uint32_t edge, float *final
         m.ms = now_ms() - t0;
         check(adsm_get_stats(&m.st), "adsm_get_stats");
         check(adsm_copy_from_device(final, d_cur, bytes), "adsm_copy_from_device (final)");
-        free(host);
+        check(adsm_host_free(host), "adsm_host_free");
         check(adsm_dev_free(d_cur), "adsm_dev_free");
         check(adsm_dev_free(d_next), "adsm_dev_free");
     } else {

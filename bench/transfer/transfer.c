@@ -19,7 +19,8 @@
  *             kernel is left out), then the CPU reads every element once and compares it with
  *             the pattern (the fetches happen inside that pass, at the faults); the pass is
  *             timed. d2h_bytes over the pass must equal the object size.
- *   explicit  the same size from huge-page host memory (as adsm's objects) through adsm_dev_alloc buffers:
+ *   explicit  the same size from adsm_host_alloc memory (huge pages as adsm's objects; page-locked on
+ *             cuda, as careful CUDA code has it) through adsm_dev_alloc buffers:
  *             write loop (timed alone), adsm_copy_to_device (up), `verify` on the device buffer,
  *             `fill` on it, adsm_copy_from_device + the same CPU compare pass (down; the copy
  *             alone is the "copy GB/s" column). Same checks, same byte counts.
@@ -57,7 +58,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -168,28 +168,6 @@ static double now_ns(void) {
 static void die(const char *what, const char *where) {
     fprintf(stderr, "transfer: %s failed (%s): %s\n", what, where, adsm_last_error());
     exit(1);
-}
-
-/* The explicit baseline's host buffers get the memory kind adsm's objects get: 2 MiB-aligned
- * anonymous memory on transparent huge pages (a plain malloc would run on 4 KiB pages and
- * measure the allocator, not the copy). */
-static void *huge_alloc(size_t size) {
-    size_t huge = (size_t)2 << 20, span = (size + huge - 1) / huge * huge;
-    unsigned char *p = mmap(NULL, span + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        fprintf(stderr, "transfer: mmap(%zu) failed: %s\n", size, strerror(errno));
-        exit(1);
-    }
-    uintptr_t at = ((uintptr_t)p + huge - 1) / huge * huge;
-    if (at > (uintptr_t)p) munmap(p, at - (uintptr_t)p);
-    munmap((void *)(at + span), (uintptr_t)p + huge - at);
-    madvise((void *)at, span, MADV_HUGEPAGE);
-    return (void *)at;
-}
-
-static void huge_free(void *p, size_t size) {
-    size_t huge = (size_t)2 << 20;
-    munmap(p, (size + huge - 1) / huge * huge);
 }
 
 static void wrong(const char *where, const char *fmt, unsigned long long a, unsigned long long b) {
@@ -419,7 +397,8 @@ static void measure_explicit(size_t staging, const size_t *sizes, size_t nsizes,
         char sz[24];
         size_label(size, sz, sizeof sz);
         snprintf(where, sizeof where, "explicit %s, staging %s", sz, st);
-        unsigned *host = huge_alloc(size);
+        unsigned *host = adsm_host_alloc(size); /* adsm's memory kind: huge pages, page-locked on cuda */
+        if (!host) die("adsm_host_alloc", where);
         unsigned *dev = adsm_dev_alloc(size);
         if (!dev) die("adsm_dev_alloc", where);
         sample smp[MAX_RUNS];
@@ -431,7 +410,7 @@ static void measure_explicit(size_t staging, const size_t *sizes, size_t nsizes,
         out[k].size = size;
         finish_point(&out[k]);
         if (adsm_dev_free(dev) != ADSM_OK) die("adsm_dev_free", where);
-        huge_free(host, size);
+        if (adsm_host_free(host) != ADSM_OK) die("adsm_host_free", where);
     }
     if (adsm_free(bad) != ADSM_OK) die("adsm_free(bad)", where);
     adsm_shutdown();
