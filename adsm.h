@@ -128,8 +128,11 @@
              declaration. Objects keep one address on host and device whenever the driver
              allows it; otherwise pointer arguments are translated at each launch
              (adsm_stats.translated_args counts them) and adsm_safe() gives the device address,
-             but kernels cannot follow pointers stored in shared memory. Copies go through pinned
-             staging buffers on their own streams, ordered with events against the kernel stream.
+             but kernels cannot follow pointers stored in shared memory. Copies run on their own
+             streams, ordered with events against the kernel stream. Where the driver page-locks
+             the objects' host pages (translated addresses; under shared addresses those pages
+             are device address space and it refuses) they are DMA on those pages; otherwise they
+             go through pinned staging buffers (adsm_stats.staged_bytes, ADSM_LOG=info says which).
              Driver errors carry the driver's name for them (CUDA_ERROR_...): a refused launch is
              ADSM_ERROR_LAUNCH_FAILED at adsm_sync; a kernel fault (illegal address, ...) is
              ADSM_ERROR_KERNEL_CRASHED, after which the device is lost (ADSM_ERROR_DEVICE_LOST),
