@@ -137,6 +137,7 @@ typedef struct sample {
     double write, up, down, copy_down; /* copy_down: explicit only, the adsm_copy_from_device alone */
     double h2d_gbps, d2h_gbps;         /* adsm rows: bytes / adsm-timed copy ns; explicit: the copies */
     double early, faults, evictions;
+    double staged; /* bytes adsm copied through its own staging buffers (cuda), both directions */
     uint64_t h2d, d2h;
 } sample;
 
@@ -150,6 +151,7 @@ typedef struct point {
     double up_gbps, wup_gbps, down_gbps, h2d_copy_gbps, d2h_copy_gbps;
     double up_ratio, wup_ratio, down_ratio;
     double early, faults, evictions;
+    double staged_per_byte; /* staged bytes over bytes moved: 0 where the DMA uses the pages */
     uint64_t h2d, d2h;
 } point;
 
@@ -301,6 +303,7 @@ static sample run_adsm(unsigned *a, unsigned *probe, unsigned long long *bad, si
     s.faults += (double)(s4.read_faults + s4.write_faults - s3.read_faults - s3.write_faults);
     if (s.d2h != (moves ? size : 0)) wrong(where, "download moved %llu bytes device to host, expected %llu", s.d2h,
                                      moves ? size : 0);
+    s.staged = (double)(s2.staged_bytes - s0.staged_bytes + s4.staged_bytes - s3.staged_bytes);
     return s;
 }
 
@@ -348,7 +351,7 @@ static sample run_explicit(unsigned *host, unsigned *dev, unsigned long long *ba
 /* ---- one point: warm-up + runs, medians ------------------------------------------------------- */
 static point summarise(const sample *smp, int nruns) {
     double w[MAX_RUNS], u[MAX_RUNS], d[MAX_RUNS], cd[MAX_RUNS], hb[MAX_RUNS], db[MAX_RUNS];
-    double e[MAX_RUNS], f[MAX_RUNS], ev[MAX_RUNS], h2d[MAX_RUNS], d2h[MAX_RUNS];
+    double e[MAX_RUNS], f[MAX_RUNS], ev[MAX_RUNS], h2d[MAX_RUNS], d2h[MAX_RUNS], sb[MAX_RUNS];
     for (int r = 0; r < nruns; r++) {
         w[r] = smp[r].write;
         u[r] = smp[r].up;
@@ -361,6 +364,7 @@ static point summarise(const sample *smp, int nruns) {
         ev[r] = smp[r].evictions;
         h2d[r] = (double)smp[r].h2d;
         d2h[r] = (double)smp[r].d2h;
+        sb[r] = smp[r].h2d + smp[r].d2h ? smp[r].staged / (double)(smp[r].h2d + smp[r].d2h) : 0;
     }
     point p;
     memset(&p, 0, sizeof p);
@@ -375,6 +379,7 @@ static point summarise(const sample *smp, int nruns) {
     p.evictions = median(ev, nruns);
     p.h2d = (uint64_t)median(h2d, nruns);
     p.d2h = (uint64_t)median(d2h, nruns);
+    p.staged_per_byte = median(sb, nruns);
     return p;
 }
 
@@ -566,27 +571,31 @@ int main(int argc, char **argv) {
            "w+up = write + up; down = the CPU's read pass with its fetches (explicit: adsm_copy_from_device "
            "+ the same pass); x expl = GB/s over explicit GB/s (same size, same staging); early = MiB queued "
            "to the device before the call (rolling evictions); copy GB/s = adsm's own copy timing "
-           "(explicit: the copy calls). GB/s = 1e9 B/s.\n\n");
+           "(explicit: the copy calls); staged/B = bytes adsm copied through its pinned staging per byte "
+           "moved (cuda; 0 where the objects are page-locked). GB/s = 1e9 B/s.\n\n");
     printf("| staging | variant | block | size | write ms | up ms | up GB/s | up x expl | early MiB | w+up GB/s | "
-           "w+up x expl | down ms | down GB/s | down x expl | copy GB/s h2d / d2h | faults |\n");
+           "w+up x expl | down ms | down GB/s | down x expl | copy GB/s h2d / d2h | staged/B | faults |\n");
     printf("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-           "| ---: |\n");
+           "| ---: | ---: |\n");
     if (csv)
         fprintf(csv, "staging,variant,block_size,size_bytes,runs,write_ms,up_ms,up_gbps,up_ratio,early_bytes,wup_gbps,"
                      "wup_ratio,down_ms,down_gbps,down_ratio,h2d_copy_gbps,d2h_copy_gbps,h2d_bytes,d2h_bytes,faults,"
                      "evictions\n");
     for (size_t i = 0; i < npoints; i++) {
         const point *p = &pts[i];
-        char st[24], bs[24], sz[24], early[32];
+        char st[24], bs[24], sz[24], early[32], staged[32];
         size_label(p->staging, st, sizeof st);
         size_label(p->block, bs, sizeof bs);
         size_label(p->size, sz, sizeof sz);
         if (p->v == V_EXPLICIT) snprintf(early, sizeof early, "-");
         else snprintf(early, sizeof early, "%.1f", p->early / (double)MiB);
+        if (p->v == V_EXPLICIT || !p->staging) snprintf(staged, sizeof staged, "-");
+        else snprintf(staged, sizeof staged, "%.2f", p->staged_per_byte);
         printf("| %s | %s | %s | %s | %.1f | %.1f | %.2f | %.2f | %s | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f / %.2f "
-               "| %.0f |\n",
+               "| %s | %.0f |\n",
                st, variant_name[p->v], bs, sz, p->write_ms, p->up_ms, p->up_gbps, p->up_ratio, early, p->wup_gbps,
-               p->wup_ratio, p->down_ms, p->down_gbps, p->down_ratio, p->h2d_copy_gbps, p->d2h_copy_gbps, p->faults);
+               p->wup_ratio, p->down_ms, p->down_gbps, p->down_ratio, p->h2d_copy_gbps, p->d2h_copy_gbps, staged,
+               p->faults);
         if (csv)
             fprintf(csv,
                     "%zu,%s,%zu,%zu,%d,%.3f,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.3f,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.0f,"
