@@ -62,6 +62,9 @@ typedef struct adsm__backend_vtbl {
     /* optional, signal-safe: whether from_device writes [host, host + n) whatever its page
      * protection (a DMA engine into page-locked pages), so no staging slot is needed */
     int (*host_direct)(void *ctx, uintptr_t host, size_t n);
+    /* optional, signal-safe: device memory [dev, dev + n) as the CPU can read it in place (emu),
+     * after the kernels that may write it finished; NULL where only copies reach it */
+    const void *(*device_view)(void *ctx, uintptr_t dev, size_t n);
 } adsm__backend_vtbl;
 
 #endif /* ADSM__BACKEND_INCLUDED */

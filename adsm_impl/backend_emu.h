@@ -343,6 +343,12 @@ ADSM__PRIVATE int adsm__emu_in_window(const adsm__emu *e, uintptr_t dev, size_t 
     return dev >= e->base && n <= e->half && dev - e->base <= e->half - n;
 }
 
+/* The DMA window: small fetches go through /proc/self/mem straight from it. */
+ADSM__PRIVATE const void *adsm__emu_device_view(void *ctx, uintptr_t dev, size_t n) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    return adsm__emu_in_window(e, dev, n) ? e->window + (dev - e->base) : NULL;
+}
+
 ADSM__PRIVATE int adsm__emu_dev_memset(void *ctx, uintptr_t dev, int value, size_t n) {
     adsm__emu *e = (adsm__emu *)ctx;
     if (!adsm__emu_in_window(e, dev, n)) return -1;
@@ -577,6 +583,7 @@ static const adsm__backend_vtbl adsm__backend_emu = {
     .synchronize = adsm__emu_synchronize,
     .dev_memset = adsm__emu_dev_memset,
     .dev_copy = adsm__emu_dev_copy,
+    .device_view = adsm__emu_device_view,
 };
 
 #endif /* ADSM__BACKEND_EMU_INCLUDED */

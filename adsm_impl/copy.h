@@ -53,9 +53,17 @@ typedef struct adsm__fill_count {
  * `dst` (a backend's from_device verb). 0 or -1. */
 typedef int (*adsm__fetch_fn)(void *ctx, uintptr_t dst, uintptr_t dev, size_t n);
 
-/* Whether the backend's copies reach [host, host + n) whatever its page protection (DMA into
- * page-locked pages); NULL: never. */
-typedef int (*adsm__direct_fn)(void *ctx, uintptr_t host, size_t n);
+/* The device side as copy.h needs it: the backend's verbs for one fill. */
+typedef struct adsm__fetch_ops {
+    adsm__fetch_fn fetch;
+    /* whether fetch reaches [host, host + n) whatever its page protection (DMA into page-locked
+     * pages); NULL: never */
+    int (*direct)(void *ctx, uintptr_t host, size_t n);
+    /* device memory the CPU can read in place (emu's window), or NULL: a piece that goes through
+     * /proc/self/mem is written from there, without a copy into a slot first */
+    const void *(*view)(void *ctx, uintptr_t dev, size_t n);
+    void *ctx;
+} adsm__fetch_ops;
 
 #define ADSM__FILL_BYTES ((size_t)ADSM__FILL_PAIRS * 2 * ADSM__FILL_SLOT)
 
@@ -114,10 +122,15 @@ ADSM__PRIVATE int adsm__filler_force(const adsm__filler *f, uintptr_t dst, const
 
 /* One piece of at most one slot, with the pair held: fetch into the staging slot, then move it
  * (whole huge pages, or whole pages when /proc/self/mem is missing) or force it in. */
-ADSM__PRIVATE int adsm__filler_piece(adsm__filler *f, adsm__fill_pair *p, adsm__fetch_fn fetch, void *ctx,
+ADSM__PRIVATE int adsm__filler_piece(adsm__filler *f, adsm__fill_pair *p, const adsm__fetch_ops *ops,
                                      uintptr_t dst, uintptr_t dev, size_t n, int prot, adsm__fill_count *count) {
-    if (fetch(ctx, (uintptr_t)p->slot[0], dev, n) != 0) return -1;
     int huge = dst % ADSM__HUGE_PAGE == 0 && n % ADSM__HUGE_PAGE == 0;
+    const void *in_place = !huge && ops->view ? ops->view(ops->ctx, dev, n) : NULL;
+    if (in_place && adsm__filler_force(f, dst, in_place, n) == 0) {
+        count->forced += n;
+        return 0;
+    }
+    if (ops->fetch(ops->ctx, (uintptr_t)p->slot[0], dev, n) != 0) return -1;
     if (huge && adsm__filler_move(p, dst, n, prot) == 0) {
         count->moved += n;
         return 0;
@@ -159,9 +172,9 @@ ADSM__PRIVATE adsm__fill_pair *adsm__filler_take(adsm__filler *f, unsigned hint)
  * one engine, cuda) wait for one piece, not for a whole large object. */
 #define ADSM__DIRECT_PIECE ((size_t)16 << 20)
 
-ADSM__PRIVATE int adsm__copy_direct(adsm__fetch_fn fetch, void *ctx, uintptr_t host, uintptr_t dev, size_t n) {
+ADSM__PRIVATE int adsm__copy_direct(const adsm__fetch_ops *ops, uintptr_t host, uintptr_t dev, size_t n) {
     for (size_t off = 0; off < n; off += ADSM__DIRECT_PIECE)
-        if (fetch(ctx, host + off, dev + off, ADSM__MIN(ADSM__DIRECT_PIECE, n - off)) != 0) return -1;
+        if (ops->fetch(ops->ctx, host + off, dev + off, ADSM__MIN(ADSM__DIRECT_PIECE, n - off)) != 0) return -1;
     return 0;
 }
 
@@ -170,16 +183,17 @@ ADSM__PRIVATE int adsm__copy_direct(adsm__fetch_fn fetch, void *ctx, uintptr_t h
  * protection (`direct`), gets the device bytes directly: the block stays protected until the
  * copy is complete. Other protected memory gets them all at once, as described at the top. Pairs
  * are held one piece at a time, so fills of different units interleave. 0 or -1. */
-ADSM__PRIVATE int adsm__copy_home(adsm__filler *f, adsm__fetch_fn fetch, adsm__direct_fn direct, void *ctx,
-                                  uintptr_t host, uintptr_t dev, size_t n, int prot, adsm__fill_count *count) {
-    if ((prot & PROT_WRITE) || (direct && direct(ctx, host, n))) return adsm__copy_direct(fetch, ctx, host, dev, n);
+ADSM__PRIVATE int adsm__copy_home(adsm__filler *f, const adsm__fetch_ops *ops, uintptr_t host, uintptr_t dev,
+                                  size_t n, int prot, adsm__fill_count *count) {
+    if ((prot & PROT_WRITE) || (ops->direct && ops->direct(ops->ctx, host, n)))
+        return adsm__copy_direct(ops, host, dev, n);
     if (!f->slots) return -1;
     uintptr_t end = host + n;
     int rc = 0;
     while (rc == 0 && host < end) {
         size_t len = adsm__filler_next(host, end);
         adsm__fill_pair *p = adsm__filler_take(f, (unsigned)(host / ADSM__HUGE_PAGE));
-        rc = adsm__filler_piece(f, p, fetch, ctx, host, dev, len, prot, count);
+        rc = adsm__filler_piece(f, p, ops, host, dev, len, prot, count);
         adsm__unlock(&p->lock);
         host += len;
         dev += len;

@@ -98,8 +98,8 @@ ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t fir
 /* Device -> host copy into host memory of protection `prot` (kept), counted in the stats. */
 ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, uintptr_t host, uintptr_t dev, size_t n, int prot) {
     adsm__fill_count count = {0, 0};
-    if (adsm__copy_home(&rt->fill, rt->be->from_device, rt->be->host_direct, rt->be_ctx, host, dev, n, prot, &count) != 0)
-        return -1;
+    adsm__fetch_ops ops = {rt->be->from_device, rt->be->host_direct, rt->be->device_view, rt->be_ctx};
+    if (adsm__copy_home(&rt->fill, &ops, host, dev, n, prot, &count) != 0) return -1;
     adsm__stats_d2h(&rt->stats, n);
     ADSM__ADD(&rt->stats.d2h_moved_bytes, count.moved);
     ADSM__ADD(&rt->stats.d2h_forced_bytes, count.forced);
