@@ -191,8 +191,10 @@ ADSM_API adsm_result adsm_free(void *ptr) {
         r = adsm__fail(ADSM_ERROR_NOT_OBJECT_START, "adsm_free(%p): inside the object at %p, not its start", ptr,
                        (void *)o->host);
     if (r == ADSM_OK) {
-        rt->be->drain(rt->be_ctx);
-        rt->proto->on_free(rt, o);
+        rt->proto->on_free(rt, o); /* out of the dirty FIFO: no eviction of it is queued any more */
+        /* copies queued earlier may still read its pages: they land before the pages go, with
+         * the lock let go (a second free of it waits meanwhile) */
+        adsm__settle_copies(rt, &o, 1);
         adsm__object_unwind(rt, o, 4);
     }
     adsm__unlock(&rt->lock);

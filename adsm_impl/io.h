@@ -60,18 +60,25 @@ ADSM__PRIVATE int adsm__host_fill_protected(adsm__runtime *rt, uintptr_t a, int 
 }
 
 /* memset of one whole unit where its valid copies are: Invalid -> device only, ReadOnly -> both
- * copies, so neither moves a byte. Returns 1 when done, 0 when the caller should take the CPU
- * path, -1 on error. */
+ * copies, so neither moves a byte. The waits and the memsets run with the unit busy and the
+ * runtime lock let go (protocol.h); o stays valid (its free waits). Returns 1 when done, 0 when
+ * the caller should take the CPU path, -1 on error; the lock is held again either way. */
 ADSM__PRIVATE int adsm__memset_unit_in_place(adsm__runtime *rt, adsm__object *o, uintptr_t a, int v, size_t len) {
-    int state = o->blocks[adsm__tree_block_index(&o->node, a, rt->cfg.block_shift)].state;
+    size_t block = adsm__tree_block_index(&o->node, a, rt->cfg.block_shift), first, count;
+    int state = o->blocks[block].state;
     size_t data = ADSM__MIN(len, o->host + o->size - a);
     uintptr_t dev = o->dev + (a - o->host);
     if (state == ADSM__DIRTY) return 0;
     if (state == ADSM__READONLY && rt->fill.procmem_fd < 0) return 0;
-    if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) return 0; /* device lost: the CPU path still works */
-    if (rt->be->dev_memset(rt->be_ctx, dev, v, data) != 0) return -1;
-    if (state == ADSM__READONLY && adsm__host_fill_protected(rt, a, v, data) != 0) return -1;
-    return 1;
+    adsm__unit_of(rt, o, block, &first, &count);
+    adsm__block *head = &o->blocks[first];
+    int rc = 1;
+    adsm__busy_begin(rt, o, head);
+    if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) rc = 0; /* device lost: the CPU path still works */
+    else if (rt->be->dev_memset(rt->be_ctx, dev, v, data) != 0) rc = -1;
+    else if (state == ADSM__READONLY && adsm__host_fill_protected(rt, a, v, data) != 0) rc = -1;
+    adsm__busy_end(rt, o, head);
+    return rc;
 }
 
 ADSM__PRIVATE adsm_result adsm__memset_impl(adsm__runtime *rt, uintptr_t d, int v, size_t n) {
@@ -123,12 +130,20 @@ ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, ui
     if (!os || s + len > os->host + os->span || od->blocks[dblock].state == ADSM__DIRTY ||
         !adsm__device_valid(rt, os, s, len))
         return 0;
-    if (rt->be->wait(rt->be_ctx, ADSM__MAX(od->writer_seq, os->writer_seq)) != 0) return 0; /* device lost */
     size_t data = ADSM__MIN(len, od->host + od->size - d);
-    if (rt->be->dev_copy(rt->be_ctx, od->dev + (d - od->host), os->dev + (s - os->host), data) != 0) return -1;
+    adsm__unit_of(rt, od, dblock, &first, &count);
+    /* the wait and the copy run with the destination unit busy and the lock let go; the source
+     * object is pinned against a free meanwhile */
+    int rc = 1;
+    os->busy_units++;
+    adsm__busy_begin(rt, od, &od->blocks[first]);
+    if (rt->be->wait(rt->be_ctx, ADSM__MAX(od->writer_seq, os->writer_seq)) != 0) rc = 0; /* device lost */
+    else if (rt->be->dev_copy(rt->be_ctx, od->dev + (d - od->host), os->dev + (s - os->host), data) != 0) rc = -1;
+    adsm__busy_end(rt, od, &od->blocks[first]);
+    os->busy_units--;
+    if (rc != 1) return rc;
     ADSM__ADD(&rt->stats.d2d_bytes, data);
     ADSM__ADD(&rt->stats.d2d_copies, 1);
-    adsm__unit_of(rt, od, dblock, &first, &count);
     return adsm__set_state(rt, od, first, count, ADSM__INVALID) == 0 ? 1 : -1;
 }
 

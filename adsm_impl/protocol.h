@@ -325,12 +325,12 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     return done;
 }
 
-/* Units of the objects a kernel writes are about to become Invalid (PROT_NONE), so a queued copy
- * still reading them (a flush just queued, an eviction) must be done first: the copy engine reads
- * host pages through the CPU's protection. The wait runs with those units busy and the lock let
- * go (adsm_launch holds rt->launch_mutex, so no other launch interleaves; the objects cannot be
- * freed meanwhile). */
-ADSM__PRIVATE void adsm__settle_written(adsm__runtime *rt, adsm__object **writes, size_t nwrites) {
+/* The pages of these objects are about to be protected (PROT_NONE: a kernel writes them) or
+ * released (a free), so a queued copy still reading them (a flush just queued, an eviction) must
+ * be done first: the copy engine reads host pages through the CPU's protection. The wait runs
+ * with those units busy and the lock let go (adsm_launch holds rt->launch_mutex, so no other
+ * launch interleaves; the objects cannot be freed meanwhile). */
+ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **writes, size_t nwrites) {
     size_t pending = 0;
     for (size_t i = 0; i < nwrites; i++)
         for (size_t b = 0; b < writes[i]->nblocks; b++) pending += writes[i]->blocks[b].evicting;
@@ -363,7 +363,7 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
             return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s",
                               strerror(errno));
     }
-    adsm__settle_written(rt, writes, nwrites);
+    adsm__settle_copies(rt, writes, nwrites);
     for (size_t i = 0; i < nwrites; i++) {
         adsm__object *o = writes[i];
         if (adsm__set_state(rt, o, 0, o->nblocks, ADSM__INVALID) != 0)

@@ -227,22 +227,26 @@ static int busy_units_of(const void *p) {
 
 typedef struct big_read {
     int32_t *c;
+    size_t size;
+    int memset_it; /* 0: read it (a fetch of the whole object); 1: adsm_memset it (on the device) */
     int32_t got;
     int done;
 } big_read;
 
 static void *read_big(void *arg) {
     big_read *b = (big_read *)arg;
-    b->got = rd(&b->c[0]); /* lazy: fetches the whole object */
+    if (b->memset_it) b->got = adsm_memset(b->c, 0, b->size) == ADSM_OK ? 0 : -1;
+    else b->got = rd(&b->c[0]); /* lazy: fetches the whole object */
     __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
-/* While one thread's fault fetches a large object, another thread's faults on other objects (a
- * write to a ReadOnly block, a read that fetches) complete: the fetch holds its unit, not the
- * runtime lock. On the cuda double every stream operation is delayed, so the fetch takes a while
- * whatever the machine; on emu the object is large. */
-Test(copy, faults_elsewhere_do_not_wait_for_a_fetch) {
+/* While one thread's fault fetches a large object (or adsm_memset clears it on the device),
+ * another thread's faults on other objects (a write to a ReadOnly block, a read that fetches)
+ * complete: the copy holds its unit, not the runtime lock. On the cuda double every stream
+ * operation is delayed, so the copy takes a while whatever the machine; on emu the object is
+ * large. */
+static void faults_elsewhere(int memset_it) {
 #ifdef TEST_ON_CUDA_DOUBLE
     setenv("CUDADOUBLE_DELAY_US", "1000", 1);
     size_t size = 128 * MIB;
@@ -259,7 +263,7 @@ Test(copy, faults_elsewhere_do_not_wait_for_a_fetch) {
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
     if (TEST_DEVICE_BACKEND == ADSM_BACKEND_CUDA) attach_test_kernels();
     size_t n = size / sizeof(int32_t);
-    big_read b = {(int32_t *)alloc(size), 0, 0};
+    big_read b = {(int32_t *)alloc(size), size, memset_it, 0, 0};
     int32_t *readonly = (int32_t *)alloc(4096), *invalid = (int32_t *)alloc(4096);
     CALL_OK(k_fill, grid_for(n), b.c, n, 11);
     CALL_OK(k_fill, grid_for(1024), invalid, (size_t)1024, 22);
@@ -272,14 +276,24 @@ Test(copy, faults_elsewhere_do_not_wait_for_a_fetch) {
     cr_assert_eq(rd(&invalid[7]), 29); /* Invalid: a fetch of its own */
     int still = busy_units_of(b.c);
     pthread_join(t, NULL);
-    cr_assert_gt(still, 0, "the other faults waited until the large fetch was done");
-    cr_assert_eq(b.got, 11);
-    expect_filled(b.c, n - 1024, n, 11);
+    cr_assert_gt(still, 0, "the other faults waited until the large %s was done", memset_it ? "memset" : "fetch");
+    if (memset_it) {
+        cr_assert_eq(b.got, 0, "adsm_memset: %s", adsm_last_error());
+        for (size_t i = n - 1024; i < n; i++) cr_assert_eq(rd(&b.c[i]), 0, "element %zu not cleared", i);
+    } else {
+        cr_assert_eq(b.got, 11);
+        expect_filled(b.c, n - 1024, n, 11);
+    }
     cr_assert_eq(adsm_free(b.c), ADSM_OK);
     cr_assert_eq(adsm_free(readonly), ADSM_OK);
     cr_assert_eq(adsm_free(invalid), ADSM_OK);
     adsm_shutdown();
 }
+
+Test(copy, faults_elsewhere_do_not_wait_for_a_fetch) { faults_elsewhere(0); }
+#ifndef TEST_ON_CUDA_DOUBLE /* on cuda a device memset is queued on a stream and returns at once */
+Test(copy, faults_elsewhere_do_not_wait_for_a_device_memset) { faults_elsewhere(1); }
+#endif
 
 /* ---- queued flushes and invalidation ---------------------------------------------------------- */
 /* A launch queues the flushes of dirty units instead of copying them under the runtime lock; an
