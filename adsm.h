@@ -571,6 +571,7 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 #include "adsm_impl/copy.h"
 #include "adsm_impl/runtime.h"
 #include "adsm_impl/reservation.h"
+#include "adsm_impl/device_error.h"
 #include "adsm_impl/backend.h"
 #include "adsm_impl/kernel.h"
 #include "adsm_impl/protocol.h"

@@ -103,9 +103,7 @@ typedef struct adsm__cuda {
     const adsm_kernel_desc *last_kernel; /* engine thread: the newest launch, to name in faults */
     uint64_t issued_seq, completed_seq;
     int issued_gen, completion_gen, lost, quitting;
-    pthread_mutex_t error_mutex;
-    adsm_result first_error;
-    char error_text[400];
+    adsm__device_error errors; /* the first device error since the last adsm_sync */
     pthread_mutex_t module_mutex;
 
     /* host ranges page-locked with the driver (cuMemHostRegister): copies to and from them are
@@ -169,12 +167,7 @@ ADSM__PRIVATE adsm_result adsm__cu_fail(const adsm__cuda *c, adsm__cu_result r, 
 /* Remembers the first device-side error for adsm_sync; any error after a kernel fault, or any
  * failure of the engine's own calls, marks the device lost (CUDA contexts do not recover). */
 ADSM__PRIVATE void adsm__cuda_record_error(adsm__cuda *c, adsm_result code, const char *text, int lost) {
-    pthread_mutex_lock(&c->error_mutex);
-    if (c->first_error == ADSM_OK) {
-        c->first_error = code;
-        snprintf(c->error_text, sizeof c->error_text, "%s", text);
-    }
-    pthread_mutex_unlock(&c->error_mutex);
+    adsm__device_error_record(&c->errors, code, text);
     if (lost) {
         ADSM__STORE(&c->lost, 1);
         ADSM__ADD(&c->completion_gen, 1);
@@ -714,7 +707,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_dev_alloc(void *ctx, uintptr_t dev, size_t 
     if (status == 1)
         return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "cuda backend: device %s has no memory left for %zu bytes",
                           c->device_name, span);
-    if (status != 0) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "cuda backend: %s", c->error_text);
+    if (status != 0) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "cuda backend: %s", c->errors.text);
     return ADSM_OK;
 }
 
@@ -795,17 +788,8 @@ ADSM__PRIVATE int adsm__cuda_wait(void *ctx, uint64_t seq) {
 ADSM__PRIVATE adsm_result adsm__cuda_synchronize(void *ctx) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     adsm__cuda_wait(ctx, ADSM__LOAD(&c->rt->launch_seq));
-    pthread_mutex_lock(&c->error_mutex);
-    adsm_result r = c->first_error;
-    if (r != ADSM_OK) adsm__fail(r, "%s", c->error_text);
-    if (r != ADSM_OK && ADSM__LOAD(&c->lost)) { /* reported once; the device stays lost */
-        c->first_error = ADSM_ERROR_DEVICE_LOST;
-        snprintf(c->error_text, sizeof c->error_text, "cuda backend: the device is lost after an earlier error");
-    } else {
-        c->first_error = ADSM_OK;
-    }
-    pthread_mutex_unlock(&c->error_mutex);
-    return r;
+    return adsm__device_error_take(&c->errors, ADSM__LOAD(&c->lost),
+                                   "cuda backend: the device is lost after an earlier error");
 }
 
 ADSM__PRIVATE int adsm__cuda_dev_memset(void *ctx, uintptr_t dev, int value, size_t n) {
@@ -1095,7 +1079,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     free(c->granule_refs);
     free(c->granule_handles);
     free(c->ring);
-    pthread_mutex_destroy(&c->error_mutex);
+    adsm__device_error_destroy(&c->errors);
     pthread_mutex_destroy(&c->module_mutex);
     free(c);
 }
@@ -1110,7 +1094,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     c->stage_size = rt->cfg.cuda_staging;
     c->h2d_next = 0;
     adsm__tree_init(&c->locked);
-    pthread_mutex_init(&c->error_mutex, NULL);
+    adsm__device_error_init(&c->errors);
     pthread_mutex_init(&c->module_mutex, NULL);
     if ((r = adsm__cuda_open(c, rt->cfg.cuda_driver)) != ADSM_OK || (r = adsm__cuda_device(c, rt->cfg.device)) != ADSM_OK)
         goto fail;

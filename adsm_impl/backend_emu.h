@@ -66,9 +66,7 @@ typedef struct adsm__emu {
     /* launch completion, published by the completion thread */
     uint64_t completed_seq;
     int completion_gen, lost, quitting;
-    pthread_mutex_t error_mutex;
-    adsm_result first_error;
-    char error_text[256];
+    adsm__device_error errors; /* the first launch error since the last adsm_sync */
 
     /* device process only */
     adsm__tree device_objects; /* allocated device ranges, to tell a forbidden write from a crash */
@@ -371,12 +369,7 @@ ADSM__PRIVATE int adsm__emu_dev_copy(void *ctx, uintptr_t dst, uintptr_t src, si
 
 /* ---- parent: completion thread ------------------------------------------------------------ */
 ADSM__PRIVATE void adsm__emu_record_error(adsm__emu *e, adsm_result r, const char *text) {
-    pthread_mutex_lock(&e->error_mutex);
-    if (e->first_error == ADSM_OK) {
-        e->first_error = r;
-        snprintf(e->error_text, sizeof e->error_text, "%s", text);
-    }
-    pthread_mutex_unlock(&e->error_mutex);
+    adsm__device_error_record(&e->errors, r, text);
 }
 
 ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
@@ -412,12 +405,7 @@ ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq) {
 ADSM__PRIVATE adsm_result adsm__emu_synchronize(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq));
-    pthread_mutex_lock(&e->error_mutex);
-    adsm_result r = e->first_error;
-    if (r != ADSM_OK) adsm__fail(r, "%s", e->error_text);
-    if (r != ADSM_ERROR_DEVICE_LOST) e->first_error = ADSM_OK; /* a lost device stays lost */
-    pthread_mutex_unlock(&e->error_mutex);
-    return r;
+    return adsm__device_error_take(&e->errors, ADSM__LOAD(&e->lost), "the emulated device process exited");
 }
 
 /* ---- parent: commands ------------------------------------------------------------------- */
@@ -512,7 +500,7 @@ ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     if (e->window) munmap(e->window, e->half);
     if (e->devfd >= 0) close(e->devfd);
     free(e->backed);
-    pthread_mutex_destroy(&e->error_mutex);
+    adsm__device_error_destroy(&e->errors);
     free(e);
 }
 
@@ -527,7 +515,7 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     e->backed = (uint64_t *)calloc(e->half / ADSM__EMU_GRANULE / 64 + 1, sizeof *e->backed); /* NULL: pages found on touch */
     e->workers = rt->cfg.emu_workers;
     e->sock = -1;
-    pthread_mutex_init(&e->error_mutex, NULL);
+    adsm__device_error_init(&e->errors);
     e->devfd = adsm__memfd("adsm-emu-device", e->half);
     if (e->devfd < 0) {
         adsm__emu_shutdown(e);

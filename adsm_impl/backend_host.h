@@ -9,8 +9,7 @@
 typedef struct adsm__host {
     adsm__pool pool;
     pthread_mutex_t mutex; /* serialises launches on the pool */
-    adsm_result first_error;
-    char message[300];
+    adsm__device_error errors;
 } adsm__host;
 
 ADSM__PRIVATE adsm_result adsm__host_init(adsm__runtime *rt, void **ctx) {
@@ -22,6 +21,7 @@ ADSM__PRIVATE adsm_result adsm__host_init(adsm__runtime *rt, void **ctx) {
         return adsm__fail(ADSM_ERROR_SYSTEM, "host backend: cannot start worker threads");
     }
     pthread_mutex_init(&h->mutex, NULL);
+    adsm__device_error_init(&h->errors);
     *ctx = h;
     return ADSM_OK;
 }
@@ -30,6 +30,7 @@ ADSM__PRIVATE void adsm__host_shutdown(void *ctx) {
     adsm__host *h = (adsm__host *)ctx;
     adsm__pool_stop(&h->pool);
     pthread_mutex_destroy(&h->mutex);
+    adsm__device_error_destroy(&h->errors);
     free(h);
 }
 
@@ -65,22 +66,14 @@ ADSM__PRIVATE adsm_result adsm__host_launch(void *ctx, const adsm__launch *l) {
     char msg[256];
     pthread_mutex_lock(&h->mutex);
     int status = adsm__pool_run(&h->pool, l->kernel, l->grid, l->args, msg, sizeof msg);
-    if (status != 0 && h->first_error == ADSM_OK) {
-        h->first_error = (adsm_result)status;
-        snprintf(h->message, sizeof h->message, "%s", msg);
-    }
     pthread_mutex_unlock(&h->mutex);
+    if (status != 0) adsm__device_error_record(&h->errors, (adsm_result)status, msg);
     return ADSM_OK;
 }
 
 ADSM__PRIVATE adsm_result adsm__host_synchronize(void *ctx) {
     adsm__host *h = (adsm__host *)ctx;
-    pthread_mutex_lock(&h->mutex);
-    adsm_result r = h->first_error;
-    if (r != ADSM_OK) adsm__fail(r, "%s", h->message);
-    h->first_error = ADSM_OK;
-    pthread_mutex_unlock(&h->mutex);
-    return r;
+    return adsm__device_error_take(&h->errors, 0, "");
 }
 
 ADSM__PRIVATE int adsm__host_dev_memset(void *ctx, uintptr_t dev, int value, size_t n) {
