@@ -327,16 +327,14 @@ ADSM_API void *adsm_host_alloc(size_t size) {
     }
     size_t span = ADSM__ALIGN_UP(size, huge);
     adsm__host_buffer *b = (adsm__host_buffer *)calloc(1, sizeof *b);
-    void *p = b ? mmap(NULL, span + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    void *p = b ? adsm__map_aligned(span, huge, PROT_READ | PROT_WRITE, 0) : MAP_FAILED;
     if (p == MAP_FAILED) {
         free(b);
         adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_host_alloc(%zu): %s", size, strerror(errno));
         return NULL;
     }
-    uintptr_t raw = (uintptr_t)p, at = ADSM__ALIGN_UP(raw, huge);
-    if (at > raw) munmap(p, at - raw);
-    munmap((void *)(at + span), raw + huge - at);
-    madvise((void *)at, span, MADV_HUGEPAGE);
+    uintptr_t at = (uintptr_t)p;
+    madvise(p, span, MADV_HUGEPAGE);
     b->node.start = at;
     b->node.end = at + span;
     if (rt->be->host_lock) b->locked = rt->be->host_lock(rt->be_ctx, at, span);

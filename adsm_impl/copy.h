@@ -73,13 +73,9 @@ ADSM__PRIVATE int adsm__filler_init(adsm__filler *f, size_t page) {
     memset(f, 0, sizeof *f);
     f->page = page;
     f->procmem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-    size_t want = ADSM__FILL_BYTES + ADSM__HUGE_PAGE;
-    void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return -1;
-    uintptr_t raw = (uintptr_t)p, s = ADSM__ALIGN_UP(raw, ADSM__HUGE_PAGE);
-    if (s > raw) munmap(p, s - raw);
-    munmap((void *)(s + ADSM__FILL_BYTES), raw + want - s - ADSM__FILL_BYTES);
-    madvise((void *)s, ADSM__FILL_BYTES, MADV_HUGEPAGE);
+    void *s = adsm__map_aligned(ADSM__FILL_BYTES, ADSM__HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
+    if (s == MAP_FAILED) return -1;
+    madvise(s, ADSM__FILL_BYTES, MADV_HUGEPAGE);
     f->slots = (unsigned char *)s;
     for (int i = 0; i < ADSM__FILL_PAIRS; i++) {
         f->pair[i].slot[0] = f->slots + (size_t)(2 * i) * ADSM__FILL_SLOT;

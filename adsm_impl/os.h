@@ -119,6 +119,17 @@ ADSM__PRIVATE int adsm__protect(uintptr_t addr, size_t len, int prot) {
     return mprotect((void *)addr, len, prot);
 }
 
+/* Maps n bytes of private anonymous memory at an address aligned to `align` (a power of two): maps
+ * n + align and unmaps the slack on both sides. MAP_FAILED (errno set) when refused. */
+ADSM__PRIVATE void *adsm__map_aligned(size_t n, size_t align, int prot, int flags) {
+    void *p = mmap(NULL, n + align, prot, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+    if (p == MAP_FAILED) return MAP_FAILED;
+    uintptr_t raw = (uintptr_t)p, at = ADSM__ALIGN_UP(raw, align);
+    if (at > raw) munmap(p, at - raw);
+    munmap((void *)(at + n), raw + align - at);
+    return (void *)at;
+}
+
 ADSM__PRIVATE int adsm__memfd(const char *name, size_t size) {
     int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC);
     if (fd < 0) return -1;

@@ -62,13 +62,18 @@ ADSM__PRIVATE void adsm__busy_begin(adsm__runtime *rt, adsm__object *o, adsm__bl
     adsm__unlock(&rt->lock);
 }
 
+/* Wakes whoever waits for a busy unit (adsm__await_copies): some copy is done. */
+ADSM__PRIVATE void adsm__copies_done(adsm__runtime *rt) {
+    ADSM__ADD(&rt->copy_gen, 1);
+    adsm__futex_wake_all(&rt->copy_gen);
+}
+
 /* Takes the lock back, clears the mark and wakes whoever waits for a busy unit. */
 ADSM__PRIVATE void adsm__busy_end(adsm__runtime *rt, adsm__object *o, adsm__block *head) {
     adsm__lock(&rt->lock);
     head->busy = 0;
     o->busy_units--;
-    ADSM__ADD(&rt->copy_gen, 1);
-    adsm__futex_wake_all(&rt->copy_gen);
+    adsm__copies_done(rt);
 }
 
 /* Lets the runtime lock go until some busy unit is done, then takes it back. Signal-safe. */
@@ -330,26 +335,25 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
  * be done first: the copy engine reads host pages through the CPU's protection. The wait runs
  * with those units busy and the lock let go (adsm_launch holds rt->launch_mutex, so no other
  * launch interleaves; the objects cannot be freed meanwhile). */
-ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **writes, size_t nwrites) {
+ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **objs, size_t n) {
     size_t pending = 0;
-    for (size_t i = 0; i < nwrites; i++)
-        for (size_t b = 0; b < writes[i]->nblocks; b++) pending += writes[i]->blocks[b].evicting;
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < objs[i]->nblocks; b++) pending += objs[i]->blocks[b].evicting;
     if (pending == 0) return;
-    for (size_t i = 0; i < nwrites; i++) {
-        writes[i]->busy_units++;
-        for (size_t b = 0; b < writes[i]->nblocks; b++)
-            if (writes[i]->blocks[b].evicting) writes[i]->blocks[b].busy = 1;
+    for (size_t i = 0; i < n; i++) {
+        objs[i]->busy_units++;
+        for (size_t b = 0; b < objs[i]->nblocks; b++)
+            if (objs[i]->blocks[b].evicting) objs[i]->blocks[b].busy = 1;
     }
     adsm__unlock(&rt->lock);
     rt->be->drain(rt->be_ctx);
     adsm__lock(&rt->lock);
-    for (size_t i = 0; i < nwrites; i++) {
-        writes[i]->busy_units--;
-        for (size_t b = 0; b < writes[i]->nblocks; b++)
-            if (writes[i]->blocks[b].busy) writes[i]->blocks[b].busy = writes[i]->blocks[b].evicting = 0;
+    for (size_t i = 0; i < n; i++) {
+        objs[i]->busy_units--;
+        for (size_t b = 0; b < objs[i]->nblocks; b++)
+            if (objs[i]->blocks[b].busy) objs[i]->blocks[b].busy = objs[i]->blocks[b].evicting = 0;
     }
-    ADSM__ADD(&rt->copy_gen, 1);
-    adsm__futex_wake_all(&rt->copy_gen);
+    adsm__copies_done(rt);
 }
 
 ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,

@@ -16,19 +16,15 @@ ADSM__PRIVATE adsm_result adsm__reserve(adsm__runtime *rt) {
      * valgrind's ~64 GiB), halve down to what the device capacity needs. */
     size_t need = ADSM__ALIGN_UP(ADSM__MAX(gib, 2 * rt->cfg.emu_memory), gib);
     rt->half = ADSM__MAX((size_t)64 * gib, need);
-    size_t total = 2 * rt->half + align;
-    void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = adsm__map_aligned(2 * rt->half, align, PROT_NONE, MAP_NORESERVE);
     while (p == MAP_FAILED && rt->half / 2 >= need) {
         rt->half /= 2;
-        total = 2 * rt->half + align;
-        p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        p = adsm__map_aligned(2 * rt->half, align, PROT_NONE, MAP_NORESERVE);
     }
     if (p == MAP_FAILED)
-        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: %s", total / gib,
-                          strerror(errno));
-    uintptr_t raw = (uintptr_t)p, base = ADSM__ALIGN_UP(raw, align);
-    if (base > raw) munmap(p, base - raw);
-    if (raw + total > base + 2 * rt->half) munmap((void *)(base + 2 * rt->half), raw + total - base - 2 * rt->half);
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: %s",
+                          (2 * rt->half + align) / gib, strerror(errno));
+    uintptr_t base = (uintptr_t)p;
     rt->base = base;
     /* Host copies live on transparent huge pages where the block size allows it: protecting a
      * 2 MiB block is then one page-table entry instead of 512 (docs/design.md). */

@@ -66,6 +66,19 @@ static void attach(void) {
     cr_assert_eq(cuda_double_attach(kernels, 1), 0, "attach: %s", adsm_last_error());
 }
 
+/* The cuda backend on the double with translated addresses (ADSM_CUDA_SAME_ADDRESS=0), kernels
+ * attached; block 0: the default block size. */
+static void init_translated(size_t block) {
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.block_size = block;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    attach();
+}
+
 static void expect_message(const char *needle) {
     cr_assert(strstr(adsm_last_error(), needle) != NULL, "message '%s' lacks '%s'", adsm_last_error(), needle);
 }
@@ -150,14 +163,7 @@ Test(cuda_double, same_address_on_both_sides) {
 }
 
 Test(cuda_double, translated_addresses_when_told) {
-    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
-    clear_env();
-    cuda_double_use();
-    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
-    adsm_config cfg = {0};
-    cfg.backend = ADSM_BACKEND_CUDA;
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
-    attach();
+    init_translated(0);
     float *a = adsm_alloc(4096);
     void *dev = adsm_safe(a);
     cr_assert(dev != NULL && dev != (void *)a, "adsm_safe gives the (different) device address");
@@ -464,14 +470,7 @@ Test(cuda_double, downloads_without_proc_self_mem) {
  * staging, in either direction, and downloads need no staging slot either (the DMA writes the
  * protected pages). Counted by adsm and, independently, by the double. */
 Test(cuda_double, page_locked_objects_move_without_staging) {
-    clear_env();
-    cuda_double_use();
-    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
-    adsm_config cfg = {0};
-    cfg.backend = ADSM_BACKEND_CUDA;
-    cfg.block_size = 64 << 10;
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
-    attach();
+    init_translated(64 << 10);
     adsm_reset_stats();
     cudadouble_counters before = cuda_double_counters();
     run_vadd(300000);
@@ -508,15 +507,8 @@ Test(cuda_double, shared_addresses_stage_every_copy) {
 /* A driver that refuses to lock memory (out of lockable memory) leaves every copy staged, with
  * the same results. */
 Test(cuda_double, locking_refused_by_the_driver_stages) {
-    clear_env();
-    cuda_double_use();
-    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
-    setenv("CUDADOUBLE_NO_REGISTER", "1", 1);
-    adsm_config cfg = {0};
-    cfg.backend = ADSM_BACKEND_CUDA;
-    cfg.block_size = 64 << 10;
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
-    attach();
+    setenv("CUDADOUBLE_NO_REGISTER", "1", 1); /* read by the double at cuInit */
+    init_translated(64 << 10);
     adsm_reset_stats();
     run_vadd(300000);
     adsm_stats s;
