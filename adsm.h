@@ -11,7 +11,10 @@
        #include "adsm.h"
 
    and build with:  cc -std=c11 -I<dir of adsm.h> app.c -pthread -ldl
-   Every other file just includes "adsm.h" (C or C++).
+   Every other file just includes "adsm.h" (C or C++). The implementation uses stb_ds
+   (<stb/stb_ds.h>, Debian package libstb-dev) for its tables and compiles its functions into that
+   same file; a program that already defines STB_DS_IMPLEMENTATION in another file defines
+   ADSM_STB_DS_EXTERNAL before including adsm.h with ADSM_IMPLEMENTATION.
 
    TABLE OF CONTENTS
        1. Step by step

@@ -19,6 +19,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Dynamic arrays and hash maps for tables outside the signal path (stb_ds, Debian libstb-dev).
+ * Prefixed names only, so nothing like `arrput` leaks into the implementation file. Its functions
+ * are external symbols: a program that already compiles STB_DS_IMPLEMENTATION elsewhere defines
+ * ADSM_STB_DS_EXTERNAL before including adsm.h with ADSM_IMPLEMENTATION. */
+#ifndef STBDS_NO_SHORT_NAMES
+#define STBDS_NO_SHORT_NAMES
+#endif
+#if !defined(ADSM_STB_DS_EXTERNAL) && !defined(STB_DS_IMPLEMENTATION)
+#define STB_DS_IMPLEMENTATION
+#endif
+#include <stb/stb_ds.h>
+
 #if defined(__GNUC__) || defined(__clang__)
 #define ADSM__UNUSED __attribute__((unused))
 #define ADSM__LIKELY(x) __builtin_expect(!!(x), 1)
