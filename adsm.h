@@ -162,7 +162,9 @@
    Define ADSM_NO_INTERPOSE_SIGNALS to opt out (then install your handler before adsm_init).
    Do not touch shared memory from your own signal handlers (adsm reports it and crashes instead
    of deadlocking when the interrupted thread was inside adsm). A forked child of an adsm program
-   may only exec or _exit.
+   may only exec or _exit. The emu backend's device process (forked by adsm_init) keeps only
+   descriptors 0, 1 and 2 of the program's, so pipes, sockets and file locks behave as without
+   adsm; what a kernel body prints to stdout/stderr is flushed when the kernel ends.
 
    8. I/O AND BULK MEMORY
    ======================

@@ -16,11 +16,12 @@
 #define ADSM__BACKEND_EMU_INCLUDED
 
 #include <setjmp.h>
+#include <stdio_ext.h>
 
 #define ADSM__DMA_RING 1024
 #define ADSM__EMU_MAX_ARGS 4096
 
-enum { ADSM__EMU_ALLOC = 1, ADSM__EMU_FREE, ADSM__EMU_LAUNCH, ADSM__EMU_QUIT, ADSM__EMU_DONE };
+enum { ADSM__EMU_ALLOC = 1, ADSM__EMU_FREE, ADSM__EMU_LAUNCH, ADSM__EMU_QUIT, ADSM__EMU_DONE, ADSM__EMU_READY };
 
 typedef struct adsm__emu_msg {
     uint32_t type;
@@ -153,6 +154,13 @@ ADSM__PRIVATE void adsm__emu_set_ranges(const adsm__range *r, uint32_t n, int pr
     for (uint32_t i = 0; i < n; i++) adsm__protect(r[i].addr, r[i].len, prot);
 }
 
+/* What kernel bodies print is flushed when the kernel ends, so it is out before adsm_sync
+ * returns (the device process leaves with _exit, which would drop it). */
+ADSM__PRIVATE void adsm__emu_flush_kernel_output(void) {
+    fflush(stdout);
+    fflush(stderr);
+}
+
 ADSM__PRIVATE void adsm__emu_device_launch(adsm__emu *e, adsm__emu_msg *m, int sock) {
     adsm__emu_msg *reply = &e->msg; /* reuse: m is e->msg too, so copy out what we need first */
     uint64_t seq = m->seq;
@@ -162,6 +170,7 @@ ADSM__PRIVATE void adsm__emu_device_launch(adsm__emu *e, adsm__emu_msg *m, int s
     adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE);
     status = adsm__pool_run(&e->pool, m->kernel, m->grid, m->args, text, sizeof text);
     adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ);
+    adsm__emu_flush_kernel_output();
     e->current = NULL;
     reply->type = ADSM__EMU_DONE;
     reply->seq = seq;
@@ -187,6 +196,14 @@ ADSM__PRIVATE void adsm__emu_device_free(adsm__emu *e, uintptr_t addr, size_t le
     free(n);
 }
 
+/* The device process keeps only its socket and the standard descriptors, and drops what the
+ * program had buffered in stdio before the fork (the program prints that itself). */
+ADSM__PRIVATE void adsm__emu_device_hygiene(int sock) {
+    adsm__close_fds_except(sock);
+    __fpurge(stdout);
+    __fpurge(stderr);
+}
+
 /* The device process: owns device memory at the objects' addresses and serves commands from the
  * parent in order until told to quit or the parent goes away. Never returns. */
 ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
@@ -208,9 +225,12 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
              -1, 0) == MAP_FAILED)
         _exit(3);
     munmap(e->window, e->half);
+    adsm__emu_device_hygiene(sock);
     adsm__tree_init(&e->device_objects);
     if (adsm__pool_start(&e->pool, e->workers, adsm__emu_run_chunk_guarded) != 0) _exit(4);
     adsm__emu_msg *m = &e->msg;
+    m->type = ADSM__EMU_READY;
+    if (send(sock, m, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL) < 0) _exit(0);
     for (;;) {
         ssize_t n = recv(sock, m, sizeof *m, 0);
         if (n < 0 && errno == EINTR) continue;
@@ -504,6 +524,17 @@ ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     free(e);
 }
 
+/* Waits for the device process to say it is set up: until then it still holds the program's
+ * descriptors, and a program that closes a pipe or a locked file right after adsm_init must
+ * find it closed. */
+ADSM__PRIVATE int adsm__emu_device_ready(adsm__emu *e) {
+    for (;;) {
+        ssize_t n = recv(e->sock, &e->msg, sizeof e->msg, 0);
+        if (n < 0 && errno == EINTR) continue;
+        return n > 0 && e->msg.type == ADSM__EMU_READY;
+    }
+}
+
 ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     adsm__emu *e = (adsm__emu *)calloc(1, sizeof *e);
     int sv[2];
@@ -544,6 +575,10 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: fork failed: %s", strerror(errno));
     }
     e->child = pid;
+    if (!adsm__emu_device_ready(e)) {
+        adsm__emu_shutdown(e);
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: the device process failed to start");
+    }
     e->dma_started = pthread_create(&e->dma_thread, NULL, adsm__emu_dma_main, e) == 0;
     e->completion_started = pthread_create(&e->completion_thread, NULL, adsm__emu_completion_main, e) == 0;
     if (!e->completion_started) {

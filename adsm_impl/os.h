@@ -140,6 +140,17 @@ ADSM__PRIVATE int adsm__memfd(const char *name, size_t size) {
     return fd;
 }
 
+/* Closes every descriptor from 3 up except `keep`: a process forked off the program (the emu
+ * device) must not hold the program's pipes, sockets and file locks open behind its back.
+ * 0, 1 and 2 stay so that what kernel bodies print reaches the program's output. */
+ADSM__PRIVATE void adsm__close_fds_except(int keep) {
+    if (keep > 3 && syscall(SYS_close_range, 3u, (unsigned)keep - 1, 0u) != 0)
+        for (int fd = 3; fd < keep; fd++) close(fd);
+    if (syscall(SYS_close_range, (unsigned)keep + 1, ~0u, 0u) == 0) return;
+    long max = sysconf(_SC_OPEN_MAX); /* before Linux 5.9: one close per possible descriptor */
+    for (long fd = keep + 1; fd < (max > 0 ? max : 65536); fd++) close((int)fd);
+}
+
 /* Writes len bytes at host address dst whatever its protection: the kernel's /proc/self/mem
  * writes with FOLL_FORCE, so a PROT_NONE block is filled completely before any thread can see
  * it. Returns 0 or -1. */
