@@ -97,7 +97,9 @@
    ============
    Block states (CPU view): Invalid (device copy only, PROT_NONE), ReadOnly (both valid,
    PROT_READ), Dirty (host newer, PROT_READ|PROT_WRITE).
-       batch    no tracking: every object goes to the device at each call, and back at sync.
+       batch    no tracking: every object goes to the device at each call; at sync the objects
+                kernels were given as OUT/INOUT come back (and only those). adsm_memcpy,
+                adsm_memset and the I/O calls bring such an object home first.
        lazy     whole objects: first CPU touch of an Invalid object fetches it; dirty objects are
                 flushed at the call.
        rolling  lazy at block granularity, plus at most "rolling size" Dirty blocks: the oldest is

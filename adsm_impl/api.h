@@ -129,7 +129,7 @@ ADSM_API void adsm_shutdown(void) {
     rt->be_ctx = NULL;
     adsm__fault_uninstall(rt);
     adsm__release_memory(rt);
-    rt->launch_seq = rt->synced_seq = 0;
+    rt->launch_seq = 0;
     adsm__stats_reset(&rt->stats);
     pthread_mutex_unlock(&rt->init_mutex);
 }

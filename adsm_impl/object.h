@@ -38,6 +38,7 @@ typedef struct adsm__object {
     int device_only;          /* adsm_dev_alloc: no host side, no coherence */
     int locked;               /* host pages page-locked with the driver: copies are direct DMA */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
+    int device_newer;         /* batch: a launch may have written it since it last came home */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */

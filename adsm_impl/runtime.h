@@ -48,7 +48,6 @@ typedef struct adsm__runtime {
 
     int copy_gen;        /* bumped (and woken) each time a busy unit is done; futex word */
     uint64_t launch_seq; /* last launch issued */
-    uint64_t synced_seq; /* batch: last launch whose results were copied back */
     adsm__stats stats;
     adsm__filler fill;   /* brings device data into protected host pages (copy.h) */
     struct sigaction prev_segv;

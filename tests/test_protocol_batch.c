@@ -1,8 +1,9 @@
 /* tests/test_protocol_batch.c -- the batch protocol: no tracking, everything moves.
  *
  * Objects are always 'D' (writable) and never fault. On the emu backend every kernel call copies
- * every live object to the device and the next adsm_sync copies every object back; a sync with no
- * call since the last one moves nothing. Bytes are asserted exactly (after adsm_reset_stats),
+ * every live object to the device (except those an earlier kernel still owns) and adsm_sync
+ * copies back the objects kernels were given to write, and only those; a sync with no call since
+ * the last one moves nothing. Threads that each launch and sync see their own kernels' results. Bytes are asserted exactly (after adsm_reset_stats),
  * with 4 KiB and 64 KiB blocks where the block size could matter (it must not). The last tests
  * run the main scenarios on the host backend, where nothing moves. Each Criterion test runs in
  * its own process. */
@@ -16,6 +17,7 @@
 /* a protocol bug may loop on a fault forever: fail instead of hanging */
 TestSuite(batch, .timeout = 20);
 
+#include <pthread.h>
 #include <unistd.h>
 
 /* Sizes that are not multiples of the page or of any block size. */
@@ -69,8 +71,9 @@ TEST_BLOCK_SIZES(batch, call_copies_every_live_object) {
     adsm_shutdown();
 }
 
-/* adsm_sync copies every object back; a second sync with no call in between moves nothing. */
-TEST_BLOCK_SIZES(batch, sync_copies_every_object_back_once) {
+/* adsm_sync copies back what kernels were given to write (c), not their inputs; a second sync
+ * with no call in between moves nothing. */
+TEST_BLOCK_SIZES(batch, sync_copies_written_objects_back_once) {
     batch(bs);
     int32_t *a = alloc(SA), *b = alloc(SB), *c = alloc(SC);
     for (size_t i = 0; i < NA; i++) wr(&a[i], (int32_t)i);
@@ -79,13 +82,13 @@ TEST_BLOCK_SIZES(batch, sync_copies_every_object_back_once) {
     CALL_OK(k_add, grid_for(NB), c, a, b, NB);
     EXPECT_BYTES(SUM, 0);
     sync_ok();
-    EXPECT_BYTES(SUM, SUM);
-    cr_assert_eq(stats().d2h_copies, 3);
+    EXPECT_BYTES(SUM, SC);
+    cr_assert_eq(stats().d2h_copies, 1);
     for (size_t i = 0; i < NB; i++) cr_assert_eq(rd(&c[i]), 6 * (int32_t)i, "c[%zu]", i);
     cr_assert_eq(rd(&c[NB]), 0);
-    cr_assert_eq(rd(&a[NA - 1]), (int32_t)(NA - 1)); /* inputs come back unchanged */
+    cr_assert_eq(rd(&a[NA - 1]), (int32_t)(NA - 1));
     sync_ok();
-    EXPECT_BYTES(SUM, SUM);
+    EXPECT_BYTES(SUM, SC);
     EXPECT_FAULTS(0, 0);
     adsm_shutdown();
 }
@@ -104,8 +107,8 @@ Test(batch, sync_without_call_moves_nothing) {
 }
 
 /* Two calls with no sync in between: the second kernel must see the first one's results, so the
- * second call first brings them home (one d2h of every object) before copying everything out
- * again; the sync then copies back once more. */
+ * second call leaves c (the first kernel's output, newer on the device) where it is and copies
+ * only the others; the sync then brings c home once. */
 Test(batch, two_calls_one_sync_second_kernel_sees_first) {
     batch(4096);
     int32_t *a = alloc(SA), *b = alloc(SB), *c = alloc(SC);
@@ -116,12 +119,75 @@ Test(batch, two_calls_one_sync_second_kernel_sees_first) {
     EXPECT_BYTES(SUM, 0);
     usleep(20000); /* let the first kernel finish: copying stale host data over it must not lose it */
     CALL_OK(k_incr, grid_for(NC), c, NC);
-    EXPECT_BYTES(2 * SUM, SUM);
+    EXPECT_BYTES(2 * SUM - SC, 0);
     sync_ok();
-    EXPECT_BYTES(2 * SUM, 2 * SUM);
+    EXPECT_BYTES(2 * SUM - SC, SC);
     expect_filled(c, 0, NC, 11);
     sync_ok();
-    EXPECT_BYTES(2 * SUM, 2 * SUM);
+    EXPECT_BYTES(2 * SUM - SC, SC);
+    adsm_shutdown();
+}
+
+/* CPU writes between a call and adsm_sync to an object no kernel was given are the program's:
+ * the sync must not overwrite them with the device copy. */
+Test(batch, cpu_writes_to_objects_no_kernel_writes_survive_sync) {
+    batch(4096);
+    int32_t *a = alloc(SA), *c = alloc(SC);
+    CALL_OK(k_fill, grid_for(NC), c, NC, 3);
+    for (size_t i = 0; i < NA; i++) wr(&a[i], 7);
+    sync_ok();
+    expect_filled(c, 0, NC, 3);
+    for (size_t i = 0; i < NA; i++) cr_assert_eq(rd(&a[i]), 7, "a[%zu]", i);
+    adsm_shutdown();
+}
+
+/* adsm_memcpy sees a kernel's result before adsm_sync, as after it. */
+Test(batch, memcpy_out_of_an_output_before_sync_sees_the_kernel_result) {
+    batch(4096);
+    int32_t *c = alloc(SC);
+    int32_t *plain = malloc(SC);
+    CALL_OK(k_fill, grid_for(NC), c, NC, 100);
+    cr_assert_eq(adsm_memcpy(plain, c, SC), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < NC; i++) cr_assert_eq(plain[i], 100 + (int32_t)i, "plain[%zu]", i);
+    wr(&c[0], -1); /* the object came home: this write is the program's and survives sync */
+    sync_ok();
+    cr_assert_eq(rd(&c[0]), -1);
+    cr_assert_eq(rd(&c[1]), 101);
+    free(plain);
+    adsm_shutdown();
+}
+
+/* Threads that each launch on their own object and sync, round after round: a sync must not copy
+ * back another thread's object while that thread's kernel is still writing it, nor count that
+ * kernel's results as home. */
+#define RING_THREADS 4
+#define RING_N ((size_t)1 << 19)
+#define RING_ROUNDS 12
+
+static void *launch_and_sync_rounds(void *arg) {
+    int32_t *x = arg;
+    int32_t base = (int32_t)(((uintptr_t)x >> 12) & 0xffff);
+    for (int r = 0; r < RING_ROUNDS; r++) {
+        if (ADSM_CALL(k_fill, grid_for(RING_N), x, RING_N, base + r) != ADSM_OK || adsm_sync() != ADSM_OK)
+            return "call or sync failed";
+        for (size_t i = 0; i < RING_N; i += 4093)
+            if (x[i] != base + r + (int32_t)i) return "stale data after the thread's own sync";
+        if (x[RING_N - 1] != base + r + (int32_t)(RING_N - 1)) return "stale last element";
+    }
+    return NULL;
+}
+
+Test(batch, threads_each_launching_and_syncing_see_their_own_results, .timeout = 60) {
+    batch(65536);
+    pthread_t t[RING_THREADS];
+    int32_t *x[RING_THREADS];
+    for (int i = 0; i < RING_THREADS; i++) x[i] = alloc(RING_N * sizeof(int32_t));
+    for (int i = 0; i < RING_THREADS; i++) cr_assert_eq(pthread_create(&t[i], NULL, launch_and_sync_rounds, x[i]), 0);
+    for (int i = 0; i < RING_THREADS; i++) {
+        void *failure;
+        pthread_join(t[i], &failure);
+        cr_expect_null(failure, "thread %d: %s", i, (const char *)failure);
+    }
     adsm_shutdown();
 }
 
