@@ -161,7 +161,14 @@
    implementation also defines sigaction() and signal(): while adsm is initialised, a SIGSEGV
    disposition the program (or a library) sets, before or after adsm_init, becomes the one adsm
    passes foreign faults to, and is what sigaction() reads back; adsm's handler stays first.
-   Define ADSM_NO_INTERPOSE_SIGNALS to opt out (then install your handler before adsm_init).
+   It also defines pthread_sigmask() and sigprocmask(), and strips SIGSEGV from the masks set
+   through them and from other signals' handler masks: a thread that blocks every signal (a
+   thread-pool habit) still gets its faults on shared memory resolved (the kernel would kill a
+   thread that faults with SIGSEGV blocked, without a word). Define ADSM_NO_INTERPOSE_SIGNALS to
+   opt out of all of this (then install your handler before adsm_init, and never block SIGSEGV
+   in a thread that touches shared memory). A fault adsm cannot resolve (memory no live object
+   holds, a device buffer, a failed protection change or copy) is explained on stderr before the
+   process dies with SIGSEGV; the first kind is left silent when the program has its own handler.
    Do not touch shared memory from your own signal handlers (adsm reports it and crashes instead
    of deadlocking when the interrupted thread was inside adsm). A forked child of an adsm program
    may only exec or _exit. The emu backend's device process (forked by adsm_init) keeps only

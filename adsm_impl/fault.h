@@ -28,16 +28,20 @@ ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
     if (si->si_code <= 0) raise(sig);
 }
 
-/* Resolves a fault at address a; 0 when the access may be retried. When the protocol let the
- * runtime lock go (a copy ran, or this thread waited for another thread's copy), the object is
- * looked up again: it may have been freed meanwhile. */
-ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_write) {
+/* Why a fault in adsm's range could not be resolved. */
+enum { ADSM__FAULT_NO_OBJECT = -2, ADSM__FAULT_DEVICE_BUFFER = -3, ADSM__FAULT_SYSTEM = -1 };
+
+/* Resolves a fault at address a; 0 when the access may be retried, else one of the reasons
+ * above. When the protocol let the runtime lock go (a copy ran, or this thread waited for
+ * another thread's copy), the object is looked up again: it may have been freed meanwhile. */
+ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_write, int *err) {
     int rc = ADSM__AGAIN, decided = is_write >= 0;
     adsm__lock(&rt->lock);
     while (rc == ADSM__AGAIN) {
         adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
         if (!o) {
-            rc = -1;
+            rc = adsm__tree_find(&rt->safe_dev, adsm__dev_in(rt, a)) ? ADSM__FAULT_DEVICE_BUFFER
+                                                                    : ADSM__FAULT_NO_OBJECT;
             break;
         }
         size_t block = adsm__tree_block_index(&o->node, a, rt->cfg.block_shift);
@@ -46,9 +50,38 @@ ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_wri
         if (!decided) is_write = o->blocks[block].state != ADSM__INVALID;
         decided = 1;
         rc = rt->proto->on_access(rt, o, block, is_write, 0);
+        *err = errno;
     }
     adsm__unlock(&rt->lock);
-    return rc;
+    return rc < 0 && rc != ADSM__FAULT_NO_OBJECT && rc != ADSM__FAULT_DEVICE_BUFFER ? ADSM__FAULT_SYSTEM : rc;
+}
+
+ADSM__PRIVATE int adsm__program_handles_segv(void) {
+    const struct sigaction *prev = &adsm__rt.prev_segv;
+    return (prev->sa_flags & SA_SIGINFO) ? prev->sa_sigaction != NULL
+                                         : prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN;
+}
+
+/* Says on stderr why a fault in adsm's range kills the process, before it dies. A mistake of the
+ * program's (no live object there) is left to its own SIGSEGV handler when it has one. */
+ADSM__PRIVATE void adsm__explain_fault(uintptr_t a, int reason, int err) {
+    char msg[512] = "adsm: segmentation fault at ";
+    if (reason != ADSM__FAULT_SYSTEM && adsm__program_handles_segv()) return;
+    adsm__append_hex(msg, sizeof msg, a);
+    if (reason == ADSM__FAULT_NO_OBJECT)
+        adsm__append(msg, sizeof msg, ": shared memory that no live object holds (used after adsm_free, or "
+                                      "past the end of an object?)\n");
+    else if (reason == ADSM__FAULT_DEVICE_BUFFER)
+        adsm__append(msg, sizeof msg, ": a device buffer from adsm_dev_alloc, which the CPU cannot touch "
+                                      "(copy it with adsm_copy_from_device)\n");
+    else if (err == ENOMEM)
+        adsm__append(msg, sizeof msg, ": adsm could not change the page protection (ENOMEM): the process has "
+                                      "reached vm.max_map_count mappings; raise it (sysctl vm.max_map_count) "
+                                      "or use larger blocks (ADSM_BLOCK_SIZE)\n");
+    else
+        adsm__append(msg, sizeof msg, ": adsm could not bring the data to the CPU (a copy from the device or "
+                                      "a protection change failed; is the device lost?)\n");
+    adsm__write_stderr(msg);
 }
 
 static void adsm__segv_handler(int sig, siginfo_t *si, void *context) {
@@ -74,9 +107,11 @@ static void adsm__segv_handler(int sig, siginfo_t *si, void *context) {
         errno = saved_errno;
         return;
     }
-    int is_write = adsm__fault_is_write(context);
+    int is_write = adsm__fault_is_write(context), err = 0;
     uint64_t t0 = adsm__now_ns();
-    if (adsm__resolve_fault(rt, a, is_write) != 0) {
+    int rc = adsm__resolve_fault(rt, a, is_write, &err);
+    if (rc != 0) {
+        adsm__explain_fault(a, rc, err);
         adsm__chain(sig, si, context);
         errno = saved_errno;
         return;
@@ -94,6 +129,10 @@ ADSM__PRIVATE adsm_result adsm__fault_install(adsm__runtime *rt) {
     sigemptyset(&sa.sa_mask);
     adsm__sigaction_fn real = adsm__real_sigaction();
     if (!real) return adsm__fail(ADSM_ERROR_SYSTEM, "cannot find libc's sigaction");
+#ifndef ADSM_NO_INTERPOSE_SIGNALS
+    (void)adsm__real_sigmask(0); /* cached now, for a first call from a signal handler */
+    (void)adsm__real_sigmask(1);
+#endif
     if (real(SIGSEGV, &sa, &rt->prev_segv) != 0)
         return adsm__fail(ADSM_ERROR_SYSTEM, "cannot install the SIGSEGV handler: %s", strerror(errno));
     ADSM__STORE(&rt->handler_installed, 1);
@@ -118,8 +157,37 @@ ADSM__PRIVATE void adsm__fault_uninstall(adsm__runtime *rt) {
  * handler before adsm_init). */
 static adsm__lock_t adsm__disposition_lock;
 
+/* Blocking SIGSEGV cannot work with adsm: the kernel delivers a fault's SIGSEGV anyway, with the
+ * default action, so a thread that blocked it (thread pools often block every signal) would die
+ * with no message on its first touch of shared memory. adsm keeps it deliverable: masks set
+ * through these calls, and the masks of other signals' handlers, never contain SIGSEGV. */
+ADSM__PRIVATE const sigset_t *adsm__without_segv(const sigset_t *set, sigset_t *copy) {
+    if (!set || sigismember(set, SIGSEGV) != 1) return set;
+    *copy = *set;
+    sigdelset(copy, SIGSEGV);
+    return copy;
+}
+
+ADSM__PRIVATE int adsm__set_mask(int which, int how, const sigset_t *set, sigset_t *old) {
+    sigset_t copy;
+    if (how != SIG_UNBLOCK) set = adsm__without_segv(set, &copy);
+    adsm__sigmask_fn real = adsm__real_sigmask(which);
+    if (real) return real(how, set, old);
+    int rc = (int)syscall(SYS_rt_sigprocmask, how, set, old, (size_t)(_NSIG / 8)); /* no libc symbol found */
+    return which == 0 && rc != 0 ? errno : rc;
+}
+
+int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) { return adsm__set_mask(0, how, set, old); }
+
+int sigprocmask(int how, const sigset_t *set, sigset_t *old) { return adsm__set_mask(1, how, set, old); }
+
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
     adsm__runtime *rt = &adsm__rt;
+    if (sig != SIGSEGV && act && sigismember(&act->sa_mask, SIGSEGV) == 1) {
+        struct sigaction copy = *act; /* its handler may touch shared memory */
+        sigdelset(&copy.sa_mask, SIGSEGV);
+        return adsm__real_sigaction()(sig, &copy, old);
+    }
     if (sig != SIGSEGV || !ADSM__LOAD(&rt->handler_installed)) return adsm__real_sigaction()(sig, act, old);
     adsm__lock(&adsm__disposition_lock);
     struct sigaction prev = rt->prev_segv;

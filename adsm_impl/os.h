@@ -179,6 +179,28 @@ ADSM__PRIVATE void adsm__write_stderr(const char *s) {
     }
 }
 
+/* Appends "0x..." for v to the string in buf (of size n); signal-safe. */
+ADSM__PRIVATE void adsm__append_hex(char *buf, size_t n, uintptr_t v) {
+    char digits[2 + 2 * sizeof v + 1];
+    size_t len = 0, used = strlen(buf);
+    do {
+        digits[len++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    if (used + len + 3 > n) return;
+    buf[used++] = '0';
+    buf[used++] = 'x';
+    while (len > 0) buf[used++] = digits[--len];
+    buf[used] = 0;
+}
+
+/* Appends s to the string in buf (of size n), truncating; signal-safe. */
+ADSM__PRIVATE void adsm__append(char *buf, size_t n, const char *s) {
+    size_t used = strlen(buf);
+    while (*s && used + 1 < n) buf[used++] = *s++;
+    buf[used] = 0;
+}
+
 ADSM__PRIVATE size_t adsm__cpu_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (size_t)n : 1;
@@ -212,6 +234,25 @@ ADSM__PRIVATE adsm__sigaction_fn adsm__real_sigaction(void) {
     return f;
 #endif
 }
+
+#ifndef ADSM_NO_INTERPOSE_SIGNALS
+/* libc's own signal-mask calls, behind adsm's pthread_sigmask/sigprocmask (fault.h). Resolved
+ * at initialisation too, so a first call from a signal handler finds them cached. */
+typedef int (*adsm__sigmask_fn)(int, const sigset_t *, sigset_t *);
+static adsm__sigmask_fn adsm__real_sigmask_fns[2];
+
+ADSM__PRIVATE adsm__sigmask_fn adsm__real_sigmask(int which) {
+    static const char *const names[2] = {"pthread_sigmask", "sigprocmask"};
+    static const char *const static_names[2] = {"__pthread_sigmask", "__sigprocmask"};
+    adsm__sigmask_fn f = __atomic_load_n(&adsm__real_sigmask_fns[which], __ATOMIC_ACQUIRE);
+    if (!f) {
+        *(void **)&f = dlsym(RTLD_NEXT, names[which]);
+        if (!f) *(void **)&f = dlsym(RTLD_DEFAULT, static_names[which]);
+        __atomic_store_n(&adsm__real_sigmask_fns[which], f, __ATOMIC_RELEASE);
+    }
+    return f;
+}
+#endif
 
 /* Restores the default action of sig (async-signal-safe once adsm__real_sigaction resolved). */
 ADSM__PRIVATE void adsm__default_action(int sig) {

@@ -5,6 +5,7 @@
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -97,4 +98,124 @@ Test(signals, fork_then_exec) {
     cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
     cr_assert_eq(p[N - 1], N);
     adsm_shutdown();
+}
+
+/* ---- threads that block every signal (issue 11, item 4) ------------------------------------ */
+/* Reads a kernel's output (Invalid: a fault and a fetch) and writes it (a fault), from a thread
+ * whose mask was meant to block every signal. */
+static void *touch_shared(void *arg) {
+    int *p = arg;
+    sigset_t cur;
+    pthread_sigmask(SIG_SETMASK, NULL, &cur);
+    if (sigismember(&cur, SIGSEGV)) return "SIGSEGV is blocked in the thread";
+    if (!sigismember(&cur, SIGINT)) return "the other signals were not blocked";
+    if (p[N - 1] != 10 + N - 1) return "wrong data";
+    p[0] = -5;
+    return NULL;
+}
+
+static void *block_all_then_touch(void *arg) {
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    return touch_shared(arg);
+}
+
+static int *filled_invalid_object(void) {
+    int *p = adsm_alloc(N * sizeof(int));
+    cr_assert_eq(ADSM_CALL(fill, adsm_grid_1d(N / 64, 64), p, 10, (size_t)N), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_state(p), 'I');
+    return p;
+}
+
+Test(signals, thread_created_with_every_signal_blocked_touches_shared_memory, .timeout = 20) {
+    init();
+    int *p = filled_invalid_object();
+    sigset_t all, before;
+    sigfillset(&all);
+    cr_assert_eq(pthread_sigmask(SIG_BLOCK, &all, &before), 0); /* the thread-pool habit */
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, touch_shared, p), 0);
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    void *failure;
+    pthread_join(t, &failure);
+    cr_assert_null(failure, "%s", (const char *)failure);
+    cr_assert_eq(p[0], -5);
+    adsm_shutdown();
+}
+
+Test(signals, thread_blocking_every_signal_with_sigprocmask_touches_shared_memory, .timeout = 20) {
+    init();
+    int *p = filled_invalid_object();
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, block_all_then_touch, p), 0);
+    void *failure;
+    pthread_join(t, &failure);
+    cr_assert_null(failure, "%s", (const char *)failure);
+    cr_assert_eq(p[0], -5);
+    adsm_shutdown();
+}
+
+/* A handler installed with every signal in its mask may still touch shared memory. */
+Test(signals, handler_with_full_mask_touching_shared_memory, .timeout = 20) {
+    init();
+    shared = filled_invalid_object();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = alarm_handler;
+    sigfillset(&sa.sa_mask);
+    cr_assert_eq(sigaction(SIGALRM, &sa, NULL), 0);
+    struct itimerval t = {{0, 0}, {0, 20000}};
+    cr_assert_eq(setitimer(ITIMER_REAL, &t, NULL), 0);
+    volatile unsigned long spin = 0;
+    while (!handled) spin++;
+    cr_assert_eq(shared[1], -1);
+    adsm_shutdown();
+}
+
+/* ---- faults adsm cannot resolve say why (issue 11, item 6) --------------------------------- */
+/* Runs fn in a forked child that initialises adsm itself (the parent never does), and returns
+ * what the child wrote on stderr; the child must die of SIGSEGV. */
+static void expect_death_message(void (*fn)(void), const char *expected) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[0]);
+        fn();
+        _exit(0);
+    }
+    close(fds[1]);
+    char text[2048] = {0};
+    size_t used = 0;
+    ssize_t n;
+    while (used < sizeof text - 1 && (n = read(fds[0], text + used, sizeof text - 1 - used)) > 0) used += (size_t)n;
+    close(fds[0]);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV, "child status %d, stderr [%s]", status, text);
+    cr_assert(strstr(text, expected) != NULL, "stderr [%s] does not say [%s]", text, expected);
+}
+
+static void touch_after_free(void) {
+    init();
+    int *p = adsm_alloc(N * sizeof(int));
+    adsm_free(p);
+    ((volatile int *)p)[0] = 1;
+}
+
+static void touch_device_buffer(void) {
+    init();
+    int *d = adsm_dev_alloc(N * sizeof(int));
+    ((volatile int *)d)[0] = 1;
+}
+
+Test(signals, touch_after_free_says_why_before_dying, .timeout = 20) {
+    expect_death_message(touch_after_free, "no live object holds");
+}
+
+Test(signals, touch_of_a_device_buffer_says_why_before_dying, .timeout = 20) {
+    expect_death_message(touch_device_buffer, "adsm_dev_alloc");
 }
