@@ -201,7 +201,9 @@
    The explicit path, for baselines and programs that mix styles: adsm_dev_alloc gives a device
    buffer (the CPU must not touch it), adsm_copy_to_device / adsm_copy_from_device copy between it
    and plain host memory after every launch issued so far, adsm_dev_free releases it, and
-   ADSM_CALL accepts such device pointers as arguments. No coherence: what you copy is what the
+   ADSM_CALL accepts such device pointers as arguments. adsm_memset and adsm_memcpy accept them
+   too (on either side of a copy, with plain or shared memory on the other): the device does the
+   work, after every launch issued so far. No coherence: what you copy is what the
    device has. adsm_host_alloc gives host memory of the kind adsm's own objects live on (2 MiB
    aligned, transparent huge pages; on cuda page-locked with the driver, so copies to and from it
    are DMA without staging), the fair host side of an explicit program; adsm_host_free frees it.

@@ -491,7 +491,13 @@ ADSM_API adsm_result adsm_memset(void *dst, int value, size_t n) {
         memset(dst, value, n);
         return ADSM_OK;
     }
-    return adsm__memset_impl(&adsm__rt, (uintptr_t)dst, value, n);
+    switch (adsm__device_buffer_kind(&adsm__rt, (uintptr_t)dst, n)) {
+    case ADSM__IN_DEVICE_BUFFER: return adsm__memset_device_buffer(&adsm__rt, (uintptr_t)dst, value, n);
+    case ADSM__ACROSS_DEVICE_BUFFER:
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_memset(%p, %zu): the range runs across the edge of a "
+                          "device buffer", dst, n);
+    default: return adsm__memset_impl(&adsm__rt, (uintptr_t)dst, value, n);
+    }
 }
 
 ADSM_API adsm_result adsm_memcpy(void *dst, const void *src, size_t n) {
@@ -504,7 +510,9 @@ ADSM_API adsm_result adsm_memcpy(void *dst, const void *src, size_t n) {
         memmove(dst, src, n);
         return ADSM_OK;
     }
-    return adsm__memcpy_impl(&adsm__rt, (uintptr_t)dst, (uintptr_t)src, n);
+    int handled;
+    r = adsm__memcpy_device_buffers(&adsm__rt, (uintptr_t)dst, (uintptr_t)src, n, &handled);
+    return handled ? r : adsm__memcpy_impl(&adsm__rt, (uintptr_t)dst, (uintptr_t)src, n);
 }
 
 /* ---- stats, errors, introspection ----------------------------------------------------------- */

@@ -201,6 +201,80 @@ ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uint
     return adsm__copy_range(rt, d, s, n, d + n, NULL);
 }
 
+/* ---- device buffers (adsm_dev_alloc) in adsm_memset / adsm_memcpy ---------------------------- */
+/* The CPU cannot touch a device buffer, so bulk memory on one is done by the device, ordered
+ * after every launch issued so far like the explicit copies; shared or plain memory on the other
+ * side of a copy goes through a bounce buffer. */
+enum { ADSM__NOT_DEVICE_BUFFER = 0, ADSM__IN_DEVICE_BUFFER = 1, ADSM__ACROSS_DEVICE_BUFFER = 2 };
+
+/* Whether [a, a + n) lies in one device buffer, touches one partly, or none. */
+ADSM__PRIVATE int adsm__device_buffer_kind(adsm__runtime *rt, uintptr_t a, size_t n) {
+    uintptr_t d = adsm__dev_in(rt, a);
+    adsm__lock(&rt->lock);
+    adsm__tree_node *hit = adsm__tree_find(&rt->safe_dev, d);
+    if (!hit) hit = adsm__tree_ceil(&rt->safe_dev, d);
+    adsm__object *o = hit ? ADSM__CONTAINER_OF(hit, adsm__object, dev_node) : NULL;
+    int kind = ADSM__NOT_DEVICE_BUFFER;
+    if (o && o->device_only && o->dev < d + n)
+        kind = d >= o->dev && n <= o->size - (d - o->dev) ? ADSM__IN_DEVICE_BUFFER : ADSM__ACROSS_DEVICE_BUFFER;
+    adsm__unlock(&rt->lock);
+    return kind;
+}
+
+ADSM__PRIVATE adsm_result adsm__device_wait_all(adsm__runtime *rt, const char *fn) {
+    if (rt->be->wait(rt->be_ctx, ADSM__LOAD(&rt->launch_seq)) != 0)
+        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: the device is gone", fn);
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__memset_device_buffer(adsm__runtime *rt, uintptr_t d, int v, size_t n) {
+    adsm_result r = adsm__device_wait_all(rt, "adsm_memset");
+    if (r == ADSM_OK && rt->be->dev_memset(rt->be_ctx, adsm__dev_in(rt, d), v, n) != 0)
+        r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memset: the device-side memset failed");
+    return r;
+}
+
+/* One side is a device buffer, the other is not: piece by piece through a bounce buffer, with
+ * adsm__memcpy_impl on the host side (which handles shared objects in any state). */
+ADSM__PRIVATE adsm_result adsm__memcpy_via_bounce(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n,
+                                                  int to_device) {
+    size_t piece = ADSM__MIN(n, (size_t)1 << 20);
+    unsigned char *bounce = (unsigned char *)malloc(piece);
+    if (!bounce) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_memcpy: out of memory");
+    adsm_result r = adsm__device_wait_all(rt, "adsm_memcpy");
+    for (size_t done = 0; r == ADSM_OK && done < n; done += piece) {
+        size_t len = ADSM__MIN(piece, n - done);
+        if (to_device) {
+            r = adsm__memcpy_impl(rt, (uintptr_t)bounce, s + done, len);
+            if (r == ADSM_OK && rt->be->to_device(rt->be_ctx, adsm__dev_in(rt, d + done), (uintptr_t)bounce, len, 0) != 0)
+                r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the copy to the device failed");
+        } else {
+            if (rt->be->from_device(rt->be_ctx, (uintptr_t)bounce, adsm__dev_in(rt, s + done), len) != 0)
+                r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the copy from the device failed");
+            if (r == ADSM_OK) r = adsm__memcpy_impl(rt, d + done, (uintptr_t)bounce, len);
+        }
+    }
+    free(bounce);
+    return r;
+}
+
+/* adsm_memcpy when either side may be a device buffer; *handled says whether one was. */
+ADSM__PRIVATE adsm_result adsm__memcpy_device_buffers(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n,
+                                                      int *handled) {
+    int dk = adsm__device_buffer_kind(rt, d, n), sk = adsm__device_buffer_kind(rt, s, n);
+    *handled = dk != ADSM__NOT_DEVICE_BUFFER || sk != ADSM__NOT_DEVICE_BUFFER;
+    if (!*handled) return ADSM_OK;
+    if (dk == ADSM__ACROSS_DEVICE_BUFFER || sk == ADSM__ACROSS_DEVICE_BUFFER)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE,
+                          "adsm_memcpy(%p, %p, %zu): a range runs across the edge of a device buffer", (void *)d,
+                          (void *)s, n);
+    if (dk != sk) return adsm__memcpy_via_bounce(rt, d, s, n, dk == ADSM__IN_DEVICE_BUFFER);
+    adsm_result r = adsm__device_wait_all(rt, "adsm_memcpy");
+    if (r == ADSM_OK && rt->be->dev_copy(rt->be_ctx, adsm__dev_in(rt, d), adsm__dev_in(rt, s), n) != 0)
+        r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the device-to-device copy failed");
+    return r;
+}
+
 /* A transfer stopped at `from` inside a unit it had claimed whole (not fetched): the bytes it did
  * not write come from the device, as a fetch would have brought them. */
 ADSM__PRIVATE void adsm__repair_tail(adsm__runtime *rt, uintptr_t from, uintptr_t to) {

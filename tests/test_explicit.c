@@ -171,3 +171,39 @@ Test(explicit, host_alloc_round_trip) {
     cr_assert_eq(adsm_dev_free(d), ADSM_OK);
     adsm_shutdown();
 }
+
+/* adsm_memset / adsm_memcpy on device buffers (issue 11, item 7): done on the device, in every
+ * direction, with plain and shared memory on the other side; the results read back exactly. */
+static void memops_on_device_buffers(adsm_backend_kind backend) {
+    enum { N = 300000 }; /* more than one bounce piece */
+    init(backend);
+    int *d1 = adsm_dev_alloc(N * sizeof(int)), *d2 = adsm_dev_alloc(N * sizeof(int));
+    int *shared = adsm_alloc(N * sizeof(int)), *plain = malloc(N * sizeof(int));
+    cr_assert(d1 && d2 && shared && plain, "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(d1, 0x11, N * sizeof(int)), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_copy_from_device(plain, d1, N * sizeof(int)), ADSM_OK);
+    for (int i = 0; i < N; i += 997) cr_assert_eq(plain[i], 0x11111111);
+    for (int i = 0; i < N; i++) plain[i] = i;
+    cr_assert_eq(adsm_memcpy(d1, plain, N * sizeof(int)), ADSM_OK, "%s", adsm_last_error()); /* host to device */
+    cr_assert_eq(adsm_memcpy(d2, d1, N * sizeof(int)), ADSM_OK, "%s", adsm_last_error());    /* device to device */
+    cr_assert_eq(adsm_memcpy(shared, d2, N * sizeof(int)), ADSM_OK, "%s", adsm_last_error()); /* into shared */
+    for (int i = 0; i < N; i++) cr_assert_eq(shared[i], i, "shared[%d]", i);
+    for (int i = 0; i < N; i++) shared[i] = -i;
+    cr_assert_eq(adsm_memcpy(d1, shared, N * sizeof(int)), ADSM_OK, "%s", adsm_last_error()); /* out of shared */
+    memset(plain, 0, N * sizeof(int));
+    cr_assert_eq(adsm_memcpy(plain + 1, d1 + 1, 10 * sizeof(int)), ADSM_OK, "%s", adsm_last_error()); /* to plain */
+    cr_assert_eq(plain[0], 0);
+    for (int i = 1; i <= 10; i++) cr_assert_eq(plain[i], -i);
+    cr_assert_eq(plain[11], 0);
+    cr_assert_eq(adsm_memcpy(plain, d1 + N - 5, 10 * sizeof(int)), ADSM_ERROR_INVALID_VALUE);
+    cr_assert(strstr(adsm_last_error(), "edge of a device buffer"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(d2 + N - 1, 0, 8), ADSM_ERROR_INVALID_VALUE);
+    free(plain);
+    adsm_free(shared);
+    adsm_dev_free(d1);
+    adsm_dev_free(d2);
+    adsm_shutdown();
+}
+
+Test(explicit, memops_on_device_buffers_emu, .timeout = 30) { memops_on_device_buffers(ADSM_BACKEND_EMU); }
+Test(explicit, memops_on_device_buffers_host, .timeout = 30) { memops_on_device_buffers(ADSM_BACKEND_HOST); }
