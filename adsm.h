@@ -67,7 +67,9 @@
    memory outside OUT/INOUT objects is read only while the kernel runs: a kernel that writes an IN
    object (or any shared object it was not given as OUT) fails with ADSM_ERROR_KERNEL_WROTE_INPUT
    naming the kernel and parameter; a kernel that crashes fails with ADSM_ERROR_KERNEL_CRASHED.
-   Launch errors are reported by the next adsm_sync(), like a GPU's.
+   Launch errors are reported by the next adsm_sync(), like a GPU's. Shapes no GPU runs are
+   refused by ADSM_CALL itself on every backend (ADSM_ERROR_INVALID_VALUE): a block of more than
+   1024 threads or beyond 1024 x 1024 x 64, a grid beyond 2^31-1 x 65535 x 65535 blocks.
    ADSM_FOR_EACH_THREAD(g, i) stmt runs stmt for every flattened global thread index i of the part
    of the grid this invocation was given (bodies run split over a pool of worker threads).
    Kernels must only touch their arguments and shared memory: on emu they run in another process

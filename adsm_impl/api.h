@@ -427,8 +427,8 @@ ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, cons
     if (rt->be->max_args && k->args_size > rt->be->max_args) /* refused before anything moves */
         return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': %zu bytes of arguments, the %s backend takes %zu",
                           k->name, k->args_size, rt->be->name, rt->be->max_args);
-    size_t threads = adsm_grid_threads(grid);
-    if (threads == 0) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': empty grid", k->name);
+    if ((r = adsm__check_launch_shape(k, grid)) != ADSM_OK) return r;
+    size_t threads = adsm_grid_threads(grid); /* counted without overflow: checked above */
     grid.begin = 0;
     grid.end = threads;
     unsigned char *buf = (unsigned char *)malloc(k->args_size ? k->args_size : 1);

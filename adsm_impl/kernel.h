@@ -154,4 +154,36 @@ ADSM__PRIVATE adsm_result adsm__check_kernel_desc(const adsm_kernel_desc *k) {
     return ADSM_OK;
 }
 
+/* The launch shapes every CUDA device (compute capability 5.0 and later) accepts; every backend
+ * refuses the rest with the same code, so a program tried on emu does not fail later on a GPU
+ * (and emu never spends hours on a grid no GPU would run). */
+#define ADSM__MAX_BLOCK_THREADS 1024u
+static const adsm_dim3 adsm__max_block = {1024u, 1024u, 64u};
+static const adsm_dim3 adsm__max_grid = {2147483647u, 65535u, 65535u};
+
+ADSM__PRIVATE int adsm__dim_fits(adsm_dim3 d, adsm_dim3 max) { return d.x <= max.x && d.y <= max.y && d.z <= max.z; }
+
+ADSM__PRIVATE adsm_result adsm__check_launch_shape(const adsm_kernel_desc *k, adsm_grid g) {
+    adsm_dim3 b = g.block, n = g.grid;
+    if (!n.x || !n.y || !n.z || !b.x || !b.y || !b.z)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': empty grid (grid %u x %u x %u, block %u x %u x %u)",
+                          k->name, n.x, n.y, n.z, b.x, b.y, b.z);
+    uint64_t per_block = (uint64_t)b.x * b.y * b.z;
+    if (!adsm__dim_fits(b, adsm__max_block) || per_block > ADSM__MAX_BLOCK_THREADS)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE,
+                          "kernel '%s': block %u x %u x %u (%llu threads); a block may have at most %u x %u x %u "
+                          "and %u threads in all",
+                          k->name, b.x, b.y, b.z, (unsigned long long)per_block, adsm__max_block.x, adsm__max_block.y,
+                          adsm__max_block.z, ADSM__MAX_BLOCK_THREADS);
+    if (!adsm__dim_fits(n, adsm__max_grid))
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': grid %u x %u x %u blocks; at most %u x %u x %u",
+                          k->name, n.x, n.y, n.z, adsm__max_grid.x, adsm__max_grid.y, adsm__max_grid.z);
+    size_t total = per_block; /* a grid that fits still may not count in a size_t */
+    if (__builtin_mul_overflow(total, (size_t)n.x, &total) || __builtin_mul_overflow(total, (size_t)n.y, &total) ||
+        __builtin_mul_overflow(total, (size_t)n.z, &total))
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': grid %u x %u x %u of %llu-thread blocks has more "
+                          "threads than a size_t counts", k->name, n.x, n.y, n.z, (unsigned long long)per_block);
+    return ADSM_OK;
+}
+
 #endif /* ADSM__KERNEL_INCLUDED */

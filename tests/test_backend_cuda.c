@@ -262,19 +262,30 @@ Test(cuda_double, parameter_size_mismatch_is_refused) {
 }
 
 Test(cuda_double, launch_refused_by_the_driver_is_reported_at_sync) {
+    setenv("CUDADOUBLE_KERNEL_MAX_THREADS", "512", 1); /* as a kernel using many registers */
     init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
     attach();
     float *c = adsm_alloc(4096);
-    /* 128 threads fit the device's 1024 per block, but a block's z may not exceed 64 */
-    adsm_grid g = adsm_grid_3d(adsm_dim3_make(1, 1, 1), adsm_dim3_make(1, 1, 128));
-    cr_assert_eq(ADSM_CALL(vadd, g, c, c, c, (size_t)1), ADSM_OK, "%s", adsm_last_error());
+    /* 1024 threads fit every device's blocks, but not this kernel's */
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d(1, 1024), c, c, c, (size_t)1), ADSM_OK, "%s", adsm_last_error());
     cr_assert_eq(adsm_sync(), ADSM_ERROR_LAUNCH_FAILED);
-    expect_message("CUDA_ERROR_INVALID_VALUE");
+    expect_message("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES");
     expect_message("'vadd'");
     run_vadd(1000); /* not sticky: the device keeps working */
-    adsm_grid big = adsm_grid_1d(1, 2048);
-    cr_assert_eq(ADSM_CALL(vadd, big, c, c, c, (size_t)1), ADSM_ERROR_INVALID_VALUE);
+    adsm_shutdown();
+}
+
+/* Shapes no CUDA device runs are refused at the call, with the same code as on emu (issue 11,
+ * item 10; test_misuse.c::launch_shapes_a_gpu_refuses). */
+Test(cuda_double, launch_shapes_no_device_runs_are_refused_at_the_call) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    float *c = adsm_alloc(4096);
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d(1, 2048), c, c, c, (size_t)1), ADSM_ERROR_INVALID_VALUE);
     expect_message("1024");
+    adsm_grid z128 = adsm_grid_3d(adsm_dim3_make(1, 1, 1), adsm_dim3_make(1, 1, 128));
+    cr_assert_eq(ADSM_CALL(vadd, z128, c, c, c, (size_t)1), ADSM_ERROR_INVALID_VALUE);
+    expect_message("64");
     adsm_shutdown();
 }
 

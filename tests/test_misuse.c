@@ -11,6 +11,7 @@
  * here. Emu backend unless stated; each test is its own process. */
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -544,14 +545,37 @@ Test(misuse, by_value_arguments_over_4k_host) {
     adsm_shutdown();
 }
 
-/* 65536^4 threads is 2^64: the count wraps to 0 and the call is refused as an empty grid. */
-Test(misuse, grid_thread_count_overflows) {
+/* Launch shapes a GPU refuses are refused on every backend with the same code, before anything
+ * runs (issue 11, item 10): emu used to accept them, and a UINT32_MAX x UINT32_MAX grid hung
+ * adsm_sync. 65536^4 threads (2^64) used to wrap to an "empty grid". */
+typedef struct shape_case {
+    unsigned grid[3], block[3];
+    char needle[48]; /* not a pointer: Criterion's worker processes need not share addresses */
+} shape_case;
+
+ParameterizedTestParameters(misuse, launch_shapes_a_gpu_refuses) {
+    static shape_case cases[] = {
+        {{1, 1, 1}, {2048, 1, 1}, "at most 1024"},
+        {{1, 1, 1}, {100000, 1, 1}, "at most 1024"},
+        {{1, 1, 1}, {1, 1, 128}, "1024 x 1024 x 64"},
+        {{1, 1, 1}, {32, 32, 2}, "2048 threads"},
+        {{1, 100000, 1}, {32, 1, 1}, "at most 2147483647 x 65535 x 65535"},
+        {{UINT32_MAX, UINT32_MAX, 1}, {1, 1, 1}, "grid 4294967295 x 4294967295"},
+        {{65536, 65536, 1}, {65536, 65536, 1}, "block 65536 x 65536"},
+        {{0, 1, 1}, {32, 1, 1}, "empty grid"},
+    };
+    return cr_make_param_array(shape_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(shape_case *c, misuse, launch_shapes_a_gpu_refuses, .timeout = 20) {
     start();
     int *a = adsm_alloc(4096), *b = adsm_alloc(4096);
     cr_assert(a && b);
-    adsm_grid g = adsm_grid_3d(adsm_dim3_make(65536, 65536, 1), adsm_dim3_make(65536, 65536, 1));
+    adsm_grid g = adsm_grid_3d(adsm_dim3_make(c->grid[0], c->grid[1], c->grid[2]),
+                               adsm_dim3_make(c->block[0], c->block[1], c->block[2]));
     cr_assert_eq(ADSM_CALL(add_one, g, a, b, 16), ADSM_ERROR_INVALID_VALUE);
-    expect_failure(ADSM_ERROR_INVALID_VALUE, "empty grid", "2^64 threads");
+    expect_failure(ADSM_ERROR_INVALID_VALUE, c->needle, "launch shape");
+    cr_assert_eq(adsm_sync(), ADSM_OK, "nothing ran: %s", adsm_last_error());
     cr_assert_eq(adsm_free(a), ADSM_OK);
     cr_assert_eq(adsm_free(b), ADSM_OK);
     check_usable();

@@ -12,7 +12,9 @@
  * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
  * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
  * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
- * driver out of lockable memory does).
+ * driver out of lockable memory does), CUDADOUBLE_KERNEL_MAX_THREADS (threads per block a kernel
+ * can launch with, 1024; more fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as a kernel that uses
+ * many registers does on a real device).
  *
  * Page-locked memory: cuMemAllocHost memory and ranges registered with cuMemHostRegister are
  * "pinned": copies to and from them are asynchronous, and the device side of a copy (the stream
@@ -183,6 +185,7 @@ static struct {
     bool no_param_info, no_pinned, no_placeholder, no_register;
     int procmem; /* /proc/self/mem: DMA into registered pages whatever their protection */
     unsigned long delay_us;
+    unsigned long long kernel_max_threads;
     struct adsm__cu_ctx_st *ctxs;
     struct handle_ent *reg;
     size_t nreg, capreg;
@@ -543,6 +546,7 @@ CUresult cuInit(unsigned int flags) {
     if (g.procmem < 0) g.procmem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
     g.no_placeholder = env_flag("CUDADOUBLE_NO_PLACEHOLDER");
     g.delay_us = (unsigned long)env_ull("CUDADOUBLE_DELAY_US", 0);
+    g.kernel_max_threads = env_ull("CUDADOUBLE_KERNEL_MAX_THREADS", 1024);
     g.ngran = g.memory / GRAN;
     g.gran_free = g.ngran;
     g.gran_used = calloc(g.ngran ? g.ngran : 1, 1);
@@ -1836,6 +1840,9 @@ CUresult cuLaunchKernel(adsm__cu_function f, unsigned int grid_x, unsigned int g
     if (block_x > 1024 || block_y > 1024 || block_z > 64 ||
         (unsigned long long)block_x * block_y * block_z > 1024)
         goto out;
+    r = ADSM__CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    if ((unsigned long long)block_x * block_y * block_z > g.kernel_max_threads) goto out;
+    r = ADSM__CUDA_ERROR_INVALID_VALUE;
     if (shared_bytes > MAX_SHMEM) goto out;
     if (params && extra) goto out;
     const unsigned char *buffer = NULL;
