@@ -49,6 +49,10 @@ static const adsm__name_value adsm__log_names[] = {
     {"error", ADSM_LOG_ERROR}, {"warn", ADSM_LOG_WARN}, {"info", ADSM_LOG_INFO},
     {"debug", ADSM_LOG_DEBUG}, {NULL, 0}};
 
+#define ADSM__MAX_ROLLING_SIZE ((size_t)1 << 24)
+#define ADSM__MAX_ROLLING_STEP ((size_t)4096)
+#define ADSM__MAX_EMU_WORKERS 256
+
 /* Parses "4096", "4K", "256k", "1M", "2G" (binary units) into *out, rejecting junk and overflow. */
 ADSM__PRIVATE int adsm__parse_size(const char *text, size_t *out) {
     const char *p = text;
@@ -110,6 +114,21 @@ ADSM__PRIVATE adsm_result adsm__env_size(const char *var, size_t *field, int zer
     return ADSM_OK;
 }
 
+/* A count (workers, blocks): plain digits within [min, max], or 0 where zero_ok. The message
+ * quotes what was given and asks for a count, not a size. */
+ADSM__PRIVATE adsm_result adsm__env_count(const char *var, size_t *field, size_t min, size_t max, int zero_ok) {
+    const char *v = getenv(var);
+    char why[120];
+    if (*field != 0 || v == NULL || *v == 0) return ADSM_OK;
+    size_t n;
+    int digits = strspn(v, "0123456789") == strlen(v);
+    if (!digits || adsm__parse_size(v, &n) != 0 || (n == 0 && !zero_ok) || (n != 0 && (n < min || n > max))) {
+        snprintf(why, sizeof why, "expected a count from %zu to %zu%s", min, max, zero_ok ? " (or 0)" : "");
+        return adsm__bad_env(var, v, why);
+    }
+    *field = n;
+    return ADSM_OK;
+}
 
 /* Copies a path-like environment variable into a fixed buffer, refusing values that do not fit. */
 ADSM__PRIVATE adsm_result adsm__env_path(const char *var, char *out, size_t cap) {
@@ -158,12 +177,12 @@ ADSM__PRIVATE adsm_result adsm__validate(adsm__settings *s, size_t page) {
                  s->block_size, page);
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_BLOCK_SIZE: %s", why);
     }
-    if (s->rolling_size > ((size_t)1 << 24))
-        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_ROLLING_SIZE: %zu is above the limit of 16M blocks",
-                          s->rolling_size);
-    if (s->rolling_step > 4096)
-        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_ROLLING_STEP: %zu is above the limit of 4096",
-                          s->rolling_step);
+    if (s->rolling_size == 1 || s->rolling_size > ADSM__MAX_ROLLING_SIZE)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.rolling_size: %zu blocks; expected a count from 2 "
+                          "to %zu (or 0)", s->rolling_size, ADSM__MAX_ROLLING_SIZE);
+    if (s->rolling_step > ADSM__MAX_ROLLING_STEP)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.rolling_step: %zu; expected a count from 1 to %zu",
+                          s->rolling_step, ADSM__MAX_ROLLING_STEP);
     if (s->emu_memory < ((size_t)1 << 20) || s->emu_memory > ADSM__MAX_EMU_MEMORY)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_MEMORY: %zu bytes is outside 1M..1T",
                           s->emu_memory);
@@ -174,8 +193,9 @@ ADSM__PRIVATE adsm_result adsm__validate(adsm__settings *s, size_t page) {
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG,
                           "ADSM_CUDA_STAGING: %zu bytes must be a multiple of the page size within 64K..1G",
                           s->cuda_staging);
-    if (s->emu_workers == 0 || s->emu_workers > 256)
-        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_WORKERS: %u is outside 1..256", s->emu_workers);
+    if (s->emu_workers == 0 || s->emu_workers > ADSM__MAX_EMU_WORKERS)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.emu_workers: %u; expected a count from 1 to %d",
+                          s->emu_workers, ADSM__MAX_EMU_WORKERS);
     s->block_shift = adsm__log2(s->block_size);
     return ADSM_OK;
 }
@@ -191,11 +211,12 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         (r = adsm__env_name("ADSM_PROTOCOL", adsm__protocol_names, &protocol, "expected batch, lazy or rolling")) ||
         (r = adsm__env_name("ADSM_LOG", adsm__log_names, &log, "expected error, warn, info or debug")) ||
         (r = adsm__env_size("ADSM_BLOCK_SIZE", &c.block_size, 0)) ||
-        (r = adsm__env_size("ADSM_ROLLING_SIZE", &c.rolling_size, 1)) ||
-        (r = adsm__env_size("ADSM_ROLLING_STEP", &c.rolling_step, 0)) ||
+        (r = adsm__env_count("ADSM_ROLLING_SIZE", &c.rolling_size, 2, ADSM__MAX_ROLLING_SIZE, 1)) ||
+        (r = adsm__env_count("ADSM_ROLLING_STEP", &c.rolling_step, 1, ADSM__MAX_ROLLING_STEP, 0)) ||
         (r = adsm__env_size("ADSM_EMU_MEMORY", &c.emu_memory, 0)))
         return r;
-    if (c.emu_workers == 0 && (r = adsm__env_size("ADSM_EMU_WORKERS", &workers, 0))) return r;
+    if (c.emu_workers == 0 && (r = adsm__env_count("ADSM_EMU_WORKERS", &workers, 1, ADSM__MAX_EMU_WORKERS, 0)))
+        return r;
     if ((r = adsm__cuda_settings(&c, s)) != ADSM_OK) return r;
     if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_ROLLING ||
         log < 0 || log > ADSM_LOG_DEBUG)
@@ -208,7 +229,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     s->rolling_step = c.rolling_step ? c.rolling_step : ADSM__DEFAULT_ROLLING_STEP;
     s->emu_memory = c.emu_memory ? c.emu_memory : ADSM__MIN(adsm__phys_memory() / 2, (size_t)32 << 30);
     if (c.emu_workers) s->emu_workers = c.emu_workers;
-    else if (workers) s->emu_workers = workers > 1024 ? 1024 : (unsigned)workers;
+    else if (workers) s->emu_workers = (unsigned)workers;
     else s->emu_workers = (unsigned)ADSM__MIN(adsm__cpu_count(), 64);
     return adsm__validate(s, page);
 }

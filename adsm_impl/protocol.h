@@ -218,7 +218,7 @@ ADSM__PRIVATE size_t adsm__rolling_ceiling(const adsm__runtime *rt) {
 }
 
 ADSM__PRIVATE size_t adsm__rolling_limit(const adsm__runtime *rt) {
-    if (rt->cfg.rolling_size) return rt->cfg.rolling_size < 2 ? 2 : rt->cfg.rolling_size;
+    if (rt->cfg.rolling_size) return rt->cfg.rolling_size; /* at least 2: config.h refuses 1 */
     size_t floor = adsm__rolling_floor(rt), ceiling = adsm__rolling_ceiling(rt);
     if (rt->rolling_limit < floor) return floor;
     return rt->rolling_limit > ceiling ? ceiling : rt->rolling_limit;

@@ -79,6 +79,32 @@ Test(config, block_size_zero) { expect_bad("ADSM_BLOCK_SIZE", "0"); }
 Test(config, emu_memory_zero) { expect_bad("ADSM_EMU_MEMORY", "0"); }
 Test(config, rolling_step_zero) { expect_bad("ADSM_ROLLING_STEP", "0"); }
 
+/* The message quotes the value given and asks for the right kind of value (issue 11, item 11). */
+static void expect_bad_saying(const char *var, const char *value, const char *says) {
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "%s='%s'", var, value);
+    cr_assert_eq(setenv(var, value, 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG, "%s", quoted);
+    const char *msg = adsm_last_error();
+    cr_assert(strstr(msg, quoted), "message does not quote %s: %s", quoted, msg);
+    cr_assert(strstr(msg, says), "message does not say '%s': %s", says, msg);
+}
+
+Test(config, emu_workers_5000_is_quoted) { expect_bad_saying("ADSM_EMU_WORKERS", "5000", "count from 1 to 256"); }
+Test(config, emu_workers_size_is_not_a_count) { expect_bad_saying("ADSM_EMU_WORKERS", "4K", "count"); }
+Test(config, emu_workers_junk_asks_for_a_count) { expect_bad_saying("ADSM_EMU_WORKERS", "many", "count"); }
+Test(config, rolling_size_1_is_refused) { expect_bad_saying("ADSM_ROLLING_SIZE", "1", "count from 2"); }
+Test(config, rolling_step_junk_asks_for_a_count) { expect_bad_saying("ADSM_ROLLING_STEP", "x", "count from 1"); }
+Test(config, block_size_junk_asks_for_a_size) { expect_bad_saying("ADSM_BLOCK_SIZE", "big", "size such as"); }
+
+Test(config, rolling_size_1_in_the_config_is_refused) {
+    adsm_config cfg = emu_config();
+    cfg.rolling_size = 1;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "rolling_size: 1 "), "%s", adsm_last_error());
+}
+
 /* ---- good values ------------------------------------------------------------------------------ */
 
 static void expect_block_size(const char *value, size_t want) {

@@ -574,13 +574,14 @@ Test(rolling, host_backend_no_stale_read) {
 }
 
 /* Regression (found by fuzz/fuzz_protocol.c): one store spanning two blocks needs both Dirty at
- * once; a rolling size of 1 made them evict each other forever. The limit is at least 2. */
-Test(rolling, store_across_blocks_with_rolling_size_1, .timeout = 20) {
+ * once; a rolling size of 1 made them evict each other forever. The limit is at least 2 (1 is
+ * refused: test_config.c::rolling_size_1_in_the_config_is_refused), and 2 is enough. */
+Test(rolling, store_across_blocks_with_the_smallest_rolling_size, .timeout = 20) {
     adsm_config cfg = {0};
     cfg.backend = TEST_DEVICE_BACKEND;
     cfg.protocol = ADSM_PROTOCOL_ROLLING;
     cfg.block_size = 4096;
-    cfg.rolling_size = 1;
+    cfg.rolling_size = 2;
     cfg.emu_memory = (size_t)256 << 20; /* small, like the other tests: fits valgrind's address space */
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
     unsigned char *a = adsm_alloc(2 * 4096);
