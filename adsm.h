@@ -214,6 +214,10 @@
    ==========
    x86-64 and aarch64 Linux. Objects are page granular (a 1-byte object uses a page). Each run of
    pages with its own protection is one kernel mapping (vm.max_map_count); prefer large blocks.
+   Address space: adsm reserves about 3 x 2 x ADSM_EMU_MEMORY (at least 64 GiB per view when
+   allowed) without using memory for it. Under an address-space limit (ulimit -v) the default
+   emulated device shrinks to fit (logged at info); a size the program set that does not fit is
+   refused with the numbers. adsm needs about 3.5 GiB of the limit at least.
 */
 /* The implementation needs Linux extensions (memfd, MAP_NORESERVE, futex); they must be requested
    before the first system header of the translation unit, so include adsm.h first there. */

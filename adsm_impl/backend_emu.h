@@ -556,7 +556,9 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     if (e->window == MAP_FAILED) {
         e->window = NULL;
         adsm__emu_shutdown(e);
-        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: cannot map device memory: %s", strerror(errno));
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: cannot map a %zu MiB view of device memory: "
+                          "%s (address space limited? a smaller ADSM_EMU_MEMORY needs less)",
+                          e->half >> 20, strerror(errno));
     }
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
         adsm__emu_shutdown(e);

@@ -25,6 +25,7 @@ typedef struct adsm__settings {
     size_t rolling_size; /* 0: adaptive */
     size_t rolling_step;
     size_t emu_memory;
+    int emu_memory_given; /* set by the program (config or ADSM_EMU_MEMORY), not defaulted */
     unsigned emu_workers;
     adsm_log_level log_level;
     int device;              /* cuda device ordinal */
@@ -228,6 +229,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     s->rolling_size = c.rolling_size;
     s->rolling_step = c.rolling_step ? c.rolling_step : ADSM__DEFAULT_ROLLING_STEP;
     s->emu_memory = c.emu_memory ? c.emu_memory : ADSM__MIN(adsm__phys_memory() / 2, (size_t)32 << 30);
+    s->emu_memory_given = c.emu_memory != 0;
     if (c.emu_workers) s->emu_workers = c.emu_workers;
     else if (workers) s->emu_workers = (unsigned)workers;
     else s->emu_workers = (unsigned)ADSM__MIN(adsm__cpu_count(), 64);

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -199,6 +200,23 @@ ADSM__PRIVATE void adsm__append(char *buf, size_t n, const char *s) {
     size_t used = strlen(buf);
     while (*s && used + 1 < n) buf[used++] = *s++;
     buf[used] = 0;
+}
+
+/* Bytes this process may still map under RLIMIT_AS (ulimit -v); SIZE_MAX when unlimited.
+ * MAP_NORESERVE reservations count against that limit too. */
+ADSM__PRIVATE size_t adsm__address_space_room(size_t *limit) {
+    struct rlimit rl;
+    *limit = SIZE_MAX;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+    *limit = (size_t)rl.rlim_cur;
+    unsigned long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (f) {
+        if (fscanf(f, "%llu", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    size_t used = (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+    return rl.rlim_cur > used ? (size_t)rl.rlim_cur - used : 0;
 }
 
 ADSM__PRIVATE size_t adsm__cpu_count(void) {

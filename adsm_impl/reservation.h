@@ -9,21 +9,60 @@
 #ifndef ADSM__RESERVATION_INCLUDED
 #define ADSM__RESERVATION_INCLUDED
 
-ADSM__PRIVATE adsm_result adsm__reserve(adsm__runtime *rt) {
+/* Address space adsm maps besides its reservation's halves: fetch slots, its threads' stacks,
+ * tables. The emu backend also maps a second view of device memory, one half long. */
+#define ADSM__AS_SLACK ((size_t)512 << 20)
+#define ADSM__AS_VIEWS 3
+
+/* The shared half holds every object and device address: twice the emulated device's capacity
+ * leaves room for fragmentation. */
+ADSM__PRIVATE size_t adsm__half_needed(const adsm__runtime *rt) {
     size_t gib = (size_t)1 << 30;
+    return ADSM__ALIGN_UP(ADSM__MAX(gib, 2 * rt->cfg.emu_memory), gib);
+}
+
+/* Under an address-space limit (ulimit -v) the halves must fit in what is left, three times over
+ * (reservation and emu's device view). A defaulted emulated device shrinks to fit; one the
+ * program sized is refused with the numbers and the remedy. */
+ADSM__PRIVATE adsm_result adsm__fit_address_limit(adsm__runtime *rt, size_t *half_max) {
+    size_t gib = (size_t)1 << 30, limit, room = adsm__address_space_room(&limit);
+    *half_max = SIZE_MAX;
+    if (room == SIZE_MAX) return ADSM_OK;
+    size_t usable = room > ADSM__AS_SLACK ? (room - ADSM__AS_SLACK) / ADSM__AS_VIEWS : 0;
+    *half_max = usable >= gib ? ADSM__ALIGN_DOWN(usable, gib) : 0;
+    if (adsm__half_needed(rt) <= *half_max) return ADSM_OK;
+    if (!rt->cfg.emu_memory_given && *half_max >= gib) {
+        rt->cfg.emu_memory = *half_max / 2;
+        adsm__log(ADSM_LOG_INFO, "emulated device memory lowered to %zu MiB to fit the address-space limit "
+                  "(ulimit -v)", rt->cfg.emu_memory >> 20);
+        return ADSM_OK;
+    }
+    return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY,
+                      "the address-space limit (ulimit -v, %zu MiB) leaves %zu MiB; adsm maps about %d x %zu MiB "
+                      "for %zu MiB of emulated device memory: %s",
+                      limit >> 20, room >> 20, ADSM__AS_VIEWS, adsm__half_needed(rt) >> 20, rt->cfg.emu_memory >> 20,
+                      *half_max >= gib ? "lower ADSM_EMU_MEMORY (or adsm_config.emu_memory) or raise the limit"
+                                       : "raise the limit (adsm needs at least 3.5 GiB of it)");
+}
+
+ADSM__PRIVATE adsm_result adsm__reserve(adsm__runtime *rt) {
+    size_t gib = (size_t)1 << 30, half_max;
     size_t align = ADSM__MAX(rt->cfg.block_size, (size_t)2 << 20);
-    /* 64 GiB per half unless the device is larger; where less address space is allowed (ulimit -v,
-     * valgrind's ~64 GiB), halve down to what the device capacity needs. */
-    size_t need = ADSM__ALIGN_UP(ADSM__MAX(gib, 2 * rt->cfg.emu_memory), gib);
-    rt->half = ADSM__MAX((size_t)64 * gib, need);
+    adsm_result r = adsm__fit_address_limit(rt, &half_max);
+    if (r != ADSM_OK) return r;
+    /* 64 GiB per half unless the device is larger or the limit smaller; where less address space
+     * turns out to be allowed (valgrind's ~64 GiB), halve down to what the device capacity needs. */
+    size_t need = adsm__half_needed(rt);
+    rt->half = ADSM__MIN(ADSM__MAX((size_t)64 * gib, need), half_max);
     void *p = adsm__map_aligned(2 * rt->half, align, PROT_NONE, MAP_NORESERVE);
     while (p == MAP_FAILED && rt->half / 2 >= need) {
         rt->half /= 2;
         p = adsm__map_aligned(2 * rt->half, align, PROT_NONE, MAP_NORESERVE);
     }
     if (p == MAP_FAILED)
-        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: %s",
-                          (2 * rt->half + align) / gib, strerror(errno));
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: %s (for %zu MiB "
+                          "of emulated device memory: a smaller ADSM_EMU_MEMORY needs less)",
+                          (2 * rt->half + align) / gib, strerror(errno), rt->cfg.emu_memory >> 20);
     uintptr_t base = (uintptr_t)p;
     rt->base = base;
     /* Host copies live on transparent huge pages where the block size allows it: protecting a

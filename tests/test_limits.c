@@ -11,9 +11,11 @@
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <dirent.h>
 #include <errno.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 ADSM_KERNEL(lim_fill, ADSM_OUT(int, c), ADSM_IN(int, a), ADSM_VALUE(size_t, n));
@@ -147,4 +149,83 @@ Test(limits, no_locked_memory) {
     cr_assert_eq(init_emu(), ADSM_OK, "%s", adsm_last_error());
     round_trip(100000);
     adsm_shutdown();
+}
+
+/* ---- address-space limits (ulimit -v; issue 11, item 9) ------------------------------------ */
+/* In a forked child (the limit is per process): lower RLIMIT_AS, then initialise with the default
+ * emulated device size (or `emu_memory`) and run a kernel. Exit 0: it worked; 1: init failed,
+ * with the message on the pipe. */
+static int run_under_limit(size_t limit, size_t emu_memory, char *msg, size_t msg_size) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        struct rlimit rl = {limit, limit};
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+        adsm_config cfg = {0};
+        cfg.backend = ADSM_BACKEND_EMU;
+        cfg.emu_memory = emu_memory;
+        if (adsm_init(&cfg) != ADSM_OK) {
+            const char *m = adsm_last_error();
+            if (write(fds[1], m, strlen(m)) < 0) _exit(4);
+            _exit(1);
+        }
+        enum { N = 100000 };
+        int *a = adsm_alloc(N * sizeof(int)), *c = adsm_alloc(N * sizeof(int));
+        if (!a || !c) _exit(5);
+        for (int i = 0; i < N; i++) a[i] = i;
+        if (ADSM_CALL(lim_fill, adsm_grid_1d(N / 100, 100), c, a, (size_t)N) != ADSM_OK || adsm_sync() != ADSM_OK)
+            _exit(6);
+        _exit(c[N - 1] == 2 * (N - 1) + 1 ? 0 : 7);
+    }
+    close(fds[1]);
+    memset(msg, 0, msg_size);
+    size_t used = 0;
+    ssize_t n;
+    while (used < msg_size - 1 && (n = read(fds[0], msg + used, msg_size - 1 - used)) > 0) used += (size_t)n;
+    close(fds[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "the child died: status %d", status);
+    return WEXITSTATUS(status);
+}
+
+/* Under AddressSanitizer its shadow memory alone is terabytes of address space: no limit leaves
+ * room, and what is checked there is the clear refusal. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
+ParameterizedTestParameters(limits, default_device_fits_the_address_limit) {
+    static size_t gib[] = {6, 8, 16, 32, 48, 64, 100};
+    return cr_make_param_array(size_t, gib, sizeof gib / sizeof gib[0]);
+}
+
+/* With the default emulated device size, every limit from 6 GiB up works (the device shrinks). */
+ParameterizedTest(size_t *gib, limits, default_device_fits_the_address_limit, .timeout = 60) {
+    char msg[600];
+    int rc = run_under_limit(*gib << 30, 0, msg, sizeof msg);
+    if (UNDER_ASAN) {
+        cr_assert_eq(rc, 1, "exit %d", rc);
+        cr_assert(strstr(msg, "ulimit -v"), "%s", msg);
+    } else {
+        cr_assert_eq(rc, 0, "limit %zu GiB: exit %d: %s", *gib, rc, msg);
+    }
+}
+
+/* An emulated device the program sized too large for the limit is refused with the remedy. */
+Test(limits, sized_device_beyond_the_address_limit_says_what_to_lower, .timeout = 60) {
+    char msg[600];
+    int rc = run_under_limit((size_t)16 << 30, (size_t)32 << 30, msg, sizeof msg);
+    cr_assert_eq(rc, 1, "exit %d", rc);
+    cr_assert(strstr(msg, "ulimit -v"), "%s", msg);
+    if (!UNDER_ASAN) cr_assert(strstr(msg, "lower ADSM_EMU_MEMORY"), "%s", msg);
 }
