@@ -187,7 +187,10 @@
    of about one block (1..8 MiB): a large read into a rolling object evicts the blocks already
    read while the next piece is read. Bytes read from a file are Dirty on the host; writing a
    range that is Invalid fetches only the blocks it covers. On pipes and sockets the first piece
-   blocks like read(2) would; later pieces are read only if data is already waiting.
+   blocks like read(2) would; later pieces are read only if data is already waiting. Sockets
+   that keep message boundaries (SOCK_SEQPACKET, SOCK_DGRAM) get one call for the whole count.
+   The bounce buffer sits at the same offset within a page as your buffer, so O_DIRECT accepts
+   and refuses the same buffers as it would without adsm; idle bounce buffers are reused.
        #define ADSM_INTERPOSE_IO    before ADSM_IMPLEMENTATION: that translation unit also defines
                                     read, write, pread, pwrite, fread, fwrite (and the
                                     _FORTIFY_SOURCE __read_chk/__fread_chk), so unchanged code

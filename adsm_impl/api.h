@@ -123,6 +123,7 @@ ADSM_API void adsm_shutdown(void) {
     rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = rt->tracked_blocks = 0;
     rt->rolling_limit = 0;
     rt->evict_clock = rt->epoch_clock = rt->epoch_regrets = rt->epoch_touched = 0;
+    adsm__bounce_release_all(rt);
     adsm__unlock(&rt->lock);
     rt->be->shutdown(rt->be_ctx);
     rt->be = NULL;

@@ -347,6 +347,59 @@ ADSM__PRIVATE size_t adsm__align_piece(const adsm__runtime *rt, uintptr_t at, si
     return end > at ? end - at : want;
 }
 
+/* ---- bounce buffers ------------------------------------------------------------------------ */
+/* One bounce buffer per I/O call in flight, kept for the next call instead of allocated each
+ * time. A page longer than a piece: the system call sees the buffer at the same offset within a
+ * page as the program's own buffer, so O_DIRECT's alignment rules give what libc would on it. */
+typedef struct adsm__bounce {
+    unsigned char *base;
+    size_t size;
+    int pooled;
+} adsm__bounce;
+
+ADSM__PRIVATE int adsm__bounce_take(adsm__runtime *rt, size_t need, adsm__bounce *b) {
+    b->pooled = need <= adsm__io_piece(rt);
+    b->size = b->pooled ? adsm__io_piece(rt) + rt->page : ADSM__ALIGN_UP(need, rt->page) + rt->page;
+    b->base = NULL;
+    if (b->pooled) {
+        adsm__lock(&rt->lock);
+        if (stbds_arrlen(rt->io_bounce) > 0) b->base = (unsigned char *)stbds_arrpop(rt->io_bounce);
+        adsm__unlock(&rt->lock);
+        if (b->base) return 0;
+    }
+    void *p = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    b->base = (unsigned char *)p;
+    return 0;
+}
+
+ADSM__PRIVATE void adsm__bounce_give(adsm__runtime *rt, adsm__bounce *b) {
+    if (b->pooled) {
+        adsm__lock(&rt->lock);
+        int kept = adsm__ready() && (stbds_arrput(rt->io_bounce, b->base), 1);
+        adsm__unlock(&rt->lock);
+        if (kept) return;
+    }
+    munmap(b->base, b->size);
+}
+
+/* At shutdown: every idle bounce buffer goes. */
+ADSM__PRIVATE void adsm__bounce_release_all(adsm__runtime *rt) {
+    for (ptrdiff_t i = 0; i < stbds_arrlen(rt->io_bounce); i++) munmap(rt->io_bounce[i], adsm__io_piece(rt) + rt->page);
+    stbds_arrfree(rt->io_bounce);
+}
+
+/* Sockets that keep message boundaries (SOCK_SEQPACKET, SOCK_DGRAM): one read returns one message
+ * and drops what does not fit, one write sends one message, so the call cannot be split. */
+ADSM__PRIVATE int adsm__keeps_message_boundaries(int fd) {
+    int type = 0, saved = errno;
+    socklen_t len = sizeof type;
+    int message = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+                  (type == SOCK_SEQPACKET || type == SOCK_DGRAM || type == SOCK_RDM);
+    errno = saved;
+    return message;
+}
+
 /* One transfer in pieces through a bounce buffer. `syscall_piece` moves up to `want` bytes
  * between the bounce buffer and the file, returning the count or -1 with errno. Reading: the
  * piece is copied into shared memory after the call; writing: before. Stops after a short
@@ -356,6 +409,7 @@ typedef struct adsm__xfer {
     int fd;
     int reading;
     int stream_like; /* not a regular file: FIONREAD decides whether to go on */
+    int whole;       /* one system call for the whole count (message sockets) */
     ssize_t (*syscall_piece)(struct adsm__xfer *x, void *bounce, size_t want, size_t done);
     void *ctx;
     off_t offset;
@@ -364,14 +418,15 @@ typedef struct adsm__xfer {
 ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
     adsm__runtime *rt = &adsm__rt;
     int saved_errno = errno, final_errno = errno;
-    size_t piece = adsm__io_piece(rt), done = 0;
+    size_t piece = x->whole ? n : adsm__io_piece(rt), done = 0;
     uintptr_t unfinished = 0;
-    void *bounce = malloc(ADSM__MIN(n, piece));
-    if (!bounce) {
+    adsm__bounce b;
+    if (adsm__bounce_take(rt, piece, &b) != 0) {
         errno = ENOMEM;
         return -1;
     }
     while (done < n) {
+        unsigned char *bounce = b.base + (buf + done) % rt->page; /* the program's alignment */
         size_t want = ADSM__MIN(n - done, piece);
         if (x->reading && done > 0 && x->stream_like) {
             int waiting = 0;
@@ -379,7 +434,7 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
             else if (waiting <= 0) break;
             else want = ADSM__MIN(want, (size_t)waiting);
         }
-        want = adsm__align_piece(rt, buf + done, want, n - done);
+        if (!x->whole) want = adsm__align_piece(rt, buf + done, want, n - done);
         if (!x->reading && adsm__memcpy_impl(rt, (uintptr_t)bounce, buf + done, want) != ADSM_OK) break;
         errno = saved_errno;
         ssize_t got = x->syscall_piece(x, bounce, want, done);
@@ -388,14 +443,14 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         if (got < 0 || (size_t)got < want) final_errno = errno;
         if (got < 0) {
             if (done == 0) {
-                free(bounce);
+                adsm__bounce_give(rt, &b);
                 return -1; /* errno from the call itself */
             }
             break;
         }
         if (x->reading && got > 0 &&
             adsm__copy_range(rt, buf + done, (uintptr_t)bounce, (size_t)got, buf + n, &unfinished) != ADSM_OK) {
-            free(bounce);
+            adsm__bounce_give(rt, &b);
             errno = EFAULT;
             return done > 0 ? (ssize_t)done : -1;
         }
@@ -403,7 +458,7 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         if ((size_t)got < want) break;
     }
     if (unfinished > buf + done) adsm__repair_tail(rt, buf + done, unfinished);
-    free(bounce);
+    adsm__bounce_give(rt, &b);
     errno = final_errno;
     return (ssize_t)done;
 }
@@ -479,6 +534,7 @@ ADSM__PRIVATE ssize_t adsm__fd_transfer(int fd, uintptr_t buf, size_t n, int rea
     x.fd = fd;
     x.reading = reading;
     x.stream_like = reading && adsm__is_stream_like(fd);
+    x.whole = adsm__keeps_message_boundaries(fd);
     x.syscall_piece = piece;
     x.offset = offset;
     if (n > UINTPTR_MAX - buf) {

@@ -22,6 +22,8 @@
 #include "tests/protocol_common.h"
 #include "tests/io_common.h"
 
+#include <sys/socket.h>
+
 TestSuite(io, .timeout = 30);
 
 static const io_fns libc_fns = {"libc", read, write, pread, pwrite, fread, fwrite};
@@ -509,4 +511,86 @@ Test(io, read_with_eager_eviction) {
     close(fd);
     free(data);
     adsm_shutdown();
+}
+
+/* ---- descriptors with rules of their own (issue 11, item 8) --------------------------------- */
+/* O_DIRECT wants buffers aligned like the device's blocks: page-aligned shared memory works as a
+ * page-aligned malloc buffer does, and a misaligned one fails with the same EINVAL. */
+Test(io, o_direct_on_shared_memory_matches_libc) {
+    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    const char *dir = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
+    char path[512];
+    snprintf(path, sizeof path, "%s/adsm_o_direct_XXXXXX", dir);
+    int tmp = mkstemp(path);
+    cr_assert_geq(tmp, 0);
+    close(tmp);
+    int fd = open(path, O_RDWR | O_DIRECT);
+    unlink(path);
+    cr_assert_geq(fd, 0, "O_DIRECT open in %s: %s", dir, strerror(errno));
+    size_t n = MIB + 3 * 4096;
+    unsigned char *obj = alloc(n), *back = alloc(n), *mirror = NULL;
+    cr_assert_eq(posix_memalign((void **)&mirror, 4096, n), 0);
+    for (size_t i = 0; i < n; i++) obj[i] = (unsigned char)(i * 7 + 1);
+    cr_assert_eq(adsm_pwrite(fd, obj, n, 0), (ssize_t)n, "adsm_pwrite: %s", strerror(errno));
+    cr_assert_eq(pread(fd, mirror, n, 0), (ssize_t)n);
+    cr_assert_eq(memcmp(mirror, obj, n), 0);
+    cr_assert_eq(adsm_pread(fd, back, n, 0), (ssize_t)n, "adsm_pread: %s", strerror(errno));
+    cr_assert_eq(memcmp(back, mirror, n), 0);
+    errno = 0;
+    ssize_t want = pread(fd, mirror + 1, 4096, 0);
+    int want_errno = errno;
+    errno = 0;
+    cr_assert_eq(adsm_pread(fd, back + 1, 4096, 0), want);
+    cr_assert_eq(errno, want_errno, "errno %d, libc %d", errno, want_errno);
+    close(fd);
+    free(mirror);
+    adsm_shutdown();
+}
+
+/* SOCK_SEQPACKET keeps message boundaries: a message longer than one I/O piece is written as one
+ * message and read whole, and the next message is not glued on. */
+Test(io, seqpacket_message_larger_than_a_piece_keeps_its_boundaries) {
+    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    int sv[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+    int room = 16 << 20; /* a 3 MiB message needs a send buffer above the default wmem_max */
+    cr_assert_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof room), 0,
+                 "SO_SNDBUFFORCE (needs CAP_NET_ADMIN): %s", strerror(errno));
+    size_t big = 3 * MIB, small = 1000;
+    unsigned char *src = alloc(big), *dst = alloc(4 * MIB), plain[1000];
+    for (size_t i = 0; i < big; i++) src[i] = (unsigned char)(i % 251);
+    memset(plain, 0x5a, sizeof plain);
+    cr_assert_eq(adsm_write(sv[0], src, big), (ssize_t)big, "%s", strerror(errno));
+    cr_assert_eq(write(sv[0], plain, small), (ssize_t)small);
+    cr_assert_eq(adsm_read(sv[1], dst, 4 * MIB), (ssize_t)big);
+    cr_assert_eq(memcmp(dst, src, big), 0);
+    cr_assert_eq(adsm_read(sv[1], dst, 4 * MIB), (ssize_t)small);
+    cr_assert_eq(dst[0], 0x5a);
+    cr_assert_eq(dst[small - 1], 0x5a);
+    cr_assert_eq(dst[small], (unsigned char)(small % 251), "the rest of the buffer is left alone");
+    close(sv[0]);
+    close(sv[1]);
+    adsm_shutdown();
+}
+
+/* I/O calls reuse one bounce buffer instead of mapping a new one (up to 32 MiB) each time
+ * (issue 11, item 12; white-box: the runtime's pool of idle buffers). */
+Test(io, sequential_calls_reuse_one_bounce_buffer) {
+    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    unsigned char *obj = alloc(2 * MIB);
+    unsigned char data[8192];
+    memset(data, 3, sizeof data);
+    int fd = temp_file(data, sizeof data);
+    void *first = NULL;
+    for (int i = 0; i < 10; i++) {
+        cr_assert_eq(adsm_pread(fd, obj + i, sizeof data, 0), (ssize_t)sizeof data);
+        cr_assert_eq(stbds_arrlen(adsm__rt.io_bounce), 1, "call %d left %td idle buffers", i,
+                     stbds_arrlen(adsm__rt.io_bounce));
+        if (i == 0) first = adsm__rt.io_bounce[0];
+        cr_assert_eq(adsm__rt.io_bounce[0], first, "call %d used another buffer", i);
+    }
+    cr_assert_eq(obj[9 + sizeof data - 1], 3);
+    close(fd);
+    adsm_shutdown();
+    cr_assert_eq(stbds_arrlen(adsm__rt.io_bounce), 0, "shutdown releases them");
 }
