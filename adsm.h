@@ -158,6 +158,11 @@
    7. THREADS, SIGNALS AND FORK
    ============================
    Any thread may touch shared memory, allocate, free, launch and sync; all calls are thread safe.
+   adsm_shutdown may race with other threads' calls: each call either finishes before shutdown
+   frees anything (shutdown waits for it) or runs after it, as any call after shutdown does
+   (initialising again, or "not initialised" for old pointers). A thread blocked in adsm_read and
+   friends (a pipe, a socket) does not hold shutdown up; its call then fails with ECANCELED.
+   Touching shared memory after (or during) shutdown is a crash, as after adsm_free.
    adsm installs a SIGSEGV handler (SA_SIGINFO). Faults outside shared memory go to the program's
    own SIGSEGV disposition, or to the default action, so stray accesses still crash. The
    implementation also defines sigaction() and signal(): while adsm is initialised, a SIGSEGV

@@ -73,16 +73,23 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     }
     adsm__log(ADSM_LOG_INFO, "backend %s, protocol %s, block size %zu", rt->be->name, adsm__protocol_for(rt->cfg.protocol)->name,
               rt->cfg.block_size);
+    ADSM__ADD(&rt->generation, 1);
     ADSM__STORE(&rt->state, ADSM__RT_READY);
     return ADSM_OK;
 }
 
+/* Initialises on first use. The caller's uses are let go meanwhile: a shutdown in progress holds
+ * the initialisation mutex and waits for them. */
 ADSM__PRIVATE adsm_result adsm__ensure(void) {
-    if (ADSM__LIKELY(adsm__ready())) return ADSM_OK;
-    pthread_mutex_lock(&adsm__rt.init_mutex);
-    adsm_result r = adsm__ready() ? ADSM_OK : adsm__start(NULL);
-    pthread_mutex_unlock(&adsm__rt.init_mutex);
-    return r;
+    while (!ADSM__LIKELY(adsm__ready())) { /* again if another thread shut it down meanwhile */
+        int held = adsm__uses_drop();
+        pthread_mutex_lock(&adsm__rt.init_mutex);
+        adsm_result r = adsm__ready() ? ADSM_OK : adsm__start(NULL);
+        pthread_mutex_unlock(&adsm__rt.init_mutex);
+        adsm__uses_take(held);
+        if (r != ADSM_OK) return r;
+    }
+    return ADSM_OK;
 }
 
 ADSM_API adsm_result adsm_init(const adsm_config *cfg) {
@@ -101,8 +108,9 @@ ADSM_API void adsm_shutdown(void) {
         pthread_mutex_unlock(&rt->init_mutex);
         return;
     }
+    ADSM__STORE(&rt->state, ADSM__RT_OFF); /* new calls see it shut down */
+    adsm__await_no_users();                /* calls in flight finish first */
     rt->be->synchronize(rt->be_ctx);
-    ADSM__STORE(&rt->state, ADSM__RT_OFF);
     adsm__lock(&rt->lock);
     /* device buffers first: the tree also links safe objects, which the list below frees */
     for (adsm__tree_node *n; (n = adsm__tree_first(&rt->safe_dev)) != NULL;) {
@@ -119,6 +127,7 @@ ADSM_API void adsm_shutdown(void) {
         free(ADSM__CONTAINER_OF(n, adsm__host_buffer, node)); /* backend unlocks it at shutdown */
     }
     rt->first_object = rt->last_object = NULL;
+    adsm__tree_init(&rt->objects); /* its nodes were in the objects just destroyed */
     rt->fifo_head = rt->fifo_tail = NULL;
     rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = rt->tracked_blocks = 0;
     rt->rolling_limit = 0;
@@ -155,10 +164,10 @@ ADSM__PRIVATE void *adsm__alloc(size_t size, int safe, const char *fn) {
     return r == ADSM_OK ? (void *)o->host : NULL;
 }
 
-ADSM_API void *adsm_alloc(size_t size) { return adsm__alloc(size, 0, "adsm_alloc"); }
-ADSM_API void *adsm_safe_alloc(size_t size) { return adsm__alloc(size, 1, "adsm_safe_alloc"); }
+ADSM__PRIVATE void *adsm__alloc_unguarded(size_t size) { return adsm__alloc(size, 0, "adsm_alloc"); }
+ADSM__PRIVATE void *adsm__safe_alloc_unguarded(size_t size) { return adsm__alloc(size, 1, "adsm_safe_alloc"); }
 
-ADSM_API void *adsm_safe(const void *host_ptr) {
+ADSM__PRIVATE void *adsm__safe_unguarded(const void *host_ptr) {
     adsm__runtime *rt = &adsm__rt;
     if (adsm__ensure() != ADSM_OK) return NULL;
     adsm__lock(&rt->lock);
@@ -170,7 +179,7 @@ ADSM_API void *adsm_safe(const void *host_ptr) {
     return (void *)dev;
 }
 
-ADSM_API adsm_result adsm_free(void *ptr) {
+ADSM__PRIVATE adsm_result adsm__free_unguarded(void *ptr) {
     adsm__runtime *rt = &adsm__rt;
     uintptr_t a = (uintptr_t)ptr;
     if (!ptr) return ADSM_OK;
@@ -203,7 +212,7 @@ ADSM_API adsm_result adsm_free(void *ptr) {
 }
 
 /* ---- the explicit path: device-only buffers and copies ------------------------------------ */
-ADSM_API void *adsm_dev_alloc(size_t size) {
+ADSM__PRIVATE void *adsm__dev_alloc_unguarded(size_t size) {
     adsm__runtime *rt = &adsm__rt;
     if (adsm__ensure() != ADSM_OK) return NULL;
     if (size == 0 || size > rt->half) {
@@ -257,7 +266,7 @@ ADSM__PRIVATE adsm__object *adsm__device_buffer(adsm__runtime *rt, const void *d
     return o;
 }
 
-ADSM_API adsm_result adsm_dev_free(void *dev) {
+ADSM__PRIVATE adsm_result adsm__dev_free_unguarded(void *dev) {
     adsm__runtime *rt = &adsm__rt;
     if (!dev) return ADSM_OK;
     if (!adsm__ready()) return adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_dev_free(%p): adsm is not initialised", dev);
@@ -309,16 +318,16 @@ ADSM__PRIVATE adsm_result adsm__explicit_copy(void *dev, const void *host, size_
     return r;
 }
 
-ADSM_API adsm_result adsm_copy_to_device(void *dev, const void *host, size_t n) {
+ADSM__PRIVATE adsm_result adsm__copy_to_device_unguarded(void *dev, const void *host, size_t n) {
     return adsm__explicit_copy(dev, host, n, 1);
 }
 
-ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n) {
+ADSM__PRIVATE adsm_result adsm__copy_from_device_unguarded(void *host, const void *dev, size_t n) {
     return adsm__explicit_copy((void *)dev, host, n, 0);
 }
 
 /* ---- host memory for explicit copies -------------------------------------------------------- */
-ADSM_API void *adsm_host_alloc(size_t size) {
+ADSM__PRIVATE void *adsm__host_alloc_unguarded(size_t size) {
     adsm__runtime *rt = &adsm__rt;
     size_t huge = ADSM__HUGE_PAGE;
     if (adsm__ensure() != ADSM_OK) return NULL;
@@ -345,7 +354,7 @@ ADSM_API void *adsm_host_alloc(size_t size) {
     return (void *)at;
 }
 
-ADSM_API adsm_result adsm_host_free(void *host) {
+ADSM__PRIVATE adsm_result adsm__host_free_unguarded(void *host) {
     adsm__runtime *rt = &adsm__rt;
     if (!host) return ADSM_OK;
     if (!adsm__ready())
@@ -374,11 +383,11 @@ ADSM__PRIVATE adsm_result adsm__module_load(const void *image, size_t size, int 
     return rt->be->module_load(rt->be_ctx, image, size, source, options);
 }
 
-ADSM_API adsm_result adsm_module_load_image(const void *image, size_t size) {
+ADSM__PRIVATE adsm_result adsm__module_load_image_unguarded(const void *image, size_t size) {
     return adsm__module_load(image, size, 0, NULL, "adsm_module_load_image");
 }
 
-ADSM_API adsm_result adsm_module_load_source(const char *cuda_source, const char *const *options) {
+ADSM__PRIVATE adsm_result adsm__module_load_source_unguarded(const char *cuda_source, const char *const *options) {
     return adsm__module_load(cuda_source, cuda_source ? strlen(cuda_source) : 0, 1, options,
                              "adsm_module_load_source");
 }
@@ -403,7 +412,7 @@ ADSM__PRIVATE adsm_result adsm__read_file(const char *path, char **out, size_t *
     return ADSM_OK;
 }
 
-ADSM_API adsm_result adsm_module_load_file(const char *path) {
+ADSM__PRIVATE adsm_result adsm__module_load_file_unguarded(const char *path) {
     char *image = NULL;
     size_t size = 0;
     if (!path) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_module_load_file: NULL path");
@@ -416,7 +425,7 @@ ADSM_API adsm_result adsm_module_load_file(const char *path) {
 }
 
 /* ---- launches ----------------------------------------------------------------------------- */
-ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
+ADSM__PRIVATE adsm_result adsm__launch_unguarded(const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
     if ((r = adsm__ensure()) != ADSM_OK) return r;
@@ -467,7 +476,7 @@ ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, cons
     return r;
 }
 
-ADSM_API adsm_result adsm_sync(void) {
+ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     adsm__runtime *rt = &adsm__rt;
     if (!adsm__ready()) return ADSM_OK;
     adsm_result r = rt->be->synchronize(rt->be_ctx);
@@ -484,7 +493,7 @@ ADSM__PRIVATE adsm_result adsm__check_range(const void *p, size_t n, const char 
     return ADSM_OK;
 }
 
-ADSM_API adsm_result adsm_memset(void *dst, int value, size_t n) {
+ADSM__PRIVATE adsm_result adsm__memset_unguarded(void *dst, int value, size_t n) {
     adsm_result r;
     if ((r = adsm__check_range(dst, n, "adsm_memset")) != ADSM_OK) return r;
     if (n == 0) return ADSM_OK;
@@ -501,7 +510,7 @@ ADSM_API adsm_result adsm_memset(void *dst, int value, size_t n) {
     }
 }
 
-ADSM_API adsm_result adsm_memcpy(void *dst, const void *src, size_t n) {
+ADSM__PRIVATE adsm_result adsm__memcpy_unguarded(void *dst, const void *src, size_t n) {
     adsm_result r;
     if ((r = adsm__check_range(dst, n, "adsm_memcpy")) != ADSM_OK ||
         (r = adsm__check_range(src, n, "adsm_memcpy")) != ADSM_OK)
@@ -517,7 +526,7 @@ ADSM_API adsm_result adsm_memcpy(void *dst, const void *src, size_t n) {
 }
 
 /* ---- stats, errors, introspection ----------------------------------------------------------- */
-ADSM_API adsm_result adsm_get_stats(adsm_stats *out) {
+ADSM__PRIVATE adsm_result adsm__get_stats_unguarded(adsm_stats *out) {
     adsm__runtime *rt = &adsm__rt;
     if (!out) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_get_stats: NULL");
     memset(out, 0, sizeof *out);
@@ -553,22 +562,22 @@ ADSM_API const char *adsm_last_error(void) {
 
 ADSM_API adsm_result adsm_last_result(void) { return adsm__tls_result; }
 
-ADSM_API const char *adsm_protocol_name(void) {
+ADSM__PRIVATE const char *adsm__protocol_name_unguarded(void) {
     if (adsm__ensure() != ADSM_OK) return "none";
     return adsm__protocol_for(adsm__rt.cfg.protocol)->name;
 }
 
-ADSM_API const char *adsm_backend_name(void) {
+ADSM__PRIVATE const char *adsm__backend_name_unguarded(void) {
     if (adsm__ensure() != ADSM_OK) return "none";
     return adsm__rt.be->name;
 }
 
-ADSM_API size_t adsm_block_size(void) {
+ADSM__PRIVATE size_t adsm__block_size_unguarded(void) {
     if (adsm__ensure() != ADSM_OK) return 0;
     return adsm__rt.cfg.block_size;
 }
 
-ADSM_API char adsm_block_state(const void *ptr) {
+ADSM__PRIVATE char adsm__block_state_unguarded(const void *ptr) {
     adsm__runtime *rt = &adsm__rt;
     char state = 0;
     if (!adsm__ready()) return 0;
@@ -577,6 +586,203 @@ ADSM_API char adsm_block_state(const void *ptr) {
     if (o) state = adsm__state_letters[o->blocks[adsm__tree_block_index(&o->node, (uintptr_t)ptr, rt->cfg.block_shift)].state];
     adsm__unlock(&rt->lock);
     return state;
+}
+
+/* ---- the public calls: each holds a use of the runtime (runtime.h) while it runs ------------ */
+ADSM_API void *adsm_alloc(size_t size) {
+    adsm__use_begin();
+    void * r = adsm__alloc_unguarded(size);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API void *adsm_safe_alloc(size_t size) {
+    adsm__use_begin();
+    void * r = adsm__safe_alloc_unguarded(size);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API void *adsm_safe(const void *host_ptr) {
+    adsm__use_begin();
+    void * r = adsm__safe_unguarded(host_ptr);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_free(void *ptr) {
+    adsm__use_begin();
+    adsm_result r = adsm__free_unguarded(ptr);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API void *adsm_dev_alloc(size_t size) {
+    adsm__use_begin();
+    void * r = adsm__dev_alloc_unguarded(size);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_dev_free(void *dev) {
+    adsm__use_begin();
+    adsm_result r = adsm__dev_free_unguarded(dev);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_copy_to_device(void *dev, const void *host, size_t n) {
+    adsm__use_begin();
+    adsm_result r = adsm__copy_to_device_unguarded(dev, host, n);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n) {
+    adsm__use_begin();
+    adsm_result r = adsm__copy_from_device_unguarded(host, dev, n);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API void *adsm_host_alloc(size_t size) {
+    adsm__use_begin();
+    void * r = adsm__host_alloc_unguarded(size);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_host_free(void *host) {
+    adsm__use_begin();
+    adsm_result r = adsm__host_free_unguarded(host);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_module_load_image(const void *image, size_t size) {
+    adsm__use_begin();
+    adsm_result r = adsm__module_load_image_unguarded(image, size);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_module_load_source(const char *cuda_source, const char *const *options) {
+    adsm__use_begin();
+    adsm_result r = adsm__module_load_source_unguarded(cuda_source, options);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_module_load_file(const char *path) {
+    adsm__use_begin();
+    adsm_result r = adsm__module_load_file_unguarded(path);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
+    adsm__use_begin();
+    adsm_result r = adsm__launch_unguarded(k, grid, args);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_sync(void) {
+    adsm__use_begin();
+    adsm_result r = adsm__sync_unguarded();
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_memset(void *dst, int value, size_t n) {
+    adsm__use_begin();
+    adsm_result r = adsm__memset_unguarded(dst, value, n);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_memcpy(void *dst, const void *src, size_t n) {
+    adsm__use_begin();
+    adsm_result r = adsm__memcpy_unguarded(dst, src, n);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_get_stats(adsm_stats *out) {
+    adsm__use_begin();
+    adsm_result r = adsm__get_stats_unguarded(out);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API const char *adsm_protocol_name(void) {
+    adsm__use_begin();
+    const char * r = adsm__protocol_name_unguarded();
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API const char *adsm_backend_name(void) {
+    adsm__use_begin();
+    const char * r = adsm__backend_name_unguarded();
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API size_t adsm_block_size(void) {
+    adsm__use_begin();
+    size_t r = adsm__block_size_unguarded();
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API char adsm_block_state(const void *ptr) {
+    adsm__use_begin();
+    char r = adsm__block_state_unguarded(ptr);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API ssize_t adsm_read(int fd, void *buf, size_t count) {
+    adsm__use_begin();
+    ssize_t r = adsm__read_unguarded(fd, buf, count);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API ssize_t adsm_write(int fd, const void *buf, size_t count) {
+    adsm__use_begin();
+    ssize_t r = adsm__write_unguarded(fd, buf, count);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API ssize_t adsm_pread(int fd, void *buf, size_t count, off_t offset) {
+    adsm__use_begin();
+    ssize_t r = adsm__pread_unguarded(fd, buf, count, offset);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API ssize_t adsm_pwrite(int fd, const void *buf, size_t count, off_t offset) {
+    adsm__use_begin();
+    ssize_t r = adsm__pwrite_unguarded(fd, buf, count, offset);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API size_t adsm_fread(void *ptr, size_t size, size_t nmemb, FILE *stream) {
+    adsm__use_begin();
+    size_t r = adsm__fread_unguarded(ptr, size, nmemb, stream);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
+    adsm__use_begin();
+    size_t r = adsm__fwrite_unguarded(ptr, size, nmemb, stream);
+    adsm__use_end();
+    return r;
 }
 
 #endif /* ADSM__API_INCLUDED */

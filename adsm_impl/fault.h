@@ -84,40 +84,42 @@ ADSM__PRIVATE void adsm__explain_fault(uintptr_t a, int reason, int err) {
     adsm__write_stderr(msg);
 }
 
-static void adsm__segv_handler(int sig, siginfo_t *si, void *context) {
-    adsm__runtime *rt = &adsm__rt;
-    uintptr_t a = (uintptr_t)si->si_addr;
-    int saved_errno = errno;
-    if (si->si_code <= 0 || !adsm__ready() || adsm__outside_reservation(rt, a, 1)) {
-        adsm__chain(sig, si, context);
-        errno = saved_errno;
-        return;
-    }
+/* A fault in adsm's range, with a use of the runtime held (shutdown waits for it): 0 when the
+ * access may be retried, -1 when the fault is passed on. */
+ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, uintptr_t a, void *context) {
+    if (!adsm__ready()) return -1; /* shut down meanwhile: as a fault after shutdown */
     if (adsm__tls_copy_thread) { /* a copy thread of adsm's own: waiting here could never end */
         adsm__write_stderr("adsm: internal error: a copy thread faulted on shared memory that is protected "
                            "(a copy was queued for pages that were then protected); please report this\n");
-        adsm__chain(sig, si, context);
-        errno = saved_errno;
-        return;
+        return -1;
     }
     if (adsm__tls_lock_depth > 0) {
         adsm__write_stderr("adsm: fault on shared memory while this thread holds the runtime lock "
                            "(shared memory touched from a signal handler?)\n");
-        adsm__chain(sig, si, context);
-        errno = saved_errno;
-        return;
+        return -1;
     }
     int is_write = adsm__fault_is_write(context), err = 0;
     uint64_t t0 = adsm__now_ns();
     int rc = adsm__resolve_fault(rt, a, is_write, &err);
     if (rc != 0) {
         adsm__explain_fault(a, rc, err);
-        adsm__chain(sig, si, context);
-        errno = saved_errno;
-        return;
+        return -1;
     }
     ADSM__ADD(is_write == 0 ? &rt->stats.read_faults : &rt->stats.write_faults, 1);
     ADSM__ADD(&rt->stats.fault_ns, adsm__now_ns() - t0);
+    return 0;
+}
+
+static void adsm__segv_handler(int sig, siginfo_t *si, void *context) {
+    adsm__runtime *rt = &adsm__rt;
+    uintptr_t a = (uintptr_t)si->si_addr;
+    int saved_errno = errno, rc = -1;
+    if (si->si_code > 0 && adsm__ready() && !adsm__outside_reservation(rt, a, 1)) {
+        adsm__use_begin();
+        rc = adsm__handle_shared_fault(rt, a, context);
+        adsm__use_end();
+    }
+    if (rc != 0) adsm__chain(sig, si, context);
     errno = saved_errno;
 }
 

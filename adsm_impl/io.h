@@ -415,6 +415,24 @@ typedef struct adsm__xfer {
     off_t offset;
 } adsm__xfer;
 
+/* The system call of one piece may block for as long as the other end likes (a pipe, a socket):
+ * it runs without this thread's uses of the runtime, so adsm_shutdown in another thread does not
+ * wait for it. The call only touches the bounce buffer, which is this call's own. Returns the
+ * call's result, or ADSM__SHUT_DOWN_MEANWHILE: the shared memory this call was for is gone (the
+ * bytes just read are lost, as they would be for a buffer freed during a read). */
+#define ADSM__SHUT_DOWN_MEANWHILE ((ssize_t)-2)
+
+ADSM__PRIVATE ssize_t adsm__blocking_piece(adsm__xfer *x, void *bounce, size_t want, size_t done) {
+    uint64_t generation = ADSM__LOAD(&adsm__rt.generation);
+    int held = adsm__uses_drop();
+    ssize_t got = x->syscall_piece(x, bounce, want, done);
+    int saved_errno = errno;
+    adsm__uses_take(held);
+    errno = saved_errno;
+    if (!adsm__ready() || ADSM__LOAD(&adsm__rt.generation) != generation) return ADSM__SHUT_DOWN_MEANWHILE;
+    return got;
+}
+
 ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
     adsm__runtime *rt = &adsm__rt;
     int saved_errno = errno, final_errno = errno;
@@ -437,7 +455,12 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         if (!x->whole) want = adsm__align_piece(rt, buf + done, want, n - done);
         if (!x->reading && adsm__memcpy_impl(rt, (uintptr_t)bounce, buf + done, want) != ADSM_OK) break;
         errno = saved_errno;
-        ssize_t got = x->syscall_piece(x, bounce, want, done);
+        ssize_t got = adsm__blocking_piece(x, bounce, want, done);
+        if (got == ADSM__SHUT_DOWN_MEANWHILE) {
+            adsm__bounce_give(rt, &b);
+            errno = ECANCELED;
+            return done > 0 ? (ssize_t)done : -1;
+        }
         /* a short or failed piece ends the call: keep the errno it left (stdio reports errors
          * only through errno and ferror) */
         if (got < 0 || (size_t)got < want) final_errno = errno;
@@ -550,22 +573,22 @@ ADSM__PRIVATE ssize_t adsm__fd_transfer(int fd, uintptr_t buf, size_t n, int rea
     return adsm__transfer(&x, buf, valid); /* the kernel stops at the first bad page too */
 }
 
-ADSM_API ssize_t adsm_read(int fd, void *buf, size_t count) {
+ADSM__PRIVATE ssize_t adsm__read_unguarded(int fd, void *buf, size_t count) {
     if (!adsm__touches_shared(buf, count)) return adsm__real_read()(fd, buf, count);
     return adsm__fd_transfer(fd, (uintptr_t)buf, count, 1, 0, adsm__piece_read);
 }
 
-ADSM_API ssize_t adsm_write(int fd, const void *buf, size_t count) {
+ADSM__PRIVATE ssize_t adsm__write_unguarded(int fd, const void *buf, size_t count) {
     if (!adsm__touches_shared(buf, count)) return adsm__real_write()(fd, buf, count);
     return adsm__fd_transfer(fd, (uintptr_t)buf, count, 0, 0, adsm__piece_write);
 }
 
-ADSM_API ssize_t adsm_pread(int fd, void *buf, size_t count, off_t offset) {
+ADSM__PRIVATE ssize_t adsm__pread_unguarded(int fd, void *buf, size_t count, off_t offset) {
     if (!adsm__touches_shared(buf, count)) return adsm__real_pread()(fd, buf, count, offset);
     return adsm__fd_transfer(fd, (uintptr_t)buf, count, 1, offset, adsm__piece_pread);
 }
 
-ADSM_API ssize_t adsm_pwrite(int fd, const void *buf, size_t count, off_t offset) {
+ADSM__PRIVATE ssize_t adsm__pwrite_unguarded(int fd, const void *buf, size_t count, off_t offset) {
     if (!adsm__touches_shared(buf, count)) return adsm__real_pwrite()(fd, buf, count, offset);
     return adsm__fd_transfer(fd, (uintptr_t)buf, count, 0, offset, adsm__piece_pwrite);
 }
@@ -600,12 +623,12 @@ ADSM__PRIVATE int adsm__stream_touches_shared(const void *ptr, size_t size, size
     return adsm__touches_shared(ptr, bytes ? bytes : 1);
 }
 
-ADSM_API size_t adsm_fread(void *ptr, size_t size, size_t nmemb, FILE *stream) {
+ADSM__PRIVATE size_t adsm__fread_unguarded(void *ptr, size_t size, size_t nmemb, FILE *stream) {
     if (!adsm__stream_touches_shared(ptr, size, nmemb)) return adsm__real_fread()(ptr, size, nmemb, stream);
     return adsm__stream_transfer(ptr, size, nmemb, stream, 1);
 }
 
-ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
+ADSM__PRIVATE size_t adsm__fwrite_unguarded(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
     if (!adsm__stream_touches_shared(ptr, size, nmemb)) return adsm__real_fwrite()(ptr, size, nmemb, stream);
     return adsm__stream_transfer((void *)ptr, size, nmemb, stream, 0);
 }

@@ -47,6 +47,10 @@ typedef struct adsm__runtime {
     const struct adsm__protocol_vtbl *proto;
 
     int copy_gen;        /* bumped (and woken) each time a busy unit is done; futex word */
+    uint64_t generation; /* bumped at each initialisation: a call that waited without a use can
+                            tell whether the runtime it started with is still there */
+    int users;           /* calls (and fault handlers) using the runtime now; futex word: shutdown
+                            waits for it to reach 0 before tearing anything down */
     uint64_t launch_seq; /* last launch issued */
     adsm__stats stats;
     adsm__filler fill;   /* brings device data into protected host pages (copy.h) */
@@ -60,6 +64,51 @@ static adsm__runtime adsm__rt = {
     .init_mutex = PTHREAD_MUTEX_INITIALIZER, .launch_mutex = PTHREAD_MUTEX_INITIALIZER, .fill = {.procmem_fd = -1}};
 
 ADSM__PRIVATE int adsm__ready(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY; }
+
+/* ---- uses of the runtime -------------------------------------------------------------------
+ * Every public call, and the fault handler, holds a use from its first look at the runtime to its
+ * return. adsm_shutdown marks the runtime off (later calls behave as after shutdown) and waits
+ * for the uses in flight before it frees anything, so a call racing with it either finishes
+ * first or sees it shut down, never freed state. Signal-safe: atomics and a futex wake. */
+static __thread int adsm__tls_uses; /* uses this thread holds (calls nest) */
+
+ADSM__PRIVATE void adsm__use_begin(void) {
+    adsm__tls_uses++;
+    __atomic_add_fetch(&adsm__rt.users, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with shutdown's: it sees us, or we see it off */
+}
+
+ADSM__PRIVATE void adsm__use_end(void) {
+    adsm__tls_uses--;
+    if (__atomic_sub_fetch(&adsm__rt.users, 1, __ATOMIC_SEQ_CST) != 0) return;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (adsm__ready()) return; /* nobody waits: no system call on the common path */
+    int saved_errno = errno;
+    adsm__futex_wake_all(&adsm__rt.users);
+    errno = saved_errno;
+}
+
+/* Lets go of this thread's uses while it waits for something shutdown holds (initialisation);
+ * returns how many to take back with adsm__uses_take. */
+ADSM__PRIVATE int adsm__uses_drop(void) {
+    int held = adsm__tls_uses;
+    while (adsm__tls_uses > 0) adsm__use_end();
+    return held;
+}
+
+ADSM__PRIVATE void adsm__uses_take(int held) {
+    while (held-- > 0) adsm__use_begin();
+}
+
+/* Shutdown, runtime already marked off: waits until no call but the caller's own uses it. */
+ADSM__PRIVATE void adsm__await_no_users(void) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* after marking the runtime off */
+    for (;;) {
+        int n = __atomic_load_n(&adsm__rt.users, __ATOMIC_SEQ_CST);
+        if (n <= adsm__tls_uses) return;
+        adsm__futex_wait(&adsm__rt.users, n);
+    }
+}
 
 /* Whether [a, a + n) misses adsm's address reservation entirely (always, before initialisation).
  * Signal-safe. */

@@ -870,10 +870,10 @@ Test(misuse, config_fields_out_of_range) {
     expect_bad_config(&cfg, "out of range", "log_level 99");
     cfg.log_level = ADSM_LOG_DEFAULT;
     cfg.emu_workers = 300;
-    expect_bad_config(&cfg, "ADSM_EMU_WORKERS", "emu_workers 300");
+    expect_bad_config(&cfg, "adsm_config.emu_workers: 300", "emu_workers 300");
     cfg.emu_workers = 0;
     cfg.rolling_size = ((size_t)1 << 24) + 1;
-    expect_bad_config(&cfg, "ADSM_ROLLING_SIZE", "rolling_size 16M + 1");
+    expect_bad_config(&cfg, "adsm_config.rolling_size", "rolling_size 16M + 1");
     start();
     check_usable();
     adsm_shutdown();

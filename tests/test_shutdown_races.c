@@ -1,0 +1,99 @@
+/* tests/test_shutdown_races.c -- adsm_shutdown while other threads call adsm (issue 11, item 13).
+ *
+ * What adsm.h allows: a call that races with adsm_shutdown either finishes before shutdown tears
+ * anything down, or runs after it (as any call after shutdown: initialising again where the call
+ * does that, "not initialised" errors for old pointers). It never touches freed state. A thread
+ * blocked in adsm_read on a pipe does not hold shutdown up; its call fails with ECANCELED.
+ * Touching shared memory itself after shutdown stays a crash (test_misuse.c). Run under ASan and
+ * TSan too, which see any use of freed runtime state. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <unistd.h>
+
+ADSM_KERNEL(mark, ADSM_OUT(int, c), ADSM_VALUE(int, v));
+void mark(adsm_grid g, int *c, int v) {
+    ADSM_FOR_EACH_THREAD(g, i) { c[i] = v; }
+}
+
+static void init_emu(void) {
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.emu_memory = (size_t)256 << 20;
+    cfg.emu_workers = 2;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+}
+
+#define WORKERS 4
+#define ROUNDS 300
+
+static int allowed(adsm_result r) { return r == ADSM_OK || r == ADSM_ERROR_NOT_SHARED; }
+
+/* Calls that never touch shared memory with the CPU: allocate, launch on it, sync, look at it,
+ * free. Returns NULL or what went wrong. */
+static void *calls_in_a_loop(void *arg) {
+    (void)arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        int *p = adsm_alloc(8192);
+        if (!p) return "adsm_alloc failed";
+        adsm_result r = ADSM_CALL(mark, adsm_grid_1d(8, 256), p, i);
+        if (!allowed(r)) return "ADSM_CALL returned an unexpected code";
+        if (!allowed(adsm_sync())) return "adsm_sync returned an unexpected code";
+        adsm_stats s;
+        if (adsm_get_stats(&s) != ADSM_OK) return "adsm_get_stats failed";
+        (void)adsm_block_state(p);
+        if (!allowed(adsm_free(p))) return "adsm_free returned an unexpected code";
+    }
+    return NULL;
+}
+
+Test(shutdown_races, shutdown_while_threads_allocate_launch_sync_and_free, .timeout = 60) {
+    init_emu();
+    pthread_t t[WORKERS];
+    for (int i = 0; i < WORKERS; i++) cr_assert_eq(pthread_create(&t[i], NULL, calls_in_a_loop, NULL), 0);
+    for (int k = 0; k < 3; k++) { /* the workers initialise again implicitly: shut that down too */
+        usleep(20000);
+        adsm_shutdown();
+    }
+    for (int i = 0; i < WORKERS; i++) {
+        void *failure;
+        pthread_join(t[i], &failure);
+        cr_expect_null(failure, "worker %d: %s (%s)", i, (const char *)failure, adsm_last_error());
+    }
+    adsm_shutdown();
+}
+
+typedef struct blocked_read {
+    int fd;
+    char *buf;
+    ssize_t got;
+    int err;
+} blocked_read;
+
+static void *read_from_pipe(void *arg) {
+    blocked_read *b = arg;
+    errno = 0;
+    b->got = adsm_read(b->fd, b->buf, 4096);
+    b->err = errno;
+    return NULL;
+}
+
+Test(shutdown_races, shutdown_does_not_wait_for_a_read_blocked_on_a_pipe, .timeout = 30) {
+    init_emu();
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    blocked_read b = {.fd = fds[0], .buf = adsm_alloc(4096)};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, read_from_pipe, &b), 0);
+    usleep(50000); /* the reader is in read(2) now */
+    adsm_shutdown(); /* returns: the Criterion timeout fails a hang */
+    cr_assert_eq(write(fds[1], "late", 4), 4);
+    pthread_join(t, NULL);
+    cr_assert_eq(b.got, -1);
+    cr_assert_eq(b.err, ECANCELED, "errno %d", b.err);
+    close(fds[0]);
+    close(fds[1]);
+}
