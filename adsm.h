@@ -222,6 +222,10 @@
    ==========
    x86-64 and aarch64 Linux. Objects are page granular (a 1-byte object uses a page). Each run of
    pages with its own protection is one kernel mapping (vm.max_map_count); prefer large blocks.
+   At that limit adsm moves data rather than fail: a read fetches the Invalid blocks up to the
+   nearest ReadOnly run and joins it, an invalidation takes clean ReadOnly neighbours along
+   (adsm_stats.map_limit_merges counts both). Where neither helps, the call returns
+   ADSM_ERROR_SYSTEM (a fault: a message on stderr) naming the limit and the remedy.
    Address space: adsm reserves about 3 x 2 x ADSM_EMU_MEMORY (at least 64 GiB per view when
    allowed) without using memory for it. Under an address-space limit (ulimit -v) the default
    emulated device shrinks to fit (logged at info); a size the program set that does not fit is
@@ -346,6 +350,9 @@ typedef struct adsm_stats {
     uint64_t rolling_regrets;                 /* rolling: evicted blocks written again before the next
                                                  call (each one grows the adaptive rolling size) */
     uint64_t rolling_size;                    /* rolling: the rolling size now, in blocks (not reset) */
+    uint64_t map_limit_merges;                /* at vm.max_map_count: reads that fetched more blocks to
+                                                 join a ReadOnly run, invalidations that took clean
+                                                 ReadOnly neighbours along (instead of failing) */
 } adsm_stats;
 
 /* ---- kernels -------------------------------------------------------------------------------- */

@@ -268,14 +268,114 @@ ADSM__PRIVATE int adsm__evict_oldest(adsm__runtime *rt) {
     return 0;
 }
 
+/* ---- the mapping limit (vm.max_map_count) ----------------------------------------------------
+ * Every run of pages with one protection is one kernel mapping; a change that splits a run needs
+ * a new one, and fails with ENOMEM at the limit. A change that only moves the border between two
+ * runs needs none. So at the limit adsm moves borders: a read joins the nearest ReadOnly run by
+ * fetching the Invalid blocks in between (reads never leave islands), an invalidation takes its
+ * clean ReadOnly neighbours along (their device copies are current). Blocks are walked in address
+ * order across objects that touch. Runtime lock held. */
+typedef struct adsm__pos {
+    adsm__object *o; /* NULL: past the edge of the objects that touch */
+    ptrdiff_t b;
+} adsm__pos;
+
+ADSM__PRIVATE adsm__pos adsm__pos_step(adsm__runtime *rt, adsm__pos p, int step) {
+    p.b += step;
+    if (p.b >= 0 && (size_t)p.b < p.o->nblocks) return p;
+    uintptr_t edge = step < 0 ? p.o->host - 1 : p.o->host + p.o->span;
+    adsm__object *n = adsm__object_of(adsm__tree_find(&rt->objects, edge));
+    int touches = n && (step < 0 ? n->host + n->span == p.o->host : n->host == edge);
+    p.o = touches ? n : NULL;
+    p.b = touches && step < 0 ? (ptrdiff_t)n->nblocks - 1 : 0;
+    return p;
+}
+
+ADSM__PRIVATE int adsm__pos_is(const adsm__pos *p, int state) {
+    return p->o && p->o->blocks[p->b].state == state && !p->o->blocks[p->b].busy;
+}
+
+/* Makes the Invalid blocks strictly between `from` and the ReadOnly block `to` ReadOnly, one
+ * object's stretch at a time starting next to `to`, so each change moves the border. */
+ADSM__PRIVATE int adsm__readonly_towards(adsm__runtime *rt, adsm__pos from, adsm__pos to, int step) {
+    adsm__pos p = adsm__pos_step(rt, to, -step);
+    while (p.o && !(p.o == from.o && p.b == from.b)) {
+        ptrdiff_t stop = p.b; /* the stretch in p.o: [lo, hi] */
+        while (stop - step >= 0 && (size_t)(stop - step) < p.o->nblocks && !(p.o == from.o && stop - step == from.b))
+            stop -= step;
+        size_t lo = (size_t)(step < 0 ? p.b : stop), hi = (size_t)(step < 0 ? stop : p.b);
+        if (adsm__fetch(rt, p.o, lo, hi - lo + 1) != 0 || adsm__set_state(rt, p.o, lo, hi - lo + 1, ADSM__READONLY) != 0)
+            return -1;
+        adsm__pos last = {p.o, stop};
+        p = adsm__pos_step(rt, last, -step);
+    }
+    return 0;
+}
+
+/* A read at the limit: the unit [first, first + count) of o, already fetched, joins the nearest
+ * ReadOnly run on either side. 0, or -1 (errno ENOMEM) when no such run can be reached. */
+ADSM__PRIVATE int adsm__join_readonly_run(adsm__runtime *rt, adsm__object *o, size_t first, size_t count) {
+    for (int step = -1; step <= 1; step += 2) {
+        adsm__pos unit_edge = {o, step < 0 ? (ptrdiff_t)first : (ptrdiff_t)(first + count - 1)};
+        adsm__pos p = adsm__pos_step(rt, unit_edge, step);
+        while (adsm__pos_is(&p, ADSM__INVALID)) p = adsm__pos_step(rt, p, step);
+        if (!adsm__pos_is(&p, ADSM__READONLY)) continue;
+        if (adsm__readonly_towards(rt, unit_edge, p, step) != 0) return -1;
+        ADSM__ADD(&rt->stats.map_limit_merges, 1);
+        return adsm__set_state(rt, o, first, count, ADSM__READONLY);
+    }
+    errno = ENOMEM;
+    return -1;
+}
+
+/* Whether every block of n is ReadOnly and idle: its device copy is current, so it may become
+ * Invalid at no cost but a later fetch. */
+ADSM__PRIVATE int adsm__clean_readonly(const adsm__object *n) {
+    for (size_t b = 0; b < n->nblocks; b++)
+        if (n->blocks[b].state != ADSM__READONLY || n->blocks[b].busy || n->blocks[b].evicting) return 0;
+    return 1;
+}
+
+/* An invalidation at the limit: the object touching o on one side, if clean ReadOnly, becomes
+ * Invalid too (a border move when its other side is Invalid already), so o's change becomes a
+ * border move as well; the left side first, then the right. */
+ADSM__PRIVATE int adsm__invalidate_compacting(adsm__runtime *rt, adsm__object *o) {
+    if (adsm__set_state(rt, o, 0, o->nblocks, ADSM__INVALID) == 0) return 0;
+    for (int step = -1; step <= 1 && errno == ENOMEM; step += 2) {
+        adsm__pos edge = {o, step < 0 ? 0 : (ptrdiff_t)o->nblocks - 1};
+        adsm__pos n = adsm__pos_step(rt, edge, step);
+        if (!n.o || !adsm__clean_readonly(n.o) || adsm__set_state(rt, n.o, 0, n.o->nblocks, ADSM__INVALID) != 0) {
+            errno = ENOMEM;
+            continue;
+        }
+        ADSM__ADD(&rt->stats.map_limit_merges, 1);
+        if (adsm__set_state(rt, o, 0, o->nblocks, ADSM__INVALID) == 0) return 0;
+    }
+    return -1;
+}
+
+/* What to tell the program when a protection change still fails. */
+ADSM__PRIVATE adsm_result adsm__protection_failed(const char *what) {
+    if (errno == ENOMEM)
+        return adsm__fail(ADSM_ERROR_SYSTEM, "%s: mprotect failed with ENOMEM: the process has reached vm.max_map_count "
+                          "mappings (each run of pages with its own protection is one); raise the limit (sysctl "
+                          "vm.max_map_count), or use fewer, larger objects or larger blocks (ADSM_BLOCK_SIZE)", what);
+    return adsm__fail(ADSM_ERROR_SYSTEM, "%s: mprotect failed: %s", what, strerror(errno));
+}
+
 /* mprotect fails with ENOMEM when the process would exceed vm.max_map_count mappings: every run
- * of pages with its own protection is one mapping, and scattered Dirty units make many runs.
- * Writing every dirty unit back turns them ReadOnly, which merges them with their neighbours,
- * and the change is tried once more. Correct, only slower. */
+ * of pages with its own protection is one mapping. Scattered Dirty units make many runs: writing
+ * every dirty unit back turns them ReadOnly, which merges them with their neighbours. Scattered
+ * reads would make ReadOnly islands: a read joins the nearest ReadOnly run instead (above). Then
+ * the change is tried once more. Correct, only slower. */
 ADSM__PRIVATE int adsm__set_state_compacting(adsm__runtime *rt, adsm__object *o, size_t first, size_t count,
                                              int state) {
     if (adsm__set_state(rt, o, first, count, state) == 0) return 0;
-    if (errno != ENOMEM || !rt->fifo_head) return -1;
+    if (errno != ENOMEM) return -1;
+    if (state == ADSM__READONLY && o->blocks[first].state == ADSM__INVALID &&
+        adsm__join_readonly_run(rt, o, first, count) == 0)
+        return 0;
+    if (!rt->fifo_head) return -1;
     while (rt->fifo_head) {
         if (adsm__writeback_unit(rt, rt->fifo_head, 1) != 0) return -1;
     }
@@ -370,8 +470,7 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
     adsm__settle_copies(rt, writes, nwrites);
     for (size_t i = 0; i < nwrites; i++) {
         adsm__object *o = writes[i];
-        if (adsm__set_state(rt, o, 0, o->nblocks, ADSM__INVALID) != 0)
-            return adsm__fail(ADSM_ERROR_SYSTEM, "mprotect failed: %s", strerror(errno));
+        if (adsm__invalidate_compacting(rt, o) != 0) return adsm__protection_failed("invalidating a kernel's output");
         o->writer_seq = seq;
     }
     return ADSM_OK;

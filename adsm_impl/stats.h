@@ -13,6 +13,7 @@ typedef struct adsm__stats {
     uint64_t translated_args;
     uint64_t d2h_moved_bytes, d2h_forced_bytes, staged_bytes;
     uint64_t rolling_regrets;
+    uint64_t map_limit_merges;
 } adsm__stats;
 
 ADSM__PRIVATE void adsm__stats_h2d(adsm__stats *s, size_t bytes) {
@@ -44,6 +45,7 @@ ADSM__PRIVATE void adsm__stats_read(const adsm__stats *s, adsm_stats *out) {
     out->d2h_forced_bytes = ADSM__LOAD(&s->d2h_forced_bytes);
     out->staged_bytes = ADSM__LOAD(&s->staged_bytes);
     out->rolling_regrets = ADSM__LOAD(&s->rolling_regrets);
+    out->map_limit_merges = ADSM__LOAD(&s->map_limit_merges);
 }
 
 ADSM__PRIVATE void adsm__stats_reset(adsm__stats *s) {
