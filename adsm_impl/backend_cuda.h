@@ -809,11 +809,20 @@ ADSM__PRIVATE int adsm__cuda_dev_copy(void *ctx, uintptr_t dst, uintptr_t src, s
 
 /* ---- kernels -------------------------------------------------------------------------------- */
 /* Checks the module's parameter layout against the ADSM_KERNEL declaration, where the driver can
- * tell (cuFuncGetParamInfo, CUDA 12.4): a size mismatch would hand the kernel garbage. */
+ * tell (cuFuncGetParamInfo, CUDA 12.4): a size mismatch would hand the kernel garbage. The list
+ * ends where the driver answers CUDA_ERROR_INVALID_VALUE; any other error means it cannot tell
+ * (CUDA_ERROR_NOT_SUPPORTED, ...), not "no more parameters", so the check is skipped. */
 ADSM__PRIVATE adsm_result adsm__cuda_check_params(adsm__cuda *c, const adsm_kernel_desc *k, adsm__cu_function fn) {
     if (!c->has_param_info) return ADSM_OK;
     size_t count = 0, off, size;
-    for (; count <= ADSM__MAX_PARAMS && c->cu.cuFuncGetParamInfo(fn, count, &off, &size) == 0; count++) {
+    for (; count <= ADSM__MAX_PARAMS; count++) {
+        adsm__cu_result r = c->cu.cuFuncGetParamInfo(fn, count, &off, &size);
+        if (r == ADSM__CUDA_ERROR_INVALID_VALUE) break;
+        if (r != 0) {
+            adsm__log(ADSM_LOG_INFO, "cuda: kernel '%s': parameters not checked (cuFuncGetParamInfo: %s)", k->name,
+                      adsm__cu_name(c, r));
+            return ADSM_OK;
+        }
         if (count < k->nparams && size != k->params[count].size)
             return adsm__fail(ADSM_ERROR_INVALID_VALUE,
                               "kernel '%s': parameter %zu '%s' is %zu bytes in ADSM_KERNEL but %zu bytes in the "

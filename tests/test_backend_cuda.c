@@ -261,6 +261,17 @@ Test(cuda_double, parameter_size_mismatch_is_refused) {
     adsm_shutdown();
 }
 
+/* A driver that cannot tell (cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED, or anything
+ * but INVALID_VALUE, which ends the list) does not make every kernel "take 0 parameters": the
+ * check is skipped and the kernel runs. */
+Test(cuda_double, param_info_not_supported_skips_the_check) {
+    setenv("CUDADOUBLE_PARAM_INFO_ERROR", "801", 1); /* CUDA_ERROR_NOT_SUPPORTED */
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
 Test(cuda_double, launch_refused_by_the_driver_is_reported_at_sync) {
     init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
     attach();

@@ -45,9 +45,20 @@ typedef struct cudadouble_counters {
      * buffers), ranges registered with cuMemHostRegister (a program's own pages), or pageable */
     unsigned long long staged_bytes, registered_bytes, pageable_bytes;
     unsigned long long registrations; /* cuMemHostRegister calls that succeeded */
+    /* successful calls: cuMemCreate, cuMemMap, cuMemSetAccess, cuModuleLoadDataEx; and
+     * cuModuleGetFunction calls (found or not) */
+    unsigned long long mem_creates, mem_maps, mem_set_access, module_loads, function_lookups;
+    /* cuEventSynchronize calls on events made without CU_EVENT_BLOCKING_SYNC (a real driver
+     * spins a core in those) */
+    unsigned long long spin_waits;
 } cudadouble_counters;
 
 void cudadouble_get_counters(cudadouble_counters *out);
+
+/* Calls fn(base, size, user) right after cuMemAddressFree gave a device range back, outside the
+ * double's locks: the range is then free address space, and fn may map there as any other
+ * thread of the program could. NULL removes the hook. */
+void cudadouble_set_address_hook(void (*fn)(unsigned long long base, size_t size, void *user), void *user);
 
 #ifdef __cplusplus
 }
