@@ -85,6 +85,7 @@ typedef struct adsm__cuda {
 
     adsm__cu_stream kstream, h2d, d2h;
     adsm__cu_event h2d_last, k_last, ops_last, h2d_slot_ev[ADSM__CUDA_SLOTS], d2h_slot_ev[ADSM__CUDA_SLOTS];
+    adsm__cu_event drained; /* engine only: waits for a whole stream (adsm__cuda_stream_wait) */
     unsigned char *h2d_stage[ADSM__CUDA_SLOTS], *d2h_stage[ADSM__CUDA_SLOTS];
     size_t stage_size;
     int pinned, h2d_next;
@@ -414,6 +415,14 @@ ADSM__PRIVATE int adsm__cuda_host_direct(void *ctx, uintptr_t host, size_t n) {
     return adsm__cuda_is_locked((adsm__cuda *)ctx, host, n);
 }
 
+/* Engine thread: waits until everything queued on the stream so far has run. Through a
+ * blocking-sync event: cuStreamSynchronize spins a core under the primary context's default
+ * scheduling (CU_CTX_SCHED_AUTO), which adsm must not change for the application. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_stream_wait(adsm__cuda *c, adsm__cu_stream stream) {
+    adsm__cu_result r = c->cu.cuEventRecord(c->drained, stream);
+    return r == 0 ? c->cu.cuEventSynchronize(c->drained) : r;
+}
+
 /* A direct copy: the driver's DMA reads or writes the host pages themselves, whatever their page
  * protection. The engine waits for it before it retires the command, so a drain still means "no
  * copy reads host pages any more" (the protocols rely on it before a CPU write). */
@@ -423,12 +432,12 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, adsm__cuda_cmd *c
         r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0); /* after the kernels queued before */
         if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->dst), (const void *)cmd->src, cmd->n, c->h2d);
         if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->h2d);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
     } else {
         r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
         if (r == 0) r = c->cu.cuStreamWaitEvent(c->d2h, c->ops_last, 0);
         if (r == 0) r = c->cu.cuMemcpyDtoHAsync((void *)cmd->dst, adsm__cuda_dptr(c, cmd->src), cmd->n, c->d2h);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
     }
     return r;
 }
@@ -542,9 +551,9 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     case ADSM__CMD_UNMAP:
         what = "cuMemUnmap";
         /* copies in flight may still use the range; then nothing does */
-        r = c->cu.cuStreamSynchronize(c->h2d);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->kstream);
+        r = adsm__cuda_stream_wait(c, c->h2d);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->kstream);
         if (r == 0) adsm__cuda_unmap(c, cmd->dst, cmd->n);
         break;
     case ADSM__CMD_REGISTER: /* a refusal is not an error: copies of the range stay staged */
@@ -552,8 +561,8 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         return cmd->status == 0 ? 0 : -1;
     case ADSM__CMD_UNREGISTER:
         /* copies in flight may still read or write the pages */
-        r = c->cu.cuStreamSynchronize(c->h2d);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
+        r = adsm__cuda_stream_wait(c, c->h2d);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
         (void)c->cu.cuMemHostUnregister((void *)cmd->dst);
         break;
     case ADSM__CMD_LAUNCH: {
@@ -995,15 +1004,16 @@ ADSM__PRIVATE adsm_result adsm__cuda_streams(adsm__cuda *c) {
     adsm__cu_result r = 0;
     adsm__cu_stream *streams[] = {&c->kstream, &c->h2d, &c->d2h};
     for (size_t i = 0; r == 0 && i < 3; i++) r = c->cu.cuStreamCreate(streams[i], ADSM__CU_STREAM_NON_BLOCKING);
-    adsm__cu_event *events[3 + 2 * ADSM__CUDA_SLOTS] = {&c->h2d_last, &c->k_last, &c->ops_last};
+    adsm__cu_event *events[4 + 2 * ADSM__CUDA_SLOTS] = {&c->h2d_last, &c->k_last, &c->ops_last, &c->drained};
     for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
-        events[3 + 2 * s] = &c->h2d_slot_ev[s];
-        events[4 + 2 * s] = &c->d2h_slot_ev[s];
+        events[4 + 2 * s] = &c->h2d_slot_ev[s];
+        events[5 + 2 * s] = &c->d2h_slot_ev[s];
     }
-    for (size_t i = 0; r == 0 && i < sizeof events / sizeof *events; i++)
-        r = c->cu.cuEventCreate(events[i], ADSM__CU_EVENT_DISABLE_TIMING);
-    for (size_t i = 0; r == 0 && i < ADSM__CUDA_EVENTS; i++) /* waited on by a sleeping thread */
-        r = c->cu.cuEventCreate(&c->kev[i], ADSM__CU_EVENT_DISABLE_TIMING | ADSM__CU_EVENT_BLOCKING_SYNC);
+    /* Every event may be waited on by the engine or the completion thread (cuEventSynchronize):
+     * blocking sync makes that wait sleep instead of spinning a core; nothing reads timings. */
+    unsigned flags = ADSM__CU_EVENT_DISABLE_TIMING | ADSM__CU_EVENT_BLOCKING_SYNC;
+    for (size_t i = 0; r == 0 && i < sizeof events / sizeof *events; i++) r = c->cu.cuEventCreate(events[i], flags);
+    for (size_t i = 0; r == 0 && i < ADSM__CUDA_EVENTS; i++) r = c->cu.cuEventCreate(&c->kev[i], flags);
     return r == 0 ? ADSM_OK : adsm__cu_fail(c, r, "creating streams and events");
 }
 
@@ -1074,6 +1084,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         if (c->h2d_last) c->cu.cuEventDestroy(c->h2d_last);
         if (c->k_last) c->cu.cuEventDestroy(c->k_last);
         if (c->ops_last) c->cu.cuEventDestroy(c->ops_last);
+        if (c->drained) c->cu.cuEventDestroy(c->drained);
         if (c->kstream) c->cu.cuStreamDestroy(c->kstream);
         if (c->h2d) c->cu.cuStreamDestroy(c->h2d);
         if (c->d2h) c->cu.cuStreamDestroy(c->d2h);

@@ -357,6 +357,35 @@ Test(cuda_double, chunked_copies_through_pinned_staging, .timeout = 60) {
     adsm_shutdown();
 }
 
+/* The engine and completion threads wait with cuEventSynchronize (staging slots, launches) and
+ * for whole streams (direct copies, frees). An event made without CU_EVENT_BLOCKING_SYNC, or
+ * cuStreamSynchronize on a primary context (scheduling AUTO), makes a real driver spin a core for
+ * the whole wait; the double counts those waits. Staged copies at shared addresses, then direct
+ * copies of page-locked objects (translated addresses). */
+static void expect_no_spinning(void) {
+    cudadouble_counters before = cuda_double_counters();
+    run_vadd((size_t)1 * MIB); /* 4 MiB objects: 16 chunks each way through 256 KiB slots */
+    cudadouble_counters after = cuda_double_counters();
+    cr_assert_gt(after.d2h_async - before.d2h_async, 0, "downloads ran (%llu)", after.d2h_async - before.d2h_async);
+    cr_assert_eq(after.spin_waits - before.spin_waits, 0, "%llu waits spun", after.spin_waits - before.spin_waits);
+}
+
+Test(cuda_double, engine_waits_sleep_staged) {
+    init_ok(ADSM_PROTOCOL_LAZY, 0, 256 << 10);
+    attach();
+    expect_no_spinning();
+    adsm_shutdown();
+}
+
+Test(cuda_double, engine_waits_sleep_direct) {
+    init_translated(0);
+    expect_no_spinning();
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(s.staged_bytes, 0, "the copies were direct");
+    adsm_shutdown();
+}
+
 Test(cuda_double, pageable_fallback_when_pinning_fails) {
     setenv("CUDADOUBLE_NO_PINNED", "1", 1);
     init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);

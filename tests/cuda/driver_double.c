@@ -879,6 +879,7 @@ CUresult cuStreamSynchronize(adsm__cu_stream stream) {
     CUresult r = check_ctx(&ctx);
     if (!r) r = check_stream(stream, ctx, &s);
     if (!r) {
+        g.counters.spin_waits++; /* primary contexts schedule CU_CTX_SCHED_AUTO: a real driver spins */
         if (s) {
             unsigned long long serial = s->serial, seq = s->queued_seq;
             while (!seq_done(serial, seq) && !ctx->sticky) wait_cv();

@@ -48,8 +48,8 @@ typedef struct cudadouble_counters {
     /* successful calls: cuMemCreate, cuMemMap, cuMemSetAccess, cuModuleLoadDataEx; and
      * cuModuleGetFunction calls (found or not) */
     unsigned long long mem_creates, mem_maps, mem_set_access, module_loads, function_lookups;
-    /* cuEventSynchronize calls on events made without CU_EVENT_BLOCKING_SYNC (a real driver
-     * spins a core in those) */
+    /* waits a real driver spends spinning a core: cuEventSynchronize on events made without
+     * CU_EVENT_BLOCKING_SYNC, and cuStreamSynchronize (primary contexts schedule AUTO: spin) */
     unsigned long long spin_waits;
 } cudadouble_counters;
 
