@@ -66,6 +66,8 @@ typedef struct adsm__cuda {
     void *lib;
     adsm__cu_device device;
     adsm__cu_context ctx;
+    adsm__cu_context init_prev; /* the context current on the initialising thread before adsm_init */
+    int init_entered;            /* adsm's context made current on that thread (restored at the end) */
     int ctx_retained, cc_major, cc_minor, max_threads, has_param_info;
     char device_name[128];
     size_t capacity;
@@ -176,6 +178,21 @@ ADSM__PRIVATE void adsm__cuda_record_error(adsm__cuda *c, adsm_result code, cons
     }
 }
 
+/* ---- the calling thread's context --------------------------------------------------------------- */
+/* Normal context: makes adsm's context current on the calling thread for a few driver calls and
+ * returns the one that was current (the application's own, or NULL) for adsm__cuda_leave. The
+ * current context is per-thread state the application may rely on for its own CUDA code. */
+ADSM__PRIVATE adsm__cu_context adsm__cuda_enter(adsm__cuda *c) {
+    adsm__cu_context prev = NULL;
+    if (c->cu.cuCtxGetCurrent(&prev) != 0) prev = NULL;
+    if (prev != c->ctx) c->cu.cuCtxSetCurrent(c->ctx);
+    return prev;
+}
+
+ADSM__PRIVATE void adsm__cuda_leave(adsm__cuda *c, adsm__cu_context prev) {
+    if (prev != c->ctx) c->cu.cuCtxSetCurrent(prev);
+}
+
 /* ---- loading the driver ---------------------------------------------------------------------- */
 ADSM__PRIVATE adsm_result adsm__cuda_open(adsm__cuda *c, const char *configured) {
     static const char *const names[] = {"libcuda.so.1", "libcuda.so"};
@@ -246,7 +263,9 @@ ADSM__PRIVATE adsm_result adsm__cuda_device(adsm__cuda *c, int ordinal) {
     if ((r = c->cu.cuDevicePrimaryCtxRetain(&c->ctx, c->device)) != 0)
         return adsm__cu_fail(c, r, "cuDevicePrimaryCtxRetain");
     c->ctx_retained = 1;
+    if (c->cu.cuCtxGetCurrent(&c->init_prev) != 0) c->init_prev = NULL;
     if ((r = c->cu.cuCtxSetCurrent(c->ctx)) != 0) return adsm__cu_fail(c, r, "cuCtxSetCurrent");
+    c->init_entered = 1; /* initialisation runs on this thread with adsm's context; restored after */
     size_t free_bytes = 0, total = 0;
     if ((r = c->cu.cuMemGetInfo(&free_bytes, &total)) != 0) return adsm__cu_fail(c, r, "cuMemGetInfo");
     c->capacity = free_bytes;
@@ -852,15 +871,17 @@ ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_d
             return ADSM_OK;
         }
     }
-    c->cu.cuCtxSetCurrent(c->ctx);
+    adsm__cu_context prev = adsm__cuda_enter(c);
     adsm__cu_function fn = NULL;
+    adsm_result r = ADSM_OK;
     for (size_t m = c->nmodules; m-- > 0 && !fn;) /* the newest module wins */
         if (c->cu.cuModuleGetFunction(&fn, c->modules[m], k->name) != 0) fn = NULL;
     if (!fn)
-        return adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND,
-                          "kernel '%s': no module loaded with adsm_module_load_* has it (%zu modules loaded)", k->name,
-                          c->nmodules);
-    adsm_result r = adsm__cuda_check_params(c, k, fn);
+        r = adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND,
+                       "kernel '%s': no module loaded with adsm_module_load_* has it (%zu modules loaded)", k->name,
+                       c->nmodules);
+    if (fn) r = adsm__cuda_check_params(c, k, fn);
+    adsm__cuda_leave(c, prev);
     if (r != ADSM_OK) return r;
     if (c->nkernels < ADSM__CUDA_MAX_KERNELS) c->kernels[c->nkernels++] = (adsm__cuda_kernel){k, fn};
     *out = fn;
@@ -982,8 +1003,9 @@ ADSM__PRIVATE adsm_result adsm__cuda_module_load(void *ctx, const void *image, s
         adsm__cu_jit_option opts[2] = {ADSM__CU_JIT_ERROR_LOG_BUFFER, ADSM__CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
         void *values[2] = {log, (void *)(uintptr_t)sizeof log};
         adsm__cu_module m = NULL;
-        c->cu.cuCtxSetCurrent(c->ctx);
+        adsm__cu_context prev = adsm__cuda_enter(c);
         adsm__cu_result cr = c->cu.cuModuleLoadDataEx(&m, ptx ? ptx : image, 2, opts, values);
+        adsm__cuda_leave(c, prev);
         if (cr == 0) {
             c->modules[c->nmodules++] = m;
             c->nkernels = 0; /* a newer module may now provide a kernel: look names up again */
@@ -1067,7 +1089,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         pthread_join(c->completion, NULL);
     }
     if (c->ctx_retained) {
-        c->cu.cuCtxSetCurrent(c->ctx);
+        adsm__cu_context prev = adsm__cuda_enter(c);
         if (c->kstream) c->cu.cuCtxSynchronize();
         for (size_t g = 0; c->granule_refs && g < c->half / c->granule; g++)
             if (c->granule_refs[g]) adsm__cuda_unmap_granule(c, g);
@@ -1091,7 +1113,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         if (c->va && c->va_moved_host) /* give the driver back a plain reservation before freeing */
             mmap((void *)c->va, c->va_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
         if (c->va) c->cu.cuMemAddressFree(c->va, c->va_size);
-        c->cu.cuCtxSetCurrent(NULL);
+        adsm__cuda_leave(c, prev);
         c->cu.cuDevicePrimaryCtxRelease(c->device);
     }
     /* The driver library stays loaded: drivers do not support being unloaded and loaded again. */
@@ -1147,10 +1169,12 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
               rt->cfg.device, c->device_name, c->cc_major, c->cc_minor, c->capacity >> 20,
               c->delta ? "translated" : "same", c->pinned ? "pinned" : "pageable", c->stage_size >> 10);
     rt->dev_delta = c->delta; /* adsm_safe, adsm_dev_alloc and device-pointer arguments */
+    adsm__cuda_leave(c, c->init_prev);
     *ctx = c;
     return ADSM_OK;
 fail:
     {
+        if (c->init_entered) adsm__cuda_leave(c, c->init_prev); /* shutdown enters and leaves itself */
         /* keep the message: shutdown's driver calls must not overwrite it */
         char saved[sizeof adsm__tls_error];
         memcpy(saved, adsm__tls_error, sizeof saved);

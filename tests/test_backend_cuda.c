@@ -312,6 +312,61 @@ Test(cuda_double, illegal_address_at_sync_then_device_lost) {
     adsm_shutdown();
 }
 
+/* ---- the application's own CUDA context ------------------------------------------------------ */
+typedef struct app_cuda {
+    int (*init)(unsigned);
+    int (*retain)(adsm__cu_context *, int);
+    int (*release)(int);
+    int (*set)(adsm__cu_context);
+    int (*get)(adsm__cu_context *);
+} app_cuda;
+
+/* The program's own driver calls, on the library adsm loads (the double). */
+static app_cuda app_cuda_open(void) {
+    app_cuda a;
+    cuda_double_use();
+    cr_assert_eq(cuda_double_open(), 0);
+    *(void **)&a.init = dlsym(cuda_double.lib, "cuInit");
+    *(void **)&a.retain = dlsym(cuda_double.lib, "cuDevicePrimaryCtxRetain");
+    *(void **)&a.release = dlsym(cuda_double.lib, "cuDevicePrimaryCtxRelease");
+    *(void **)&a.set = dlsym(cuda_double.lib, "cuCtxSetCurrent");
+    *(void **)&a.get = dlsym(cuda_double.lib, "cuCtxGetCurrent");
+    cr_assert(a.init && a.retain && a.release && a.set && a.get);
+    return a;
+}
+
+static void expect_current(const app_cuda *a, adsm__cu_context want, const char *after) {
+    adsm__cu_context now = NULL;
+    cr_assert_eq(a->get(&now), 0);
+    cr_assert_eq(now, want, "after %s the thread's current context is %p, not the program's %p", after, (void *)now,
+                 (void *)want);
+}
+
+/* A program that drives CUDA itself keeps its current context across adsm's calls on the same
+ * thread: initialisation, module loading, kernel lookup at launch and shutdown all set adsm's
+ * context and put the program's back. Its context is device 1's (adsm runs on device 0), and
+ * then none at all. */
+static void context_survives(int app_device) {
+    setenv("CUDADOUBLE_DEVICES", "2", 1);
+    app_cuda a = app_cuda_open();
+    adsm__cu_context mine = NULL;
+    cr_assert_eq(a.init(0), 0);
+    if (app_device >= 0) cr_assert_eq(a.retain(&mine, app_device), 0);
+    cr_assert_eq(a.set(mine), 0);
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    expect_current(&a, mine, "adsm_init");
+    attach();
+    expect_current(&a, mine, "adsm_module_load_image");
+    run_vadd(1000);
+    expect_current(&a, mine, "a launch");
+    adsm_shutdown();
+    expect_current(&a, mine, "adsm_shutdown");
+    if (app_device >= 0) cr_assert_eq(a.release(app_device), 0);
+}
+
+Test(cuda_double, application_context_survives) { context_survives(1); }
+Test(cuda_double, no_context_stays_none) { context_survives(-1); }
+
 /* ---- memory ------------------------------------------------------------------------------------ */
 Test(cuda_double, device_memory_starts_zeroed) {
     init_ok(ADSM_PROTOCOL_ROLLING, 4096, 0);
