@@ -25,7 +25,6 @@
 #define ADSM__CUDA_RING 64    /* queued engine commands */
 #define ADSM__CUDA_EVENTS 256 /* launches in flight */
 #define ADSM__CUDA_SLOTS 2    /* staging buffers per direction */
-#define ADSM__CUDA_MAX_KERNELS 256
 
 typedef struct adsm__cu_api {
 #define ADSM__CU_FIELD(name, version, required, ret, params) adsm__pfn_##name name;
@@ -55,9 +54,10 @@ typedef struct adsm__cuda_cmd {
     _Alignas(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
 } adsm__cuda_cmd;
 
+/* An entry of the kernel cache (an stb_ds hash map keyed by descriptor). */
 typedef struct adsm__cuda_kernel {
-    const adsm_kernel_desc *desc;
-    adsm__cu_function fn;
+    const adsm_kernel_desc *key;
+    adsm__cu_function value;
 } adsm__cuda_kernel;
 
 typedef struct adsm__cuda {
@@ -116,11 +116,10 @@ typedef struct adsm__cuda {
     adsm__tree locked;
     int lock_refused; /* the driver refused a shared object once: said so, stop asking for objects */
 
-    /* modules and the kernels found in them (normal context, runtime lock) */
+    /* modules and the kernels found in them (normal context, runtime lock): an stb_ds array in
+     * load order, and an stb_ds map from descriptor to function, emptied when a module loads */
     adsm__cu_module *modules;
-    size_t nmodules;
-    adsm__cuda_kernel kernels[ADSM__CUDA_MAX_KERNELS];
-    size_t nkernels;
+    adsm__cuda_kernel *kernels;
     void *nvrtc_lib;
     adsm__nvrtc_api nvrtc;
 } adsm__cuda;
@@ -865,25 +864,25 @@ ADSM__PRIVATE adsm_result adsm__cuda_check_params(adsm__cuda *c, const adsm_kern
 
 /* Normal context, runtime lock held: the function for a kernel, found by name once. */
 ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_desc *k, adsm__cu_function *out) {
-    for (size_t i = 0; i < c->nkernels; i++) {
-        if (c->kernels[i].desc == k) {
-            *out = c->kernels[i].fn;
-            return ADSM_OK;
-        }
+    ptrdiff_t at = stbds_hmgeti(c->kernels, k);
+    if (at >= 0) {
+        *out = c->kernels[at].value;
+        return ADSM_OK;
     }
     adsm__cu_context prev = adsm__cuda_enter(c);
     adsm__cu_function fn = NULL;
     adsm_result r = ADSM_OK;
-    for (size_t m = c->nmodules; m-- > 0 && !fn;) /* the newest module wins */
+    size_t nmodules = (size_t)stbds_arrlen(c->modules);
+    for (size_t m = nmodules; m-- > 0 && !fn;) /* the newest module wins */
         if (c->cu.cuModuleGetFunction(&fn, c->modules[m], k->name) != 0) fn = NULL;
     if (!fn)
         r = adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND,
                        "kernel '%s': no module loaded with adsm_module_load_* has it (%zu modules loaded)", k->name,
-                       c->nmodules);
+                       nmodules);
     if (fn) r = adsm__cuda_check_params(c, k, fn);
     adsm__cuda_leave(c, prev);
     if (r != ADSM_OK) return r;
-    if (c->nkernels < ADSM__CUDA_MAX_KERNELS) c->kernels[c->nkernels++] = (adsm__cuda_kernel){k, fn};
+    stbds_hmput(c->kernels, k, fn);
     *out = fn;
     return ADSM_OK;
 }
@@ -951,18 +950,20 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
                                               char **ptx) {
     adsm_result r = adsm__nvrtc_open(c);
     if (r != ADSM_OK) return r;
-    const char *opts[64];
+    const char **opts = NULL; /* stb_ds array: the architecture, then every option given */
     char arch[64];
-    int n = 0;
     snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d%d", c->cc_major, c->cc_minor);
-    opts[n++] = arch;
-    for (; options && *options && n < 63; options++) opts[n++] = *options;
+    stbds_arrput(opts, arch);
+    for (; options && *options; options++) stbds_arrput(opts, *options);
     adsm__nvrtc_program prog = NULL;
     adsm__nvrtc_result nr = c->nvrtc.nvrtcCreateProgram(&prog, source, "adsm_module.cu", 0, NULL, NULL);
-    if (nr != ADSM__NVRTC_SUCCESS)
+    if (nr != ADSM__NVRTC_SUCCESS) {
+        stbds_arrfree(opts);
         return adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load_source: nvrtcCreateProgram: %s",
                           c->nvrtc.nvrtcGetErrorString(nr));
-    nr = c->nvrtc.nvrtcCompileProgram(prog, n, opts);
+    }
+    nr = c->nvrtc.nvrtcCompileProgram(prog, (int)stbds_arrlen(opts), opts);
+    stbds_arrfree(opts);
     size_t size = 0;
     if (nr != ADSM__NVRTC_SUCCESS) {
         char log[700] = "";
@@ -984,38 +985,37 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
     return r;
 }
 
+/* Normal context, runtime lock held: loads a PTX/cubin/fatbin image into adsm's context. */
+ADSM__PRIVATE adsm_result adsm__cuda_module_add(adsm__cuda *c, const void *image) {
+    char log[1024] = "", text[300];
+    adsm__cu_jit_option opts[2] = {ADSM__CU_JIT_ERROR_LOG_BUFFER, ADSM__CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *values[2] = {log, (void *)(uintptr_t)sizeof log};
+    adsm__cu_module m = NULL;
+    adsm__cu_context prev = adsm__cuda_enter(c);
+    adsm__cu_result cr = c->cu.cuModuleLoadDataEx(&m, image, 2, opts, values);
+    adsm__cuda_leave(c, prev);
+    if (cr != 0) {
+        adsm__cu_describe(c, cr, "cuModuleLoadDataEx", text, sizeof text);
+        return adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load: %s%s%s", text, log[0] ? ": " : "", log);
+    }
+    stbds_arrput(c->modules, m);
+    stbds_hmfree(c->kernels); /* a newer module may now provide a kernel: look names up again */
+    return ADSM_OK;
+}
+
 ADSM__PRIVATE adsm_result adsm__cuda_module_load(void *ctx, const void *image, size_t size, int source,
                                                  const char *const *options) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    char *ptx = NULL, log[1024] = "";
+    char *ptx = NULL;
     adsm_result r = ADSM_OK;
     (void)size;
     pthread_mutex_lock(&c->module_mutex); /* NVRTC runs outside the runtime lock: it takes seconds */
-    if (source && (r = adsm__nvrtc_compile(c, (const char *)image, options, &ptx)) != ADSM_OK) {
-        pthread_mutex_unlock(&c->module_mutex);
-        return r;
-    }
-    adsm__lock(&c->rt->lock);
-    adsm__cu_module *grown = (adsm__cu_module *)realloc(c->modules, (c->nmodules + 1) * sizeof *grown);
-    if (!grown) r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_module_load: out of memory");
-    else c->modules = grown;
+    if (source) r = adsm__nvrtc_compile(c, (const char *)image, options, &ptx);
     if (r == ADSM_OK) {
-        adsm__cu_jit_option opts[2] = {ADSM__CU_JIT_ERROR_LOG_BUFFER, ADSM__CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-        void *values[2] = {log, (void *)(uintptr_t)sizeof log};
-        adsm__cu_module m = NULL;
-        adsm__cu_context prev = adsm__cuda_enter(c);
-        adsm__cu_result cr = c->cu.cuModuleLoadDataEx(&m, ptx ? ptx : image, 2, opts, values);
-        adsm__cuda_leave(c, prev);
-        if (cr == 0) {
-            c->modules[c->nmodules++] = m;
-            c->nkernels = 0; /* a newer module may now provide a kernel: look names up again */
-        } else {
-            char text[300];
-            adsm__cu_describe(c, cr, "cuModuleLoadDataEx", text, sizeof text);
-            r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load: %s%s%s", text, log[0] ? ": " : "", log);
-        }
+        adsm__lock(&c->rt->lock);
+        r = adsm__cuda_module_add(c, ptx ? ptx : image);
+        adsm__unlock(&c->rt->lock);
     }
-    adsm__unlock(&c->rt->lock);
     pthread_mutex_unlock(&c->module_mutex);
     free(ptx);
     return r;
@@ -1093,7 +1093,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         if (c->kstream) c->cu.cuCtxSynchronize();
         for (size_t g = 0; c->granule_refs && g < c->half / c->granule; g++)
             if (c->granule_refs[g]) adsm__cuda_unmap_granule(c, g);
-        for (size_t m = 0; m < c->nmodules; m++) c->cu.cuModuleUnload(c->modules[m]);
+        for (ptrdiff_t m = 0; m < stbds_arrlen(c->modules); m++) c->cu.cuModuleUnload(c->modules[m]);
         adsm__cuda_unlock_all(c);
         for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
             if (c->h2d_stage[s]) c->pinned ? (void)c->cu.cuMemFreeHost(c->h2d_stage[s]) : free(c->h2d_stage[s]);
@@ -1117,7 +1117,8 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         c->cu.cuDevicePrimaryCtxRelease(c->device);
     }
     /* The driver library stays loaded: drivers do not support being unloaded and loaded again. */
-    free(c->modules);
+    stbds_arrfree(c->modules);
+    stbds_hmfree(c->kernels);
     free(c->granule_refs);
     free(c->granule_handles);
     free(c->ring);

@@ -312,6 +312,105 @@ Test(cuda_double, illegal_address_at_sync_then_device_lost) {
     adsm_shutdown();
 }
 
+/* ---- no silent caps ------------------------------------------------------------------------------ */
+ADSM_KERNEL(mark, ADSM_INOUT(int, x), ADSM_VALUE(size_t, i));
+void mark(adsm_grid g, int *x, size_t i) {
+    (void)g;
+    x[i] += 1;
+}
+
+#define MANY_KERNELS 300 /* more than the 256 the cache once held */
+static adsm_kernel_desc many[MANY_KERNELS];
+static char many_names[MANY_KERNELS][16];
+
+/* Launches many[k] on x[k] through adsm_launch (a hand-filled argument block). */
+static void launch_mark(size_t k, int *x) {
+    _Alignas(16) unsigned char args[64];
+    memset(args, 0, sizeof args);
+    memcpy(args + many[k].params[0].offset, &x, sizeof x);
+    memcpy(args + many[k].params[1].offset, &k, sizeof k);
+    cr_assert_eq(adsm_launch(&many[k], adsm_grid_1d(1, 1), args), ADSM_OK, "%s", adsm_last_error());
+}
+
+/* Every kernel is looked up in the modules once: the second round of launches of 300 distinct
+ * kernels makes no cuModuleGetFunction call. */
+Test(cuda_double, more_than_256_kernels_are_all_cached) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    const adsm_kernel_desc *all[MANY_KERNELS];
+    for (size_t k = 0; k < MANY_KERNELS; k++) {
+        many[k] = *adsm__kernel_mark();
+        snprintf(many_names[k], sizeof many_names[k], "mark%zu", k);
+        many[k].name = many_names[k];
+        all[k] = &many[k];
+    }
+    cr_assert_eq(cuda_double_attach(all, MANY_KERNELS), 0, "%s", adsm_last_error());
+    int *x = adsm_alloc(MANY_KERNELS * sizeof *x);
+    unsigned long long lookups[2];
+    cudadouble_counters start = cuda_double_counters();
+    for (int round = 0; round < 2; round++) {
+        cudadouble_counters before = cuda_double_counters();
+        for (size_t k = 0; k < MANY_KERNELS; k++) launch_mark(k, x);
+        cudadouble_counters after = cuda_double_counters(); /* lookups happen in adsm_launch */
+        lookups[round] = after.function_lookups - before.function_lookups;
+    }
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(cuda_double_counters().launches - start.launches, 2 * MANY_KERNELS);
+    for (size_t k = 0; k < MANY_KERNELS; k++) cr_assert_eq(x[k], 2, "x[%zu] = %d", k, x[k]);
+    cr_assert_geq(lookups[0], MANY_KERNELS, "the first round looked every kernel up");
+    cr_assert_eq(lookups[1], 0, "the second round looked %llu kernels up again", lookups[1]);
+    adsm_shutdown();
+}
+
+static const char *fake_nvrtc_path(void) {
+    static char path[4096];
+    const char *srcdir = getenv("TEST_SRCDIR");
+    snprintf(path, sizeof path, "%s/adsm/tests/cuda/libfakenvrtc.so", srcdir ? srcdir : ".");
+    return path;
+}
+
+/* The cuda backend on the double with the recording NVRTC stand-in (tests/cuda/fake_nvrtc.c). */
+static void *init_fake_nvrtc(void) {
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_NVRTC_LIBRARY", fake_nvrtc_path(), 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    void *lib = dlopen(fake_nvrtc_path(), RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(lib, "%s", dlerror());
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("vadd", cuda_double_run_body, (void *)adsm__kernel_vadd()), 0);
+    return lib;
+}
+
+/* Options to adsm_module_load_source all reach nvrtcCompileProgram, in order, after the device's
+ * architecture; none is dropped (there were 62 at most). */
+Test(cuda_double, every_nvrtc_option_reaches_nvrtc) {
+    void *lib = init_fake_nvrtc();
+    int (*count)(void);
+    const char *(*option)(int);
+    *(void **)&count = dlsym(lib, "fakenvrtc_option_count");
+    *(void **)&option = dlsym(lib, "fakenvrtc_option");
+    cr_assert(count && option);
+    enum { N = 100 };
+    static char text[N][32];
+    const char *opts[N + 1];
+    for (int i = 0; i < N; i++) {
+        snprintf(text[i], sizeof text[i], "-DADSM_TEST_OPTION_%d=1", i);
+        opts[i] = text[i];
+    }
+    opts[N] = NULL;
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd()};
+    char *ptx = cuda_double_ptx(kernels, 1); /* the stand-in hands the "source" back as PTX */
+    cr_assert_eq(adsm_module_load_source(ptx, opts), ADSM_OK, "%s", adsm_last_error());
+    free(ptx);
+    cr_assert_eq(count(), N + 1, "NVRTC got %d options", count());
+    cr_assert_str_eq(option(0), "--gpu-architecture=compute_90");
+    for (int i = 0; i < N; i++) cr_assert_str_eq(option(i + 1), text[i]);
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
 /* ---- the application's own CUDA context ------------------------------------------------------ */
 typedef struct app_cuda {
     int (*init)(unsigned);
