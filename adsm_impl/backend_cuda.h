@@ -314,6 +314,14 @@ ADSM__PRIVATE int adsm__cuda_probe(adsm__cuda *c) {
     return ok;
 }
 
+/* Gives the driver back a device range adsm's host reservation was moved onto: a plain
+ * placeholder mapped over adsm's own mapping (MAP_FIXED over what adsm holds, never after a
+ * munmap), then cuMemAddressFree. After that the range is not adsm's: never unmap it. */
+ADSM__PRIVATE void adsm__cuda_give_back(adsm__cuda *c, adsm__cu_deviceptr va, size_t size) {
+    mmap((void *)(uintptr_t)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    c->cu.cuMemAddressFree(va, size);
+}
+
 /* Puts the device range for adsm's shared half [base, base + half): at the same address if the
  * driver takes the hint; else the host reservation moves onto a device range the driver chose
  * (GMAC's order); else any device range, with translation. */
@@ -331,7 +339,6 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
         if (r == 0) c->cu.cuMemAddressFree(got, c->half);
         /* A range for the whole reservation (both halves), then the host side moves onto it. */
         r = c->cu.cuMemAddressReserve(&got, 2 * c->half, align, 0, 0);
-        uintptr_t old_base = rt->base;
         if (r == 0 && adsm__move_reservation(rt, (uintptr_t)got) == ADSM_OK) {
             c->base = rt->base;
             c->va = got;
@@ -342,15 +349,15 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
                 return ADSM_OK;
             }
             adsm__log(ADSM_LOG_WARN, "cuda: device memory does not work under a moved host reservation");
+            adsm_result moved = adsm__replace_reservation(rt);
+            if (moved != ADSM_OK) return moved; /* still on got: shutdown gives it back */
+            c->base = rt->base;
             c->va = 0;
             c->va_moved_host = 0;
-            if (adsm__move_reservation(rt, old_base) != ADSM_OK)
-                return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: cannot put the host reservation back");
-            c->base = rt->base;
-            /* the driver gets a plain placeholder back before the range is freed */
-            mmap((void *)got, 2 * c->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+            adsm__cuda_give_back(c, got, 2 * c->half);
+        } else if (r == 0) {
+            c->cu.cuMemAddressFree(got, 2 * c->half);
         }
-        if (r == 0) c->cu.cuMemAddressFree(got, 2 * c->half);
     }
     if ((r = c->cu.cuMemAddressReserve(&got, c->half, align, 0, 0)) != 0)
         return adsm__cu_fail(c, r, "cuMemAddressReserve");
@@ -1110,9 +1117,12 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         if (c->kstream) c->cu.cuStreamDestroy(c->kstream);
         if (c->h2d) c->cu.cuStreamDestroy(c->h2d);
         if (c->d2h) c->cu.cuStreamDestroy(c->d2h);
-        if (c->va && c->va_moved_host) /* give the driver back a plain reservation before freeing */
-            mmap((void *)c->va, c->va_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-        if (c->va) c->cu.cuMemAddressFree(c->va, c->va_size);
+        if (c->va && c->va_moved_host) {
+            adsm__cuda_give_back(c, c->va, c->va_size);
+            adsm__disown_reservation(c->rt); /* the host reservation was that range */
+        } else if (c->va) {
+            c->cu.cuMemAddressFree(c->va, c->va_size);
+        }
         adsm__cuda_leave(c, prev);
         c->cu.cuDevicePrimaryCtxRelease(c->device);
     }
@@ -1175,10 +1185,16 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     return ADSM_OK;
 fail:
     {
-        if (c->init_entered) adsm__cuda_leave(c, c->init_prev); /* shutdown enters and leaves itself */
-        /* keep the message: shutdown's driver calls must not overwrite it */
+        /* keep the message: the calls below must not overwrite it */
         char saved[sizeof adsm__tls_error];
         memcpy(saved, adsm__tls_error, sizeof saved);
+        /* auto goes on to emu with the reservation: hand the device range back, keep a fresh one */
+        if (c->va_moved_host && adsm__replace_reservation(rt) == ADSM_OK) {
+            adsm__cuda_give_back(c, c->va, c->va_size);
+            c->va = 0;
+            c->va_moved_host = 0;
+        }
+        if (c->init_entered) adsm__cuda_leave(c, c->init_prev); /* shutdown enters and leaves itself */
         adsm__cuda_shutdown(c);
         adsm__fail(r, "%s", saved);
     }

@@ -36,7 +36,7 @@ typedef struct cuda_double_api {
     void *(*host_view)(unsigned long long, size_t);
     void (*kernel_fault)(int);
     void (*get_counters)(cudadouble_counters *);
-    void (*set_address_hook)(void (*)(unsigned long long, size_t, void *), void *);
+    void (*set_address_hook)(void (*)(int, unsigned long long, size_t, void *), void *);
 } cuda_double_api;
 
 static cuda_double_api cuda_double;

@@ -10,6 +10,8 @@
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "tests/cuda_double_bridge.h"
@@ -656,6 +658,95 @@ Test(cuda_double, downloads_without_proc_self_mem) {
     adsm__rt.fill.procmem_fd = -1;
     run_vadd(200000);
     adsm_shutdown();
+}
+
+/* ---- the reservation and the driver's ranges ---------------------------------------------------- */
+/* Device ranges the driver holds (from cuMemAddressReserve to cuMemAddressFree, told by the
+ * double's address hook), and munmap calls from outside the driver that touched one of them. */
+static struct {
+    uintptr_t base[16];
+    size_t size[16];
+    int n, watch, violations, map_after_free;
+    void *mapped; /* the program's page, mapped where a freed range was */
+} ranges;
+
+/* The program's munmap: adsm's calls come here (the executable's definition interposes libc's).
+ * A driver range may only be unmapped by the driver (its own cuMemAddressFree). */
+int munmap(void *addr, size_t len) {
+    Dl_info info;
+    int from_driver = dladdr(__builtin_return_address(0), &info) && info.dli_fname &&
+                      strstr(info.dli_fname, "libcudadouble") != NULL;
+    for (int i = 0; ranges.watch && !from_driver && i < ranges.n; i++)
+        if ((uintptr_t)addr < ranges.base[i] + ranges.size[i] && ranges.base[i] < (uintptr_t)addr + len)
+            ranges.violations++;
+    return (int)syscall(SYS_munmap, addr, len);
+}
+
+static void track_range(int reserved, unsigned long long base, size_t size, void *user) {
+    (void)user;
+    if (reserved && ranges.n < 16) {
+        ranges.base[ranges.n] = (uintptr_t)base;
+        ranges.size[ranges.n++] = size;
+        return;
+    }
+    for (int i = 0; i < ranges.n; i++)
+        if (ranges.base[i] == base) {
+            ranges.base[i] = ranges.base[--ranges.n];
+            ranges.size[i] = ranges.size[ranges.n];
+        }
+    if (!ranges.map_after_free || ranges.mapped) return;
+    /* what another thread of the program may do now that the range is free address space */
+    void *p = mmap((void *)(uintptr_t)base, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                   -1, 0);
+    if (p != (void *)(uintptr_t)base) return;
+    strcpy((char *)p, "the program's");
+    ranges.mapped = p;
+}
+
+static void watch_ranges(void) {
+    cuda_double_use();
+    cr_assert_eq(cuda_double_open(), 0); /* the instance adsm_init will load */
+    cuda_double.set_address_hook(track_range, NULL);
+    ranges.watch = 1;
+}
+
+/* With the host reservation moved onto the device range, shutdown turns it back into a
+ * placeholder and the driver frees the range: from then on it is not adsm's. A page the program
+ * maps there at once (as another thread could) survives adsm_shutdown. */
+Test(cuda_double, shutdown_leaves_the_freed_range_alone) {
+    watch_ranges();
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cr_assert_eq(((adsm__cuda *)adsm__rt.be_ctx)->va_moved_host, 1);
+    attach();
+    run_vadd(1000);
+    ranges.map_after_free = 1;
+    adsm_shutdown();
+    cr_assert_not_null(ranges.mapped, "the program mapped a page where the device range was");
+    cr_assert_eq(msync(ranges.mapped, 4096, MS_ASYNC), 0, "adsm_shutdown unmapped the program's page");
+    cr_assert_str_eq((char *)ranges.mapped, "the program's");
+    cr_assert_eq(ranges.violations, 0, "adsm unmapped a range the driver held");
+}
+
+/* Device memory that fails the start-up probe under the moved reservation (the double loses
+ * memsets on the NULL stream): adsm takes a fresh host reservation elsewhere and gives the
+ * driver its range back as a placeholder (mapped over its own reservation, no munmap: no window
+ * where another thread's mapping could be overwritten), then translates addresses. */
+Test(cuda_double, failed_probe_gives_the_range_back_without_unmapping_it) {
+    setenv("CUDADOUBLE_LOSE_NULL_MEMSETS", "1", 1);
+    watch_ranges();
+    ranges.map_after_free = 1;
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    adsm__cuda *c = (adsm__cuda *)adsm__rt.be_ctx;
+    cr_assert_eq(c->va_moved_host, 0);
+    cr_assert_neq(c->delta, 0, "after the failed probe device addresses are translated");
+    cr_assert_eq(ranges.violations, 0, "adsm unmapped a range while the driver held it");
+    cr_assert_not_null(ranges.mapped, "the program mapped a page where the moved range was");
+    attach();
+    run_vadd(1000);
+    adsm_shutdown();
+    cr_assert_eq(msync(ranges.mapped, 4096, MS_ASYNC), 0, "adsm unmapped the program's page");
+    cr_assert_str_eq((char *)ranges.mapped, "the program's");
+    cr_assert_eq(ranges.violations, 0, "adsm unmapped a range the driver held");
 }
 
 /* ---- page-locked shared objects -------------------------------------------------------------- */

@@ -188,7 +188,7 @@ static struct {
     size_t memory;
     bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets;
     CUresult param_info_error;
-    void (*address_hook)(unsigned long long base, size_t size, void *user);
+    void (*address_hook)(int reserved, unsigned long long base, size_t size, void *user);
     void *address_hook_user;
     int procmem; /* /proc/self/mem: DMA into registered pages whatever their protection */
     unsigned long delay_us;
@@ -1283,6 +1283,7 @@ static void *map_placeholder(void *at, size_t size, int extra) {
 
 CUresult cuMemAddressReserve(adsm__cu_deviceptr *ptr, size_t size, size_t alignment, adsm__cu_deviceptr addr,
                              unsigned long long flags) {
+    bool reserved = false;
     lock();
     CUresult r = check_ctx(NULL);
     if (!r && (!ptr || size == 0 || size % GRAN || flags != 0 || (alignment & (alignment - 1))))
@@ -1336,6 +1337,7 @@ CUresult cuMemAddressReserve(adsm__cu_deviceptr *ptr, size_t size, size_t alignm
     g.resv = v;
     g.counters.reservations++;
     *ptr = v->base;
+    reserved = true;
     goto out;
 oom:
     if (v) {
@@ -1346,6 +1348,7 @@ oom:
     r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
 out:
     unlock();
+    if (reserved && g.address_hook) g.address_hook(1, *ptr, size, g.address_hook_user);
     return note(r);
 }
 
@@ -1376,7 +1379,7 @@ out:
     unlock();
     pthread_rwlock_unlock(&g.maplock);
     /* the range is free address space now: the hook may map there, as another thread could */
-    if (freed && g.address_hook) g.address_hook(ptr, size, g.address_hook_user);
+    if (freed && g.address_hook) g.address_hook(0, ptr, size, g.address_hook_user);
     return note(r);
 }
 
@@ -1964,7 +1967,8 @@ EXPORT void cudadouble_kernel_fault(int code) {
     unlock();
 }
 
-EXPORT void cudadouble_set_address_hook(void (*fn)(unsigned long long base, size_t size, void *user), void *user) {
+EXPORT void cudadouble_set_address_hook(void (*fn)(int reserved, unsigned long long base, size_t size, void *user),
+                                        void *user) {
     lock();
     g.address_hook = fn;
     g.address_hook_user = user;

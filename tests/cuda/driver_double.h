@@ -55,10 +55,12 @@ typedef struct cudadouble_counters {
 
 void cudadouble_get_counters(cudadouble_counters *out);
 
-/* Calls fn(base, size, user) right after cuMemAddressFree gave a device range back, outside the
- * double's locks: the range is then free address space, and fn may map there as any other
- * thread of the program could. NULL removes the hook. */
-void cudadouble_set_address_hook(void (*fn)(unsigned long long base, size_t size, void *user), void *user);
+/* Calls fn(1, base, size, user) when cuMemAddressReserve made a device range, and fn(0, base,
+ * size, user) right after cuMemAddressFree gave one back; outside the double's locks. After a
+ * free the range is free address space, and fn may map there as any other thread of the program
+ * could. NULL removes the hook. */
+void cudadouble_set_address_hook(void (*fn)(int reserved, unsigned long long base, size_t size, void *user),
+                                 void *user);
 
 #ifdef __cplusplus
 }
