@@ -69,6 +69,7 @@ typedef struct adsm__cuda {
     adsm__cu_context init_prev; /* the context current on the initialising thread before adsm_init */
     int init_entered;            /* adsm's context made current on that thread (restored at the end) */
     int ctx_retained, cc_major, cc_minor, max_threads, has_param_info;
+    int driver_version; /* cuDriverGetVersion: 1000 * major + 10 * minor */
     char device_name[128];
     size_t capacity;
 
@@ -122,6 +123,7 @@ typedef struct adsm__cuda {
     adsm__cuda_kernel *kernels;
     void *nvrtc_lib;
     adsm__nvrtc_api nvrtc;
+    char nvrtc_name[4200]; /* which NVRTC was picked, and its version (for the log and tests) */
 } adsm__cuda;
 
 /* ---- errors -------------------------------------------------------------------------------- */
@@ -241,7 +243,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_device(adsm__cuda *c, int ordinal) {
         adsm__cu_describe(c, r, "cuInit", text, sizeof text);
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: not available: %s", text);
     }
-    if (c->cu.cuDriverGetVersion(&version) != 0 || version < ADSM__CU_ABI_VERSION)
+    if (c->cu.cuDriverGetVersion(&version) != 0 || (c->driver_version = version) < ADSM__CU_ABI_VERSION)
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
                           "cuda backend: the CUDA driver supports CUDA %d.%d; adsm needs 12.0 or newer",
                           version / 1000, version % 1000 / 10);
@@ -931,24 +933,72 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
 }
 
 /* ---- modules --------------------------------------------------------------------------------- */
-ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
-    static const char *const names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"};
-    const char *configured = c->rt->cfg.nvrtc_library;
-    if (c->nvrtc_lib) return ADSM_OK;
-    void *lib = configured[0] ? dlopen(configured, RTLD_NOW | RTLD_LOCAL) : NULL;
-    for (size_t i = 0; !configured[0] && !lib && i < 3; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
-                          "adsm_module_load_source: NVRTC cannot be loaded (%s; set ADSM_NVRTC_LIBRARY): %s",
-                          configured[0] ? configured : "libnvrtc.so", dlerror());
-#define ADSM__NVRTC_RESOLVE(name, ret, params)                                                           \
-    if (!(*(void **)&c->nvrtc.name = dlsym(lib, #name))) {                                               \
-        dlclose(lib);                                                                                    \
-        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "adsm_module_load_source: NVRTC lacks %s", #name); \
+/* Pure: the NVRTC library names to try for a driver of `driver_version` (cuDriverGetVersion),
+ * best first. NVRTC N emits PTX of an ISA that drivers older than CUDA N refuse
+ * (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), so only the versioned sonames from the driver's major down
+ * to 12 (the oldest driver adsm runs on), newest first; then the unversioned name, whose version
+ * is checked once loaded. Writes at most cap names; returns how many. */
+ADSM__PRIVATE size_t adsm__nvrtc_names(int driver_version, char (*names)[32], size_t cap) {
+    size_t n = 0;
+    for (int major = driver_version / 1000; major >= ADSM__CU_ABI_VERSION / 1000 && n + 1 < cap; major--)
+        snprintf(names[n++], sizeof names[0], "libnvrtc.so.%d", major);
+    if (n < cap) snprintf(names[n++], sizeof names[0], "libnvrtc.so");
+    return n;
+}
+
+/* Pure: whether an NVRTC of this major version may be used with the driver. Sonames carry the
+ * major alone, so that is what the choice goes by; a newer minor of the driver's own major is
+ * kept with a warning (the driver may still refuse its PTX: adsm__nvrtc_open says so). */
+ADSM__PRIVATE int adsm__nvrtc_fits(int major, int driver_version) { return major <= driver_version / 1000; }
+
+/* dlopen's one NVRTC and fills api with its entry points: the handle, or NULL. */
+ADSM__PRIVATE void *adsm__nvrtc_load(const char *name, adsm__nvrtc_api *api) {
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+#define ADSM__NVRTC_RESOLVE(fn, ret, params) \
+    if (lib && !(*(void **)&api->fn = dlsym(lib, #fn))) {      \
+        dlclose(lib);                                          \
+        lib = NULL;                                            \
     }
     ADSM__NVRTC_FUNCS(ADSM__NVRTC_RESOLVE)
 #undef ADSM__NVRTC_RESOLVE
-    c->nvrtc_lib = lib;
+    return lib;
+}
+
+/* The NVRTC ADSM_NVRTC_LIBRARY names wins, whatever its version (with a warning if the driver
+ * may refuse its PTX); otherwise the newest one the driver can load (adsm__nvrtc_names). */
+ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
+    const char *configured = c->rt->cfg.nvrtc_library;
+    char names[8][32], refused[200] = "";
+    int major = 0, minor = 0, dv = c->driver_version;
+    size_t n = configured[0] ? 1 : adsm__nvrtc_names(dv, names, 8);
+    if (c->nvrtc_lib) return ADSM_OK;
+    for (size_t i = 0; i < n && !c->nvrtc_lib; i++) {
+        const char *name = configured[0] ? configured : names[i];
+        adsm__nvrtc_api api;
+        void *lib = adsm__nvrtc_load(name, &api);
+        if (!lib || api.nvrtcVersion(&major, &minor) != ADSM__NVRTC_SUCCESS) {
+            if (lib) dlclose(lib);
+            continue;
+        }
+        if (!configured[0] && !adsm__nvrtc_fits(major, dv)) { /* PTX the driver would refuse */
+            snprintf(refused, sizeof refused, " (%s is NVRTC %d.%d, newer than the CUDA %d.%d driver)", name, major,
+                     minor, dv / 1000, dv % 1000 / 10);
+            dlclose(lib);
+            continue;
+        }
+        c->nvrtc = api;
+        c->nvrtc_lib = lib;
+        snprintf(c->nvrtc_name, sizeof c->nvrtc_name, "NVRTC %d.%d (%s)", major, minor, name);
+    }
+    if (!c->nvrtc_lib)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
+                          "adsm_module_load_source: no NVRTC the CUDA %d.%d driver can use: tried %s%s%s%s; set "
+                          "ADSM_NVRTC_LIBRARY",
+                          dv / 1000, dv % 1000 / 10, configured[0] ? configured : names[0],
+                          configured[0] || n < 2 ? "" : " ... ", configured[0] || n < 2 ? "" : names[n - 1], refused);
+    int newer = major * 1000 + minor * 10 > dv;
+    adsm__log(newer ? ADSM_LOG_WARN : ADSM_LOG_INFO, "cuda: %s for a CUDA %d.%d driver%s", c->nvrtc_name, dv / 1000,
+              dv % 1000 / 10, newer ? ": newer than the driver, which may refuse its PTX (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)" : "");
     return ADSM_OK;
 }
 

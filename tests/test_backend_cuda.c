@@ -9,6 +9,7 @@
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -409,6 +410,87 @@ Test(cuda_double, every_nvrtc_option_reaches_nvrtc) {
     cr_assert_eq(count(), N + 1, "NVRTC got %d options", count());
     cr_assert_str_eq(option(0), "--gpu-architecture=compute_90");
     for (int i = 0; i < N; i++) cr_assert_str_eq(option(i + 1), text[i]);
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
+/* ---- which NVRTC ------------------------------------------------------------------------------------ */
+typedef struct nvrtc_names_case {
+    int driver;
+    size_t n;
+    char names[4][32]; /* no pointers: Criterion copies parameters into the test's process */
+} nvrtc_names_case;
+
+ParameterizedTestParameters(cuda_nvrtc, names_never_exceed_the_driver) {
+    static nvrtc_names_case cases[] = {
+        {12000, 2, {"libnvrtc.so.12", "libnvrtc.so"}},
+        {12080, 2, {"libnvrtc.so.12", "libnvrtc.so"}},
+        {13000, 3, {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}},
+        {14020, 4, {"libnvrtc.so.14", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}},
+    };
+    return cr_make_param_array(nvrtc_names_case, cases, sizeof cases / sizeof *cases);
+}
+
+/* The names tried for a driver: versioned ones from its major down, newest first, never one
+ * newer than the driver (NVRTC 13's PTX is refused by a 12.x driver); the unversioned name last. */
+ParameterizedTest(nvrtc_names_case *t, cuda_nvrtc, names_never_exceed_the_driver) {
+    char names[8][32];
+    size_t n = adsm__nvrtc_names(t->driver, names, 8);
+    cr_assert_eq(n, t->n, "driver %d: %zu names", t->driver, n);
+    for (size_t i = 0; i < n; i++) cr_assert_str_eq(names[i], t->names[i], "driver %d, name %zu", t->driver, i);
+    cr_assert_eq(adsm__nvrtc_names(t->driver, names, 1), 1, "the list stops at cap");
+}
+
+Test(cuda_nvrtc, version_check_by_major) {
+    cr_assert(adsm__nvrtc_fits(12, 12080));
+    cr_assert(adsm__nvrtc_fits(12, 13000));
+    cr_assert_not(adsm__nvrtc_fits(13, 12080), "NVRTC 13 emits PTX a 12.x driver refuses");
+}
+
+/* ADSM_NVRTC_LIBRARY wins even when its NVRTC (13.0) is newer than the driver (12.8). */
+Test(cuda_nvrtc, configured_library_wins) {
+    setenv("FAKENVRTC_VERSION", "13000", 1);
+    init_fake_nvrtc();
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd()};
+    char *ptx = cuda_double_ptx(kernels, 1);
+    cr_assert_eq(adsm_module_load_source(ptx, NULL), ADSM_OK, "%s", adsm_last_error());
+    free(ptx);
+    adsm__cuda *c = (adsm__cuda *)adsm__rt.be_ctx;
+    cr_assert(strstr(c->nvrtc_name, "libfakenvrtc.so") && strstr(c->nvrtc_name, "NVRTC 13.0"), "picked %s",
+              c->nvrtc_name);
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
+/* Without ADSM_NVRTC_LIBRARY, the system's NVRTC is taken only where the driver can load its PTX:
+ * on this machine NVRTC 13 (libnvrtc.so.13 and libnvrtc.so) against a driver of 12.8 (refused,
+ * with a message naming both versions) and of 13.0 (libnvrtc.so.13 picked). */
+static void system_nvrtc(const char *driver_version) {
+    void *probe = dlopen("libnvrtc.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!probe) cr_skip_test("no libnvrtc.so.13 on this machine");
+    dlclose(probe);
+    setenv("CUDADOUBLE_DRIVER_VERSION", driver_version, 1);
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    unsetenv("ADSM_NVRTC_LIBRARY");
+    adsm__rt.cfg.nvrtc_library[0] = 0; /* as if never set */
+}
+
+Test(cuda_nvrtc, newer_nvrtc_than_the_driver_is_refused) {
+    system_nvrtc("12080");
+    cr_assert_eq(adsm_module_load_source(vadd_cuda, NULL), ADSM_ERROR_BACKEND_UNAVAILABLE);
+    expect_message("NVRTC 13.");
+    expect_message("CUDA 12.8 driver");
+    expect_message("ADSM_NVRTC_LIBRARY");
+    adsm_shutdown();
+}
+
+Test(cuda_nvrtc, matching_nvrtc_is_picked_by_version) {
+    system_nvrtc("13000");
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("vadd", cuda_double_run_body, (void *)adsm__kernel_vadd()), 0);
+    cr_assert_eq(adsm_module_load_source(vadd_cuda, NULL), ADSM_OK, "%s", adsm_last_error());
+    adsm__cuda *c = (adsm__cuda *)adsm__rt.be_ctx;
+    cr_assert(strstr(c->nvrtc_name, "NVRTC 13.0 (libnvrtc.so.13)") != NULL, "picked %s", c->nvrtc_name);
     run_vadd(1000);
     adsm_shutdown();
 }
