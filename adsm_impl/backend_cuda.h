@@ -81,9 +81,10 @@ typedef struct adsm__cuda {
     int va_moved_host; /* the host reservation was moved onto the device range */
     intptr_t delta;
 
-    /* device memory, mapped per granule */
+    /* device memory, mapped in runs of granules (engine thread): per granule, the objects that
+     * use it; per run, at its first granule, its length and its allocation */
     size_t granule;
-    uint32_t *granule_refs;
+    uint32_t *granule_refs, *granule_run;
     adsm__cu_mem_handle *granule_handles;
 
     adsm__cu_stream kstream, h2d, d2h;
@@ -292,27 +293,24 @@ ADSM__PRIVATE adsm__cu_mem_alloc_prop adsm__cuda_prop(const adsm__cuda *c) {
     return prop;
 }
 
-ADSM__PRIVATE adsm__cu_result adsm__cuda_map_granule(adsm__cuda *c, size_t g);
-ADSM__PRIVATE void adsm__cuda_unmap_granule(adsm__cuda *c, size_t g);
+ADSM__PRIVATE adsm__cu_result adsm__cuda_map_run(adsm__cuda *c, size_t g, size_t count, adsm__cu_mem_handle *handle);
+ADSM__PRIVATE void adsm__cuda_unmap_run(adsm__cuda *c, size_t g, size_t count, adsm__cu_mem_handle handle);
 
 /* Checks that device memory really works at the start of the range just placed: map a granule,
  * fill it on the device, read it back. Guards the moved-reservation case, where adsm replaced
  * the driver's host placeholder. */
 ADSM__PRIVATE int adsm__cuda_probe(adsm__cuda *c) {
     unsigned char back[256];
-    adsm__cu_mem_handle saved = 0;
-    adsm__cu_mem_handle *handles = c->granule_handles;
+    adsm__cu_mem_handle h = 0;
     int ok = 0;
-    c->granule_handles = &saved; /* granule 0's handle lands here */
-    if (adsm__cuda_map_granule(c, 0) == 0) {
+    if (adsm__cuda_map_run(c, 0, 1, &h) == 0) {
         adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base);
         memset(back, 0, sizeof back);
         ok = c->cu.cuMemsetD8Async(at, 0x5a, sizeof back, NULL) == 0 &&
              c->cu.cuMemcpyDtoHAsync(back, at, sizeof back, NULL) == 0 && c->cu.cuCtxSynchronize() == 0 &&
              back[0] == 0x5a && back[sizeof back - 1] == 0x5a;
-        adsm__cuda_unmap_granule(c, 0);
+        adsm__cuda_unmap_run(c, 0, 1, h);
     }
-    c->granule_handles = handles;
     return ok;
 }
 
@@ -373,58 +371,95 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
     return ADSM_OK;
 }
 
-/* ---- device memory in granules ---------------------------------------------------------------- */
-ADSM__PRIVATE adsm__cu_result adsm__cuda_map_granule(adsm__cuda *c, size_t g) {
+/* ---- device memory in runs of granules ------------------------------------------------------- */
+/* Backs `count` granules from granule g with one allocation: one cuMemCreate, cuMemMap and
+ * cuMemSetAccess however large the run. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_map_run(adsm__cuda *c, size_t g, size_t count, adsm__cu_mem_handle *handle) {
     adsm__cu_mem_alloc_prop prop = adsm__cuda_prop(c);
     adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base + g * c->granule);
+    size_t size = count * c->granule;
     adsm__cu_mem_access_desc access;
     adsm__cu_mem_handle h = 0;
-    adsm__cu_result r = c->cu.cuMemCreate(&h, c->granule, &prop, 0);
+    adsm__cu_result r = c->cu.cuMemCreate(&h, size, &prop, 0);
     if (r != 0) return r;
-    if ((r = c->cu.cuMemMap(at, c->granule, 0, h, 0)) != 0) {
+    if ((r = c->cu.cuMemMap(at, size, 0, h, 0)) != 0) {
         c->cu.cuMemRelease(h);
         return r;
     }
     memset(&access, 0, sizeof access);
     access.location = prop.location;
     access.flags = ADSM__CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if ((r = c->cu.cuMemSetAccess(at, c->granule, &access, 1)) != 0) {
-        c->cu.cuMemUnmap(at, c->granule);
+    if ((r = c->cu.cuMemSetAccess(at, size, &access, 1)) != 0) {
+        c->cu.cuMemUnmap(at, size);
         c->cu.cuMemRelease(h);
         return r;
     }
-    c->granule_handles[g] = h;
+    *handle = h;
     return 0;
 }
 
-ADSM__PRIVATE void adsm__cuda_unmap_granule(adsm__cuda *c, size_t g) {
-    adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base + g * c->granule);
-    c->cu.cuMemUnmap(at, c->granule);
-    c->cu.cuMemRelease(c->granule_handles[g]);
-    c->granule_handles[g] = 0;
+/* The driver unmaps only whole mappings: a run goes as it came. */
+ADSM__PRIVATE void adsm__cuda_unmap_run(adsm__cuda *c, size_t g, size_t count, adsm__cu_mem_handle handle) {
+    c->cu.cuMemUnmap(adsm__cuda_dptr(c, c->base + g * c->granule), count * c->granule);
+    c->cu.cuMemRelease(handle);
 }
 
-/* Engine thread: backs [dev, dev + n) (granules shared by neighbouring objects are counted). */
+/* Whether granule g lies wholly inside [dev, dev + n): then no other object can use it. */
+ADSM__PRIVATE int adsm__cuda_owns_granule(const adsm__cuda *c, size_t g, uintptr_t dev, size_t n) {
+    uintptr_t at = c->base + g * c->granule;
+    return at >= dev && at + c->granule <= dev + n;
+}
+
+/* The length of the run to map from unmapped granule g (at most to `last`): granules the object
+ * [dev, dev + n) owns wholly go in one run; one it shares with neighbours (adsm packs small
+ * objects into pages) is a run of its own, so it can stay mapped while a neighbour lives. */
+ADSM__PRIVATE size_t adsm__cuda_run_length(const adsm__cuda *c, size_t g, size_t last, uintptr_t dev, size_t n) {
+    size_t k = 1;
+    if (!adsm__cuda_owns_granule(c, g, dev, n)) return 1;
+    while (g + k <= last && c->granule_refs[g + k] == 0 && adsm__cuda_owns_granule(c, g + k, dev, n)) k++;
+    return k;
+}
+
+ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n);
+
+/* Engine thread: backs [dev, dev + n); every granule counts the objects that use it. */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_map(adsm__cuda *c, uintptr_t dev, size_t n) {
     size_t first = (dev - c->base) / c->granule, last = (dev + n - 1 - c->base) / c->granule;
-    for (size_t g = first; g <= last; g++) {
+    for (size_t g = first, k; g <= last; g += k) {
+        k = 1;
         if (c->granule_refs[g] == 0) {
-            adsm__cu_result r = adsm__cuda_map_granule(c, g);
+            k = adsm__cuda_run_length(c, g, last, dev, n);
+            adsm__cu_result r = adsm__cuda_map_run(c, g, k, &c->granule_handles[g]);
             if (r != 0) {
-                while (g-- > first)
-                    if (--c->granule_refs[g] == 0) adsm__cuda_unmap_granule(c, g);
+                if (g > first) adsm__cuda_unmap(c, dev, c->base + g * c->granule - dev); /* what was done */
                 return r;
             }
+            c->granule_run[g] = (uint32_t)k;
         }
-        c->granule_refs[g]++;
+        for (size_t i = 0; i < k; i++) c->granule_refs[g + i]++;
     }
     return 0;
 }
 
+/* Engine thread: unmaps the run that starts at granule g once none of its granules is used. */
+ADSM__PRIVATE void adsm__cuda_release_run(adsm__cuda *c, size_t g) {
+    size_t k = c->granule_run[g];
+    for (size_t i = 0; i < k; i++)
+        if (c->granule_refs[g + i]) return;
+    if (k == 0) return;
+    adsm__cuda_unmap_run(c, g, k, c->granule_handles[g]);
+    c->granule_run[g] = 0;
+    c->granule_handles[g] = 0;
+}
+
+/* Engine thread: [dev, dev + n) is no longer used. Runs lie inside the object that made them (they
+ * are granules it owned wholly) or are single shared granules, so every run that can go starts
+ * in [first, last]. */
 ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n) {
     size_t first = (dev - c->base) / c->granule, last = (dev + n - 1 - c->base) / c->granule;
     for (size_t g = first; g <= last; g++)
-        if (c->granule_refs[g] > 0 && --c->granule_refs[g] == 0) adsm__cuda_unmap_granule(c, g);
+        if (c->granule_refs[g] > 0) c->granule_refs[g]--;
+    for (size_t g = first; g <= last; g++) adsm__cuda_release_run(c, g);
 }
 
 
@@ -1148,8 +1183,8 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     if (c->ctx_retained) {
         adsm__cu_context prev = adsm__cuda_enter(c);
         if (c->kstream) c->cu.cuCtxSynchronize();
-        for (size_t g = 0; c->granule_refs && g < c->half / c->granule; g++)
-            if (c->granule_refs[g]) adsm__cuda_unmap_granule(c, g);
+        for (size_t g = 0; c->granule_run && g < c->half / c->granule; g++)
+            if (c->granule_run[g]) adsm__cuda_unmap_run(c, g, c->granule_run[g], c->granule_handles[g]);
         for (ptrdiff_t m = 0; m < stbds_arrlen(c->modules); m++) c->cu.cuModuleUnload(c->modules[m]);
         adsm__cuda_unlock_all(c);
         for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
@@ -1180,6 +1215,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     stbds_arrfree(c->modules);
     stbds_hmfree(c->kernels);
     free(c->granule_refs);
+    free(c->granule_run);
     free(c->granule_handles);
     free(c->ring);
     adsm__device_error_destroy(&c->errors);
@@ -1213,9 +1249,10 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     }
     if ((r = adsm__cuda_address_space(c, rt)) != ADSM_OK) goto fail;
     c->granule_refs = (uint32_t *)calloc(c->half / c->granule, sizeof *c->granule_refs);
+    c->granule_run = (uint32_t *)calloc(c->half / c->granule, sizeof *c->granule_run);
     c->granule_handles = (adsm__cu_mem_handle *)calloc(c->half / c->granule, sizeof *c->granule_handles);
     c->ring = (adsm__cuda_cmd *)calloc(ADSM__CUDA_RING, sizeof *c->ring);
-    if (!c->granule_refs || !c->granule_handles || !c->ring) {
+    if (!c->granule_refs || !c->granule_run || !c->granule_handles || !c->ring) {
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
         goto fail;
     }

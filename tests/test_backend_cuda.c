@@ -563,6 +563,47 @@ Test(cuda_double, device_memory_starts_zeroed) {
     adsm_shutdown();
 }
 
+/* A 64 MiB object is backed with O(1) driver calls (one cuMemCreate/cuMemMap/cuMemSetAccess per
+ * run of granules it covers alone, plus its edges), not 32 of each. */
+Test(cuda_double, large_allocation_takes_constant_driver_calls) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cudadouble_counters before = cuda_double_counters();
+    void *big = adsm_alloc(64 * MIB);
+    cr_assert_not_null(big, "%s", adsm_last_error());
+    cudadouble_counters after = cuda_double_counters();
+    cr_assert_leq(after.mem_creates - before.mem_creates, 3, "%llu cuMemCreate", after.mem_creates - before.mem_creates);
+    cr_assert_leq(after.mem_maps - before.mem_maps, 3, "%llu cuMemMap", after.mem_maps - before.mem_maps);
+    cr_assert_leq(after.mem_set_access - before.mem_set_access, 3, "%llu cuMemSetAccess",
+                  after.mem_set_access - before.mem_set_access);
+    cr_assert_geq(after.device_bytes_mapped - before.device_bytes_mapped, 64 * MIB);
+    cr_assert_eq(adsm_free(big), ADSM_OK);
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped, before.device_bytes_mapped, "all of it unmapped");
+    adsm_shutdown();
+}
+
+/* Granules shared by neighbouring objects stay mapped while one of them lives, whatever the
+ * order of frees; a large object's own granules go with it. */
+Test(cuda_double, shared_granules_outlive_their_neighbours) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    attach();
+    cudadouble_counters start = cuda_double_counters();
+    char *a = adsm_alloc(4096), *b = adsm_alloc(9 * MIB + 4096), *c = adsm_alloc(4096);
+    cr_assert(a && b && c, "%s", adsm_last_error());
+    a[0] = 'a', c[0] = 'c';
+    memset(b, 'b', 9 * MIB + 4096);
+    cr_assert_not_null(cuda_double.host_view((uintptr_t)adsm_safe(b) + 4 * MIB, 1), "b's middle is device memory");
+    cr_assert_eq(adsm_free(b), ADSM_OK);
+    cr_assert_not_null(cuda_double.host_view((uintptr_t)adsm_safe(a), 4096), "a keeps its device memory");
+    cr_assert_not_null(cuda_double.host_view((uintptr_t)adsm_safe(c), 4096), "c keeps its device memory");
+    run_vadd(300000); /* reuses b's addresses */
+    cr_assert_eq(a[0], 'a');
+    cr_assert_eq(c[0], 'c');
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped, start.device_bytes_mapped, "nothing left mapped");
+    adsm_shutdown();
+}
+
 Test(cuda_double, out_of_device_memory) {
     setenv("CUDADOUBLE_MEMORY", "67108864", 1); /* 64 MiB */
     init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
