@@ -54,11 +54,20 @@ typedef struct adsm__cuda_cmd {
     _Alignas(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
 } adsm__cuda_cmd;
 
-/* An entry of the kernel cache (an stb_ds hash map keyed by descriptor). */
+/* An entry of the kernel cache (an stb_ds hash map keyed by descriptor, adsm__cuda_kernel_key). */
 typedef struct adsm__cuda_kernel {
-    const adsm_kernel_desc *key;
+    uint64_t key;
     adsm__cu_function value;
 } adsm__cuda_kernel;
+
+/* The cache key of a descriptor: its address with bit 31 moved up one place, so that the top
+ * bit of each 32-bit half is clear. stb_ds hashes 8-byte keys with `byte << 24` on int, which is
+ * undefined (UBSan stops the program) for a byte of 0x80 or more; user-space addresses stay below
+ * 2^62, so the mapping is one to one. */
+ADSM__PRIVATE uint64_t adsm__cuda_kernel_key(const adsm_kernel_desc *k) {
+    uint64_t p = (uint64_t)(uintptr_t)k;
+    return (p & 0x7fffffffu) | (p >> 31 << 32);
+}
 
 typedef struct adsm__cuda {
     adsm__runtime *rt;
@@ -908,7 +917,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_check_params(adsm__cuda *c, const adsm_kern
 
 /* Normal context, runtime lock held: the function for a kernel, found by name once. */
 ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_desc *k, adsm__cu_function *out) {
-    ptrdiff_t at = stbds_hmgeti(c->kernels, k);
+    ptrdiff_t at = stbds_hmgeti(c->kernels, adsm__cuda_kernel_key(k));
     if (at >= 0) {
         *out = c->kernels[at].value;
         return ADSM_OK;
@@ -926,7 +935,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_d
     if (fn) r = adsm__cuda_check_params(c, k, fn);
     adsm__cuda_leave(c, prev);
     if (r != ADSM_OK) return r;
-    stbds_hmput(c->kernels, k, fn);
+    stbds_hmput(c->kernels, adsm__cuda_kernel_key(k), fn);
     *out = fn;
     return ADSM_OK;
 }
