@@ -1012,7 +1012,7 @@ ADSM__PRIVATE void *adsm__nvrtc_load(const char *name, adsm__nvrtc_api *api) {
  * may refuse its PTX); otherwise the newest one the driver can load (adsm__nvrtc_names). */
 ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
     const char *configured = c->rt->cfg.nvrtc_library;
-    char names[8][32], refused[200] = "";
+    char names[8][32], refused[400] = "";
     int major = 0, minor = 0, dv = c->driver_version;
     size_t n = configured[0] ? 1 : adsm__nvrtc_names(dv, names, 8);
     if (c->nvrtc_lib) return ADSM_OK;
