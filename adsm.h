@@ -93,7 +93,8 @@
        ADSM_CUDA_SAME_ADDRESS  1: device addresses equal host addresses where the driver allows,
                           0: always translate (diagnostic)              (1)
        ADSM_CUDA_DRIVER   driver library to load                       (libcuda.so.1, then libcuda.so)
-       ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so, .so.13, .so.12)
+       ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so.N for the driver's
+                          major N down to 12, then libnvrtc.so if not newer than the driver)
 
    4. PROTOCOLS
    ============

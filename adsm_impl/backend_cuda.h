@@ -25,7 +25,6 @@
 #define ADSM__CUDA_RING 64    /* queued engine commands */
 #define ADSM__CUDA_EVENTS 256 /* launches in flight */
 #define ADSM__CUDA_SLOTS 2    /* staging buffers per direction */
-#define ADSM__CUDA_MAX_KERNELS 256
 
 typedef struct adsm__cu_api {
 #define ADSM__CU_FIELD(name, version, required, ret, params) adsm__pfn_##name name;
@@ -55,10 +54,20 @@ typedef struct adsm__cuda_cmd {
     _Alignas(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
 } adsm__cuda_cmd;
 
+/* An entry of the kernel cache (an stb_ds hash map keyed by descriptor, adsm__cuda_kernel_key). */
 typedef struct adsm__cuda_kernel {
-    const adsm_kernel_desc *desc;
-    adsm__cu_function fn;
+    uint64_t key;
+    adsm__cu_function value;
 } adsm__cuda_kernel;
+
+/* The cache key of a descriptor: its address with bit 31 moved up one place, so that the top
+ * bit of each 32-bit half is clear. stb_ds hashes 8-byte keys with `byte << 24` on int, which is
+ * undefined (UBSan stops the program) for a byte of 0x80 or more; user-space addresses stay below
+ * 2^62, so the mapping is one to one. */
+ADSM__PRIVATE uint64_t adsm__cuda_kernel_key(const adsm_kernel_desc *k) {
+    uint64_t p = (uint64_t)(uintptr_t)k;
+    return (p & 0x7fffffffu) | (p >> 31 << 32);
+}
 
 typedef struct adsm__cuda {
     adsm__runtime *rt;
@@ -66,7 +75,10 @@ typedef struct adsm__cuda {
     void *lib;
     adsm__cu_device device;
     adsm__cu_context ctx;
+    adsm__cu_context init_prev; /* the context current on the initialising thread before adsm_init */
+    int init_entered;            /* adsm's context made current on that thread (restored at the end) */
     int ctx_retained, cc_major, cc_minor, max_threads, has_param_info;
+    int driver_version; /* cuDriverGetVersion: 1000 * major + 10 * minor */
     char device_name[128];
     size_t capacity;
 
@@ -78,13 +90,15 @@ typedef struct adsm__cuda {
     int va_moved_host; /* the host reservation was moved onto the device range */
     intptr_t delta;
 
-    /* device memory, mapped per granule */
+    /* device memory, mapped in runs of granules (engine thread): per granule, the objects that
+     * use it; per run, at its first granule, its length and its allocation */
     size_t granule;
-    uint32_t *granule_refs;
+    uint32_t *granule_refs, *granule_run;
     adsm__cu_mem_handle *granule_handles;
 
     adsm__cu_stream kstream, h2d, d2h;
     adsm__cu_event h2d_last, k_last, ops_last, h2d_slot_ev[ADSM__CUDA_SLOTS], d2h_slot_ev[ADSM__CUDA_SLOTS];
+    adsm__cu_event drained; /* engine only: waits for a whole stream (adsm__cuda_stream_wait) */
     unsigned char *h2d_stage[ADSM__CUDA_SLOTS], *d2h_stage[ADSM__CUDA_SLOTS];
     size_t stage_size;
     int pinned, h2d_next;
@@ -113,13 +127,13 @@ typedef struct adsm__cuda {
     adsm__tree locked;
     int lock_refused; /* the driver refused a shared object once: said so, stop asking for objects */
 
-    /* modules and the kernels found in them (normal context, runtime lock) */
+    /* modules and the kernels found in them (normal context, runtime lock): an stb_ds array in
+     * load order, and an stb_ds map from descriptor to function, emptied when a module loads */
     adsm__cu_module *modules;
-    size_t nmodules;
-    adsm__cuda_kernel kernels[ADSM__CUDA_MAX_KERNELS];
-    size_t nkernels;
+    adsm__cuda_kernel *kernels;
     void *nvrtc_lib;
     adsm__nvrtc_api nvrtc;
+    char nvrtc_name[4200]; /* which NVRTC was picked, and its version (for the log and tests) */
 } adsm__cuda;
 
 /* ---- errors -------------------------------------------------------------------------------- */
@@ -175,6 +189,21 @@ ADSM__PRIVATE void adsm__cuda_record_error(adsm__cuda *c, adsm_result code, cons
     }
 }
 
+/* ---- the calling thread's context --------------------------------------------------------------- */
+/* Normal context: makes adsm's context current on the calling thread for a few driver calls and
+ * returns the one that was current (the application's own, or NULL) for adsm__cuda_leave. The
+ * current context is per-thread state the application may rely on for its own CUDA code. */
+ADSM__PRIVATE adsm__cu_context adsm__cuda_enter(adsm__cuda *c) {
+    adsm__cu_context prev = NULL;
+    if (c->cu.cuCtxGetCurrent(&prev) != 0) prev = NULL;
+    if (prev != c->ctx) c->cu.cuCtxSetCurrent(c->ctx);
+    return prev;
+}
+
+ADSM__PRIVATE void adsm__cuda_leave(adsm__cuda *c, adsm__cu_context prev) {
+    if (prev != c->ctx) c->cu.cuCtxSetCurrent(prev);
+}
+
 /* ---- loading the driver ---------------------------------------------------------------------- */
 ADSM__PRIVATE adsm_result adsm__cuda_open(adsm__cuda *c, const char *configured) {
     static const char *const names[] = {"libcuda.so.1", "libcuda.so"};
@@ -224,7 +253,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_device(adsm__cuda *c, int ordinal) {
         adsm__cu_describe(c, r, "cuInit", text, sizeof text);
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: not available: %s", text);
     }
-    if (c->cu.cuDriverGetVersion(&version) != 0 || version < ADSM__CU_ABI_VERSION)
+    if (c->cu.cuDriverGetVersion(&version) != 0 || (c->driver_version = version) < ADSM__CU_ABI_VERSION)
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
                           "cuda backend: the CUDA driver supports CUDA %d.%d; adsm needs 12.0 or newer",
                           version / 1000, version % 1000 / 10);
@@ -245,7 +274,9 @@ ADSM__PRIVATE adsm_result adsm__cuda_device(adsm__cuda *c, int ordinal) {
     if ((r = c->cu.cuDevicePrimaryCtxRetain(&c->ctx, c->device)) != 0)
         return adsm__cu_fail(c, r, "cuDevicePrimaryCtxRetain");
     c->ctx_retained = 1;
+    if (c->cu.cuCtxGetCurrent(&c->init_prev) != 0) c->init_prev = NULL;
     if ((r = c->cu.cuCtxSetCurrent(c->ctx)) != 0) return adsm__cu_fail(c, r, "cuCtxSetCurrent");
+    c->init_entered = 1; /* initialisation runs on this thread with adsm's context; restored after */
     size_t free_bytes = 0, total = 0;
     if ((r = c->cu.cuMemGetInfo(&free_bytes, &total)) != 0) return adsm__cu_fail(c, r, "cuMemGetInfo");
     c->capacity = free_bytes;
@@ -271,28 +302,33 @@ ADSM__PRIVATE adsm__cu_mem_alloc_prop adsm__cuda_prop(const adsm__cuda *c) {
     return prop;
 }
 
-ADSM__PRIVATE adsm__cu_result adsm__cuda_map_granule(adsm__cuda *c, size_t g);
-ADSM__PRIVATE void adsm__cuda_unmap_granule(adsm__cuda *c, size_t g);
+ADSM__PRIVATE adsm__cu_result adsm__cuda_map_run(adsm__cuda *c, size_t g, size_t count, adsm__cu_mem_handle *handle);
+ADSM__PRIVATE void adsm__cuda_unmap_run(adsm__cuda *c, size_t g, size_t count, adsm__cu_mem_handle handle);
 
 /* Checks that device memory really works at the start of the range just placed: map a granule,
  * fill it on the device, read it back. Guards the moved-reservation case, where adsm replaced
  * the driver's host placeholder. */
 ADSM__PRIVATE int adsm__cuda_probe(adsm__cuda *c) {
     unsigned char back[256];
-    adsm__cu_mem_handle saved = 0;
-    adsm__cu_mem_handle *handles = c->granule_handles;
+    adsm__cu_mem_handle h = 0;
     int ok = 0;
-    c->granule_handles = &saved; /* granule 0's handle lands here */
-    if (adsm__cuda_map_granule(c, 0) == 0) {
+    if (adsm__cuda_map_run(c, 0, 1, &h) == 0) {
         adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base);
         memset(back, 0, sizeof back);
         ok = c->cu.cuMemsetD8Async(at, 0x5a, sizeof back, NULL) == 0 &&
              c->cu.cuMemcpyDtoHAsync(back, at, sizeof back, NULL) == 0 && c->cu.cuCtxSynchronize() == 0 &&
              back[0] == 0x5a && back[sizeof back - 1] == 0x5a;
-        adsm__cuda_unmap_granule(c, 0);
+        adsm__cuda_unmap_run(c, 0, 1, h);
     }
-    c->granule_handles = handles;
     return ok;
+}
+
+/* Gives the driver back a device range adsm's host reservation was moved onto: a plain
+ * placeholder mapped over adsm's own mapping (MAP_FIXED over what adsm holds, never after a
+ * munmap), then cuMemAddressFree. After that the range is not adsm's: never unmap it. */
+ADSM__PRIVATE void adsm__cuda_give_back(adsm__cuda *c, adsm__cu_deviceptr va, size_t size) {
+    mmap((void *)(uintptr_t)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    c->cu.cuMemAddressFree(va, size);
 }
 
 /* Puts the device range for adsm's shared half [base, base + half): at the same address if the
@@ -312,7 +348,6 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
         if (r == 0) c->cu.cuMemAddressFree(got, c->half);
         /* A range for the whole reservation (both halves), then the host side moves onto it. */
         r = c->cu.cuMemAddressReserve(&got, 2 * c->half, align, 0, 0);
-        uintptr_t old_base = rt->base;
         if (r == 0 && adsm__move_reservation(rt, (uintptr_t)got) == ADSM_OK) {
             c->base = rt->base;
             c->va = got;
@@ -323,15 +358,15 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
                 return ADSM_OK;
             }
             adsm__log(ADSM_LOG_WARN, "cuda: device memory does not work under a moved host reservation");
+            adsm_result moved = adsm__replace_reservation(rt);
+            if (moved != ADSM_OK) return moved; /* still on got: shutdown gives it back */
+            c->base = rt->base;
             c->va = 0;
             c->va_moved_host = 0;
-            if (adsm__move_reservation(rt, old_base) != ADSM_OK)
-                return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: cannot put the host reservation back");
-            c->base = rt->base;
-            /* the driver gets a plain placeholder back before the range is freed */
-            mmap((void *)got, 2 * c->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+            adsm__cuda_give_back(c, got, 2 * c->half);
+        } else if (r == 0) {
+            c->cu.cuMemAddressFree(got, 2 * c->half);
         }
-        if (r == 0) c->cu.cuMemAddressFree(got, 2 * c->half);
     }
     if ((r = c->cu.cuMemAddressReserve(&got, c->half, align, 0, 0)) != 0)
         return adsm__cu_fail(c, r, "cuMemAddressReserve");
@@ -345,58 +380,95 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
     return ADSM_OK;
 }
 
-/* ---- device memory in granules ---------------------------------------------------------------- */
-ADSM__PRIVATE adsm__cu_result adsm__cuda_map_granule(adsm__cuda *c, size_t g) {
+/* ---- device memory in runs of granules ------------------------------------------------------- */
+/* Backs `count` granules from granule g with one allocation: one cuMemCreate, cuMemMap and
+ * cuMemSetAccess however large the run. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_map_run(adsm__cuda *c, size_t g, size_t count, adsm__cu_mem_handle *handle) {
     adsm__cu_mem_alloc_prop prop = adsm__cuda_prop(c);
     adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base + g * c->granule);
+    size_t size = count * c->granule;
     adsm__cu_mem_access_desc access;
     adsm__cu_mem_handle h = 0;
-    adsm__cu_result r = c->cu.cuMemCreate(&h, c->granule, &prop, 0);
+    adsm__cu_result r = c->cu.cuMemCreate(&h, size, &prop, 0);
     if (r != 0) return r;
-    if ((r = c->cu.cuMemMap(at, c->granule, 0, h, 0)) != 0) {
+    if ((r = c->cu.cuMemMap(at, size, 0, h, 0)) != 0) {
         c->cu.cuMemRelease(h);
         return r;
     }
     memset(&access, 0, sizeof access);
     access.location = prop.location;
     access.flags = ADSM__CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if ((r = c->cu.cuMemSetAccess(at, c->granule, &access, 1)) != 0) {
-        c->cu.cuMemUnmap(at, c->granule);
+    if ((r = c->cu.cuMemSetAccess(at, size, &access, 1)) != 0) {
+        c->cu.cuMemUnmap(at, size);
         c->cu.cuMemRelease(h);
         return r;
     }
-    c->granule_handles[g] = h;
+    *handle = h;
     return 0;
 }
 
-ADSM__PRIVATE void adsm__cuda_unmap_granule(adsm__cuda *c, size_t g) {
-    adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base + g * c->granule);
-    c->cu.cuMemUnmap(at, c->granule);
-    c->cu.cuMemRelease(c->granule_handles[g]);
-    c->granule_handles[g] = 0;
+/* The driver unmaps only whole mappings: a run goes as it came. */
+ADSM__PRIVATE void adsm__cuda_unmap_run(adsm__cuda *c, size_t g, size_t count, adsm__cu_mem_handle handle) {
+    c->cu.cuMemUnmap(adsm__cuda_dptr(c, c->base + g * c->granule), count * c->granule);
+    c->cu.cuMemRelease(handle);
 }
 
-/* Engine thread: backs [dev, dev + n) (granules shared by neighbouring objects are counted). */
+/* Whether granule g lies wholly inside [dev, dev + n): then no other object can use it. */
+ADSM__PRIVATE int adsm__cuda_owns_granule(const adsm__cuda *c, size_t g, uintptr_t dev, size_t n) {
+    uintptr_t at = c->base + g * c->granule;
+    return at >= dev && at + c->granule <= dev + n;
+}
+
+/* The length of the run to map from unmapped granule g (at most to `last`): granules the object
+ * [dev, dev + n) owns wholly go in one run; one it shares with neighbours (adsm packs small
+ * objects into pages) is a run of its own, so it can stay mapped while a neighbour lives. */
+ADSM__PRIVATE size_t adsm__cuda_run_length(const adsm__cuda *c, size_t g, size_t last, uintptr_t dev, size_t n) {
+    size_t k = 1;
+    if (!adsm__cuda_owns_granule(c, g, dev, n)) return 1;
+    while (g + k <= last && c->granule_refs[g + k] == 0 && adsm__cuda_owns_granule(c, g + k, dev, n)) k++;
+    return k;
+}
+
+ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n);
+
+/* Engine thread: backs [dev, dev + n); every granule counts the objects that use it. */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_map(adsm__cuda *c, uintptr_t dev, size_t n) {
     size_t first = (dev - c->base) / c->granule, last = (dev + n - 1 - c->base) / c->granule;
-    for (size_t g = first; g <= last; g++) {
+    for (size_t g = first, k; g <= last; g += k) {
+        k = 1;
         if (c->granule_refs[g] == 0) {
-            adsm__cu_result r = adsm__cuda_map_granule(c, g);
+            k = adsm__cuda_run_length(c, g, last, dev, n);
+            adsm__cu_result r = adsm__cuda_map_run(c, g, k, &c->granule_handles[g]);
             if (r != 0) {
-                while (g-- > first)
-                    if (--c->granule_refs[g] == 0) adsm__cuda_unmap_granule(c, g);
+                if (g > first) adsm__cuda_unmap(c, dev, c->base + g * c->granule - dev); /* what was done */
                 return r;
             }
+            c->granule_run[g] = (uint32_t)k;
         }
-        c->granule_refs[g]++;
+        for (size_t i = 0; i < k; i++) c->granule_refs[g + i]++;
     }
     return 0;
 }
 
+/* Engine thread: unmaps the run that starts at granule g once none of its granules is used. */
+ADSM__PRIVATE void adsm__cuda_release_run(adsm__cuda *c, size_t g) {
+    size_t k = c->granule_run[g];
+    for (size_t i = 0; i < k; i++)
+        if (c->granule_refs[g + i]) return;
+    if (k == 0) return;
+    adsm__cuda_unmap_run(c, g, k, c->granule_handles[g]);
+    c->granule_run[g] = 0;
+    c->granule_handles[g] = 0;
+}
+
+/* Engine thread: [dev, dev + n) is no longer used. Runs lie inside the object that made them (they
+ * are granules it owned wholly) or are single shared granules, so every run that can go starts
+ * in [first, last]. */
 ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n) {
     size_t first = (dev - c->base) / c->granule, last = (dev + n - 1 - c->base) / c->granule;
     for (size_t g = first; g <= last; g++)
-        if (c->granule_refs[g] > 0 && --c->granule_refs[g] == 0) adsm__cuda_unmap_granule(c, g);
+        if (c->granule_refs[g] > 0) c->granule_refs[g]--;
+    for (size_t g = first; g <= last; g++) adsm__cuda_release_run(c, g);
 }
 
 
@@ -414,6 +486,14 @@ ADSM__PRIVATE int adsm__cuda_host_direct(void *ctx, uintptr_t host, size_t n) {
     return adsm__cuda_is_locked((adsm__cuda *)ctx, host, n);
 }
 
+/* Engine thread: waits until everything queued on the stream so far has run. Through a
+ * blocking-sync event: cuStreamSynchronize spins a core under the primary context's default
+ * scheduling (CU_CTX_SCHED_AUTO), which adsm must not change for the application. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_stream_wait(adsm__cuda *c, adsm__cu_stream stream) {
+    adsm__cu_result r = c->cu.cuEventRecord(c->drained, stream);
+    return r == 0 ? c->cu.cuEventSynchronize(c->drained) : r;
+}
+
 /* A direct copy: the driver's DMA reads or writes the host pages themselves, whatever their page
  * protection. The engine waits for it before it retires the command, so a drain still means "no
  * copy reads host pages any more" (the protocols rely on it before a CPU write). */
@@ -423,12 +503,12 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, adsm__cuda_cmd *c
         r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0); /* after the kernels queued before */
         if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->dst), (const void *)cmd->src, cmd->n, c->h2d);
         if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->h2d);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
     } else {
         r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
         if (r == 0) r = c->cu.cuStreamWaitEvent(c->d2h, c->ops_last, 0);
         if (r == 0) r = c->cu.cuMemcpyDtoHAsync((void *)cmd->dst, adsm__cuda_dptr(c, cmd->src), cmd->n, c->d2h);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
     }
     return r;
 }
@@ -542,9 +622,9 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     case ADSM__CMD_UNMAP:
         what = "cuMemUnmap";
         /* copies in flight may still use the range; then nothing does */
-        r = c->cu.cuStreamSynchronize(c->h2d);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->kstream);
+        r = adsm__cuda_stream_wait(c, c->h2d);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->kstream);
         if (r == 0) adsm__cuda_unmap(c, cmd->dst, cmd->n);
         break;
     case ADSM__CMD_REGISTER: /* a refusal is not an error: copies of the range stay staged */
@@ -552,8 +632,8 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         return cmd->status == 0 ? 0 : -1;
     case ADSM__CMD_UNREGISTER:
         /* copies in flight may still read or write the pages */
-        r = c->cu.cuStreamSynchronize(c->h2d);
-        if (r == 0) r = c->cu.cuStreamSynchronize(c->d2h);
+        r = adsm__cuda_stream_wait(c, c->h2d);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
         (void)c->cu.cuMemHostUnregister((void *)cmd->dst);
         break;
     case ADSM__CMD_LAUNCH: {
@@ -809,11 +889,20 @@ ADSM__PRIVATE int adsm__cuda_dev_copy(void *ctx, uintptr_t dst, uintptr_t src, s
 
 /* ---- kernels -------------------------------------------------------------------------------- */
 /* Checks the module's parameter layout against the ADSM_KERNEL declaration, where the driver can
- * tell (cuFuncGetParamInfo, CUDA 12.4): a size mismatch would hand the kernel garbage. */
+ * tell (cuFuncGetParamInfo, CUDA 12.4): a size mismatch would hand the kernel garbage. The list
+ * ends where the driver answers CUDA_ERROR_INVALID_VALUE; any other error means it cannot tell
+ * (CUDA_ERROR_NOT_SUPPORTED, ...), not "no more parameters", so the check is skipped. */
 ADSM__PRIVATE adsm_result adsm__cuda_check_params(adsm__cuda *c, const adsm_kernel_desc *k, adsm__cu_function fn) {
     if (!c->has_param_info) return ADSM_OK;
     size_t count = 0, off, size;
-    for (; count <= ADSM__MAX_PARAMS && c->cu.cuFuncGetParamInfo(fn, count, &off, &size) == 0; count++) {
+    for (; count <= ADSM__MAX_PARAMS; count++) {
+        adsm__cu_result r = c->cu.cuFuncGetParamInfo(fn, count, &off, &size);
+        if (r == ADSM__CUDA_ERROR_INVALID_VALUE) break;
+        if (r != 0) {
+            adsm__log(ADSM_LOG_INFO, "cuda: kernel '%s': parameters not checked (cuFuncGetParamInfo: %s)", k->name,
+                      adsm__cu_name(c, r));
+            return ADSM_OK;
+        }
         if (count < k->nparams && size != k->params[count].size)
             return adsm__fail(ADSM_ERROR_INVALID_VALUE,
                               "kernel '%s': parameter %zu '%s' is %zu bytes in ADSM_KERNEL but %zu bytes in the "
@@ -828,23 +917,25 @@ ADSM__PRIVATE adsm_result adsm__cuda_check_params(adsm__cuda *c, const adsm_kern
 
 /* Normal context, runtime lock held: the function for a kernel, found by name once. */
 ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_desc *k, adsm__cu_function *out) {
-    for (size_t i = 0; i < c->nkernels; i++) {
-        if (c->kernels[i].desc == k) {
-            *out = c->kernels[i].fn;
-            return ADSM_OK;
-        }
+    ptrdiff_t at = stbds_hmgeti(c->kernels, adsm__cuda_kernel_key(k));
+    if (at >= 0) {
+        *out = c->kernels[at].value;
+        return ADSM_OK;
     }
-    c->cu.cuCtxSetCurrent(c->ctx);
+    adsm__cu_context prev = adsm__cuda_enter(c);
     adsm__cu_function fn = NULL;
-    for (size_t m = c->nmodules; m-- > 0 && !fn;) /* the newest module wins */
+    adsm_result r = ADSM_OK;
+    size_t nmodules = (size_t)stbds_arrlen(c->modules);
+    for (size_t m = nmodules; m-- > 0 && !fn;) /* the newest module wins */
         if (c->cu.cuModuleGetFunction(&fn, c->modules[m], k->name) != 0) fn = NULL;
     if (!fn)
-        return adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND,
-                          "kernel '%s': no module loaded with adsm_module_load_* has it (%zu modules loaded)", k->name,
-                          c->nmodules);
-    adsm_result r = adsm__cuda_check_params(c, k, fn);
+        r = adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND,
+                       "kernel '%s': no module loaded with adsm_module_load_* has it (%zu modules loaded)", k->name,
+                       nmodules);
+    if (fn) r = adsm__cuda_check_params(c, k, fn);
+    adsm__cuda_leave(c, prev);
     if (r != ADSM_OK) return r;
-    if (c->nkernels < ADSM__CUDA_MAX_KERNELS) c->kernels[c->nkernels++] = (adsm__cuda_kernel){k, fn};
+    stbds_hmput(c->kernels, adsm__cuda_kernel_key(k), fn);
     *out = fn;
     return ADSM_OK;
 }
@@ -886,24 +977,72 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
 }
 
 /* ---- modules --------------------------------------------------------------------------------- */
-ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
-    static const char *const names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"};
-    const char *configured = c->rt->cfg.nvrtc_library;
-    if (c->nvrtc_lib) return ADSM_OK;
-    void *lib = configured[0] ? dlopen(configured, RTLD_NOW | RTLD_LOCAL) : NULL;
-    for (size_t i = 0; !configured[0] && !lib && i < 3; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
-                          "adsm_module_load_source: NVRTC cannot be loaded (%s; set ADSM_NVRTC_LIBRARY): %s",
-                          configured[0] ? configured : "libnvrtc.so", dlerror());
-#define ADSM__NVRTC_RESOLVE(name, ret, params)                                                           \
-    if (!(*(void **)&c->nvrtc.name = dlsym(lib, #name))) {                                               \
-        dlclose(lib);                                                                                    \
-        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "adsm_module_load_source: NVRTC lacks %s", #name); \
+/* Pure: the NVRTC library names to try for a driver of `driver_version` (cuDriverGetVersion),
+ * best first. NVRTC N emits PTX of an ISA that drivers older than CUDA N refuse
+ * (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), so only the versioned sonames from the driver's major down
+ * to 12 (the oldest driver adsm runs on), newest first; then the unversioned name, whose version
+ * is checked once loaded. Writes at most cap names; returns how many. */
+ADSM__PRIVATE size_t adsm__nvrtc_names(int driver_version, char (*names)[32], size_t cap) {
+    size_t n = 0;
+    for (int major = driver_version / 1000; major >= ADSM__CU_ABI_VERSION / 1000 && n + 1 < cap; major--)
+        snprintf(names[n++], sizeof names[0], "libnvrtc.so.%d", major);
+    if (n < cap) snprintf(names[n++], sizeof names[0], "libnvrtc.so");
+    return n;
+}
+
+/* Pure: whether an NVRTC of this major version may be used with the driver. Sonames carry the
+ * major alone, so that is what the choice goes by; a newer minor of the driver's own major is
+ * kept with a warning (the driver may still refuse its PTX: adsm__nvrtc_open says so). */
+ADSM__PRIVATE int adsm__nvrtc_fits(int major, int driver_version) { return major <= driver_version / 1000; }
+
+/* dlopen's one NVRTC and fills api with its entry points: the handle, or NULL. */
+ADSM__PRIVATE void *adsm__nvrtc_load(const char *name, adsm__nvrtc_api *api) {
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+#define ADSM__NVRTC_RESOLVE(fn, ret, params) \
+    if (lib && !(*(void **)&api->fn = dlsym(lib, #fn))) {      \
+        dlclose(lib);                                          \
+        lib = NULL;                                            \
     }
     ADSM__NVRTC_FUNCS(ADSM__NVRTC_RESOLVE)
 #undef ADSM__NVRTC_RESOLVE
-    c->nvrtc_lib = lib;
+    return lib;
+}
+
+/* The NVRTC ADSM_NVRTC_LIBRARY names wins, whatever its version (with a warning if the driver
+ * may refuse its PTX); otherwise the newest one the driver can load (adsm__nvrtc_names). */
+ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
+    const char *configured = c->rt->cfg.nvrtc_library;
+    char names[8][32], refused[400] = "";
+    int major = 0, minor = 0, dv = c->driver_version;
+    size_t n = configured[0] ? 1 : adsm__nvrtc_names(dv, names, 8);
+    if (c->nvrtc_lib) return ADSM_OK;
+    for (size_t i = 0; i < n && !c->nvrtc_lib; i++) {
+        const char *name = configured[0] ? configured : names[i];
+        adsm__nvrtc_api api;
+        void *lib = adsm__nvrtc_load(name, &api);
+        if (!lib || api.nvrtcVersion(&major, &minor) != ADSM__NVRTC_SUCCESS) {
+            if (lib) dlclose(lib);
+            continue;
+        }
+        if (!configured[0] && !adsm__nvrtc_fits(major, dv)) { /* PTX the driver would refuse */
+            snprintf(refused, sizeof refused, " (%s is NVRTC %d.%d, newer than the CUDA %d.%d driver)", name, major,
+                     minor, dv / 1000, dv % 1000 / 10);
+            dlclose(lib);
+            continue;
+        }
+        c->nvrtc = api;
+        c->nvrtc_lib = lib;
+        snprintf(c->nvrtc_name, sizeof c->nvrtc_name, "NVRTC %d.%d (%s)", major, minor, name);
+    }
+    if (!c->nvrtc_lib)
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
+                          "adsm_module_load_source: no NVRTC the CUDA %d.%d driver can use: tried %s%s%s%s; set "
+                          "ADSM_NVRTC_LIBRARY",
+                          dv / 1000, dv % 1000 / 10, configured[0] ? configured : names[0],
+                          configured[0] || n < 2 ? "" : " ... ", configured[0] || n < 2 ? "" : names[n - 1], refused);
+    int newer = major * 1000 + minor * 10 > dv;
+    adsm__log(newer ? ADSM_LOG_WARN : ADSM_LOG_INFO, "cuda: %s for a CUDA %d.%d driver%s", c->nvrtc_name, dv / 1000,
+              dv % 1000 / 10, newer ? ": newer than the driver, which may refuse its PTX (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)" : "");
     return ADSM_OK;
 }
 
@@ -912,18 +1051,20 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
                                               char **ptx) {
     adsm_result r = adsm__nvrtc_open(c);
     if (r != ADSM_OK) return r;
-    const char *opts[64];
+    const char **opts = NULL; /* stb_ds array: the architecture, then every option given */
     char arch[64];
-    int n = 0;
     snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d%d", c->cc_major, c->cc_minor);
-    opts[n++] = arch;
-    for (; options && *options && n < 63; options++) opts[n++] = *options;
+    stbds_arrput(opts, arch);
+    for (; options && *options; options++) stbds_arrput(opts, *options);
     adsm__nvrtc_program prog = NULL;
     adsm__nvrtc_result nr = c->nvrtc.nvrtcCreateProgram(&prog, source, "adsm_module.cu", 0, NULL, NULL);
-    if (nr != ADSM__NVRTC_SUCCESS)
+    if (nr != ADSM__NVRTC_SUCCESS) {
+        stbds_arrfree(opts);
         return adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load_source: nvrtcCreateProgram: %s",
                           c->nvrtc.nvrtcGetErrorString(nr));
-    nr = c->nvrtc.nvrtcCompileProgram(prog, n, opts);
+    }
+    nr = c->nvrtc.nvrtcCompileProgram(prog, (int)stbds_arrlen(opts), opts);
+    stbds_arrfree(opts);
     size_t size = 0;
     if (nr != ADSM__NVRTC_SUCCESS) {
         char log[700] = "";
@@ -945,37 +1086,37 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
     return r;
 }
 
+/* Normal context, runtime lock held: loads a PTX/cubin/fatbin image into adsm's context. */
+ADSM__PRIVATE adsm_result adsm__cuda_module_add(adsm__cuda *c, const void *image) {
+    char log[1024] = "", text[300];
+    adsm__cu_jit_option opts[2] = {ADSM__CU_JIT_ERROR_LOG_BUFFER, ADSM__CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *values[2] = {log, (void *)(uintptr_t)sizeof log};
+    adsm__cu_module m = NULL;
+    adsm__cu_context prev = adsm__cuda_enter(c);
+    adsm__cu_result cr = c->cu.cuModuleLoadDataEx(&m, image, 2, opts, values);
+    adsm__cuda_leave(c, prev);
+    if (cr != 0) {
+        adsm__cu_describe(c, cr, "cuModuleLoadDataEx", text, sizeof text);
+        return adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load: %s%s%s", text, log[0] ? ": " : "", log);
+    }
+    stbds_arrput(c->modules, m);
+    stbds_hmfree(c->kernels); /* a newer module may now provide a kernel: look names up again */
+    return ADSM_OK;
+}
+
 ADSM__PRIVATE adsm_result adsm__cuda_module_load(void *ctx, const void *image, size_t size, int source,
                                                  const char *const *options) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    char *ptx = NULL, log[1024] = "";
+    char *ptx = NULL;
     adsm_result r = ADSM_OK;
     (void)size;
     pthread_mutex_lock(&c->module_mutex); /* NVRTC runs outside the runtime lock: it takes seconds */
-    if (source && (r = adsm__nvrtc_compile(c, (const char *)image, options, &ptx)) != ADSM_OK) {
-        pthread_mutex_unlock(&c->module_mutex);
-        return r;
-    }
-    adsm__lock(&c->rt->lock);
-    adsm__cu_module *grown = (adsm__cu_module *)realloc(c->modules, (c->nmodules + 1) * sizeof *grown);
-    if (!grown) r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_module_load: out of memory");
-    else c->modules = grown;
+    if (source) r = adsm__nvrtc_compile(c, (const char *)image, options, &ptx);
     if (r == ADSM_OK) {
-        adsm__cu_jit_option opts[2] = {ADSM__CU_JIT_ERROR_LOG_BUFFER, ADSM__CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-        void *values[2] = {log, (void *)(uintptr_t)sizeof log};
-        adsm__cu_module m = NULL;
-        c->cu.cuCtxSetCurrent(c->ctx);
-        adsm__cu_result cr = c->cu.cuModuleLoadDataEx(&m, ptx ? ptx : image, 2, opts, values);
-        if (cr == 0) {
-            c->modules[c->nmodules++] = m;
-            c->nkernels = 0; /* a newer module may now provide a kernel: look names up again */
-        } else {
-            char text[300];
-            adsm__cu_describe(c, cr, "cuModuleLoadDataEx", text, sizeof text);
-            r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load: %s%s%s", text, log[0] ? ": " : "", log);
-        }
+        adsm__lock(&c->rt->lock);
+        r = adsm__cuda_module_add(c, ptx ? ptx : image);
+        adsm__unlock(&c->rt->lock);
     }
-    adsm__unlock(&c->rt->lock);
     pthread_mutex_unlock(&c->module_mutex);
     free(ptx);
     return r;
@@ -986,15 +1127,16 @@ ADSM__PRIVATE adsm_result adsm__cuda_streams(adsm__cuda *c) {
     adsm__cu_result r = 0;
     adsm__cu_stream *streams[] = {&c->kstream, &c->h2d, &c->d2h};
     for (size_t i = 0; r == 0 && i < 3; i++) r = c->cu.cuStreamCreate(streams[i], ADSM__CU_STREAM_NON_BLOCKING);
-    adsm__cu_event *events[3 + 2 * ADSM__CUDA_SLOTS] = {&c->h2d_last, &c->k_last, &c->ops_last};
+    adsm__cu_event *events[4 + 2 * ADSM__CUDA_SLOTS] = {&c->h2d_last, &c->k_last, &c->ops_last, &c->drained};
     for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
-        events[3 + 2 * s] = &c->h2d_slot_ev[s];
-        events[4 + 2 * s] = &c->d2h_slot_ev[s];
+        events[4 + 2 * s] = &c->h2d_slot_ev[s];
+        events[5 + 2 * s] = &c->d2h_slot_ev[s];
     }
-    for (size_t i = 0; r == 0 && i < sizeof events / sizeof *events; i++)
-        r = c->cu.cuEventCreate(events[i], ADSM__CU_EVENT_DISABLE_TIMING);
-    for (size_t i = 0; r == 0 && i < ADSM__CUDA_EVENTS; i++) /* waited on by a sleeping thread */
-        r = c->cu.cuEventCreate(&c->kev[i], ADSM__CU_EVENT_DISABLE_TIMING | ADSM__CU_EVENT_BLOCKING_SYNC);
+    /* Every event may be waited on by the engine or the completion thread (cuEventSynchronize):
+     * blocking sync makes that wait sleep instead of spinning a core; nothing reads timings. */
+    unsigned flags = ADSM__CU_EVENT_DISABLE_TIMING | ADSM__CU_EVENT_BLOCKING_SYNC;
+    for (size_t i = 0; r == 0 && i < sizeof events / sizeof *events; i++) r = c->cu.cuEventCreate(events[i], flags);
+    for (size_t i = 0; r == 0 && i < ADSM__CUDA_EVENTS; i++) r = c->cu.cuEventCreate(&c->kev[i], flags);
     return r == 0 ? ADSM_OK : adsm__cu_fail(c, r, "creating streams and events");
 }
 
@@ -1048,11 +1190,11 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         pthread_join(c->completion, NULL);
     }
     if (c->ctx_retained) {
-        c->cu.cuCtxSetCurrent(c->ctx);
+        adsm__cu_context prev = adsm__cuda_enter(c);
         if (c->kstream) c->cu.cuCtxSynchronize();
-        for (size_t g = 0; c->granule_refs && g < c->half / c->granule; g++)
-            if (c->granule_refs[g]) adsm__cuda_unmap_granule(c, g);
-        for (size_t m = 0; m < c->nmodules; m++) c->cu.cuModuleUnload(c->modules[m]);
+        for (size_t g = 0; c->granule_run && g < c->half / c->granule; g++)
+            if (c->granule_run[g]) adsm__cuda_unmap_run(c, g, c->granule_run[g], c->granule_handles[g]);
+        for (ptrdiff_t m = 0; m < stbds_arrlen(c->modules); m++) c->cu.cuModuleUnload(c->modules[m]);
         adsm__cuda_unlock_all(c);
         for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
             if (c->h2d_stage[s]) c->pinned ? (void)c->cu.cuMemFreeHost(c->h2d_stage[s]) : free(c->h2d_stage[s]);
@@ -1065,18 +1207,24 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         if (c->h2d_last) c->cu.cuEventDestroy(c->h2d_last);
         if (c->k_last) c->cu.cuEventDestroy(c->k_last);
         if (c->ops_last) c->cu.cuEventDestroy(c->ops_last);
+        if (c->drained) c->cu.cuEventDestroy(c->drained);
         if (c->kstream) c->cu.cuStreamDestroy(c->kstream);
         if (c->h2d) c->cu.cuStreamDestroy(c->h2d);
         if (c->d2h) c->cu.cuStreamDestroy(c->d2h);
-        if (c->va && c->va_moved_host) /* give the driver back a plain reservation before freeing */
-            mmap((void *)c->va, c->va_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-        if (c->va) c->cu.cuMemAddressFree(c->va, c->va_size);
-        c->cu.cuCtxSetCurrent(NULL);
+        if (c->va && c->va_moved_host) {
+            adsm__cuda_give_back(c, c->va, c->va_size);
+            adsm__disown_reservation(c->rt); /* the host reservation was that range */
+        } else if (c->va) {
+            c->cu.cuMemAddressFree(c->va, c->va_size);
+        }
+        adsm__cuda_leave(c, prev);
         c->cu.cuDevicePrimaryCtxRelease(c->device);
     }
     /* The driver library stays loaded: drivers do not support being unloaded and loaded again. */
-    free(c->modules);
+    stbds_arrfree(c->modules);
+    stbds_hmfree(c->kernels);
     free(c->granule_refs);
+    free(c->granule_run);
     free(c->granule_handles);
     free(c->ring);
     adsm__device_error_destroy(&c->errors);
@@ -1110,9 +1258,10 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     }
     if ((r = adsm__cuda_address_space(c, rt)) != ADSM_OK) goto fail;
     c->granule_refs = (uint32_t *)calloc(c->half / c->granule, sizeof *c->granule_refs);
+    c->granule_run = (uint32_t *)calloc(c->half / c->granule, sizeof *c->granule_run);
     c->granule_handles = (adsm__cu_mem_handle *)calloc(c->half / c->granule, sizeof *c->granule_handles);
     c->ring = (adsm__cuda_cmd *)calloc(ADSM__CUDA_RING, sizeof *c->ring);
-    if (!c->granule_refs || !c->granule_handles || !c->ring) {
+    if (!c->granule_refs || !c->granule_run || !c->granule_handles || !c->ring) {
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
         goto fail;
     }
@@ -1127,13 +1276,21 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
               rt->cfg.device, c->device_name, c->cc_major, c->cc_minor, c->capacity >> 20,
               c->delta ? "translated" : "same", c->pinned ? "pinned" : "pageable", c->stage_size >> 10);
     rt->dev_delta = c->delta; /* adsm_safe, adsm_dev_alloc and device-pointer arguments */
+    adsm__cuda_leave(c, c->init_prev);
     *ctx = c;
     return ADSM_OK;
 fail:
     {
-        /* keep the message: shutdown's driver calls must not overwrite it */
+        /* keep the message: the calls below must not overwrite it */
         char saved[sizeof adsm__tls_error];
         memcpy(saved, adsm__tls_error, sizeof saved);
+        /* auto goes on to emu with the reservation: hand the device range back, keep a fresh one */
+        if (c->va_moved_host && adsm__replace_reservation(rt) == ADSM_OK) {
+            adsm__cuda_give_back(c, c->va, c->va_size);
+            c->va = 0;
+            c->va_moved_host = 0;
+        }
+        if (c->init_entered) adsm__cuda_leave(c, c->init_prev); /* shutdown enters and leaves itself */
         adsm__cuda_shutdown(c);
         adsm__fail(r, "%s", saved);
     }

@@ -30,6 +30,12 @@
 #define STB_DS_IMPLEMENTATION
 #endif
 #include <stb/stb_ds.h>
+/* stb_ds takes a key's address with `typeof`, which GCC only knows in GNU modes: under -std=c11
+ * every stbds_hm* call would fail to compile. __typeof__ works in every mode. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__cplusplus) && defined(STBDS_ADDRESSOF)
+#undef STBDS_ADDRESSOF
+#define STBDS_ADDRESSOF(typevar, value) ((__typeof__(typevar)[1]){value})
+#endif
 
 #if defined(__GNUC__) || defined(__clang__)
 #define ADSM__UNUSED __attribute__((unused))

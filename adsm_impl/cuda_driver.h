@@ -147,6 +147,7 @@ enum {
     X(cuDevicePrimaryCtxRetain, 7000, 1, adsm__cu_result, (adsm__cu_context * ctx, adsm__cu_device dev))        \
     X(cuDevicePrimaryCtxRelease, 11000, 1, adsm__cu_result, (adsm__cu_device dev))                               \
     X(cuCtxSetCurrent, 4000, 1, adsm__cu_result, (adsm__cu_context ctx))                                         \
+    X(cuCtxGetCurrent, 4000, 1, adsm__cu_result, (adsm__cu_context * ctx))                                      \
     X(cuCtxSynchronize, 2000, 1, adsm__cu_result, (void))                                                        \
     X(cuMemGetInfo, 3020, 1, adsm__cu_result, (size_t * free_bytes, size_t * total_bytes))                      \
     X(cuStreamCreate, 2000, 1, adsm__cu_result, (adsm__cu_stream * stream, unsigned int flags))                 \

@@ -74,8 +74,20 @@ ADSM__PRIVATE adsm_result adsm__reserve(adsm__runtime *rt) {
     return ADSM_OK;
 }
 
+/* The arenas hand out addresses in the reservation now at `base`. */
+ADSM__PRIVATE adsm_result adsm__rebase_arenas(adsm__runtime *rt, uintptr_t base) {
+    adsm__arena_destroy(&rt->va_shared);
+    adsm__arena_destroy(&rt->va_safe);
+    rt->base = base;
+    if (adsm__arena_init(&rt->va_shared, base, rt->half, rt->page) != 0 ||
+        adsm__arena_init(&rt->va_safe, base + rt->half, rt->half, rt->page) != 0)
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of memory while initialising");
+    return ADSM_OK;
+}
+
 /* Moves the (still empty) reservation to [to, to + 2 * half), over whatever is mapped there: the
- * cuda backend's device range, whose host placeholder the driver made (GMAC's order). */
+ * cuda backend's device range, whose host placeholder the driver made (GMAC's order). The old
+ * range is unmapped and never mapped again by adsm (someone else may map there at once). */
 ADSM__PRIVATE adsm_result adsm__move_reservation(adsm__runtime *rt, uintptr_t to) {
     size_t total = 2 * rt->half;
     if (rt->nobjects || (to < rt->base + total && rt->base < to + total))
@@ -84,14 +96,27 @@ ADSM__PRIVATE adsm_result adsm__move_reservation(adsm__runtime *rt, uintptr_t to
     if (p == MAP_FAILED) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot map at %p: %s", (void *)to, strerror(errno));
     munmap((void *)rt->base, total);
     madvise((void *)to, total, MADV_HUGEPAGE);
-    adsm__arena_destroy(&rt->va_shared);
-    adsm__arena_destroy(&rt->va_safe);
-    rt->base = to;
-    if (adsm__arena_init(&rt->va_shared, to, rt->half, rt->page) != 0 ||
-        adsm__arena_init(&rt->va_safe, to + rt->half, rt->half, rt->page) != 0)
-        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of memory while initialising");
-    return ADSM_OK;
+    return adsm__rebase_arenas(rt, to);
 }
+
+/* Hands the (still empty) reservation over to the caller, still mapped, and takes a fresh one
+ * wherever the kernel puts it (no MAP_FIXED: adsm only ever maps over ranges it holds). The
+ * cuda backend turns the old range back into the driver's placeholder in place, so there is no
+ * moment where the range is unmapped and another thread's mapping could land there. */
+ADSM__PRIVATE adsm_result adsm__replace_reservation(adsm__runtime *rt) {
+    size_t total = 2 * rt->half, align = ADSM__MAX(rt->cfg.block_size, (size_t)2 << 20);
+    if (rt->nobjects) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "cannot replace the address reservation");
+    void *p = adsm__map_aligned(total, align, PROT_NONE, MAP_NORESERVE);
+    if (p == MAP_FAILED)
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: %s", total >> 30,
+                          strerror(errno));
+    madvise(p, total, MADV_HUGEPAGE);
+    return adsm__rebase_arenas(rt, (uintptr_t)p);
+}
+
+/* Shutdown: the range was handed on (the cuda backend gave it back to the driver, which may
+ * have freed it already): adsm forgets it and must not unmap it. */
+ADSM__PRIVATE void adsm__disown_reservation(adsm__runtime *rt) { rt->base = 0; }
 
 ADSM__PRIVATE void adsm__release_reservation(adsm__runtime *rt) {
     adsm__arena_destroy(&rt->va_shared);

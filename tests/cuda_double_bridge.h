@@ -36,6 +36,7 @@ typedef struct cuda_double_api {
     void *(*host_view)(unsigned long long, size_t);
     void (*kernel_fault)(int);
     void (*get_counters)(cudadouble_counters *);
+    void (*set_address_hook)(void (*)(int, unsigned long long, size_t, void *), void *);
 } cuda_double_api;
 
 static cuda_double_api cuda_double;
@@ -49,8 +50,9 @@ static inline int cuda_double_open(void) {
     *(void **)&cuda_double.host_view = dlsym(cuda_double.lib, "cudadouble_host_view");
     *(void **)&cuda_double.kernel_fault = dlsym(cuda_double.lib, "cudadouble_kernel_fault");
     *(void **)&cuda_double.get_counters = dlsym(cuda_double.lib, "cudadouble_get_counters");
+    *(void **)&cuda_double.set_address_hook = dlsym(cuda_double.lib, "cudadouble_set_address_hook");
     return cuda_double.register_kernel && cuda_double.host_view && cuda_double.kernel_fault &&
-                   cuda_double.get_counters
+                   cuda_double.get_counters && cuda_double.set_address_hook
                ? 0
                : -1;
 }

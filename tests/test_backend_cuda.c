@@ -9,7 +9,10 @@
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "tests/cuda_double_bridge.h"
@@ -261,6 +264,17 @@ Test(cuda_double, parameter_size_mismatch_is_refused) {
     adsm_shutdown();
 }
 
+/* A driver that cannot tell (cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED, or anything
+ * but INVALID_VALUE, which ends the list) does not make every kernel "take 0 parameters": the
+ * check is skipped and the kernel runs. */
+Test(cuda_double, param_info_not_supported_skips_the_check) {
+    setenv("CUDADOUBLE_PARAM_INFO_ERROR", "801", 1); /* CUDA_ERROR_NOT_SUPPORTED */
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
 Test(cuda_double, launch_refused_by_the_driver_is_reported_at_sync) {
     setenv("CUDADOUBLE_KERNEL_MAX_THREADS", "512", 1); /* as a kernel using many registers */
     init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
@@ -312,6 +326,241 @@ Test(cuda_double, illegal_address_at_sync_then_device_lost) {
     adsm_shutdown();
 }
 
+/* ---- no silent caps ------------------------------------------------------------------------------ */
+ADSM_KERNEL(mark, ADSM_INOUT(int, x), ADSM_VALUE(size_t, i));
+void mark(adsm_grid g, int *x, size_t i) {
+    (void)g;
+    x[i] += 1;
+}
+
+#define MANY_KERNELS 300 /* more than the 256 the cache once held */
+static adsm_kernel_desc many[MANY_KERNELS];
+static char many_names[MANY_KERNELS][16];
+
+/* Launches many[k] on x[k] through adsm_launch (a hand-filled argument block). */
+static void launch_mark(size_t k, int *x) {
+    _Alignas(16) unsigned char args[64];
+    memset(args, 0, sizeof args);
+    memcpy(args + many[k].params[0].offset, &x, sizeof x);
+    memcpy(args + many[k].params[1].offset, &k, sizeof k);
+    cr_assert_eq(adsm_launch(&many[k], adsm_grid_1d(1, 1), args), ADSM_OK, "%s", adsm_last_error());
+}
+
+/* Every kernel is looked up in the modules once: the second round of launches of 300 distinct
+ * kernels makes no cuModuleGetFunction call. */
+Test(cuda_double, more_than_256_kernels_are_all_cached) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    const adsm_kernel_desc *all[MANY_KERNELS];
+    for (size_t k = 0; k < MANY_KERNELS; k++) {
+        many[k] = *adsm__kernel_mark();
+        snprintf(many_names[k], sizeof many_names[k], "mark%zu", k);
+        many[k].name = many_names[k];
+        all[k] = &many[k];
+    }
+    cr_assert_eq(cuda_double_attach(all, MANY_KERNELS), 0, "%s", adsm_last_error());
+    int *x = adsm_alloc(MANY_KERNELS * sizeof *x);
+    unsigned long long lookups[2];
+    cudadouble_counters start = cuda_double_counters();
+    for (int round = 0; round < 2; round++) {
+        cudadouble_counters before = cuda_double_counters();
+        for (size_t k = 0; k < MANY_KERNELS; k++) launch_mark(k, x);
+        cudadouble_counters after = cuda_double_counters(); /* lookups happen in adsm_launch */
+        lookups[round] = after.function_lookups - before.function_lookups;
+    }
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(cuda_double_counters().launches - start.launches, 2 * MANY_KERNELS);
+    for (size_t k = 0; k < MANY_KERNELS; k++) cr_assert_eq(x[k], 2, "x[%zu] = %d", k, x[k]);
+    cr_assert_geq(lookups[0], MANY_KERNELS, "the first round looked every kernel up");
+    cr_assert_eq(lookups[1], 0, "the second round looked %llu kernels up again", lookups[1]);
+    adsm_shutdown();
+}
+
+static const char *fake_nvrtc_path(void) {
+    static char path[4096];
+    const char *srcdir = getenv("TEST_SRCDIR");
+    snprintf(path, sizeof path, "%s/adsm/tests/cuda/libfakenvrtc.so", srcdir ? srcdir : ".");
+    return path;
+}
+
+/* The cuda backend on the double with the recording NVRTC stand-in (tests/cuda/fake_nvrtc.c). */
+static void *init_fake_nvrtc(void) {
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_NVRTC_LIBRARY", fake_nvrtc_path(), 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    void *lib = dlopen(fake_nvrtc_path(), RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(lib, "%s", dlerror());
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("vadd", cuda_double_run_body, (void *)adsm__kernel_vadd()), 0);
+    return lib;
+}
+
+/* Options to adsm_module_load_source all reach nvrtcCompileProgram, in order, after the device's
+ * architecture; none is dropped (there were 62 at most). */
+Test(cuda_double, every_nvrtc_option_reaches_nvrtc) {
+    void *lib = init_fake_nvrtc();
+    int (*count)(void);
+    const char *(*option)(int);
+    *(void **)&count = dlsym(lib, "fakenvrtc_option_count");
+    *(void **)&option = dlsym(lib, "fakenvrtc_option");
+    cr_assert(count && option);
+    enum { N = 100 };
+    static char text[N][32];
+    const char *opts[N + 1];
+    for (int i = 0; i < N; i++) {
+        snprintf(text[i], sizeof text[i], "-DADSM_TEST_OPTION_%d=1", i);
+        opts[i] = text[i];
+    }
+    opts[N] = NULL;
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd()};
+    char *ptx = cuda_double_ptx(kernels, 1); /* the stand-in hands the "source" back as PTX */
+    cr_assert_eq(adsm_module_load_source(ptx, opts), ADSM_OK, "%s", adsm_last_error());
+    free(ptx);
+    cr_assert_eq(count(), N + 1, "NVRTC got %d options", count());
+    cr_assert_str_eq(option(0), "--gpu-architecture=compute_90");
+    for (int i = 0; i < N; i++) cr_assert_str_eq(option(i + 1), text[i]);
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
+/* ---- which NVRTC ------------------------------------------------------------------------------------ */
+typedef struct nvrtc_names_case {
+    int driver;
+    size_t n;
+    char names[4][32]; /* no pointers: Criterion copies parameters into the test's process */
+} nvrtc_names_case;
+
+ParameterizedTestParameters(cuda_nvrtc, names_never_exceed_the_driver) {
+    static nvrtc_names_case cases[] = {
+        {12000, 2, {"libnvrtc.so.12", "libnvrtc.so"}},
+        {12080, 2, {"libnvrtc.so.12", "libnvrtc.so"}},
+        {13000, 3, {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}},
+        {14020, 4, {"libnvrtc.so.14", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}},
+    };
+    return cr_make_param_array(nvrtc_names_case, cases, sizeof cases / sizeof *cases);
+}
+
+/* The names tried for a driver: versioned ones from its major down, newest first, never one
+ * newer than the driver (NVRTC 13's PTX is refused by a 12.x driver); the unversioned name last. */
+ParameterizedTest(nvrtc_names_case *t, cuda_nvrtc, names_never_exceed_the_driver) {
+    char names[8][32];
+    size_t n = adsm__nvrtc_names(t->driver, names, 8);
+    cr_assert_eq(n, t->n, "driver %d: %zu names", t->driver, n);
+    for (size_t i = 0; i < n; i++) cr_assert_str_eq(names[i], t->names[i], "driver %d, name %zu", t->driver, i);
+    cr_assert_eq(adsm__nvrtc_names(t->driver, names, 1), 1, "the list stops at cap");
+}
+
+Test(cuda_nvrtc, version_check_by_major) {
+    cr_assert(adsm__nvrtc_fits(12, 12080));
+    cr_assert(adsm__nvrtc_fits(12, 13000));
+    cr_assert_not(adsm__nvrtc_fits(13, 12080), "NVRTC 13 emits PTX a 12.x driver refuses");
+}
+
+/* ADSM_NVRTC_LIBRARY wins even when its NVRTC (13.0) is newer than the driver (12.8). */
+Test(cuda_nvrtc, configured_library_wins) {
+    setenv("FAKENVRTC_VERSION", "13000", 1);
+    init_fake_nvrtc();
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd()};
+    char *ptx = cuda_double_ptx(kernels, 1);
+    cr_assert_eq(adsm_module_load_source(ptx, NULL), ADSM_OK, "%s", adsm_last_error());
+    free(ptx);
+    adsm__cuda *c = (adsm__cuda *)adsm__rt.be_ctx;
+    cr_assert(strstr(c->nvrtc_name, "libfakenvrtc.so") && strstr(c->nvrtc_name, "NVRTC 13.0"), "picked %s",
+              c->nvrtc_name);
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
+/* Without ADSM_NVRTC_LIBRARY, the system's NVRTC is taken only where the driver can load its PTX:
+ * on this machine NVRTC 13 (libnvrtc.so.13 and libnvrtc.so) against a driver of 12.8 (refused,
+ * with a message naming both versions) and of 13.0 (libnvrtc.so.13 picked). */
+static void system_nvrtc(const char *driver_version) {
+    void *probe = dlopen("libnvrtc.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!probe) cr_skip_test("no libnvrtc.so.13 on this machine");
+    dlclose(probe);
+    setenv("CUDADOUBLE_DRIVER_VERSION", driver_version, 1);
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    unsetenv("ADSM_NVRTC_LIBRARY");
+    adsm__rt.cfg.nvrtc_library[0] = 0; /* as if never set */
+}
+
+Test(cuda_nvrtc, newer_nvrtc_than_the_driver_is_refused) {
+    system_nvrtc("12080");
+    cr_assert_eq(adsm_module_load_source(vadd_cuda, NULL), ADSM_ERROR_BACKEND_UNAVAILABLE);
+    expect_message("NVRTC 13.");
+    expect_message("CUDA 12.8 driver");
+    expect_message("ADSM_NVRTC_LIBRARY");
+    adsm_shutdown();
+}
+
+Test(cuda_nvrtc, matching_nvrtc_is_picked_by_version) {
+    system_nvrtc("13000");
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("vadd", cuda_double_run_body, (void *)adsm__kernel_vadd()), 0);
+    cr_assert_eq(adsm_module_load_source(vadd_cuda, NULL), ADSM_OK, "%s", adsm_last_error());
+    adsm__cuda *c = (adsm__cuda *)adsm__rt.be_ctx;
+    cr_assert(strstr(c->nvrtc_name, "NVRTC 13.0 (libnvrtc.so.13)") != NULL, "picked %s", c->nvrtc_name);
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
+/* ---- the application's own CUDA context ------------------------------------------------------ */
+typedef struct app_cuda {
+    int (*init)(unsigned);
+    int (*retain)(adsm__cu_context *, int);
+    int (*release)(int);
+    int (*set)(adsm__cu_context);
+    int (*get)(adsm__cu_context *);
+} app_cuda;
+
+/* The program's own driver calls, on the library adsm loads (the double). */
+static app_cuda app_cuda_open(void) {
+    app_cuda a;
+    cuda_double_use();
+    cr_assert_eq(cuda_double_open(), 0);
+    *(void **)&a.init = dlsym(cuda_double.lib, "cuInit");
+    *(void **)&a.retain = dlsym(cuda_double.lib, "cuDevicePrimaryCtxRetain");
+    *(void **)&a.release = dlsym(cuda_double.lib, "cuDevicePrimaryCtxRelease");
+    *(void **)&a.set = dlsym(cuda_double.lib, "cuCtxSetCurrent");
+    *(void **)&a.get = dlsym(cuda_double.lib, "cuCtxGetCurrent");
+    cr_assert(a.init && a.retain && a.release && a.set && a.get);
+    return a;
+}
+
+static void expect_current(const app_cuda *a, adsm__cu_context want, const char *after) {
+    adsm__cu_context now = NULL;
+    cr_assert_eq(a->get(&now), 0);
+    cr_assert_eq(now, want, "after %s the thread's current context is %p, not the program's %p", after, (void *)now,
+                 (void *)want);
+}
+
+/* A program that drives CUDA itself keeps its current context across adsm's calls on the same
+ * thread: initialisation, module loading, kernel lookup at launch and shutdown all set adsm's
+ * context and put the program's back. Its context is device 1's (adsm runs on device 0), and
+ * then none at all. */
+static void context_survives(int app_device) {
+    setenv("CUDADOUBLE_DEVICES", "2", 1);
+    app_cuda a = app_cuda_open();
+    adsm__cu_context mine = NULL;
+    cr_assert_eq(a.init(0), 0);
+    if (app_device >= 0) cr_assert_eq(a.retain(&mine, app_device), 0);
+    cr_assert_eq(a.set(mine), 0);
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    expect_current(&a, mine, "adsm_init");
+    attach();
+    expect_current(&a, mine, "adsm_module_load_image");
+    run_vadd(1000);
+    expect_current(&a, mine, "a launch");
+    adsm_shutdown();
+    expect_current(&a, mine, "adsm_shutdown");
+    if (app_device >= 0) cr_assert_eq(a.release(app_device), 0);
+}
+
+Test(cuda_double, application_context_survives) { context_survives(1); }
+Test(cuda_double, no_context_stays_none) { context_survives(-1); }
+
 /* ---- memory ------------------------------------------------------------------------------------ */
 Test(cuda_double, device_memory_starts_zeroed) {
     init_ok(ADSM_PROTOCOL_ROLLING, 4096, 0);
@@ -322,6 +571,47 @@ Test(cuda_double, device_memory_starts_zeroed) {
     cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((uint32_t)(n / 256), 256), c, a, a, n), ADSM_OK);
     cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
     for (size_t i = 0; i < n; i++) cr_assert_eq(c[i], 0.0f, "c[%zu] = %f", i, (double)c[i]);
+    adsm_shutdown();
+}
+
+/* A 64 MiB object is backed with O(1) driver calls (one cuMemCreate/cuMemMap/cuMemSetAccess per
+ * run of granules it covers alone, plus its edges), not 32 of each. */
+Test(cuda_double, large_allocation_takes_constant_driver_calls) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cudadouble_counters before = cuda_double_counters();
+    void *big = adsm_alloc(64 * MIB);
+    cr_assert_not_null(big, "%s", adsm_last_error());
+    cudadouble_counters after = cuda_double_counters();
+    cr_assert_leq(after.mem_creates - before.mem_creates, 3, "%llu cuMemCreate", after.mem_creates - before.mem_creates);
+    cr_assert_leq(after.mem_maps - before.mem_maps, 3, "%llu cuMemMap", after.mem_maps - before.mem_maps);
+    cr_assert_leq(after.mem_set_access - before.mem_set_access, 3, "%llu cuMemSetAccess",
+                  after.mem_set_access - before.mem_set_access);
+    cr_assert_geq(after.device_bytes_mapped - before.device_bytes_mapped, 64 * MIB);
+    cr_assert_eq(adsm_free(big), ADSM_OK);
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped, before.device_bytes_mapped, "all of it unmapped");
+    adsm_shutdown();
+}
+
+/* Granules shared by neighbouring objects stay mapped while one of them lives, whatever the
+ * order of frees; a large object's own granules go with it. */
+Test(cuda_double, shared_granules_outlive_their_neighbours) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    attach();
+    cudadouble_counters start = cuda_double_counters();
+    char *a = adsm_alloc(4096), *b = adsm_alloc(9 * MIB + 4096), *c = adsm_alloc(4096);
+    cr_assert(a && b && c, "%s", adsm_last_error());
+    a[0] = 'a', c[0] = 'c';
+    memset(b, 'b', 9 * MIB + 4096);
+    cr_assert_not_null(cuda_double.host_view((uintptr_t)adsm_safe(b) + 4 * MIB, 1), "b's middle is device memory");
+    cr_assert_eq(adsm_free(b), ADSM_OK);
+    cr_assert_not_null(cuda_double.host_view((uintptr_t)adsm_safe(a), 4096), "a keeps its device memory");
+    cr_assert_not_null(cuda_double.host_view((uintptr_t)adsm_safe(c), 4096), "c keeps its device memory");
+    run_vadd(300000); /* reuses b's addresses */
+    cr_assert_eq(a[0], 'a');
+    cr_assert_eq(c[0], 'c');
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped, start.device_bytes_mapped, "nothing left mapped");
     adsm_shutdown();
 }
 
@@ -354,6 +644,35 @@ Test(cuda_double, chunked_copies_through_pinned_staging, .timeout = 60) {
     cr_assert_gt(after.d2h_async, before.d2h_async);
     cr_assert_eq(after.h2d_pageable, before.h2d_pageable, "every upload went through pinned memory");
     cr_assert_eq(after.d2h_pageable, before.d2h_pageable, "every download went through pinned memory");
+    adsm_shutdown();
+}
+
+/* The engine and completion threads wait with cuEventSynchronize (staging slots, launches) and
+ * for whole streams (direct copies, frees). An event made without CU_EVENT_BLOCKING_SYNC, or
+ * cuStreamSynchronize on a primary context (scheduling AUTO), makes a real driver spin a core for
+ * the whole wait; the double counts those waits. Staged copies at shared addresses, then direct
+ * copies of page-locked objects (translated addresses). */
+static void expect_no_spinning(void) {
+    cudadouble_counters before = cuda_double_counters();
+    run_vadd((size_t)1 * MIB); /* 4 MiB objects: 16 chunks each way through 256 KiB slots */
+    cudadouble_counters after = cuda_double_counters();
+    cr_assert_gt(after.d2h_async - before.d2h_async, 0, "downloads ran (%llu)", after.d2h_async - before.d2h_async);
+    cr_assert_eq(after.spin_waits - before.spin_waits, 0, "%llu waits spun", after.spin_waits - before.spin_waits);
+}
+
+Test(cuda_double, engine_waits_sleep_staged) {
+    init_ok(ADSM_PROTOCOL_LAZY, 0, 256 << 10);
+    attach();
+    expect_no_spinning();
+    adsm_shutdown();
+}
+
+Test(cuda_double, engine_waits_sleep_direct) {
+    init_translated(0);
+    expect_no_spinning();
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(s.staged_bytes, 0, "the copies were direct");
     adsm_shutdown();
 }
 
@@ -473,6 +792,95 @@ Test(cuda_double, downloads_without_proc_self_mem) {
     adsm__rt.fill.procmem_fd = -1;
     run_vadd(200000);
     adsm_shutdown();
+}
+
+/* ---- the reservation and the driver's ranges ---------------------------------------------------- */
+/* Device ranges the driver holds (from cuMemAddressReserve to cuMemAddressFree, told by the
+ * double's address hook), and munmap calls from outside the driver that touched one of them. */
+static struct {
+    uintptr_t base[16];
+    size_t size[16];
+    int n, watch, violations, map_after_free;
+    void *mapped; /* the program's page, mapped where a freed range was */
+} ranges;
+
+/* The program's munmap: adsm's calls come here (the executable's definition interposes libc's).
+ * A driver range may only be unmapped by the driver (its own cuMemAddressFree). */
+int munmap(void *addr, size_t len) {
+    Dl_info info;
+    int from_driver = dladdr(__builtin_return_address(0), &info) && info.dli_fname &&
+                      strstr(info.dli_fname, "libcudadouble") != NULL;
+    for (int i = 0; ranges.watch && !from_driver && i < ranges.n; i++)
+        if ((uintptr_t)addr < ranges.base[i] + ranges.size[i] && ranges.base[i] < (uintptr_t)addr + len)
+            ranges.violations++;
+    return (int)syscall(SYS_munmap, addr, len);
+}
+
+static void track_range(int reserved, unsigned long long base, size_t size, void *user) {
+    (void)user;
+    if (reserved && ranges.n < 16) {
+        ranges.base[ranges.n] = (uintptr_t)base;
+        ranges.size[ranges.n++] = size;
+        return;
+    }
+    for (int i = 0; i < ranges.n; i++)
+        if (ranges.base[i] == base) {
+            ranges.base[i] = ranges.base[--ranges.n];
+            ranges.size[i] = ranges.size[ranges.n];
+        }
+    if (!ranges.map_after_free || ranges.mapped) return;
+    /* what another thread of the program may do now that the range is free address space */
+    void *p = mmap((void *)(uintptr_t)base, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                   -1, 0);
+    if (p != (void *)(uintptr_t)base) return;
+    strcpy((char *)p, "the program's");
+    ranges.mapped = p;
+}
+
+static void watch_ranges(void) {
+    cuda_double_use();
+    cr_assert_eq(cuda_double_open(), 0); /* the instance adsm_init will load */
+    cuda_double.set_address_hook(track_range, NULL);
+    ranges.watch = 1;
+}
+
+/* With the host reservation moved onto the device range, shutdown turns it back into a
+ * placeholder and the driver frees the range: from then on it is not adsm's. A page the program
+ * maps there at once (as another thread could) survives adsm_shutdown. */
+Test(cuda_double, shutdown_leaves_the_freed_range_alone) {
+    watch_ranges();
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cr_assert_eq(((adsm__cuda *)adsm__rt.be_ctx)->va_moved_host, 1);
+    attach();
+    run_vadd(1000);
+    ranges.map_after_free = 1;
+    adsm_shutdown();
+    cr_assert_not_null(ranges.mapped, "the program mapped a page where the device range was");
+    cr_assert_eq(msync(ranges.mapped, 4096, MS_ASYNC), 0, "adsm_shutdown unmapped the program's page");
+    cr_assert_str_eq((char *)ranges.mapped, "the program's");
+    cr_assert_eq(ranges.violations, 0, "adsm unmapped a range the driver held");
+}
+
+/* Device memory that fails the start-up probe under the moved reservation (the double loses
+ * memsets on the NULL stream): adsm takes a fresh host reservation elsewhere and gives the
+ * driver its range back as a placeholder (mapped over its own reservation, no munmap: no window
+ * where another thread's mapping could be overwritten), then translates addresses. */
+Test(cuda_double, failed_probe_gives_the_range_back_without_unmapping_it) {
+    setenv("CUDADOUBLE_LOSE_NULL_MEMSETS", "1", 1);
+    watch_ranges();
+    ranges.map_after_free = 1;
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    adsm__cuda *c = (adsm__cuda *)adsm__rt.be_ctx;
+    cr_assert_eq(c->va_moved_host, 0);
+    cr_assert_neq(c->delta, 0, "after the failed probe device addresses are translated");
+    cr_assert_eq(ranges.violations, 0, "adsm unmapped a range while the driver held it");
+    cr_assert_not_null(ranges.mapped, "the program mapped a page where the moved range was");
+    attach();
+    run_vadd(1000);
+    adsm_shutdown();
+    cr_assert_eq(msync(ranges.mapped, 4096, MS_ASYNC), 0, "adsm unmapped the program's page");
+    cr_assert_str_eq((char *)ranges.mapped, "the program's");
+    cr_assert_eq(ranges.violations, 0, "adsm unmapped a range the driver held");
 }
 
 /* ---- page-locked shared objects -------------------------------------------------------------- */

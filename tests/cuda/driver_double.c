@@ -14,7 +14,13 @@
  * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
  * driver out of lockable memory does), CUDADOUBLE_KERNEL_MAX_THREADS (threads per block a kernel
  * can launch with, 1024; more fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as a kernel that uses
- * many registers does on a real device).
+ * many registers does on a real device), CUDADOUBLE_PARAM_INFO_ERROR=<code> (cuFuncGetParamInfo
+ * answers that CUresult for every index, as a driver that cannot tell answers NOT_SUPPORTED),
+ * CUDADOUBLE_LOSE_NULL_MEMSETS=1 (memsets on the NULL stream succeed but write nothing: device
+ * memory that does not work, which adsm's start-up probe must notice).
+ *
+ * Contexts: cuCtxSetCurrent/cuCtxGetCurrent keep one current context per thread, as the driver
+ * does, so a test can check that a runtime leaves the application's context current.
  *
  * Page-locked memory: cuMemAllocHost memory and ranges registered with cuMemHostRegister are
  * "pinned": copies to and from them are asynchronous, and the device side of a copy (the stream
@@ -182,7 +188,10 @@ static struct {
     int ndev;
     int driver_version;
     size_t memory;
-    bool no_param_info, no_pinned, no_placeholder, no_register;
+    bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets;
+    CUresult param_info_error;
+    void (*address_hook)(int reserved, unsigned long long base, size_t size, void *user);
+    void *address_hook_user;
     int procmem; /* /proc/self/mem: DMA into registered pages whatever their protection */
     unsigned long delay_us;
     unsigned long long kernel_max_threads;
@@ -547,6 +556,8 @@ CUresult cuInit(unsigned int flags) {
     g.no_placeholder = env_flag("CUDADOUBLE_NO_PLACEHOLDER");
     g.delay_us = (unsigned long)env_ull("CUDADOUBLE_DELAY_US", 0);
     g.kernel_max_threads = env_ull("CUDADOUBLE_KERNEL_MAX_THREADS", 1024);
+    g.param_info_error = (CUresult)env_ull("CUDADOUBLE_PARAM_INFO_ERROR", 0);
+    g.lose_null_memsets = env_flag("CUDADOUBLE_LOSE_NULL_MEMSETS");
     g.ngran = g.memory / GRAN;
     g.gran_free = g.ngran;
     g.gran_used = calloc(g.ngran ? g.ngran : 1, 1);
@@ -787,6 +798,15 @@ CUresult cuCtxSetCurrent(adsm__cu_context ctx) {
     return note(r);
 }
 
+CUresult cuCtxGetCurrent(adsm__cu_context *ctx) {
+    lock();
+    CUresult r = check_init();
+    if (!r && !ctx) r = ADSM__CUDA_ERROR_INVALID_VALUE;
+    if (!r) *ctx = tl_ctx;
+    unlock();
+    return note(r);
+}
+
 CUresult cuCtxSynchronize(void) {
     lock();
     struct adsm__cu_ctx_st *ctx = NULL;
@@ -863,6 +883,7 @@ CUresult cuStreamSynchronize(adsm__cu_stream stream) {
     CUresult r = check_ctx(&ctx);
     if (!r) r = check_stream(stream, ctx, &s);
     if (!r) {
+        g.counters.spin_waits++; /* primary contexts schedule CU_CTX_SCHED_AUTO: a real driver spins */
         if (s) {
             unsigned long long serial = s->serial, seq = s->queued_seq;
             while (!seq_done(serial, seq) && !ctx->sticky) wait_cv();
@@ -941,6 +962,8 @@ CUresult cuEventSynchronize(adsm__cu_event event) {
     if (!r && !reg_has(event, H_EVENT)) r = ADSM__CUDA_ERROR_INVALID_HANDLE;
     if (!r) {
         unsigned long long serial = event->serial, seq = event->seq;
+        /* without BLOCKING_SYNC a real driver busy-waits here, burning a core */
+        if (!(event->flags & ADSM__CU_EVENT_BLOCKING_SYNC)) g.counters.spin_waits++;
         while (!seq_done(serial, seq) && !ctx->sticky) wait_cv();
         r = ctx->sticky;
     }
@@ -1218,6 +1241,7 @@ CUresult cuMemsetD8Async(adsm__cu_deviceptr dst, unsigned char value, size_t byt
     op->dst = dst;
     op->value = value;
     op->n = bytes;
+    if (!s && g.lose_null_memsets) op->n = 0; /* accepted, but the memory does not change */
     g.counters.memset_bytes += bytes;
     r = submit(ctx, s, op, NULL, NULL);
 out:
@@ -1263,6 +1287,7 @@ static void *map_placeholder(void *at, size_t size, int extra) {
 
 CUresult cuMemAddressReserve(adsm__cu_deviceptr *ptr, size_t size, size_t alignment, adsm__cu_deviceptr addr,
                              unsigned long long flags) {
+    bool reserved = false;
     lock();
     CUresult r = check_ctx(NULL);
     if (!r && (!ptr || size == 0 || size % GRAN || flags != 0 || (alignment & (alignment - 1))))
@@ -1316,6 +1341,7 @@ CUresult cuMemAddressReserve(adsm__cu_deviceptr *ptr, size_t size, size_t alignm
     g.resv = v;
     g.counters.reservations++;
     *ptr = v->base;
+    reserved = true;
     goto out;
 oom:
     if (v) {
@@ -1326,10 +1352,12 @@ oom:
     r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
 out:
     unlock();
+    if (reserved && g.address_hook) g.address_hook(1, *ptr, size, g.address_hook_user);
     return note(r);
 }
 
 CUresult cuMemAddressFree(adsm__cu_deviceptr ptr, size_t size) {
+    bool freed = false;
     pthread_rwlock_wrlock(&g.maplock);
     lock();
     CUresult r = check_init();
@@ -1350,9 +1378,12 @@ CUresult cuMemAddressFree(adsm__cu_deviceptr ptr, size_t size) {
     free(v);
     g.counters.reservations--;
     r = tl_ctx->sticky;
+    freed = true;
 out:
     unlock();
     pthread_rwlock_unlock(&g.maplock);
+    /* the range is free address space now: the hook may map there, as another thread could */
+    if (freed && g.address_hook) g.address_hook(0, ptr, size, g.address_hook_user);
     return note(r);
 }
 
@@ -1412,6 +1443,7 @@ CUresult cuMemCreate(adsm__cu_mem_handle *handle, size_t size, const adsm__cu_me
     }
     h->size = size;
     h->id = g.next_handle++;
+    g.counters.mem_creates++;
     h->next = g.phys;
     g.phys = h;
     *handle = h->id;
@@ -1474,6 +1506,7 @@ CUresult cuMemMap(adsm__cu_deviceptr ptr, size_t size, size_t offset, adsm__cu_m
     }
     h->maps++;
     g.counters.device_bytes_mapped += size;
+    g.counters.mem_maps++;
 out:
     unlock();
     return note(r);
@@ -1547,6 +1580,7 @@ CUresult cuMemSetAccess(adsm__cu_deviceptr ptr, size_t size, const adsm__cu_mem_
         goto out;
     }
     for (size_t i = 0; i < ng; i++) v->gp[first + i] = (unsigned char)prot;
+    g.counters.mem_set_access++;
 out:
     unlock();
     pthread_rwlock_unlock(&g.maplock);
@@ -1770,6 +1804,7 @@ CUresult cuModuleLoadDataEx(adsm__cu_module *module, const void *image, unsigned
         if (!r) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         *module = m;
+        g.counters.module_loads++;
     }
     unlock();
     return note(r);
@@ -1796,6 +1831,7 @@ CUresult cuModuleGetFunction(adsm__cu_function *function, adsm__cu_module module
     if (!r && (!function || !name)) r = ADSM__CUDA_ERROR_INVALID_VALUE;
     if (!r && !reg_has(module, H_MODULE)) r = ADSM__CUDA_ERROR_INVALID_HANDLE;
     if (!r) {
+        g.counters.function_lookups++;
         r = ADSM__CUDA_ERROR_NOT_FOUND;
         for (size_t i = 0; i < module->nfuncs; i++)
             if (strcmp(module->funcs[i]->name, name) == 0) {
@@ -1812,6 +1848,7 @@ CUresult cuFuncGetParamInfo(adsm__cu_function f, size_t index, size_t *offset, s
     lock();
     CUresult r = check_init();
     if (!r && !reg_has(f, H_FUNC)) r = ADSM__CUDA_ERROR_INVALID_HANDLE;
+    if (!r && g.param_info_error) r = g.param_info_error;
     if (!r && (!offset || index >= f->nparams)) r = ADSM__CUDA_ERROR_INVALID_VALUE;
     if (!r) {
         *offset = f->offset[index];
@@ -1934,6 +1971,14 @@ EXPORT void *cudadouble_host_view(unsigned long long dptr, size_t n) {
 EXPORT void cudadouble_kernel_fault(int code) {
     lock();
     if (tl_exec_ctx) set_sticky(tl_exec_ctx, code);
+    unlock();
+}
+
+EXPORT void cudadouble_set_address_hook(void (*fn)(int reserved, unsigned long long base, size_t size, void *user),
+                                        void *user) {
+    lock();
+    g.address_hook = fn;
+    g.address_hook_user = user;
     unlock();
 }
 

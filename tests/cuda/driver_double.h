@@ -45,9 +45,22 @@ typedef struct cudadouble_counters {
      * buffers), ranges registered with cuMemHostRegister (a program's own pages), or pageable */
     unsigned long long staged_bytes, registered_bytes, pageable_bytes;
     unsigned long long registrations; /* cuMemHostRegister calls that succeeded */
+    /* successful calls: cuMemCreate, cuMemMap, cuMemSetAccess, cuModuleLoadDataEx; and
+     * cuModuleGetFunction calls (found or not) */
+    unsigned long long mem_creates, mem_maps, mem_set_access, module_loads, function_lookups;
+    /* waits a real driver spends spinning a core: cuEventSynchronize on events made without
+     * CU_EVENT_BLOCKING_SYNC, and cuStreamSynchronize (primary contexts schedule AUTO: spin) */
+    unsigned long long spin_waits;
 } cudadouble_counters;
 
 void cudadouble_get_counters(cudadouble_counters *out);
+
+/* Calls fn(1, base, size, user) when cuMemAddressReserve made a device range, and fn(0, base,
+ * size, user) right after cuMemAddressFree gave one back; outside the double's locks. After a
+ * free the range is free address space, and fn may map there as any other thread of the program
+ * could. NULL removes the hook. */
+void cudadouble_set_address_hook(void (*fn)(int reserved, unsigned long long base, size_t size, void *user),
+                                 void *user);
 
 #ifdef __cplusplus
 }
