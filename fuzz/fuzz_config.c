@@ -64,6 +64,15 @@ static int ref_parse_size(const char *s, size_t *out) {
     return 0;
 }
 
+/* A count: plain digits within [min, max], or 0 where zero_ok. 0 ok, -1 refused. */
+static int ref_parse_count(const char *s, size_t *out, size_t min, size_t max, int zero_ok) {
+    size_t v;
+    if (strspn(s, "0123456789") != strlen(s) || ref_parse_size(s, &v)) return -1;
+    if (v == 0 ? !zero_ok : v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
 /* ---- reference resolver ------------------------------------------------------------------- */
 typedef struct expect {
     adsm_result r;
@@ -93,6 +102,12 @@ static expect ref_resolve(const adsm_config *cfg, size_t page, const char *const
         e.names = vars[i];              \
         return e;                       \
     } while (0)
+#define BAD_CONFIG()                    \
+    do {                                \
+        e.r = ADSM_ERROR_INVALID_CONFIG; \
+        e.names = "adsm_config";        \
+        return e;                       \
+    } while (0)
     int backend = (int)c.backend, protocol = (int)c.protocol, log = (int)c.log_level;
     if (!backend && SET(V_BACKEND) && (backend = name_index(env[V_BACKEND], backends, 4)) < 0) BAD(V_BACKEND);
     if (!protocol && SET(V_PROTOCOL) && (protocol = name_index(env[V_PROTOCOL], protocols, 3)) < 0)
@@ -101,13 +116,12 @@ static expect ref_resolve(const adsm_config *cfg, size_t page, const char *const
     size_t workers = 0;
     if (!c.block_size && SET(V_BLOCK) && (ref_parse_size(env[V_BLOCK], &c.block_size) || !c.block_size))
         BAD(V_BLOCK);
-    if (!c.rolling_size && SET(V_RSIZE) && ref_parse_size(env[V_RSIZE], &c.rolling_size)) BAD(V_RSIZE);
-    if (!c.rolling_step && SET(V_RSTEP) && (ref_parse_size(env[V_RSTEP], &c.rolling_step) || !c.rolling_step))
-        BAD(V_RSTEP);
+    if (!c.rolling_size && SET(V_RSIZE) && ref_parse_count(env[V_RSIZE], &c.rolling_size, 2, (size_t)1 << 24, 1))
+        BAD(V_RSIZE);
+    if (!c.rolling_step && SET(V_RSTEP) && ref_parse_count(env[V_RSTEP], &c.rolling_step, 1, 4096, 0)) BAD(V_RSTEP);
     if (!c.emu_memory && SET(V_EMUMEM) && (ref_parse_size(env[V_EMUMEM], &c.emu_memory) || !c.emu_memory))
         BAD(V_EMUMEM);
-    if (!c.emu_workers && SET(V_WORKERS) && (ref_parse_size(env[V_WORKERS], &workers) || !workers))
-        BAD(V_WORKERS);
+    if (!c.emu_workers && SET(V_WORKERS) && ref_parse_count(env[V_WORKERS], &workers, 1, 256, 0)) BAD(V_WORKERS);
     if (backend < 0 || backend > 4 || protocol < 0 || protocol > 3 || log < 0 || log > 4) {
         e.r = ADSM_ERROR_INVALID_CONFIG;
         e.names = "adsm_config";
@@ -122,14 +136,14 @@ static expect ref_resolve(const adsm_config *cfg, size_t page, const char *const
     size_t half_ram = adsm__phys_memory() / 2;
     e.s.emu_memory = c.emu_memory ? c.emu_memory : (half_ram < ((size_t)32 << 30) ? half_ram : ((size_t)32 << 30));
     size_t cpus = adsm__cpu_count();
-    e.s.emu_workers = c.emu_workers ? c.emu_workers : workers ? (workers > 1024 ? 1024 : (unsigned)workers)
-                                                              : (unsigned)(cpus < 64 ? cpus : 64);
+    e.s.emu_workers = c.emu_workers ? c.emu_workers : workers ? (unsigned)workers : (unsigned)(cpus < 64 ? cpus : 64);
     size_t bs = e.s.block_size;
     if ((bs & (bs - 1)) || bs < page || bs > ((size_t)1 << 30)) BAD(V_BLOCK);
-    if (e.s.rolling_size > ((size_t)1 << 24)) BAD(V_RSIZE);
-    if (e.s.rolling_step > 4096) BAD(V_RSTEP);
+    /* environment counts were range-checked above: what fails here came from adsm_config */
+    if (e.s.rolling_size == 1 || e.s.rolling_size > ((size_t)1 << 24)) BAD_CONFIG();
+    if (e.s.rolling_step > 4096) BAD_CONFIG();
     if (e.s.emu_memory < ((size_t)1 << 20) || e.s.emu_memory > ((size_t)1 << 40)) BAD(V_EMUMEM);
-    if (e.s.emu_workers == 0 || e.s.emu_workers > 256) BAD(V_WORKERS);
+    if (e.s.emu_workers == 0 || e.s.emu_workers > 256) BAD_CONFIG();
     unsigned shift = 0;
     while (((size_t)1 << shift) < bs) shift++;
     e.s.block_shift = shift;
@@ -137,6 +151,7 @@ static expect ref_resolve(const adsm_config *cfg, size_t page, const char *const
     return e;
 #undef SET
 #undef BAD
+#undef BAD_CONFIG
 }
 
 /* ---- input -------------------------------------------------------------------------------- */
