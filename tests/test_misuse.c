@@ -567,7 +567,7 @@ ParameterizedTestParameters(misuse, launch_shapes_a_gpu_refuses) {
     return cr_make_param_array(shape_case, cases, sizeof cases / sizeof cases[0]);
 }
 
-ParameterizedTest(shape_case *c, misuse, launch_shapes_a_gpu_refuses, .timeout = 20) {
+ParameterizedTest(shape_case *c, misuse, launch_shapes_a_gpu_refuses, .timeout = 120) {
     start();
     int *a = adsm_alloc(4096), *b = adsm_alloc(4096);
     cr_assert(a && b);

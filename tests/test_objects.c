@@ -94,7 +94,7 @@ void stamp(adsm_grid g, unsigned *p, size_t n) {
     }
 }
 
-Test(objects, strided_reads_past_the_mapping_limit, .timeout = 180) {
+Test(objects, strided_reads_past_the_mapping_limit, .timeout = 120) {
     adsm_config cfg = {0};
     cfg.backend = ADSM_BACKEND_EMU;
     cfg.protocol = ADSM_PROTOCOL_ROLLING;
@@ -134,7 +134,7 @@ void stamp16(adsm_grid g, int *a0, int *a1, int *a2, int *a3, int *a4, int *a5, 
     }
 }
 
-Test(objects, alternating_kernel_outputs_past_the_mapping_limit, .timeout = 300) {
+Test(objects, alternating_kernel_outputs_past_the_mapping_limit, .timeout = 120) {
     enum { N = 140000 / 30 * 30 };
     static int *p[N];
     init(ADSM_PROTOCOL_ROLLING);

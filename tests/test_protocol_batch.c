@@ -177,7 +177,7 @@ static void *launch_and_sync_rounds(void *arg) {
     return NULL;
 }
 
-Test(batch, threads_each_launching_and_syncing_see_their_own_results, .timeout = 60) {
+Test(batch, threads_each_launching_and_syncing_see_their_own_results) {
     batch(65536);
     pthread_t t[RING_THREADS];
     int32_t *x[RING_THREADS];

@@ -81,7 +81,7 @@ static void *read_from_pipe(void *arg) {
     return NULL;
 }
 
-Test(shutdown_races, shutdown_does_not_wait_for_a_read_blocked_on_a_pipe, .timeout = 30) {
+Test(shutdown_races, shutdown_does_not_wait_for_a_read_blocked_on_a_pipe, .timeout = 60) {
     init_emu();
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
