@@ -262,3 +262,36 @@ Test(batch, host_backend_no_stale_read) {
     EXPECT_QUIET();
     adsm_shutdown();
 }
+
+/* The same with one shared object cut into slabs, one per thread (GMAC's threads multiplying
+ * slabs of a shared matrix): each kernel writes its slab through an interior pointer; after its
+ * own sync each thread reads its slab's values. */
+static int32_t *slab_matrix;
+
+static void *slab_rounds(void *arg) {
+    size_t t = (size_t)(uintptr_t)arg, n = RING_N / RING_THREADS;
+    int32_t *slab = slab_matrix + t * n;
+    for (int r = 0; r < RING_ROUNDS; r++) {
+        int32_t base = (int32_t)(t * 1000000 + (size_t)r);
+        if (ADSM_CALL(k_fill, grid_for(n), slab, n, base) != ADSM_OK || adsm_sync() != ADSM_OK)
+            return "call or sync failed";
+        for (size_t i = 0; i < n; i += 1021)
+            if (slab[i] != base + (int32_t)i) return "stale slab after the thread's own sync";
+        if (slab[n - 1] != base + (int32_t)(n - 1)) return "stale last element of the slab";
+    }
+    return NULL;
+}
+
+Test(batch, threads_writing_slabs_of_one_object_see_their_own_results) {
+    batch(65536);
+    slab_matrix = alloc(RING_N * sizeof(int32_t));
+    pthread_t t[RING_THREADS];
+    for (size_t i = 0; i < RING_THREADS; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, slab_rounds, (void *)(uintptr_t)i), 0);
+    for (int i = 0; i < RING_THREADS; i++) {
+        void *failure;
+        pthread_join(t[i], &failure);
+        cr_expect_null(failure, "thread %d: %s", i, (const char *)failure);
+    }
+    adsm_shutdown();
+}
