@@ -69,7 +69,7 @@ echo "== NVRTC $nvrtc, ptxas $ptxas ($("$ptxas" --version | tail -1)), cc $CC"
 build_driver() { # build_driver OUT [cc flags...]
     local out=$1
     shift
-    "$CC" -std=c11 -D_GNU_SOURCE -I. "$@" tests/cuda_kernels.c -pthread -ldl -o "$out" ||
+    "$CC" -std=c11 -D_GNU_SOURCE -I. "$@" tests/cuda_kernels.c -pthread -ldl -lm -o "$out" ||
         fail "building tests/cuda_kernels.c $* failed"
 }
 
@@ -79,9 +79,10 @@ mkdir -p "$tmp/self_test"
 build_driver "$tmp/self_test/check"
 "$tmp/self_test/check" "$nvrtc" "$ptxas" "$tmp/self_test" || fail "the checker's self-test failed"
 
-# 2. Every example and benchmark source.
+# 2. Every example and benchmark source. The application study (bench/apps/<app>/) keeps its
+# kernels in kernels.h, shared by explicit.c and adsm.c: the checker includes adsm.c.
 shopt -s nullglob
-files=(examples/*.c bench/*.c bench/*/*.c)
+files=(examples/*.c bench/*.c bench/*/*.c bench/apps/*/kernels.h)
 checked=0
 for f in "${files[@]}"; do
     if grep -qE '^[[:space:]]+ADSM_KERNEL\(' "$f"; then
@@ -103,7 +104,9 @@ for f in "${files[@]}"; do
     echo "== $f:$list"
     dir=$tmp/$(echo "$f" | tr '/.' '__')
     mkdir -p "$dir"
-    build_driver "$dir/check" -DPROGRAM_FILE="\"$f\"" -DPROGRAM_KERNELS="$list"
+    program=$f
+    [[ $f == bench/apps/*/kernels.h ]] && program=$(dirname "$f")/adsm.c
+    build_driver "$dir/check" -DPROGRAM_FILE="\"$program\"" -DPROGRAM_KERNELS="$list"
     "$dir/check" "$nvrtc" "$ptxas" "$dir" || fail "$f: CUDA C kernels do not match their ADSM_KERNEL declarations"
     checked=$((checked + 1))
 done
