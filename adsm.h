@@ -95,6 +95,10 @@
        ADSM_CUDA_DRIVER   driver library to load                       (libcuda.so.1, then libcuda.so)
        ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so.N for the driver's
                           major N down to 12, then libnvrtc.so if not newer than the driver)
+       ADSM_TRACE         file to write at adsm_shutdown: a timeline of faults, fetches, copies,
+                          evictions, kernels and I/O pieces in Chrome's trace-event JSON (opens in
+                          Perfetto or chrome://tracing; bench/trace_timeline.py draws it). Up to
+                          1M events; later ones are dropped and counted.  (none; adsm_config.trace)
 
    4. PROTOCOLS
    ============
@@ -328,6 +332,7 @@ typedef struct adsm_config {
     adsm_log_level log_level;
     int device;          /* cuda: device ordinal + 1 (0 = ADSM_DEVICE or the first device) */
     size_t cuda_staging; /* cuda: bytes per pinned staging buffer; 0 = ADSM_CUDA_STAGING or 8M */
+    const char *trace;   /* file for a Chrome/Perfetto trace of adsm's work; NULL = ADSM_TRACE or none */
 } adsm_config;
 
 /* ---- statistics --------------------------------------------------------------------------- */
@@ -607,6 +612,7 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 #include "adsm_impl/config.h"
 #include "adsm_impl/object.h"
 #include "adsm_impl/copy.h"
+#include "adsm_impl/trace.h"
 #include "adsm_impl/runtime.h"
 #include "adsm_impl/reservation.h"
 #include "adsm_impl/device_error.h"

@@ -8,10 +8,12 @@
 #define ADSM__API_INCLUDED
 
 /* ---- initialisation --------------------------------------------------------------------- */
-/* The address reservation and the fetch staging slots, both made by adsm__start. */
+/* The address reservation, the fetch staging slots and the trace buffer, made by adsm__start
+ * (the trace file is written here, after the backend's threads stopped). */
 ADSM__PRIVATE void adsm__release_memory(adsm__runtime *rt) {
     adsm__release_reservation(rt);
     adsm__filler_release(&rt->fill);
+    adsm__trace_close(&rt->trace);
 }
 
 ADSM__PRIVATE const adsm__protocol_vtbl *adsm__protocol_for(adsm_protocol_kind kind) {
@@ -54,6 +56,11 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     if (adsm__filler_init(&rt->fill, rt->page) != 0) {
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot map %zu MiB of staging for fetches: %s",
                        ADSM__FILL_BYTES >> 20, strerror(errno));
+        adsm__release_memory(rt);
+        return r;
+    }
+    if (adsm__trace_open(&rt->trace, rt->cfg.trace_path) != 0) {
+        r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "ADSM_TRACE: cannot map the event buffer: %s", strerror(errno));
         adsm__release_memory(rt);
         return r;
     }

@@ -591,12 +591,12 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     case ADSM__CMD_H2D:
         what = "cuMemcpyHtoDAsync";
         r = adsm__cuda_do_h2d(c, cmd);
-        ADSM__ADD(&c->rt->stats.h2d_ns, adsm__now_ns() - t0);
+        adsm__copy_timed(c->rt, 1, t0, cmd->dst, cmd->n);
         break;
     case ADSM__CMD_D2H:
         what = "cuMemcpyDtoHAsync";
         r = adsm__cuda_do_d2h(c, cmd);
-        ADSM__ADD(&c->rt->stats.d2h_ns, adsm__now_ns() - t0);
+        adsm__copy_timed(c->rt, 0, t0, cmd->src, cmd->n);
         break;
     case ADSM__CMD_D2D:
     case ADSM__CMD_MEMSET:
@@ -681,6 +681,7 @@ ADSM__PRIVATE void *adsm__cuda_engine_main(void *arg) {
     adsm__cuda *c = (adsm__cuda *)arg;
     adsm__tls_passthrough = 1; /* reads shared memory: never through interposed memcpy */
     adsm__tls_copy_thread = 1;
+    adsm__trace_on(&c->rt->trace, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "cuda engine", 0);
     c->cu.cuCtxSetCurrent(c->ctx);
     for (;;) {
         int tail = ADSM__LOAD(&c->ring_tail), done = ADSM__LOAD(&c->ring_done);

@@ -32,6 +32,8 @@ typedef struct adsm__emu_msg {
     const adsm_kernel_desc *kernel; /* valid in the device process: same binary, forked */
     adsm_grid grid;
     uint32_t nwritable, ninputs;
+    uint64_t ran_from, ran_to; /* DONE: when the kernel ran in the device process (CLOCK_MONOTONIC is
+                                  one clock for both processes), for ADSM_TRACE */
     adsm__range writable[ADSM__MAX_PARAMS];
     adsm__range inputs[ADSM__MAX_PARAMS];
     char text[256];
@@ -168,12 +170,16 @@ ADSM__PRIVATE void adsm__emu_device_launch(adsm__emu *e, adsm__emu_msg *m, int s
     int status;
     e->current = m;
     adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE);
+    uint64_t ran_from = adsm__now_ns();
     status = adsm__pool_run(&e->pool, m->kernel, m->grid, m->args, text, sizeof text);
+    uint64_t ran_to = adsm__now_ns();
     adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ);
     adsm__emu_flush_kernel_output();
     e->current = NULL;
     reply->type = ADSM__EMU_DONE;
     reply->seq = seq;
+    reply->ran_from = ran_from;
+    reply->ran_to = ran_to;
     reply->status = status;
     snprintf(reply->text, sizeof reply->text, "%s", status ? text : "");
     send(sock, reply, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);
@@ -283,7 +289,7 @@ ADSM__PRIVATE void adsm__emu_copy_job(adsm__emu *e, const adsm__dma_job *job) {
     adsm__emu_back(e, job->dev, job->len);
     uint64_t t0 = adsm__now_ns();
     adsm__copy_out(e->window + (job->dev - e->base), (const void *)job->host, job->len);
-    ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
+    adsm__copy_timed(e->rt, 1, t0, job->dev, job->len);
 }
 
 /* A launch that cannot reach the device is reported at the next adsm_sync, as a GPU would. */
@@ -297,6 +303,7 @@ ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
     adsm__emu *e = (adsm__emu *)arg;
     adsm__tls_passthrough = 1; /* its copies read shared memory: never through interposed memcpy */
     adsm__tls_copy_thread = 1;
+    adsm__trace_on(&e->rt->trace, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "emu copy engine", 0);
     for (;;) {
         int tail = ADSM__LOAD(&e->ring_tail), done = ADSM__LOAD(&e->ring_done);
         if (tail == done) {
@@ -339,7 +346,7 @@ ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, 
         adsm__emu_back(e, dev, n);
         uint64_t t0 = adsm__now_ns();
         adsm__copy_out(e->window + (dev - e->base), (const void *)host, n);
-        ADSM__ADD(&e->rt->stats.h2d_ns, adsm__now_ns() - t0);
+        adsm__copy_timed(e->rt, 1, t0, dev, n);
         return 0;
     }
     adsm__dma_job job = {dev, host, n, ADSM__LOAD(&e->rt->launch_seq), NULL};
@@ -353,7 +360,7 @@ ADSM__PRIVATE int adsm__emu_from_device(void *ctx, uintptr_t host, uintptr_t dev
     const unsigned char *src = e->window + (dev - e->base);
     uint64_t t0 = adsm__now_ns();
     memcpy((void *)host, src, n); /* writable memory: copy.h places protected pages */
-    ADSM__ADD(&e->rt->stats.d2h_ns, adsm__now_ns() - t0);
+    adsm__copy_timed(e->rt, 0, t0, dev, n);
     return 0;
 }
 
@@ -400,6 +407,7 @@ ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
         if (m->type != ADSM__EMU_DONE) continue;
+        adsm__trace_on(&e->rt->trace, ADSM__TRACE_DEVICE_TID, ADSM__TR_KERNEL, m->ran_from, m->ran_to, 0, m->seq);
         if (m->status != 0) adsm__emu_record_error(e, (adsm_result)m->status, m->text);
         ADSM__STORE(&e->completed_seq, m->seq);
         ADSM__ADD(&e->completion_gen, 1);

@@ -33,6 +33,7 @@ typedef struct adsm__settings {
     int cuda_same_address;   /* 0: always translate device addresses (ADSM_CUDA_SAME_ADDRESS=0) */
     char cuda_driver[256];   /* driver library to dlopen; empty: libcuda.so.1, then libcuda.so */
     char nvrtc_library[256]; /* NVRTC library to dlopen; empty: the usual names */
+    char trace_path[512];    /* ADSM_TRACE / adsm_config.trace; empty: no trace */
 } adsm__settings;
 
 typedef struct adsm__name_value {
@@ -219,6 +220,13 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     if (c.emu_workers == 0 && (r = adsm__env_count("ADSM_EMU_WORKERS", &workers, 1, ADSM__MAX_EMU_WORKERS, 0)))
         return r;
     if ((r = adsm__cuda_settings(&c, s)) != ADSM_OK) return r;
+    if (c.trace) {
+        if (strlen(c.trace) >= sizeof s->trace_path)
+            return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.trace: path too long");
+        memcpy(s->trace_path, c.trace, strlen(c.trace) + 1);
+    } else if ((r = adsm__env_path("ADSM_TRACE", s->trace_path, sizeof s->trace_path)) != ADSM_OK) {
+        return r;
+    }
     if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_ROLLING ||
         log < 0 || log > ADSM_LOG_DEBUG)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config: backend, protocol or log_level out of range");

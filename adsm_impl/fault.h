@@ -107,6 +107,7 @@ ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, uintptr_t a, void
     }
     ADSM__ADD(is_write == 0 ? &rt->stats.read_faults : &rt->stats.write_faults, 1);
     ADSM__ADD(&rt->stats.fault_ns, adsm__now_ns() - t0);
+    adsm__trace(&rt->trace, is_write == 0 ? ADSM__TR_FAULT_READ : ADSM__TR_FAULT_WRITE, t0, a, 0);
     return 0;
 }
 

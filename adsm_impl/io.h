@@ -425,8 +425,10 @@ typedef struct adsm__xfer {
 ADSM__PRIVATE ssize_t adsm__blocking_piece(adsm__xfer *x, void *bounce, size_t want, size_t done) {
     uint64_t generation = ADSM__LOAD(&adsm__rt.generation);
     int held = adsm__uses_drop();
+    uint64_t t0 = adsm__now_ns();
     ssize_t got = x->syscall_piece(x, bounce, want, done);
     int saved_errno = errno;
+    adsm__trace(&adsm__rt.trace, ADSM__TR_IO, t0, (uintptr_t)bounce, got > 0 ? (uint64_t)got : 0);
     adsm__uses_take(held);
     errno = saved_errno;
     if (!adsm__ready() || ADSM__LOAD(&adsm__rt.generation) != generation) return ADSM__SHUT_DOWN_MEANWHILE;

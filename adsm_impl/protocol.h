@@ -104,7 +104,9 @@ ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t fir
 ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, uintptr_t host, uintptr_t dev, size_t n, int prot) {
     adsm__fill_count count = {0, 0};
     adsm__fetch_ops ops = {rt->be->from_device, rt->be->host_direct, rt->be->device_view, rt->be_ctx};
+    uint64_t t0 = adsm__now_ns();
     if (adsm__copy_home(&rt->fill, &ops, host, dev, n, prot, &count) != 0) return -1;
+    adsm__trace(&rt->trace, ADSM__TR_FETCH, t0, host, n);
     adsm__stats_d2h(&rt->stats, n);
     ADSM__ADD(&rt->stats.d2h_moved_bytes, count.moved);
     ADSM__ADD(&rt->stats.d2h_forced_bytes, count.forced);
@@ -262,6 +264,7 @@ ADSM__PRIVATE void adsm__rolling_end_epoch(adsm__runtime *rt) {
 /* Eager eviction of the oldest dirty unit, stamped with the eviction clock. */
 ADSM__PRIVATE int adsm__evict_oldest(adsm__runtime *rt) {
     adsm__block *b = rt->fifo_head;
+    adsm__trace(&rt->trace, ADSM__TR_EVICT, adsm__now_ns(), b->obj->host + ((size_t)b->index << rt->cfg.block_shift), 0);
     if (adsm__writeback_unit(rt, b, 1) != 0) return -1;
     b->evicted_at = ++rt->evict_clock;
     ADSM__ADD(&rt->stats.evictions, 1);

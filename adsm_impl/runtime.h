@@ -54,6 +54,7 @@ typedef struct adsm__runtime {
     uint64_t launch_seq; /* last launch issued */
     adsm__stats stats;
     adsm__filler fill;   /* brings device data into protected host pages (copy.h) */
+    adsm__tracer trace;  /* ADSM_TRACE's event buffer (trace.h); events NULL when not tracing */
     void **io_bounce;    /* stb_ds array: idle I/O bounce buffers, reused (io.h); under lock */
     size_t io_bounce_size; /* bytes of each, a page more than an I/O piece */
     struct sigaction prev_segv;

@@ -1,0 +1,124 @@
+/* adsm_impl/trace.h -- ADSM_TRACE: a timeline of what adsm did, in the Chrome trace-event JSON
+ * format that Perfetto (ui.perfetto.dev) and chrome://tracing open.
+ *
+ * Events: CPU faults, fetches into host pages, copies to and from the device, evictions, kernel
+ * runs on the device, I/O pieces, each with its address and bytes, one track per thread (the
+ * program's threads, the copy engine) and one for the device's kernels. Recording runs in any
+ * context, the SIGSEGV handler included: one atomic add claims a slot in a buffer mapped at
+ * initialisation, nothing allocates or locks; when the buffer is full, events are dropped and
+ * counted. The file is written at adsm_shutdown, in normal context. */
+#ifndef ADSM__TRACE_INCLUDED
+#define ADSM__TRACE_INCLUDED
+
+enum {
+    ADSM__TR_FAULT_READ,
+    ADSM__TR_FAULT_WRITE,
+    ADSM__TR_FETCH,  /* device data into host pages (a fault's, an I/O call's, a sync's) */
+    ADSM__TR_H2D,    /* a copy to the device (flush at a call, eviction, explicit copy) */
+    ADSM__TR_D2H,    /* a copy from the device */
+    ADSM__TR_EVICT,  /* rolling decides to evict a unit (instant) */
+    ADSM__TR_KERNEL, /* a kernel on the device, as the device timed it */
+    ADSM__TR_IO,     /* one system call of adsm_read and friends */
+    ADSM__TR_NAME,   /* names the calling thread's track: addr is a string literal */
+    ADSM__TR_KINDS
+};
+
+static const char *const adsm__trace_names[ADSM__TR_KINDS] = {
+    "fault (read)", "fault (write)", "fetch", "copy to device", "copy from device", "evict", "kernel", "I/O", ""};
+
+#define ADSM__TRACE_EVENTS ((size_t)1 << 20) /* 32 MiB of events; beyond that, dropped and counted */
+#define ADSM__TRACE_DEVICE_TID 999999        /* the device's kernels: a track of their own */
+
+typedef struct adsm__trace_event {
+    uint64_t t0, t1; /* CLOCK_MONOTONIC ns; equal for an instant */
+    uint64_t addr, bytes;
+    int32_t tid;
+    uint32_t kind;
+} adsm__trace_event;
+
+typedef struct adsm__tracer {
+    adsm__trace_event *events; /* NULL: not tracing */
+    uint64_t next;             /* slots claimed so far (atomic); past ADSM__TRACE_EVENTS: dropped */
+    char path[512];
+} adsm__tracer;
+
+ADSM__PRIVATE void adsm__log(adsm_log_level level, const char *fmt, ...); /* runtime.h */
+
+static __thread int32_t adsm__tls_tid;
+
+ADSM__PRIVATE int32_t adsm__trace_tid(void) {
+    if (!adsm__tls_tid) adsm__tls_tid = (int32_t)syscall(SYS_gettid);
+    return adsm__tls_tid;
+}
+
+/* Records one event on the calling thread's track (tid 0), or on `tid`. Signal-safe. */
+ADSM__PRIVATE void adsm__trace_on(adsm__tracer *t, int32_t tid, unsigned kind, uint64_t t0, uint64_t t1,
+                                  uintptr_t addr, uint64_t bytes) {
+    if (!t->events) return;
+    uint64_t i = __atomic_fetch_add(&t->next, 1, __ATOMIC_RELAXED);
+    if (i >= ADSM__TRACE_EVENTS) return;
+    adsm__trace_event *e = &t->events[i];
+    e->t0 = t0;
+    e->t1 = t1 > t0 ? t1 : t0;
+    e->addr = addr;
+    e->bytes = bytes;
+    e->tid = tid ? tid : adsm__trace_tid();
+    e->kind = kind;
+}
+
+ADSM__PRIVATE void adsm__trace(adsm__tracer *t, unsigned kind, uint64_t t0, uintptr_t addr, uint64_t bytes) {
+    if (t->events) adsm__trace_on(t, 0, kind, t0, adsm__now_ns(), addr, bytes);
+}
+
+/* At initialisation: ADSM_TRACE (or adsm_config.trace) names the file; "" means no trace. */
+ADSM__PRIVATE int adsm__trace_open(adsm__tracer *t, const char *path) {
+    memset(t, 0, sizeof *t);
+    if (!path || !*path) return 0;
+    if (strlen(path) >= sizeof t->path) return -1;
+    void *p = mmap(NULL, ADSM__TRACE_EVENTS * sizeof(adsm__trace_event), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    memcpy(t->path, path, strlen(path) + 1);
+    t->events = (adsm__trace_event *)p;
+    adsm__trace_on(t, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "program (first adsm call)", 0);
+    adsm__trace_on(t, ADSM__TRACE_DEVICE_TID, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "device: kernels", 0);
+    return 0;
+}
+
+ADSM__PRIVATE void adsm__trace_write_event(FILE *f, const adsm__trace_event *e, uint64_t origin, int first) {
+    double ts = (double)(e->t0 - (e->t0 >= origin ? origin : e->t0)) / 1e3, dur = (double)(e->t1 - e->t0) / 1e3;
+    if (!first) fputs(",\n", f);
+    if (e->kind == ADSM__TR_NAME) {
+        fprintf(f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", e->tid,
+                (const char *)(uintptr_t)e->addr);
+        return;
+    }
+    fprintf(f, "{\"ph\":\"%s\",\"name\":\"%s\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,", e->t1 > e->t0 ? "X" : "i",
+            adsm__trace_names[e->kind], e->tid, ts);
+    if (e->t1 > e->t0) fprintf(f, "\"dur\":%.3f,", dur);
+    else fputs("\"s\":\"t\",", f);
+    fprintf(f, "\"args\":{\"address\":\"0x%llx\",\"bytes\":%llu}}", (unsigned long long)e->addr,
+            (unsigned long long)e->bytes);
+}
+
+/* At shutdown, every recording thread stopped: writes the file and lets the buffer go. */
+ADSM__PRIVATE void adsm__trace_close(adsm__tracer *t) {
+    if (!t->events) return;
+    uint64_t n = ADSM__MIN(t->next, (uint64_t)ADSM__TRACE_EVENTS), dropped = t->next - n, origin = UINT64_MAX;
+    for (uint64_t i = 0; i < n; i++)
+        if (t->events[i].kind != ADSM__TR_NAME && t->events[i].t0 < origin) origin = t->events[i].t0;
+    FILE *f = fopen(t->path, "we");
+    if (!f) adsm__log(ADSM_LOG_WARN, "ADSM_TRACE: cannot write %s: %s", t->path, strerror(errno));
+    if (f) {
+        fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
+        for (uint64_t i = 0; i < n; i++) adsm__trace_write_event(f, &t->events[i], origin, i == 0);
+        fprintf(f, "\n],\"otherData\":{\"dropped_events\":%llu}}\n", (unsigned long long)dropped);
+        fclose(f);
+    }
+    if (dropped) adsm__log(ADSM_LOG_WARN, "ADSM_TRACE: %llu events past the first %zu were dropped",
+                           (unsigned long long)dropped, ADSM__TRACE_EVENTS);
+    munmap(t->events, ADSM__TRACE_EVENTS * sizeof(adsm__trace_event));
+    t->events = NULL;
+}
+
+#endif /* ADSM__TRACE_INCLUDED */

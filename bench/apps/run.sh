@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The application study (GMAC paper, Figures 7, 8, 10 and 12) on this machine's default backend:
+# every application under bench/apps/ in its explicit version and its adsm version under batch,
+# lazy and rolling, in rounds (one run of each variant per round, so drift hits all alike), then
+# tpacf across block sizes and rolling sizes, then the line counts. Prints the tables, writes
+# CSV files and PNG plots into bench/results/apps/ (or $ADSM_BENCH_OUT/apps).
+#
+#   bench/apps/run.sh            quick sizes, 3 rounds: a few minutes on 2 cores
+#   bench/apps/run.sh --full     Parboil-like sizes, 5 rounds
+#   bench/apps/run.sh --runs N   N rounds
+#
+# Builds with Bazel (-c opt) when it is there, else with cc. Plots need gnuplot (.ci/setup).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+mode=--quick
+runs=3
+while (($#)); do
+    case "$1" in
+    --quick) mode=--quick ;;
+    --full) mode=--full; runs=5 ;;
+    --runs) runs=$2; shift ;;
+    *) echo "usage: $0 [--quick|--full] [--runs N]" >&2; exit 2 ;;
+    esac
+    shift
+done
+out=${ADSM_BENCH_OUT:-bench/results}/apps
+mkdir -p "$out"
+size=()
+[[ $mode == --full ]] && size=(--full)
+apps=()
+for d in bench/apps/*/; do
+    [[ -f $d/kernels.h && -f $d/explicit.c && -f $d/adsm.c ]] && apps+=("$(basename "$d")")
+done
+
+echo "== building ${apps[*]}" >&2
+if command -v bazel >/dev/null; then
+    targets=()
+    for a in "${apps[@]}"; do targets+=("//:app_${a}_explicit" "//:app_${a}_adsm"); done
+    bazel build -c opt "${targets[@]}" >&2
+    bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+else
+    bin=$out/bin
+    mkdir -p "$bin"
+    for a in "${apps[@]}"; do
+        for v in explicit adsm; do
+            cc -std=c11 -O2 -I. "bench/apps/$a/$v.c" -pthread -ldl -lm -o "$bin/app_${a}_$v"
+        done
+    done
+fi
+
+echo "== generating inputs and reference outputs" >&2
+for a in "${apps[@]}"; do "$bin/app_${a}_explicit" --gen "${size[@]}"; done
+
+csv=$out/apps.csv
+header="round,app,version,protocol,block_size,rolling_size,wall_ms,io_ms,kernel_ms,cpu_ms,copy_ms,fault_ms,h2d_bytes,d2h_bytes,faults,evictions,ok"
+echo "$header" >"$csv"
+for ((r = 1; r <= runs; r++)); do
+    echo "== round $r of $runs" >&2
+    for a in "${apps[@]}"; do
+        echo "   $a" >&2
+        echo "$r,$("$bin/app_${a}_explicit" "${size[@]}")" >>"$csv"
+        for p in batch lazy rolling; do
+            echo "$r,$(ADSM_PROTOCOL=$p "$bin/app_${a}_adsm" "${size[@]}")" >>"$csv"
+        done
+    done
+done
+
+sweep=$out/tpacf_sweep.csv
+echo "$header" >"$sweep"
+if [[ " ${apps[*]} " == *" tpacf "* ]]; then
+    echo "== tpacf across block sizes and rolling sizes (Figure 12)" >&2
+    for ((r = 1; r <= runs; r++)); do
+        echo "$r,$("$bin/app_tpacf_explicit" "${size[@]}")" >>"$sweep"
+        for bs in 128K 256K 512K 1M 2M 4M 8M 16M 32M; do
+            for rs in 2 4 8; do
+                echo "$r,$(ADSM_PROTOCOL=rolling ADSM_BLOCK_SIZE=$bs ADSM_ROLLING_SIZE=$rs "$bin/app_tpacf_adsm" "${size[@]}")" >>"$sweep"
+            done
+        done
+    done
+fi
+
+python3 bench/apps/report.py "$csv" "$sweep" "$out" | tee "$out/apps.md"
+
+if ! command -v gnuplot >/dev/null; then
+    echo "gnuplot not found (run .ci/setup): CSV files are in $out, no plots drawn" >&2
+    exit 0
+fi
+for fig in fig7 fig8; do
+    [[ -f $out/$fig.dat ]] || continue
+    gnuplot <<GP
+set terminal pngcairo size 900,520 noenhanced
+set output '$out/$fig.png'
+set style data histogram
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set key top left
+set xtics rotate by -30
+set grid ytics
+set title '$( [[ $fig == fig7 ]] && echo "Time as a multiple of explicit (median of $runs)" || echo "Bytes moved, normalised to batch")'
+plot for [i=2:5] '$out/$fig.dat' using i:xtic(1) title columnheader
+GP
+done
+echo "plots in $out" >&2
