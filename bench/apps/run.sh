@@ -65,6 +65,14 @@ for ((r = 1; r <= runs; r++)); do
     done
 done
 
+# One more rolling run of each application with ADSM_TRACE: Figure 10 is computed from these.
+mkdir -p "$out/traces"
+traced=$out/traced.csv
+echo "$header" >"$traced"
+for a in "${apps[@]}"; do
+    echo "0,$(ADSM_PROTOCOL=rolling ADSM_TRACE="$out/traces/$a.json" "$bin/app_${a}_adsm" "${size[@]}")" >>"$traced"
+done
+
 sweep=$out/tpacf_sweep.csv
 echo "$header" >"$sweep"
 if [[ " ${apps[*]} " == *" tpacf "* ]]; then
@@ -79,7 +87,11 @@ if [[ " ${apps[*]} " == *" tpacf "* ]]; then
     done
 fi
 
-python3 bench/apps/report.py "$csv" "$sweep" "$out" | tee "$out/apps.md"
+python3 bench/apps/report.py "$csv" "$sweep" "$out" "$traced" | tee "$out/apps.md"
+
+# The README's picture: examples/vecadd under rolling, traced, drawn by bench/trace_timeline.py.
+cc -std=c11 -O2 -I. examples/vecadd.c -pthread -ldl -o "$out/vecadd_example"
+ADSM_PROTOCOL=rolling ADSM_TRACE="$out/traces/vecadd.json" "$out/vecadd_example" >&2
 
 if ! command -v gnuplot >/dev/null; then
     echo "gnuplot not found (run .ci/setup): CSV files are in $out, no plots drawn" >&2
@@ -100,4 +112,6 @@ set title '$( [[ $fig == fig7 ]] && echo "Time as a multiple of explicit (median
 plot for [i=2:5] '$out/$fig.dat' using i:xtic(1) title columnheader
 GP
 done
+python3 bench/trace_timeline.py "$out/traces/vecadd.json" "$out/vecadd_trace.png" \
+    --title "examples/vecadd under rolling (emu, $(nproc) CPUs): the copy engine evicts while the CPU writes" >&2
 echo "plots in $out" >&2
