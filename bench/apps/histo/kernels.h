@@ -1,0 +1,168 @@
+/* bench/apps/histo/kernels.h -- histo (Parboil): the 2D histogram of a large image with 8-bit
+ * saturating bins (a bin holds min(count, 255)). The image (one histogram bin index per pixel) goes
+ * to the device once; each of the iterations then, as Parboil does, resets the value range on the
+ * CPU and sends it, finds the range of the values (prescan kernel), brings the range back to the
+ * CPU (which passes it to the next kernels), clears the 32-bit counters with a device memset,
+ * maps each pixel to its place in the range (intermediates kernel), counts (main kernel) and
+ * saturates the counters into the 8-bit histogram (final kernel). The histogram comes back once,
+ * after the last iteration. Parboil's sub-histograms and overflow buffers are folded into one array
+ * of 32-bit counters.
+ *
+ * Shared by explicit.c and adsm.c: the kernels (CPU bodies and CUDA C twins), the sizes, the input
+ * generator, the reference and the check. Input: image.bin (width x height uint32 bin indices).
+ * Reference: histo.ref (histo_width x histo_height bytes). Tolerance: none; Parboil's
+ * compare-output for histo compares the two files byte for byte (cmp). */
+#ifndef BENCH_APPS_HISTO_KERNELS_H
+#define BENCH_APPS_HISTO_KERNELS_H
+
+#include "bench/apps/common.h"
+
+ADSM_KERNEL(histo_prescan, ADSM_INOUT(uint32_t, ranges), ADSM_IN(uint32_t, image), ADSM_VALUE(uint32_t, n));
+
+/* Each thread folds the pixels i, i + threads, ... into its own minimum and maximum, then merges
+ * them into ranges[0] (minimum) and ranges[1] (maximum) atomically. */
+void histo_prescan(adsm_grid g, uint32_t *ranges, const uint32_t *image, uint32_t n) {
+    const size_t threads = (size_t)g.grid.x * g.block.x;
+    ADSM_FOR_EACH_THREAD(g, i) {
+        uint32_t lo = UINT32_MAX, hi = 0;
+        for (size_t j = i; j < n; j += threads) {
+            lo = image[j] < lo ? image[j] : lo;
+            hi = image[j] > hi ? image[j] : hi;
+        }
+        uint32_t cur = __atomic_load_n(&ranges[0], __ATOMIC_RELAXED);
+        while (lo < cur && !__atomic_compare_exchange_n(&ranges[0], &cur, lo, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+        cur = __atomic_load_n(&ranges[1], __ATOMIC_RELAXED);
+        while (hi > cur && !__atomic_compare_exchange_n(&ranges[1], &cur, hi, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+    }
+}
+
+static const char histo_prescan_cuda[] = ADSM_CUDA_SOURCE(
+    extern "C" __global__ void histo_prescan(unsigned int *ranges, const unsigned int *image, unsigned int n) {
+        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+        size_t threads = (size_t)gridDim.x * blockDim.x;
+        unsigned int lo = 0xffffffffu, hi = 0;
+        for (size_t j = i; j < n; j += threads) {
+            lo = min(lo, image[j]);
+            hi = max(hi, image[j]);
+        }
+        atomicMin(&ranges[0], lo);
+        atomicMax(&ranges[1], hi);
+    });
+
+ADSM_KERNEL(histo_intermediates, ADSM_OUT(uint32_t, mappings), ADSM_IN(uint32_t, image), ADSM_VALUE(uint32_t, n),
+            ADSM_VALUE(uint32_t, lo));
+
+/* Each pixel's offset from the start of the range. */
+void histo_intermediates(adsm_grid g, uint32_t *mappings, const uint32_t *image, uint32_t n, uint32_t lo) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) mappings[i] = image[i] - lo;
+    }
+}
+
+static const char histo_intermediates_cuda[] = ADSM_CUDA_SOURCE(
+    extern "C" __global__ void histo_intermediates(unsigned int *mappings, const unsigned int *image, unsigned int n,
+                                                   unsigned int lo) {
+        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) mappings[i] = image[i] - lo;
+    });
+
+ADSM_KERNEL(histo_main, ADSM_INOUT(uint32_t, counts), ADSM_IN(uint32_t, mappings), ADSM_VALUE(uint32_t, n),
+            ADSM_VALUE(uint32_t, lo), ADSM_VALUE(uint32_t, hi));
+
+/* Counts each pixel in its bin, lo + its offset (offsets past the range are dropped). */
+void histo_main(adsm_grid g, uint32_t *counts, const uint32_t *mappings, uint32_t n, uint32_t lo, uint32_t hi) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n && mappings[i] <= hi - lo) __atomic_fetch_add(&counts[lo + mappings[i]], 1u, __ATOMIC_RELAXED);
+    }
+}
+
+static const char histo_main_cuda[] = ADSM_CUDA_SOURCE(
+    extern "C" __global__ void histo_main(unsigned int *counts, const unsigned int *mappings, unsigned int n,
+                                          unsigned int lo, unsigned int hi) {
+        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n && mappings[i] <= hi - lo) atomicAdd(&counts[lo + mappings[i]], 1u);
+    });
+
+ADSM_KERNEL(histo_final, ADSM_OUT(uint8_t, histo), ADSM_IN(uint32_t, counts), ADSM_VALUE(uint32_t, bins));
+
+/* The 8-bit saturating histogram. */
+void histo_final(adsm_grid g, uint8_t *histo, const uint32_t *counts, uint32_t bins) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < bins) histo[i] = (uint8_t)(counts[i] < 255 ? counts[i] : 255);
+    }
+}
+
+static const char histo_final_cuda[] = ADSM_CUDA_SOURCE(
+    extern "C" __global__ void histo_final(unsigned char *histo, const unsigned int *counts, unsigned int bins) {
+        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < bins) histo[i] = (unsigned char)min(counts[i], 255u);
+    });
+
+static inline void histo_load_kernels(void) {
+    if (strcmp(adsm_backend_name(), "cuda") != 0) return;
+    if (adsm_module_load_source(histo_prescan_cuda, NULL) != ADSM_OK ||
+        adsm_module_load_source(histo_intermediates_cuda, NULL) != ADSM_OK ||
+        adsm_module_load_source(histo_main_cuda, NULL) != ADSM_OK ||
+        adsm_module_load_source(histo_final_cuda, NULL) != ADSM_OK)
+        app_die(adsm_last_error());
+}
+
+typedef struct histo_size {
+    uint32_t width, height, histo_width, histo_height;
+    int iterations;
+} histo_size;
+
+/* Quick: a 996 x 1040 image (the size of Parboil's default one) into a 4096 x 256 histogram, about
+ * one input per bin as Parboil describes its data, 30 iterations. Full: an image four times that
+ * (1992 x 2080) into a histogram four times that (4096 x 1024), 100 iterations. */
+static inline histo_size histo_size_of(const app_run *r) {
+    histo_size s = {996, 1040, 4096, 256, 30};
+    if (r->full) s = (histo_size){1992, 2080, 4096, 1024, 100};
+    return s;
+}
+
+static inline uint32_t histo_pixels(histo_size s) { return s.width * s.height; }
+static inline uint32_t histo_bins(histo_size s) { return s.histo_width * s.histo_height; }
+static inline adsm_grid histo_prescan_grid(void) { return adsm_grid_1d(64, 512); }
+static inline adsm_grid histo_grid(uint32_t n) { return adsm_grid_1d((n + 255) / 256, 256); }
+
+/* Values concentrated near the centre of the histogram, at a place and extent not known in
+ * advance: 90% of the pixels fall in a broad 2D Gaussian, 10% in a narrow one (whose bins saturate). */
+static inline void histo_generate(const app_run *r) {
+    histo_size s = histo_size_of(r);
+    uint32_t n = histo_pixels(s), bins = histo_bins(s);
+    uint32_t *image = malloc((size_t)n * sizeof *image), *counts = calloc(bins, sizeof *counts);
+    uint8_t *ref = malloc(bins);
+    app_rng g = {0xa54ff53a5f1d36f1ull};
+    for (uint32_t i = 0; i < n; i++) {
+        double narrow = app_rng_unit(&g) < 0.1 ? 0.05 : 1.0;
+        double radius = sqrt(-2.0 * log(1.0 - app_rng_unit(&g))), angle = 6.283185307179586 * app_rng_unit(&g);
+        double y = 0.45 * s.histo_height + narrow * s.histo_height / 12.0 * radius * cos(angle);
+        double x = 0.55 * s.histo_width + narrow * s.histo_width / 12.0 * radius * sin(angle);
+        y = y < 0 ? 0 : y > s.histo_height - 1 ? s.histo_height - 1 : y;
+        x = x < 0 ? 0 : x > s.histo_width - 1 ? s.histo_width - 1 : x;
+        image[i] = (uint32_t)y * s.histo_width + (uint32_t)x;
+        counts[image[i]]++;
+    }
+    for (uint32_t b = 0; b < bins; b++) ref[b] = (uint8_t)(counts[b] < 255 ? counts[b] : 255);
+    app_write_file(r, "image.bin", image, (size_t)n * sizeof *image);
+    app_write_file(r, "histo.ref", ref, bins);
+    free(image);
+    free(counts);
+    free(ref);
+}
+
+static inline int histo_check(const app_run *r, const uint8_t *histo) {
+    histo_size s = histo_size_of(r);
+    uint32_t bins = histo_bins(s);
+    uint8_t *ref = app_read_plain(r, "histo.ref", bins);
+    size_t bad = 0;
+    for (uint32_t b = 0; b < bins; b++) bad += histo[b] != ref[b];
+    free(ref);
+    if (bad) fprintf(stderr, "histo: %zu of %u bins differ from the reference\n", bad, bins);
+    return bad == 0;
+}
+
+#endif /* BENCH_APPS_HISTO_KERNELS_H */
