@@ -1,0 +1,85 @@
+/* bench/apps/tpacf/explicit.c -- tpacf with device buffers and copies by hand (the original's shape). */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include "bench/apps/tpacf/kernels.h"
+
+int main(int argc, char **argv) {
+    app_run run;
+    app_parse(&run, "tpacf", "explicit", argc, argv);
+    if (run.gen) {
+        tpacf_generate(&run);
+        return 0;
+    }
+    tpacf_size s = tpacf_size_of(&run);
+    int nall = s.n * (s.sets + 1);
+    size_t sph_bytes = 2 * (size_t)nall * sizeof(float), pts_bytes = 3 * (size_t)nall * sizeof(float);
+    size_t binb_bytes = (TPACF_BINS + 1) * sizeof(float), hist_bytes = (2 * (size_t)s.sets + 1) * TPACF_BINS * 4;
+    if (adsm_init(NULL) != ADSM_OK) app_die(adsm_last_error());
+    tpacf_load_kernels();
+    adsm_reset_stats();
+    app_start(&run);
+
+    app_phase(&run, APP_IO);
+    float *sph = malloc(sph_bytes), *pts = adsm_host_alloc(pts_bytes), *binb = adsm_host_alloc(binb_bytes);
+    unsigned *hists = adsm_host_alloc(hist_bytes);
+    FILE *in = app_open(&run, "data.bin", "rb");
+    if (fread(sph, 1, sph_bytes / (s.sets + 1), in) != sph_bytes / (s.sets + 1)) app_die("tpacf: short read");
+    fclose(in);
+    in = app_open(&run, "random.bin", "rb");
+    if (fread(sph + 2 * (size_t)s.n, 1, sph_bytes / (s.sets + 1) * s.sets, in) != sph_bytes / (s.sets + 1) * s.sets)
+        app_die("tpacf: short read");
+    fclose(in);
+
+    app_phase(&run, APP_CPU);
+    for (int i = 0; i < nall; i++) {
+        double v[3];
+        tpacf_unit(sph + 2 * (size_t)i, v);
+        pts[i] = (float)v[0];
+        pts[nall + i] = (float)v[1];
+        pts[2 * (size_t)nall + i] = (float)v[2];
+    }
+    for (int k = 0; k <= TPACF_BINS; k++) binb[k] = (float)tpacf_boundary(k);
+
+    app_phase(&run, APP_KERNEL);
+    float *d_pts = adsm_dev_alloc(pts_bytes), *d_binb = adsm_dev_alloc(binb_bytes);
+    unsigned *d_hists = adsm_dev_alloc(hist_bytes);
+    if (!d_pts || !d_binb || !d_hists) app_die(adsm_last_error());
+    adsm_copy_to_device(d_pts, pts, pts_bytes);
+    adsm_copy_to_device(d_binb, binb, binb_bytes);
+    adsm_memset(d_hists, 0, hist_bytes);
+    ADSM_CALL(tpacf_hist, tpacf_grid(s), d_hists, d_pts, d_binb, s.n, nall, 0, 0);
+    for (int set = 1; set <= s.sets; set++) {
+        ADSM_CALL(tpacf_hist, tpacf_grid(s), d_hists + set * TPACF_BINS, d_pts, d_binb, s.n, nall, set, set);
+        ADSM_CALL(tpacf_hist, tpacf_grid(s), d_hists + (s.sets + set) * TPACF_BINS, d_pts, d_binb, s.n, nall, 0, set);
+    }
+    if (adsm_sync() != ADSM_OK) app_die(adsm_last_error());
+    adsm_copy_from_device(hists, d_hists, hist_bytes);
+    adsm_dev_free(d_pts);
+    adsm_dev_free(d_binb);
+    adsm_dev_free(d_hists);
+
+    app_phase(&run, APP_CPU);
+    unsigned result[3 * TPACF_BINS] = {0}; /* DD, DR, RR of each bin */
+    for (int k = 0; k < TPACF_BINS; k++) {
+        result[3 * k] = hists[k];
+        for (int set = 1; set <= s.sets; set++) {
+            result[3 * k + 1] += hists[(s.sets + set) * TPACF_BINS + k];
+            result[3 * k + 2] += hists[set * TPACF_BINS + k];
+        }
+    }
+
+    app_phase(&run, APP_IO);
+    FILE *out = app_open(&run, "tpacf.out", "w");
+    for (int i = 0; i < 3 * TPACF_BINS; i++) fprintf(out, "%u\n", result[i]);
+    fclose(out);
+    app_stop(&run);
+
+    int rc = app_report(&run, tpacf_check(&run, result));
+    free(sph);
+    adsm_host_free(pts);
+    adsm_host_free(binb);
+    adsm_host_free(hists);
+    adsm_shutdown();
+    return rc;
+}
