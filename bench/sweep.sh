@@ -9,12 +9,14 @@
 #
 #   bench/sweep.sh            quick mode: a few minutes on 2 cores
 #   bench/sweep.sh --full     the paper's sizes, more runs
+#   bench/sweep.sh --apps     the application study instead (bench/apps/run.sh; more options there)
 #
 # Builds with Bazel (-c opt) when it is there, else with cc. Plots need gnuplot (.ci/setup).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mode=${1:---quick}
-case "$mode" in --quick|--full) ;; *) echo "usage: $0 [--quick|--full]" >&2; exit 2 ;; esac
+[[ $mode == --apps ]] && exec bench/apps/run.sh "${@:2}"
+case "$mode" in --quick|--full) ;; *) echo "usage: $0 [--quick|--full|--apps [...]]" >&2; exit 2 ;; esac
 out=${ADSM_BENCH_OUT:-bench/results}
 mkdir -p "$out"
 
