@@ -8,7 +8,8 @@
 #   3. the examples, each with its output and exit status;
 #   4. the protocol suites and the copy tests built for the real driver (-DTEST_ON_REAL_CUDA: the
 #      kernels' CUDA C twins through NVRTC), when Criterion is installed;
-#   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads.
+#   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads;
+#   6. the application study, bench/apps/run.sh (the kernels' CUDA C twins through NVRTC).
 # Exit status: 0 when every example and test passed, 1 otherwise (the report is written either
 # way). Needs only a C compiler; Bazel is used by sweep.sh when it is there.
 #
@@ -106,6 +107,15 @@ for t in vecadd stencil3d transfer patterns fault_path threads; do
         cat "$out/$t.md" >> "$report"
     fi
 done
+
+# ---- the application study ------------------------------------------------------------------------
+say ""
+say "## Application study (bench/apps/run.sh)"
+apps_log=$out/gpu_apps.log
+ADSM_BENCH_OUT=$out bench/apps/run.sh > "$apps_log" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] || { say "bench/apps/run.sh FAILED (exit $rc); its log:"; block "$apps_log"; status=1; }
+[[ -f $out/apps/apps.md ]] && cat "$out/apps/apps.md" >> "$report"
 
 say ""
 say "Overall: $([[ $status -eq 0 ]] && echo 'every example and test passed' || echo 'FAILURES above')."
