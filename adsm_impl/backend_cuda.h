@@ -114,6 +114,8 @@ typedef struct adsm__cuda {
     /* launches: the engine records kernel events, the completion thread waits for them */
     adsm__cu_event kev[ADSM__CUDA_EVENTS];
     const adsm_kernel_desc *kev_kernel[ADSM__CUDA_EVENTS];
+    uint64_t kev_issued_ns[ADSM__CUDA_EVENTS]; /* ADSM_TRACE: when each launch was issued */
+    uint64_t last_kernel_done_ns;              /* ADSM_TRACE: when the completion thread saw the last end */
     const adsm_kernel_desc *last_kernel; /* engine thread: the newest launch, to name in faults */
     uint64_t issued_seq, completed_seq;
     int issued_gen, completion_gen, lost, quitting;
@@ -650,6 +652,7 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
             r = 0;
         }
         c->kev_kernel[slot] = cmd->kernel;
+        c->kev_issued_ns[slot] = adsm__now_ns();
         c->last_kernel = cmd->kernel;
         if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->kstream);
         if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
@@ -749,6 +752,16 @@ ADSM__PRIVATE adsm__cuda_cmd adsm__cuda_range_cmd(int type, uintptr_t dst, uintp
 }
 
 /* ---- completion thread --------------------------------------------------------------------- */
+/* ADSM_TRACE's kernel span on cuda: the events carry no timing (blocking waits need them without),
+ * so a kernel runs, as far as the trace knows, from its launch or the previous kernel's end,
+ * whichever is later, to when this thread saw it finish. */
+ADSM__PRIVATE void adsm__cuda_trace_kernel(adsm__cuda *c, unsigned slot, uint64_t seq) {
+    if (!c->rt->trace.events) return;
+    uint64_t now = adsm__now_ns(), from = ADSM__MAX(c->kev_issued_ns[slot], c->last_kernel_done_ns);
+    adsm__trace_on(&c->rt->trace, ADSM__TRACE_DEVICE_TID, ADSM__TR_KERNEL, from, now, 0, seq);
+    c->last_kernel_done_ns = now;
+}
+
 ADSM__PRIVATE void *adsm__cuda_completion_main(void *arg) {
     adsm__cuda *c = (adsm__cuda *)arg;
     c->cu.cuCtxSetCurrent(c->ctx);
@@ -771,6 +784,7 @@ ADSM__PRIVATE void *adsm__cuda_completion_main(void *arg) {
             adsm__cu_describe(c, r, what, text, sizeof text);
             adsm__cuda_record_error(c, adsm__cu_code(r), text, 1);
         }
+        adsm__cuda_trace_kernel(c, slot, seq);
         ADSM__STORE(&c->completed_seq, seq);
         ADSM__ADD(&c->completion_gen, 1);
         adsm__futex_wake_all(&c->completion_gen);

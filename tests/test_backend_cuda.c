@@ -960,3 +960,33 @@ Test(cuda_double, host_alloc_memory_is_page_locked) {
     cr_assert_eq(adsm_dev_free(d), ADSM_OK);
     adsm_shutdown();
 }
+
+/* ADSM_TRACE on cuda: a kernel span per launch on the device track, the engine's copies on the
+ * "cuda engine" track, copies summing to the stats (issue 13). */
+Test(cuda_double, trace_records_kernels_and_engine_copies) {
+    char path[] = "/tmp/adsm_cuda_trace_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    setenv("ADSM_TRACE", path, 1);
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    run_vadd(100000);
+    run_vadd(1000);
+    adsm_stats s;
+    adsm_get_stats(&s);
+    adsm_shutdown();
+    unsetenv("ADSM_TRACE");
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    unlink(path);
+    text[n] = 0;
+    size_t kernels = 0;
+    for (const char *p = strstr(text, "\"name\":\"kernel\""); p; p = strstr(p + 1, "\"name\":\"kernel\"")) kernels++;
+    cr_assert_eq(kernels, s.launches, "%zu kernel events for %llu launches", kernels, (unsigned long long)s.launches);
+    cr_assert(strstr(text, "\"name\":\"cuda engine\""), "the engine's track has no name");
+    cr_assert(strstr(text, "\"name\":\"copy to device\""));
+}
