@@ -99,6 +99,8 @@ def main():
     print("\n### Figure 10: where rolling's time goes (percent of the run's wall time, from its ADSM_TRACE)\n")
     print("| application | CPU | kernels | copies | fault handling | I/O | wall ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    fig10 = open(os.path.join(out, "fig10.dat"), "w")
+    fig10.write("app CPU kernels copies faults I/O\n")
     for r in traced:
         a, w = r["app"], float(r["wall_ms"])
         busy = trace_busy(os.path.join(out, "traces", a.replace("-", "") + ".json"))
@@ -108,8 +110,10 @@ def main():
             continue
         parts = [float(r["cpu_ms"]), busy["kernel"], busy["copy"], busy["fault"], busy["io"]]
         print(f"| {a} | " + " | ".join(f"{p / w * 100:.1f}" for p in parts) + f" | {w:.1f} |")
+        fig10.write(f"{a} " + " ".join(f"{p / w * 100:.2f}" for p in parts) + "\n")
         if busy["fault"] / w * 100 >= 2.0:
             goals.append(f"{a}: fault handling is {busy['fault'] / w * 100:.1f}% of rolling's time (goal < 2%)")
+    fig10.close()
     print("\n(CPU is the program's own work between calls; kernels, copies, fault handling and I/O are the "
           "trace's spans, summed per kind; copies run on the copy engine and overlap the rest.)")
 
@@ -124,9 +128,13 @@ def main():
         print("\n### Figure 12: tpacf under rolling, time as a multiple of explicit, by block size and rolling size\n")
         print("| block | " + " | ".join(f"rolling {s}" for s in sizes) + " |")
         print("| --- | " + " | ".join("---:" for _ in sizes) + " |")
-        for b in blocks:
-            label = f"{b >> 20}M" if b >= 2**20 else f"{b >> 10}K"
-            print(f"| {label} | " + " | ".join(f"{statistics.median(times[(b, s)]) / ex:.2f}" for s in sizes) + " |")
+        with open(os.path.join(out, "fig12.dat"), "w") as dat:
+            dat.write("block " + " ".join(f"rolling_{s}" for s in sizes) + "\n")
+            for b in blocks:
+                label = f"{b >> 20}M" if b >= 2**20 else f"{b >> 10}K"
+                ratios = [statistics.median(times[(b, s)]) / ex for s in sizes]
+                print(f"| {label} | " + " | ".join(f"{x:.2f}" for x in ratios) + " |")
+                dat.write(f"{label} " + " ".join(f"{x:.3f}" for x in ratios) + "\n")
 
     print("\n### Porting: non-blank lines (kernels.h shared)\n")
     print("| application | explicit.c | adsm.c | removed |")

@@ -129,6 +129,34 @@ set title '$( [[ $fig == fig7 ]] && echo "Time as a multiple of explicit (median
 plot for [i=2:5] '$out/$fig.dat' using i:xtic(1) title columnheader
 GP
 done
+if [[ -f $out/fig10.dat ]]; then
+    gnuplot <<GP
+set terminal pngcairo size 900,520 noenhanced
+set output '$out/fig10.png'
+set style data histogram
+set style histogram rowstacked
+set style fill solid 0.8 border -1
+set key outside right
+set xtics rotate by -30
+set ylabel 'percent of wall time'
+set yrange [0:*]
+set title "Where rolling's time goes (from ADSM_TRACE; copies overlap the rest)"
+plot for [i=2:6] '$out/fig10.dat' using i:xtic(1) title columnheader
+GP
+fi
+if [[ -f $out/fig12.dat ]]; then
+    gnuplot <<GP
+set terminal pngcairo size 900,520 noenhanced
+set output '$out/fig12.png'
+set key top right
+set grid
+set ylabel 'time / explicit'
+set xlabel 'block size'
+set yrange [0:*]
+set title 'tpacf under rolling, by block size and rolling size'
+plot for [i=2:4] '$out/fig12.dat' using 0:i:xtic(1) with linespoints lw 2 title columnheader
+GP
+fi
 python3 bench/trace_timeline.py "$out/traces/vecadd.json" "$out/vecadd_trace.png" \
     --title "examples/vecadd under rolling (emu, $(nproc) CPUs): the copy engine evicts while the CPU writes" >&2
 echo "plots in $out" >&2
