@@ -206,8 +206,9 @@
                                     _FORTIFY_SOURCE __read_chk/__fread_chk), so unchanged code
                                     works on shared memory. Other I/O calls (readv, fgets, ...)
                                     are not covered.
-   adsm_memset / adsm_memcpy act where the valid copy is: memset of a whole Invalid block runs on
-   the device only, of a whole ReadOnly block on both copies (nothing moves); memcpy from
+   adsm_memset / adsm_memcpy act where the valid copy is: memset of a whole Invalid or ReadOnly
+   block runs on the device only and leaves it Invalid (nothing moves, no host page is touched;
+   the CPU's next read fetches it); memcpy from
    device-valid blocks into whole device-valid blocks copies device to device (d2d_bytes).
        #define ADSM_INTERPOSE_MEM   also defines memset and memcpy. Calls the compiler inlines
                                     (small constant sizes) never reach it: use adsm_memset /

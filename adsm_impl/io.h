@@ -45,39 +45,27 @@ ADSM__PRIVATE adsm_result adsm__access_failed(void) {
     return adsm__fail(ADSM_ERROR_SYSTEM, "making shared memory accessible failed: %s", strerror(errno));
 }
 
-/* Writes `value` over host bytes [a, a + n) of a ReadOnly block without opening its protection
- * (another thread may write the same block meanwhile and must still fault). */
-ADSM__PRIVATE int adsm__host_fill_protected(adsm__runtime *rt, uintptr_t a, int value, size_t n) {
-    unsigned char pattern[4096];
-    if (rt->fill.procmem_fd < 0) return -1;
-    memset(pattern, value, sizeof pattern);
-    for (size_t done = 0; done < n;) {
-        size_t len = ADSM__MIN(n - done, sizeof pattern);
-        if (adsm__pwrite_full(rt->fill.procmem_fd, pattern, len, a + done) != 0) return -1;
-        done += len;
-    }
-    return 0;
-}
-
-/* memset of one whole unit where its valid copies are: Invalid -> device only, ReadOnly -> both
- * copies, so neither moves a byte. The waits and the memsets run with the unit busy and the
- * runtime lock let go (protocol.h); o stays valid (its free waits). Returns 1 when done, 0 when
- * the caller should take the CPU path, -1 on error; the lock is held again either way. */
+/* memset of one whole unit that is valid on the device (Invalid or ReadOnly) runs there only, and
+ * the unit is Invalid afterwards: no byte moves, and the host pages are not touched (zeroing a
+ * fresh output before kernels write it, a GPU program's habit, cost a host fill of every page,
+ * first touches included). The CPU's next read fetches it. The waits and the memset run with the
+ * unit busy and the runtime lock let go (protocol.h); o stays valid (its free waits). Returns 1
+ * when done, 0 when the caller should take the CPU path, -1 on error; the lock is held again
+ * either way. */
 ADSM__PRIVATE int adsm__memset_unit_in_place(adsm__runtime *rt, adsm__object *o, uintptr_t a, int v, size_t len) {
     size_t block = adsm__tree_block_index(&o->node, a, rt->cfg.block_shift), first, count;
     int state = o->blocks[block].state;
     size_t data = ADSM__MIN(len, o->host + o->size - a);
     uintptr_t dev = o->dev + (a - o->host);
     if (state == ADSM__DIRTY) return 0;
-    if (state == ADSM__READONLY && rt->fill.procmem_fd < 0) return 0;
     adsm__unit_of(rt, o, block, &first, &count);
     adsm__block *head = &o->blocks[first];
     int rc = 1;
     adsm__busy_begin(rt, o, head);
     if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) rc = 0; /* device lost: the CPU path still works */
     else if (rt->be->dev_memset(rt->be_ctx, dev, v, data) != 0) rc = -1;
-    else if (state == ADSM__READONLY && adsm__host_fill_protected(rt, a, v, data) != 0) rc = -1;
     adsm__busy_end(rt, o, head);
+    if (rc == 1 && state == ADSM__READONLY && adsm__set_state(rt, o, first, count, ADSM__INVALID) != 0) rc = -1;
     return rc;
 }
 

@@ -1,8 +1,8 @@
 /* tests/test_memops.c -- adsm_memset and adsm_memcpy act where the valid copy is.
  *
  * memset of a whole unit (rolling: a block; lazy: the object) that is Invalid runs on the device
- * only (stays 'I', nothing copied); of a whole ReadOnly unit sets both copies (stays 'R', nothing
- * copied); of a Dirty unit sets the host copy. Partial units behave like CPU writes: an Invalid
+ * only (stays 'I', nothing copied); of a whole ReadOnly unit too (becomes 'I', nothing copied, the
+ * host pages untouched); of a Dirty unit sets the host copy. Partial units behave like CPU writes: an Invalid
  * one is fetched first, and they become Dirty. memcpy between shared objects from a
  * device-valid source ('I' or 'R') into whole device-valid destination units copies device to
  * device (d2d_bytes), leaving the destination 'I'; copies between shared and plain memory fetch
@@ -58,6 +58,8 @@ static size_t expect_memset(const void *obj, size_t osize, size_t a, size_t b, c
         char want = before;
         if (batch) {
             want = 'D';
+        } else if (a <= ks && b >= ke) { /* a whole unit: set on the device only */
+            want = before == 'D' ? 'D' : 'I';
         } else if (a < ke && b > ks && !(a <= ks && b >= ke)) { /* part of the unit: a CPU write */
             want = 'D';
             if (before == 'I' && (!lazy || k == 0)) d2h += ke - ks;
@@ -144,9 +146,10 @@ PER_PROTOCOL(memset_invalid_unit_then_cpu_read) {
     free(mirror);
 }
 
-/* memset of a whole ReadOnly unit sets both copies: no fault on the CPU read after it, and a
- * kernel sees the value with nothing copied at the call. */
-PER_PROTOCOL(memset_readonly_unit_sets_both_copies) {
+/* memset of a whole ReadOnly unit runs on the device only and leaves the unit Invalid: nothing
+ * copied by the memset, the CPU's read then fetches the unit, and a kernel sees the value with
+ * nothing copied at the call. */
+PER_PROTOCOL(memset_readonly_unit_runs_on_the_device) {
     size_t bs = adsm_block_size(), osize = 5 * bs + TAIL;
     int lazy = proto_is("lazy"), batch = proto_is("batch");
     CTX("%s/%zu memset of a ReadOnly unit", adsm_protocol_name(), bs);
@@ -157,11 +160,13 @@ PER_PROTOCOL(memset_readonly_unit_sets_both_copies) {
     reset();
     cr_assert_eq(adsm_memset(obj + a, 0xee, n), ADSM_OK);
     EXPECT_MOVED(0, 0, 0);
-    EXPECT_STATE(obj + a, batch ? 'D' : 'R');
-    cr_assert_eq(((volatile unsigned char *)obj)[a + n - 1], 0xee);
-    EXPECT_FAULTS(0, 0);
+    EXPECT_STATE(obj + a, batch ? 'D' : 'I');
     CALL_OK(k_copy_bytes, grid_for(osize), out, obj, osize);
     EXPECT_MOVED(batch ? 2 * osize + 4096 : 0, 0, 0); /* batch sends every object at every call */
+    reset();
+    cr_assert_eq(((volatile unsigned char *)obj)[a + n - 1], 0xee);
+    EXPECT_FAULTS(batch ? 0 : 1, 0);
+    EXPECT_MOVED(0, batch ? 0 : lazy ? osize : bs, 0); /* the unit read: the object, or one block */
     sync_ok();
     expect_same_bytes(mirror, out, osize, "device copy (through a kernel)");
     adsm_free(obj);
