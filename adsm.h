@@ -668,8 +668,17 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 /* ============================================================================================ */
 #if defined(ADSM_IMPLEMENTATION) && !defined(ADSM__IMPL_INCLUDED)
 #define ADSM__IMPL_INCLUDED
+/* The implementation also compiles as C++17 (g++, clang++), for C++ and CUDA projects. It keeps
+   C's designated initialisers, in declaration order, with fields left out: C++20 syntax that both
+   compilers accept in C++17 as an extension, silenced here for this section only. */
 #ifdef __cplusplus
-#error "compile the adsm implementation (ADSM_IMPLEMENTATION) as C11; C++ files may include adsm.h without it"
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wpedantic"
+#ifdef __clang__
+#pragma clang diagnostic ignored "-Wc++20-designator"
+#pragma clang diagnostic ignored "-Wc99-designator"
+#endif
 #endif
 #include "adsm_impl/common.h"
 #include "adsm_impl/os.h"
@@ -697,6 +706,9 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/object_life.h"
 #include "adsm_impl/launch.h"
 #include "adsm_impl/api.h"
+#ifdef __cplusplus
+#pragma GCC diagnostic pop
+#endif
 #endif /* ADSM_IMPLEMENTATION */
 
 /*

@@ -51,7 +51,7 @@ typedef struct adsm__cuda_cmd {
     const adsm_kernel_desc *kernel;
     adsm__cu_function fn;
     unsigned grid[3], block[3];
-    _Alignas(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
+    ADSM__ALIGNAS(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
 } adsm__cuda_cmd;
 
 /* An entry of the kernel cache (an stb_ds hash map keyed by descriptor, adsm__cuda_kernel_key). */
@@ -937,7 +937,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_check_params(adsm__cuda *c, const adsm_kern
 
 /* Normal context, runtime lock held: the function for a kernel, found by name once. */
 ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_desc *k, adsm__cu_function *out) {
-    ptrdiff_t at = stbds_hmgeti(c->kernels, adsm__cuda_kernel_key(k));
+    uint64_t key = adsm__cuda_kernel_key(k); /* an lvalue: stb_ds takes its address in C++ */
+    ptrdiff_t at = stbds_hmgeti(c->kernels, key);
     if (at >= 0) {
         *out = c->kernels[at].value;
         return ADSM_OK;
@@ -948,7 +949,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_d
     size_t nmodules = (size_t)stbds_arrlen(c->modules);
     for (size_t m = nmodules; m-- > 0 && !fn;) /* the newest module wins */
         if (c->cu.cuModuleGetFunction(&fn, c->modules[m], k->name) != 0) fn = NULL;
-    ptrdiff_t ss = fn ? -1 : stbds_hmgeti(c->ss_kernels, adsm__cuda_kernel_key(k));
+    ptrdiff_t ss = fn ? -1 : stbds_hmgeti(c->ss_kernels, key);
     if (ss >= 0) fn = c->ss_kernels[ss].value; /* no hand-written version: the single-source one */
     if (!fn)
         r = adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND,
@@ -957,7 +958,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_d
     if (fn) r = adsm__cuda_check_params(c, k, fn);
     adsm__cuda_leave(c, prev);
     if (r != ADSM_OK) return r;
-    stbds_hmput(c->kernels, adsm__cuda_kernel_key(k), fn);
+    stbds_hmput(c->kernels, key, fn);
     *out = fn;
     return ADSM_OK;
 }
@@ -1219,7 +1220,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_single_add(adsm__cuda *c, const adsm_kernel
     if (cr != 0)
         return adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND, "kernel '%s' (ADSM_KERNEL_DEF): its compiled module has no "
                           "entry of that name", k->name);
-    stbds_hmput(c->ss_kernels, adsm__cuda_kernel_key(k), fn);
+    uint64_t key = adsm__cuda_kernel_key(k);
+    stbds_hmput(c->ss_kernels, key, fn);
     return ADSM_OK;
 }
 
@@ -1248,8 +1250,9 @@ ADSM__PRIVATE adsm_result adsm__cuda_prepare(void *ctx, const adsm_kernel_desc *
     adsm__cuda *c = (adsm__cuda *)ctx;
     if (!k->cuda_source) return ADSM_OK;
     pthread_mutex_lock(&c->module_mutex);
+    uint64_t key = adsm__cuda_kernel_key(k);
     adsm__lock(&c->rt->lock);
-    int ready = stbds_hmgeti(c->ss_kernels, adsm__cuda_kernel_key(k)) >= 0 || adsm__cuda_module_has(c, k->name);
+    int ready = stbds_hmgeti(c->ss_kernels, key) >= 0 || adsm__cuda_module_has(c, k->name);
     adsm__unlock(&c->rt->lock);
     adsm_result r = ready ? ADSM_OK : adsm__cuda_single_compile(c, k);
     pthread_mutex_unlock(&c->module_mutex);
@@ -1372,6 +1375,8 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
 ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     adsm__cuda *c = (adsm__cuda *)calloc(1, sizeof *c);
     adsm_result r;
+    adsm__cu_mem_alloc_prop prop; /* declared before the first goto: C++ refuses jumps over initialisations */
+    adsm__cu_result cr;
     if (!c) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
     c->rt = rt;
     c->base = rt->base;
@@ -1383,8 +1388,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     pthread_mutex_init(&c->module_mutex, NULL);
     if ((r = adsm__cuda_open(c, rt->cfg.cuda_driver)) != ADSM_OK || (r = adsm__cuda_device(c, rt->cfg.device)) != ADSM_OK)
         goto fail;
-    adsm__cu_mem_alloc_prop prop = adsm__cuda_prop(c);
-    adsm__cu_result cr = c->cu.cuMemGetAllocationGranularity(&c->granule, &prop, ADSM__CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    prop = adsm__cuda_prop(c);
+    cr = c->cu.cuMemGetAllocationGranularity(&c->granule, &prop, ADSM__CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (cr != 0) {
         r = adsm__cu_fail(c, cr, "cuMemGetAllocationGranularity");
         goto fail;

@@ -52,6 +52,13 @@
 #define ADSM__PRIVATE static ADSM__UNUSED
 #endif
 
+/* C11 and C++ spell alignment differently; the implementation compiles as either. */
+#ifdef __cplusplus
+#define ADSM__ALIGNAS(n) alignas(n)
+#else
+#define ADSM__ALIGNAS(n) _Alignas(n)
+#endif
+
 #define ADSM__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define ADSM__MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ADSM__ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uintptr_t)(a) - 1))
