@@ -5,13 +5,14 @@
    writes, kernel annotations tell it what a kernel writes. A modern reimplementation of GMAC
    (Gelado et al., ASPLOS 2010).
 
-   DO THIS in exactly one C file (C11, not C++) of your program:
+   DO THIS in exactly one C or C++ file of your program:
 
        #define ADSM_IMPLEMENTATION
        #include "adsm.h"
 
    and build with:  cc -std=c11 -I<dir of adsm.h> app.c -pthread -ldl
-   Every other file just includes "adsm.h" (C or C++). The implementation uses stb_ds
+   The implementation compiles as C++17 too (g++/clang++ -std=c++17, nvcc -std=c++17), so the
+   file may be a .cpp or .cu. Every other file just includes "adsm.h" (C or C++). The implementation uses stb_ds
    (<stb/stb_ds.h>, Debian package libstb-dev) for its tables and compiles its functions into that
    same file; a program that already defines STB_DS_IMPLEMENTATION in another file defines
    ADSM_STB_DS_EXTERNAL before including adsm.h with ADSM_IMPLEMENTATION.
@@ -74,6 +75,17 @@
    of the grid this invocation was given (bodies run split over a pool of worker threads).
    Kernels must only touch their arguments and shared memory: on emu they run in another process
    and see the program's globals as they were at adsm_init().
+
+   WRITE A KERNEL ONCE: ADSM_KERNEL_DEF(name, (params...), g, { body }); declares the kernel and
+   defines its body; on cuda the same text is compiled by NVRTC at the first launch (a loaded
+   module's kernel of that name wins). ADSM_SHARED(decls); gives types and static inline helpers
+   to both sides.
+   A body may use: C that is also CUDA C++, its parameters and g, int8_t..uint64_t, size_t,
+   CUDA's device math, the program's macros (expanded before the text is stringized) and the
+   ADSM_SHARED declarations. It may not use: preprocessor directives, host functions or
+   globals, C-only syntax CUDA C++ rejects (void * conversions, C's NULL, compound literals,
+   VLAs). A body NVRTC rejects fails the first launch with ADSM_ERROR_INVALID_MODULE and
+   NVRTC's log, naming the kernel. README's "Write a kernel once" has the full rules.
 
    3. CONFIGURATION
    ================
