@@ -5,13 +5,14 @@
    writes, kernel annotations tell it what a kernel writes. A modern reimplementation of GMAC
    (Gelado et al., ASPLOS 2010).
 
-   DO THIS in exactly one C file (C11, not C++) of your program:
+   DO THIS in exactly one C or C++ file of your program:
 
        #define ADSM_IMPLEMENTATION
        #include "adsm.h"
 
    and build with:  cc -std=c11 -I<dir of adsm.h> app.c -pthread -ldl
-   Every other file just includes "adsm.h" (C or C++). The implementation uses stb_ds
+   The implementation compiles as C++17 too (g++/clang++ -std=c++17, nvcc -std=c++17), so the
+   file may be a .cpp or .cu. Every other file just includes "adsm.h" (C or C++). The implementation uses stb_ds
    (<stb/stb_ds.h>, Debian package libstb-dev) for its tables and compiles its functions into that
    same file; a program that already defines STB_DS_IMPLEMENTATION in another file defines
    ADSM_STB_DS_EXTERNAL before including adsm.h with ADSM_IMPLEMENTATION.
@@ -74,6 +75,17 @@
    of the grid this invocation was given (bodies run split over a pool of worker threads).
    Kernels must only touch their arguments and shared memory: on emu they run in another process
    and see the program's globals as they were at adsm_init().
+
+   WRITE A KERNEL ONCE: ADSM_KERNEL_DEF(name, (params...), g, { body }); declares the kernel and
+   defines its body; on cuda the same text is compiled by NVRTC at the first launch (a loaded
+   module's kernel of that name wins). ADSM_SHARED(decls); gives types and static inline helpers
+   to both sides.
+   A body may use: C that is also CUDA C++, its parameters and g, int8_t..uint64_t, size_t,
+   CUDA's device math, the program's macros (expanded before the text is stringized) and the
+   ADSM_SHARED declarations. It may not use: preprocessor directives, host functions or
+   globals, C-only syntax CUDA C++ rejects (void * conversions, C's NULL, compound literals,
+   VLAs). A body NVRTC rejects fails the first launch with ADSM_ERROR_INVALID_MODULE and
+   NVRTC's log, naming the kernel. README's "Write a kernel once" has the full rules.
 
    3. CONFIGURATION
    ================
@@ -394,7 +406,19 @@ typedef struct adsm_kernel_desc {
     const adsm_param_desc *params;
     void (*entry)(adsm_grid g, const void *args); /* unpacks args and calls the body */
     void (*body)(void);                            /* NULL when the program defines no body */
+    /* Single-source kernels (ADSM_KERNEL_DEF): the kernel as CUDA C, compiled by the cuda backend
+       at its first launch when no loaded module has it, and the ADSM_SHARED declarations of its
+       translation unit that go before it. Both NULL for ADSM_KERNEL. */
+    const char *cuda_source;
+    struct adsm__shared *const *shared;
 } adsm_kernel_desc;
+
+/* One ADSM_SHARED block: its text for the device side, linked in source order per translation unit. */
+typedef struct adsm__shared {
+    const char *text;
+    int order;
+    struct adsm__shared *next;
+} adsm__shared;
 
 /* ---- API ---------------------------------------------------------------------------------- */
 ADSM_API adsm_result adsm_init(const adsm_config *cfg);
@@ -554,12 +578,17 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 #define ADSM_KERNEL(kname, ...)                                                                    \
     ADSM__BODY_LINKAGE ADSM__WEAK void kname(adsm_grid adsm__g,                                    \
                                              ADSM__FE(ADSM__PDECL, ADSM__SEP_COMMA, __VA_ARGS__)); \
+    ADSM__KERNEL_WITH(kname, kname, NULL, NULL, __VA_ARGS__)
+
+/* The descriptor and launcher of a kernel whose CPU body is the function `body`, with its CUDA C
+   (or NULL) and the address of its translation unit's shared declarations (or NULL). */
+#define ADSM__KERNEL_WITH(kname, body, source, shared_head, ...)                                    \
     typedef struct adsm__args_##kname {                                                           \
         ADSM__FE(ADSM__FIELD, ADSM__SEP_NONE, __VA_ARGS__)                                         \
     } adsm__args_##kname;                                                                          \
     static inline void adsm__entry_##kname(adsm_grid adsm__g, const void *adsm__p) {              \
         const adsm__args_##kname *adsm__a = (const adsm__args_##kname *)adsm__p;                  \
-        kname(adsm__g, ADSM__FE(ADSM__UNPACK, ADSM__SEP_COMMA, __VA_ARGS__));                     \
+        body(adsm__g, ADSM__FE(ADSM__UNPACK, ADSM__SEP_COMMA, __VA_ARGS__));                      \
     }                                                                                              \
     static inline const adsm_kernel_desc *adsm__kernel_##kname(void) {                            \
         typedef adsm__args_##kname adsm__args_alias;                                               \
@@ -570,7 +599,7 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
             ADSM__FE(ADSM__PDESC, ADSM__SEP_COMMA, __VA_ARGS__)};                                  \
         static const adsm_kernel_desc adsm__desc = {                                               \
             #kname, ADSM__NARGS(__VA_ARGS__), sizeof(adsm__args_alias), adsm__params,              \
-            adsm__entry_##kname, (void (*)(void))kname};                                           \
+            adsm__entry_##kname, (void (*)(void))body, source, shared_head};                       \
         return &adsm__desc;                                                                        \
     }                                                                                              \
     static inline adsm_result adsm__launch_##kname(                                                \
@@ -597,13 +626,72 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 /* Runs `statement` for every flattened global thread index of this invocation, as size_t i. */
 #define ADSM_FOR_EACH_THREAD(g, i) for (size_t i = (g).begin; i < (g).end; ++i)
 
+/* ---- single-source kernels ------------------------------------------------------------------
+   ADSM_KERNEL_DEF(name, (params...), g, { body }) declares the kernel as ADSM_KERNEL does and
+   defines its body once: the C text is the CPU body on emu and host, and the same text, after
+   the program's preprocessor expanded it, is a string of CUDA C the cuda backend compiles with
+   NVRTC at the first launch (unless a loaded module already has the kernel). On the device
+   `g` holds the thread's own global index as [begin, begin + 1), so ADSM_FOR_EACH_THREAD runs
+   once per thread there. ADSM_SHARED(declarations) emits types and helpers for both sides.
+   What a body may contain: see "Write a kernel once" in the documentation at the top. */
+#define ADSM__STR(...) ADSM__STR_(__VA_ARGS__)
+#define ADSM__STR_(...) #__VA_ARGS__
+#define ADSM__PARAM_LIST(...) ADSM__FE(ADSM__PDECL, ADSM__SEP_COMMA, __VA_ARGS__)
+#define ADSM__UNPAREN(...) __VA_ARGS__
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ADSM__MAYBE_UNUSED __attribute__((unused))
+#define ADSM__CONSTRUCTOR __attribute__((constructor))
+#else
+#error "ADSM_SHARED needs GCC, Clang or a compatible compiler (constructor functions)"
+#endif
+
+/* This translation unit's ADSM_SHARED blocks, sorted by their place in it. */
+static adsm__shared *adsm__tu_shared ADSM__MAYBE_UNUSED;
+
+static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
+    while (*head && (*head)->order < s->order) head = &(*head)->next;
+    s->next = *head;
+    *head = s;
+}
+
+#define ADSM_KERNEL_DEF(kname, params, g, ...)                                                     \
+    static void adsm__body_##kname(adsm_grid g, ADSM__PARAM_LIST params);                          \
+    static const char adsm__source_##kname[] =                                                     \
+        "extern \"C\" __global__ void " #kname "(" ADSM__STR(ADSM__PARAM_LIST params) ") {\n"      \
+        "adsm_grid " #g " = adsm__device_grid();\n" ADSM__STR(__VA_ARGS__) "\n}\n";                \
+    ADSM__KERNEL_WITH(kname, adsm__body_##kname, adsm__source_##kname, &adsm__tu_shared,           \
+                      ADSM__UNPAREN params);                                                       \
+    static void adsm__body_##kname(adsm_grid g, ADSM__PARAM_LIST params) __VA_ARGS__               \
+    typedef int adsm__kernel_defined_##kname
+
+/* Declarations (types, static inline helper functions, no variables) for the CPU bodies and for
+   the CUDA C of every ADSM_KERNEL_DEF of this translation unit. */
+#define ADSM_SHARED(...) ADSM__SHARED_AT(__COUNTER__, __VA_ARGS__)
+#define ADSM__SHARED_AT(n, ...)                                                                    \
+    __VA_ARGS__                                                                                    \
+    static adsm__shared ADSM__CAT(adsm__shared_, n) = {ADSM__STR(__VA_ARGS__), n, NULL};           \
+    ADSM__CONSTRUCTOR static void ADSM__CAT(adsm__shared_link_, n)(void) {                         \
+        adsm__shared_link(&adsm__tu_shared, &ADSM__CAT(adsm__shared_, n));                         \
+    }                                                                                              \
+    typedef int ADSM__CAT(adsm__shared_done_, n)
+
 #endif /* ADSM_H_INCLUDED */
 
 /* ============================================================================================ */
 #if defined(ADSM_IMPLEMENTATION) && !defined(ADSM__IMPL_INCLUDED)
 #define ADSM__IMPL_INCLUDED
+/* The implementation also compiles as C++17 (g++, clang++), for C++ and CUDA projects. It keeps
+   C's designated initialisers, in declaration order, with fields left out: C++20 syntax that both
+   compilers accept in C++17 as an extension, silenced here for this section only. */
 #ifdef __cplusplus
-#error "compile the adsm implementation (ADSM_IMPLEMENTATION) as C11; C++ files may include adsm.h without it"
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wpedantic"
+#ifdef __clang__
+#pragma clang diagnostic ignored "-Wc++20-designator"
+#pragma clang diagnostic ignored "-Wc99-designator"
+#endif
 #endif
 #include "adsm_impl/common.h"
 #include "adsm_impl/os.h"
@@ -631,6 +719,9 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 #include "adsm_impl/object_life.h"
 #include "adsm_impl/launch.h"
 #include "adsm_impl/api.h"
+#ifdef __cplusplus
+#pragma GCC diagnostic pop
+#endif
 #endif /* ADSM_IMPLEMENTATION */
 
 /*

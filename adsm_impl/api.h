@@ -445,6 +445,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(const adsm_kernel_desc *k, adsm
         return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': %zu bytes of arguments, the %s backend takes %zu",
                           k->name, k->args_size, rt->be->name, rt->be->max_args);
     if ((r = adsm__check_launch_shape(k, grid)) != ADSM_OK) return r;
+    if (rt->be->prepare && (r = rt->be->prepare(rt->be_ctx, k)) != ADSM_OK) return r;
     size_t threads = adsm_grid_threads(grid); /* counted without overflow: checked above */
     grid.begin = 0;
     grid.end = threads;

@@ -54,6 +54,9 @@ typedef struct adsm__backend_vtbl {
     /* device code: an image (PTX/cubin/fatbin; size may be 0 for PTX), or, with source != 0,
      * CUDA C compiled with `options`; NULL on backends that run kernels from their CPU bodies */
     adsm_result (*module_load)(void *ctx, const void *image, size_t size, int source, const char *const *options);
+    /* optional: called before a launch with no lock held, to get the kernel's device code ready
+     * (cuda compiles single-source kernels there) */
+    adsm_result (*prepare)(void *ctx, const adsm_kernel_desc *k);
     /* optional (cuda): page-lock host memory with the driver so that copies to and from it are
      * direct DMA; 1 when it did (the caller unlocks it before releasing the pages), 0 when copies
      * of it stay staged. Normal context; the range is mapped read-write and populated. */

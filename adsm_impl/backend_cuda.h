@@ -51,7 +51,7 @@ typedef struct adsm__cuda_cmd {
     const adsm_kernel_desc *kernel;
     adsm__cu_function fn;
     unsigned grid[3], block[3];
-    _Alignas(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
+    ADSM__ALIGNAS(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
 } adsm__cuda_cmd;
 
 /* An entry of the kernel cache (an stb_ds hash map keyed by descriptor, adsm__cuda_kernel_key). */
@@ -133,6 +133,11 @@ typedef struct adsm__cuda {
      * load order, and an stb_ds map from descriptor to function, emptied when a module loads */
     adsm__cu_module *modules;
     adsm__cuda_kernel *kernels;
+    /* single-source kernels (ADSM_KERNEL_DEF) compiled at their first launch: their modules, kept
+     * apart so that their names never shadow a loaded module's, and a map from descriptor to
+     * function that module loads leave alone (runtime lock) */
+    adsm__cu_module *ss_modules;
+    adsm__cuda_kernel *ss_kernels;
     void *nvrtc_lib;
     adsm__nvrtc_api nvrtc;
     char nvrtc_name[4200]; /* which NVRTC was picked, and its version (for the log and tests) */
@@ -932,7 +937,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_check_params(adsm__cuda *c, const adsm_kern
 
 /* Normal context, runtime lock held: the function for a kernel, found by name once. */
 ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_desc *k, adsm__cu_function *out) {
-    ptrdiff_t at = stbds_hmgeti(c->kernels, adsm__cuda_kernel_key(k));
+    uint64_t key = adsm__cuda_kernel_key(k); /* an lvalue: stb_ds takes its address in C++ */
+    ptrdiff_t at = stbds_hmgeti(c->kernels, key);
     if (at >= 0) {
         *out = c->kernels[at].value;
         return ADSM_OK;
@@ -943,6 +949,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_d
     size_t nmodules = (size_t)stbds_arrlen(c->modules);
     for (size_t m = nmodules; m-- > 0 && !fn;) /* the newest module wins */
         if (c->cu.cuModuleGetFunction(&fn, c->modules[m], k->name) != 0) fn = NULL;
+    ptrdiff_t ss = fn ? -1 : stbds_hmgeti(c->ss_kernels, key);
+    if (ss >= 0) fn = c->ss_kernels[ss].value; /* no hand-written version: the single-source one */
     if (!fn)
         r = adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND,
                        "kernel '%s': no module loaded with adsm_module_load_* has it (%zu modules loaded)", k->name,
@@ -950,7 +958,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_function(adsm__cuda *c, const adsm_kernel_d
     if (fn) r = adsm__cuda_check_params(c, k, fn);
     adsm__cuda_leave(c, prev);
     if (r != ADSM_OK) return r;
-    stbds_hmput(c->kernels, adsm__cuda_kernel_key(k), fn);
+    stbds_hmput(c->kernels, key, fn);
     *out = fn;
     return ADSM_OK;
 }
@@ -1063,7 +1071,7 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
 
 /* CUDA C -> PTX for this device's architecture. *ptx is malloc'ed. */
 ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source, const char *const *options,
-                                              char **ptx) {
+                                              const char *file, const char *what, char **ptx) {
     adsm_result r = adsm__nvrtc_open(c);
     if (r != ADSM_OK) return r;
     const char **opts = NULL; /* stb_ds array: the architecture, then every option given */
@@ -1072,10 +1080,10 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
     stbds_arrput(opts, arch);
     for (; options && *options; options++) stbds_arrput(opts, *options);
     adsm__nvrtc_program prog = NULL;
-    adsm__nvrtc_result nr = c->nvrtc.nvrtcCreateProgram(&prog, source, "adsm_module.cu", 0, NULL, NULL);
+    adsm__nvrtc_result nr = c->nvrtc.nvrtcCreateProgram(&prog, source, file, 0, NULL, NULL);
     if (nr != ADSM__NVRTC_SUCCESS) {
         stbds_arrfree(opts);
-        return adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load_source: nvrtcCreateProgram: %s",
+        return adsm__fail(ADSM_ERROR_INVALID_MODULE, "%s: nvrtcCreateProgram: %s", what,
                           c->nvrtc.nvrtcGetErrorString(nr));
     }
     nr = c->nvrtc.nvrtcCompileProgram(prog, (int)stbds_arrlen(opts), opts);
@@ -1089,11 +1097,10 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
             if (full && c->nvrtc.nvrtcGetProgramLog(prog, full) == 0) snprintf(log, sizeof log, "%s", full);
             free(full);
         }
-        r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load_source: NVRTC: %s\n%s",
-                       c->nvrtc.nvrtcGetErrorString(nr), log);
+        r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "%s: NVRTC: %s\n%s", what, c->nvrtc.nvrtcGetErrorString(nr), log);
     } else if (c->nvrtc.nvrtcGetPTXSize(prog, &size) != 0 || !(*ptx = (char *)malloc(size + 1)) ||
                c->nvrtc.nvrtcGetPTX(prog, *ptx) != 0) {
-        r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load_source: NVRTC produced no PTX");
+        r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "%s: NVRTC produced no PTX", what);
     } else {
         (*ptx)[size] = 0;
     }
@@ -1102,7 +1109,7 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
 }
 
 /* Normal context, runtime lock held: loads a PTX/cubin/fatbin image into adsm's context. */
-ADSM__PRIVATE adsm_result adsm__cuda_module_add(adsm__cuda *c, const void *image) {
+ADSM__PRIVATE adsm_result adsm__cuda_module_image(adsm__cuda *c, const void *image, adsm__cu_module *out) {
     char log[1024] = "", text[300];
     adsm__cu_jit_option opts[2] = {ADSM__CU_JIT_ERROR_LOG_BUFFER, ADSM__CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void *values[2] = {log, (void *)(uintptr_t)sizeof log};
@@ -1114,6 +1121,14 @@ ADSM__PRIVATE adsm_result adsm__cuda_module_add(adsm__cuda *c, const void *image
         adsm__cu_describe(c, cr, "cuModuleLoadDataEx", text, sizeof text);
         return adsm__fail(ADSM_ERROR_INVALID_MODULE, "adsm_module_load: %s%s%s", text, log[0] ? ": " : "", log);
     }
+    *out = m;
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__cuda_module_add(adsm__cuda *c, const void *image) {
+    adsm__cu_module m = NULL;
+    adsm_result r = adsm__cuda_module_image(c, image, &m);
+    if (r != ADSM_OK) return r;
     stbds_arrput(c->modules, m);
     stbds_hmfree(c->kernels); /* a newer module may now provide a kernel: look names up again */
     return ADSM_OK;
@@ -1126,7 +1141,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_module_load(void *ctx, const void *image, s
     adsm_result r = ADSM_OK;
     (void)size;
     pthread_mutex_lock(&c->module_mutex); /* NVRTC runs outside the runtime lock: it takes seconds */
-    if (source) r = adsm__nvrtc_compile(c, (const char *)image, options, &ptx);
+    if (source)
+        r = adsm__nvrtc_compile(c, (const char *)image, options, "adsm_module.cu", "adsm_module_load_source", &ptx);
     if (r == ADSM_OK) {
         adsm__lock(&c->rt->lock);
         r = adsm__cuda_module_add(c, ptx ? ptx : image);
@@ -1134,6 +1150,112 @@ ADSM__PRIVATE adsm_result adsm__cuda_module_load(void *ctx, const void *image, s
     }
     pthread_mutex_unlock(&c->module_mutex);
     free(ptx);
+    return r;
+}
+
+/* ---- single-source kernels (ADSM_KERNEL_DEF) -------------------------------------------------- */
+/* What a single-source body finds on the device: the fixed-width integer types (NVRTC has no
+ * <stdint.h>), adsm_grid with the thread's own global index as [begin, begin + 1) (x fastest, as
+ * the CPU flattens it), and C spellings the program's C preprocessor may have left in the text. */
+static const char adsm__cuda_prelude[] =
+    "typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t;\n"
+    "typedef unsigned short uint16_t; typedef int int32_t; typedef unsigned int uint32_t;\n"
+    "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
+    "typedef long intptr_t; typedef unsigned long uintptr_t;\n"
+    "#define restrict __restrict__\n"
+    "#define _Bool bool\n"
+    "#define _Static_assert static_assert\n"
+    "#define _Alignof alignof\n"
+    "typedef struct adsm_dim3 { uint32_t x, y, z; } adsm_dim3;\n"
+    "typedef struct adsm_grid { adsm_dim3 grid, block; size_t begin, end; } adsm_grid;\n"
+    "static __device__ inline size_t adsm_grid_threads(adsm_grid g) {\n"
+    "    return (size_t)g.grid.x * g.block.x * g.grid.y * g.block.y * g.grid.z * g.block.z;\n"
+    "}\n"
+    "static __device__ inline adsm_grid adsm__device_grid(void) {\n"
+    "    adsm_grid g;\n"
+    "    g.grid.x = gridDim.x; g.grid.y = gridDim.y; g.grid.z = gridDim.z;\n"
+    "    g.block.x = blockDim.x; g.block.y = blockDim.y; g.block.z = blockDim.z;\n"
+    "    size_t nx = (size_t)gridDim.x * blockDim.x, ny = (size_t)gridDim.y * blockDim.y;\n"
+    "    size_t x = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    size_t y = (size_t)blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "    size_t z = (size_t)blockIdx.z * blockDim.z + threadIdx.z;\n"
+    "    g.begin = (z * ny + y) * nx + x;\n"
+    "    g.end = g.begin + 1;\n"
+    "    return g;\n"
+    "}\n";
+
+/* The whole CUDA C of a single-source kernel: the prelude, its translation unit's ADSM_SHARED
+ * blocks in source order, then the kernel. malloc'ed, or NULL. */
+ADSM__PRIVATE char *adsm__cuda_single_source(const adsm_kernel_desc *k) {
+    size_t n = sizeof adsm__cuda_prelude + strlen(k->cuda_source) + 1;
+    for (const adsm__shared *s = k->shared ? *k->shared : NULL; s; s = s->next) n += strlen(s->text) + 1;
+    char *text = (char *)malloc(n), *at = text;
+    if (!text) return NULL;
+    at += sprintf(at, "%s", adsm__cuda_prelude);
+    for (const adsm__shared *s = k->shared ? *k->shared : NULL; s; s = s->next) at += sprintf(at, "%s\n", s->text);
+    sprintf(at, "%s", k->cuda_source);
+    return text;
+}
+
+/* Normal context, runtime lock held: whether a loaded module has an entry of this name. */
+ADSM__PRIVATE int adsm__cuda_module_has(adsm__cuda *c, const char *name) {
+    adsm__cu_context prev = adsm__cuda_enter(c);
+    adsm__cu_function fn = NULL;
+    for (ptrdiff_t m = 0; m < stbds_arrlen(c->modules) && !fn; m++)
+        if (c->cu.cuModuleGetFunction(&fn, c->modules[m], name) != 0) fn = NULL;
+    adsm__cuda_leave(c, prev);
+    return fn != NULL;
+}
+
+/* Normal context, runtime lock held: loads a single-source kernel's PTX and remembers its function. */
+ADSM__PRIVATE adsm_result adsm__cuda_single_add(adsm__cuda *c, const adsm_kernel_desc *k, const char *ptx) {
+    adsm__cu_module m = NULL;
+    adsm__cu_function fn = NULL;
+    adsm_result r = adsm__cuda_module_image(c, ptx, &m);
+    if (r != ADSM_OK) return r;
+    stbds_arrput(c->ss_modules, m);
+    adsm__cu_context prev = adsm__cuda_enter(c);
+    adsm__cu_result cr = c->cu.cuModuleGetFunction(&fn, m, k->name);
+    adsm__cuda_leave(c, prev);
+    if (cr != 0)
+        return adsm__fail(ADSM_ERROR_KERNEL_NOT_FOUND, "kernel '%s' (ADSM_KERNEL_DEF): its compiled module has no "
+                          "entry of that name", k->name);
+    uint64_t key = adsm__cuda_kernel_key(k);
+    stbds_hmput(c->ss_kernels, key, fn);
+    return ADSM_OK;
+}
+
+/* NVRTC, with unannotated functions (the ADSM_SHARED helpers) compiled for the device. */
+ADSM__PRIVATE adsm_result adsm__cuda_single_compile(adsm__cuda *c, const adsm_kernel_desc *k) {
+    static const char *const options[] = {"--device-as-default-execution-space", NULL};
+    char file[300], what[300];
+    snprintf(file, sizeof file, "%s.cu", k->name);
+    snprintf(what, sizeof what, "kernel '%s' (ADSM_KERNEL_DEF)", k->name);
+    char *text = adsm__cuda_single_source(k), *ptx = NULL;
+    if (!text) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "%s: out of memory", what);
+    adsm_result r = adsm__nvrtc_compile(c, text, options, file, what, &ptx);
+    free(text);
+    if (r == ADSM_OK) {
+        adsm__lock(&c->rt->lock);
+        r = adsm__cuda_single_add(c, k, ptx);
+        adsm__unlock(&c->rt->lock);
+    }
+    free(ptx);
+    return r;
+}
+
+/* Before a launch, no lock held: compiles a single-source kernel the first time it runs, unless
+ * a loaded module has a (hand-written) kernel of its name. NVRTC runs outside the runtime lock. */
+ADSM__PRIVATE adsm_result adsm__cuda_prepare(void *ctx, const adsm_kernel_desc *k) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (!k->cuda_source) return ADSM_OK;
+    pthread_mutex_lock(&c->module_mutex);
+    uint64_t key = adsm__cuda_kernel_key(k);
+    adsm__lock(&c->rt->lock);
+    int ready = stbds_hmgeti(c->ss_kernels, key) >= 0 || adsm__cuda_module_has(c, k->name);
+    adsm__unlock(&c->rt->lock);
+    adsm_result r = ready ? ADSM_OK : adsm__cuda_single_compile(c, k);
+    pthread_mutex_unlock(&c->module_mutex);
     return r;
 }
 
@@ -1210,6 +1332,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         for (size_t g = 0; c->granule_run && g < c->half / c->granule; g++)
             if (c->granule_run[g]) adsm__cuda_unmap_run(c, g, c->granule_run[g], c->granule_handles[g]);
         for (ptrdiff_t m = 0; m < stbds_arrlen(c->modules); m++) c->cu.cuModuleUnload(c->modules[m]);
+        for (ptrdiff_t m = 0; m < stbds_arrlen(c->ss_modules); m++) c->cu.cuModuleUnload(c->ss_modules[m]);
         adsm__cuda_unlock_all(c);
         for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
             if (c->h2d_stage[s]) c->pinned ? (void)c->cu.cuMemFreeHost(c->h2d_stage[s]) : free(c->h2d_stage[s]);
@@ -1238,6 +1361,8 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     /* The driver library stays loaded: drivers do not support being unloaded and loaded again. */
     stbds_arrfree(c->modules);
     stbds_hmfree(c->kernels);
+    stbds_arrfree(c->ss_modules);
+    stbds_hmfree(c->ss_kernels);
     free(c->granule_refs);
     free(c->granule_run);
     free(c->granule_handles);
@@ -1250,6 +1375,8 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
 ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     adsm__cuda *c = (adsm__cuda *)calloc(1, sizeof *c);
     adsm_result r;
+    adsm__cu_mem_alloc_prop prop; /* declared before the first goto: C++ refuses jumps over initialisations */
+    adsm__cu_result cr;
     if (!c) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
     c->rt = rt;
     c->base = rt->base;
@@ -1261,8 +1388,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     pthread_mutex_init(&c->module_mutex, NULL);
     if ((r = adsm__cuda_open(c, rt->cfg.cuda_driver)) != ADSM_OK || (r = adsm__cuda_device(c, rt->cfg.device)) != ADSM_OK)
         goto fail;
-    adsm__cu_mem_alloc_prop prop = adsm__cuda_prop(c);
-    adsm__cu_result cr = c->cu.cuMemGetAllocationGranularity(&c->granule, &prop, ADSM__CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    prop = adsm__cuda_prop(c);
+    cr = c->cu.cuMemGetAllocationGranularity(&c->granule, &prop, ADSM__CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (cr != 0) {
         r = adsm__cu_fail(c, cr, "cuMemGetAllocationGranularity");
         goto fail;
@@ -1330,6 +1457,7 @@ static const adsm__backend_vtbl adsm__backend_cuda = {
     .dev_memset = adsm__cuda_dev_memset,
     .dev_copy = adsm__cuda_dev_copy,
     .module_load = adsm__cuda_module_load,
+    .prepare = adsm__cuda_prepare,
     .host_lock = adsm__cuda_host_lock,
     .host_unlock = adsm__cuda_host_unlock,
     .host_direct = adsm__cuda_host_direct,

@@ -37,7 +37,7 @@ typedef struct adsm__emu_msg {
     adsm__range writable[ADSM__MAX_PARAMS];
     adsm__range inputs[ADSM__MAX_PARAMS];
     char text[256];
-    _Alignas(16) unsigned char args[ADSM__EMU_MAX_ARGS];
+    ADSM__ALIGNAS(16) unsigned char args[ADSM__EMU_MAX_ARGS];
 } adsm__emu_msg;
 
 /* One job of the DMA thread, in queue order: a host->device copy, or a launch to send to the

@@ -52,6 +52,21 @@
 #define ADSM__PRIVATE static ADSM__UNUSED
 #endif
 
+/* C11 and C++ spell alignment differently; the implementation compiles as either. */
+#ifdef __cplusplus
+#define ADSM__ALIGNAS(n) alignas(n)
+#else
+#define ADSM__ALIGNAS(n) _Alignas(n)
+#endif
+
+/* The libc functions adsm defines (signal and memory interposition) are declared nothrow by
+ * glibc; a C++ definition must say so too (nvcc warns otherwise). */
+#ifdef __cplusplus
+#define ADSM__NOEXCEPT noexcept
+#else
+#define ADSM__NOEXCEPT
+#endif
+
 #define ADSM__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define ADSM__MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ADSM__ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uintptr_t)(a) - 1))

@@ -180,11 +180,11 @@ ADSM__PRIVATE int adsm__set_mask(int which, int how, const sigset_t *set, sigset
     return which == 0 && rc != 0 ? errno : rc;
 }
 
-int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) { return adsm__set_mask(0, how, set, old); }
+int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) ADSM__NOEXCEPT { return adsm__set_mask(0, how, set, old); }
 
-int sigprocmask(int how, const sigset_t *set, sigset_t *old) { return adsm__set_mask(1, how, set, old); }
+int sigprocmask(int how, const sigset_t *set, sigset_t *old) ADSM__NOEXCEPT { return adsm__set_mask(1, how, set, old); }
 
-int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) ADSM__NOEXCEPT {
     adsm__runtime *rt = &adsm__rt;
     if (sig != SIGSEGV && act && sigismember(&act->sa_mask, SIGSEGV) == 1) {
         struct sigaction copy = *act; /* its handler may touch shared memory */
@@ -202,7 +202,7 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
 
 /* glibc's signal() semantics (BSD: SA_RESTART, the signal blocked in its handler), through the
  * sigaction above. */
-sighandler_t signal(int sig, sighandler_t handler) {
+sighandler_t signal(int sig, sighandler_t handler) ADSM__NOEXCEPT {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = handler;

@@ -680,7 +680,7 @@ ADSM__PRIVATE void *adsm__resolve_next(const char *name) {
     return f;
 }
 
-void *memcpy(void *d, const void *s, size_t n) {
+void *memcpy(void *d, const void *s, size_t n) ADSM__NOEXCEPT {
     if (adsm__mem_is_plain((uintptr_t)d, n) && adsm__mem_is_plain((uintptr_t)s, n)) {
         adsm__memcpy_fn f = __atomic_load_n(&adsm__real_memcpy_fn, __ATOMIC_ACQUIRE);
         if (!f && adsm__tls_resolving) {
@@ -699,7 +699,7 @@ void *memcpy(void *d, const void *s, size_t n) {
     return d;
 }
 
-void *memset(void *d, int v, size_t n) {
+void *memset(void *d, int v, size_t n) ADSM__NOEXCEPT {
     if (adsm__mem_is_plain((uintptr_t)d, n)) {
         adsm__memset_fn f = __atomic_load_n(&adsm__real_memset_fn, __ATOMIC_ACQUIRE);
         if (!f && adsm__tls_resolving) {

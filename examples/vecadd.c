@@ -2,39 +2,26 @@
  * them on the CPU, call a kernel, sync, read the result on the CPU. No copies in sight.
  * Exits non-zero if any element is wrong.
  *
- *   cc -std=c11 -I. examples/vecadd.c -pthread -ldl && ./a.out */
+ *   cc -std=c11 -I. examples/vecadd.c -pthread -ldl && ./a.out
+ *   g++ -std=c++17 -x c++ -I. examples/vecadd.c -pthread -ldl && ./a.out */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
 #include <stdio.h>
 
-ADSM_KERNEL(vecadd, ADSM_OUT(float, c), ADSM_IN(float, a), ADSM_IN(float, b), ADSM_VALUE(size_t, n));
-
-void vecadd(adsm_grid g, float *c, const float *a, const float *b, size_t n) {
+/* One body for every backend: the CPU runs it on emu and host; on cuda NVRTC compiles the same
+ * text at the first launch, where ADSM_FOR_EACH_THREAD is the thread's own global index. */
+ADSM_KERNEL_DEF(vecadd, (ADSM_OUT(float, c), ADSM_IN(float, a), ADSM_IN(float, b), ADSM_VALUE(size_t, n)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i < n) c[i] = a[i] + b[i];
     }
-}
-
-/* The same kernel in CUDA C for the cuda backend (loaded in main); i is the same flattened global
- * thread index as the body's, x fastest. */
-static const char vecadd_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void vecadd(float *c, const float *a, const float *b, size_t n) {
-        size_t x = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-        size_t y = blockIdx.y * (size_t)blockDim.y + threadIdx.y;
-        size_t z = blockIdx.z * (size_t)blockDim.z + threadIdx.z;
-        size_t i = (z * gridDim.y * blockDim.y + y) * gridDim.x * blockDim.x + x;
-        if (i < n) c[i] = a[i] + b[i];
-    });
+});
 
 int main(void) {
     const size_t n = (size_t)1 << 22;
-    /* the first call initialises adsm; on emu and host the CPU body runs and this only checks */
-    if (adsm_module_load_source(vecadd_cuda, NULL) != ADSM_OK) {
-        fprintf(stderr, "adsm_module_load_source failed: %s\n", adsm_last_error());
-        return 1;
-    }
-    float *a = adsm_alloc(n * sizeof *a), *b = adsm_alloc(n * sizeof *b), *c = adsm_alloc(n * sizeof *c);
+    /* the casts make this file C++ too (tests/cplusplus_test.sh builds it with g++ and clang++) */
+    float *a = (float *)adsm_alloc(n * sizeof *a), *b = (float *)adsm_alloc(n * sizeof *b);
+    float *c = (float *)adsm_alloc(n * sizeof *c);
     if (!a || !b || !c) {
         fprintf(stderr, "adsm_alloc failed: %s\n", adsm_last_error());
         return 1;

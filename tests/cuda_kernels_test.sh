@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The CUDA C twins of the kernels in examples/*.c and bench/**/*.c compile with the real NVRTC to
+# The CUDA C twins of the kernels in examples/*.c and bench/**/*.c, and the CUDA C the cuda backend
+# generates for their single-source kernels (ADSM_KERNEL_DEF, prelude and ADSM_SHARED blocks
+# included), compile with the real NVRTC to
 # PTX for compute_90 and assemble with ptxas for sm_90, and each matches its ADSM_KERNEL
 # declaration: same entry name, same number of parameters, same size of each parameter.
 #
-# The convention the programs follow (what this test relies on):
+# The convention the programs follow (what this test relies on; single-source kernels need only the
+# first point, with ADSM_KERNEL_DEF):
 #   * every kernel is declared with `ADSM_KERNEL(name, ...)` starting a line;
 #   * its CUDA C is a string named `name_cuda` defined in the same file, right after the CPU
 #     body: static const char name_cuda[] = ADSM_CUDA_SOURCE(extern "C" __global__ void name(...) {...});
@@ -85,11 +88,12 @@ shopt -s nullglob
 files=(examples/*.c bench/*.c bench/*/*.c bench/apps/*/kernels.h)
 checked=0
 for f in "${files[@]}"; do
-    if grep -qE '^[[:space:]]+ADSM_KERNEL\(' "$f"; then
+    if grep -qE '^[[:space:]]+ADSM_KERNEL(_DEF)?\(' "$f"; then
         fail "$f: an indented ADSM_KERNEL; this test finds kernels declared at the start of a line"
     fi
     kernels=$(sed -n 's/^ADSM_KERNEL([[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' "$f")
-    if [[ -z "$kernels" ]]; then
+    singles=$(sed -n 's/^ADSM_KERNEL_DEF([[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' "$f")
+    if [[ -z "$kernels$singles" ]]; then
         echo "== $f: no kernels"
         continue
     fi
@@ -100,6 +104,9 @@ for f in "${files[@]}"; do
             fail "$f: kernel $k has no CUDA C string '${k}_cuda = ADSM_CUDA_SOURCE(...)'"
         grep -Eq "adsm_module_load_source\(${k}_cuda," "$f" ||
             fail "$f: kernel $k: the program never calls adsm_module_load_source(${k}_cuda, ...)"
+    done
+    for k in $singles; do
+        list="$list S($k)" # single-source: the CUDA C the cuda backend generates from the body
     done
     echo "== $f:$list"
     dir=$tmp/$(echo "$f" | tr '/.' '__')

@@ -31,6 +31,21 @@ static const char *vadd_cuda = ADSM_CUDA_SOURCE(
         if (i < n) c[i] = a[i] + b[i];
     });
 
+/* Single-source kernels (ADSM_KERNEL_DEF): one body, compiled by the real NVRTC at the first
+ * launch on the double, which runs the same body as the PTX entry's host function. */
+ADSM_SHARED(typedef struct scale { float mul, add; } scale;
+            static inline float apply(scale s, float x) { return s.mul * x + s.add; });
+ADSM_KERNEL_DEF(ss_axpb, (ADSM_OUT(float, y), ADSM_IN(float, x), ADSM_VALUE(scale, s), ADSM_VALUE(uint32_t, n)),
+                g, {
+                    ADSM_FOR_EACH_THREAD(g, i) {
+                        if (i < n) y[i] = apply(s, x[i]);
+                    }
+                });
+/* C accepts it; NVRTC does not (a host call in a device body). */
+ADSM_KERNEL_DEF(ss_host_call, (ADSM_OUT(int, y)), g, {
+    ADSM_FOR_EACH_THREAD(g, i) y[i] = puts("from a kernel");
+});
+
 /* A kernel the double fails like a GPU fault (registered below instead of the body). */
 ADSM_KERNEL(faulty, ADSM_OUT(int, x), ADSM_VALUE(size_t, n));
 void faulty(adsm_grid g, int *x, size_t n) { (void)g, (void)x, (void)n; }
@@ -989,4 +1004,75 @@ Test(cuda_double, trace_records_kernels_and_engine_copies) {
     cr_assert_eq(kernels, s.launches, "%zu kernel events for %llu launches", kernels, (unsigned long long)s.launches);
     cr_assert(strstr(text, "\"name\":\"cuda engine\""), "the engine's track has no name");
     cr_assert(strstr(text, "\"name\":\"copy to device\""));
+}
+
+/* ---- single-source kernels ------------------------------------------------------------------- */
+static void run_axpb(size_t n) {
+    float *x = adsm_alloc(n * sizeof *x), *y = adsm_alloc(n * sizeof *y);
+    cr_assert(x && y, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) x[i] = (float)i;
+    scale s = {2.0f, 1.0f};
+    adsm_result r = ADSM_CALL(ss_axpb, adsm_grid_1d((uint32_t)((n + 127) / 128), 128), y, x, s, (uint32_t)n);
+    cr_assert_eq(r, ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(y[i], 2.0f * (float)i + 1.0f, "y[%zu] = %f", i, (double)y[i]);
+    adsm_free(x);
+    adsm_free(y);
+}
+
+Test(cuda_single_source, compiled_by_nvrtc_at_the_first_launch_only) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("ss_axpb", cuda_double_run_body, (void *)adsm__kernel_ss_axpb()), 0);
+    unsigned long long loads = cuda_double_counters().module_loads;
+    run_axpb(5000); /* no module loaded: NVRTC compiles the body, the double checks its PTX entry */
+    cr_assert_eq(cuda_double_counters().module_loads, loads + 1);
+    run_axpb(300);
+    cr_assert_eq(cuda_double_counters().module_loads, loads + 1, "compiled again");
+    adsm_shutdown();
+}
+
+Test(cuda_single_source, the_source_has_the_shared_declarations_and_the_body) {
+    const adsm_kernel_desc *k = adsm__kernel_ss_axpb();
+    cr_assert(k->cuda_source && k->shared && *k->shared);
+    cr_assert(strstr(k->cuda_source, "extern \"C\" __global__ void ss_axpb(float *y"), "%s", k->cuda_source);
+    cr_assert(strstr(k->cuda_source, "apply(s, x[i])"), "%s", k->cuda_source);
+    cr_assert(strstr((*k->shared)->text, "typedef struct scale"), "%s", (*k->shared)->text);
+    cr_assert_null(adsm__kernel_vadd()->cuda_source);
+}
+
+Test(cuda_single_source, a_loaded_cuda_version_wins) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("ss_axpb", cuda_double_run_body, (void *)adsm__kernel_ss_axpb()), 0);
+    static const char tuned[] = ADSM_CUDA_SOURCE(struct scale { float mul, add; };
+        extern "C" __global__ void ss_axpb(float *y, const float *x, scale s, unsigned n) {
+            unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] = s.mul * x[i] + s.add;
+        });
+    cr_assert_eq(adsm_module_load_source(tuned, NULL), ADSM_OK, "%s", adsm_last_error());
+    unsigned long long loads = cuda_double_counters().module_loads;
+    run_axpb(1000);
+    cr_assert_eq(cuda_double_counters().module_loads, loads, "the single-source body was compiled anyway");
+    adsm_shutdown();
+}
+
+Test(cuda_single_source, nvrtc_rejection_fails_the_launch_naming_the_kernel) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    int *y = adsm_alloc(256 * sizeof *y);
+    cr_assert_eq(ADSM_CALL(ss_host_call, adsm_grid_1d(1, 256), y), ADSM_ERROR_INVALID_MODULE);
+    expect_message("kernel 'ss_host_call'");
+    expect_message("puts");
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    adsm_free(y);
+    adsm_shutdown();
+}
+
+Test(cuda_single_source, runs_from_the_c_body_on_emu) {
+    clear_env();
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    run_axpb(4096);
+    adsm_shutdown();
 }
