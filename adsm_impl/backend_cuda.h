@@ -60,6 +60,18 @@ typedef struct adsm__cuda_kernel {
     adsm__cu_function value;
 } adsm__cuda_kernel;
 
+/* A single-source kernel NVRTC rejected: its error, given again at every later launch instead
+ * of compiling the same text again. */
+typedef struct adsm__cuda_failure {
+    adsm_result code;
+    char *message;
+} adsm__cuda_failure;
+
+typedef struct adsm__cuda_failed {
+    uint64_t key;
+    adsm__cuda_failure value;
+} adsm__cuda_failed;
+
 /* The cache key of a descriptor: its address with bit 31 moved up one place, so that the top
  * bit of each 32-bit half is clear. stb_ds hashes 8-byte keys with `byte << 24` on int, which is
  * undefined (UBSan stops the program) for a byte of 0x80 or more; user-space addresses stay below
@@ -138,6 +150,8 @@ typedef struct adsm__cuda {
      * function that module loads leave alone (runtime lock) */
     adsm__cu_module *ss_modules;
     adsm__cuda_kernel *ss_kernels;
+    adsm__cuda_failed *ss_failed; /* stb_ds map: the ones NVRTC rejected */
+    uint64_t nvrtc_compiles;      /* NVRTC runs so far (a test counts them) */
     void *nvrtc_lib;
     adsm__nvrtc_api nvrtc;
     char nvrtc_name[4200]; /* which NVRTC was picked, and its version (for the log and tests) */
@@ -1074,6 +1088,7 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
                                               const char *file, const char *what, char **ptx) {
     adsm_result r = adsm__nvrtc_open(c);
     if (r != ADSM_OK) return r;
+    c->nvrtc_compiles++;
     const char **opts = NULL; /* stb_ds array: the architecture, then every option given */
     char arch[64];
     snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d%d", c->cc_major, c->cc_minor);
@@ -1254,7 +1269,14 @@ ADSM__PRIVATE adsm_result adsm__cuda_prepare(void *ctx, const adsm_kernel_desc *
     adsm__lock(&c->rt->lock);
     int ready = stbds_hmgeti(c->ss_kernels, key) >= 0 || adsm__cuda_module_has(c, k->name);
     adsm__unlock(&c->rt->lock);
-    adsm_result r = ready ? ADSM_OK : adsm__cuda_single_compile(c, k);
+    ptrdiff_t failed = ready ? -1 : stbds_hmgeti(c->ss_failed, key);
+    adsm_result r = ADSM_OK;
+    if (failed >= 0) /* rejected before: the same text would be rejected again */
+        r = adsm__fail(c->ss_failed[failed].value.code, "%s", c->ss_failed[failed].value.message);
+    else if (!ready && (r = adsm__cuda_single_compile(c, k)) != ADSM_OK) {
+        adsm__cuda_failure f = {r, strdup(adsm_last_error())};
+        if (f.message) stbds_hmput(c->ss_failed, key, f);
+    }
     pthread_mutex_unlock(&c->module_mutex);
     return r;
 }
@@ -1363,6 +1385,8 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     stbds_hmfree(c->kernels);
     stbds_arrfree(c->ss_modules);
     stbds_hmfree(c->ss_kernels);
+    for (ptrdiff_t i = 0; i < stbds_hmlen(c->ss_failed); i++) free(c->ss_failed[i].value.message);
+    stbds_hmfree(c->ss_failed);
     free(c->granule_refs);
     free(c->granule_run);
     free(c->granule_handles);

@@ -1064,6 +1064,11 @@ Test(cuda_single_source, nvrtc_rejection_fails_the_launch_naming_the_kernel) {
     expect_message("kernel 'ss_host_call'");
     expect_message("puts");
     cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    /* a second launch gets the same error without compiling the same text again */
+    uint64_t compiles = ((adsm__cuda *)adsm__rt.be_ctx)->nvrtc_compiles;
+    cr_assert_eq(ADSM_CALL(ss_host_call, adsm_grid_1d(1, 256), y), ADSM_ERROR_INVALID_MODULE);
+    expect_message("puts");
+    cr_assert_eq(((adsm__cuda *)adsm__rt.be_ctx)->nvrtc_compiles, compiles, "NVRTC ran again");
     adsm_free(y);
     adsm_shutdown();
 }
