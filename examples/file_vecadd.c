@@ -13,24 +13,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-ADSM_KERNEL(vecadd, ADSM_OUT(float, c), ADSM_IN(float, a), ADSM_IN(float, b), ADSM_VALUE(size_t, n));
-
-void vecadd(adsm_grid g, float *c, const float *a, const float *b, size_t n) {
+/* One body for every backend: the CPU runs it on emu and host; on cuda NVRTC compiles the same
+ * text at the first launch. */
+ADSM_KERNEL_DEF(vecadd, (ADSM_OUT(float, c), ADSM_IN(float, a), ADSM_IN(float, b), ADSM_VALUE(size_t, n)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i < n) c[i] = a[i] + b[i];
     }
-}
-
-/* The same kernel in CUDA C for the cuda backend (loaded in main); i is the same flattened global
- * thread index as the body's, x fastest. */
-static const char vecadd_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void vecadd(float *c, const float *a, const float *b, size_t n) {
-        size_t x = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-        size_t y = blockIdx.y * (size_t)blockDim.y + threadIdx.y;
-        size_t z = blockIdx.z * (size_t)blockDim.z + threadIdx.z;
-        size_t i = (z * gridDim.y * blockDim.y + y) * gridDim.x * blockDim.x + x;
-        if (i < n) c[i] = a[i] + b[i];
-    });
+});
 
 /* n floats to or from a file, with plain stdio; 0 on success */
 static int save(const char *path, const float *v, size_t n) {
@@ -51,11 +40,6 @@ int main(void) {
     const size_t n = (size_t)1 << 20;
     const char *tmp = getenv("TMPDIR");
     char dir[512], pa[600], pb[600], pc[600];
-    /* the first call initialises adsm; on emu and host the CPU body runs and this only checks */
-    if (adsm_module_load_source(vecadd_cuda, NULL) != ADSM_OK) {
-        fprintf(stderr, "adsm_module_load_source failed: %s\n", adsm_last_error());
-        return 1;
-    }
     snprintf(dir, sizeof dir, "%s/file_vecadd_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) {
         perror("mkdtemp");

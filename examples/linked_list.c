@@ -8,53 +8,30 @@
 
 #include <stdio.h>
 
-typedef struct node {
+/* The node layout, the same for the CPU and for the kernel's CUDA C. */
+ADSM_SHARED(typedef struct node {
     struct node *next;
     long value;
-} node;
+} node;);
 
 /* The kernel only gets the head; it reaches the other nodes through pointers. At the call adsm
- * makes every CPU change visible to the device, so nodes not passed as arguments are current. */
-ADSM_KERNEL(sum_list, ADSM_OUT(long, total), ADSM_IN(node, head));
-
-void sum_list(adsm_grid g, long *total, const node *head) {
+ * makes every CPU change visible to the device, so nodes not passed as arguments are current.
+ * One body for every backend: the CPU runs it on emu and host; on cuda NVRTC compiles the same
+ * text at the first launch. */
+ADSM_KERNEL_DEF(sum_list, (ADSM_OUT(long, total), ADSM_IN(node, head)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i != 0) continue; /* a list walk is sequential: thread 0 does it */
         long sum = 0;
         for (const node *n = head; n; n = n->next) sum += n->value;
         *total = sum;
     }
-}
-
-/* The same kernel in CUDA C for the cuda backend (loaded in main), with the same node layout. It
- * follows the `next` pointers the CPU stored, as the body does; i is the same flattened global
- * thread index as the body's, x fastest. */
-static const char sum_list_cuda[] = ADSM_CUDA_SOURCE(
-    struct node {
-        struct node *next;
-        long value;
-    };
-    extern "C" __global__ void sum_list(long *total, const struct node *head) {
-        size_t x = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-        size_t y = blockIdx.y * (size_t)blockDim.y + threadIdx.y;
-        size_t z = blockIdx.z * (size_t)blockDim.z + threadIdx.z;
-        size_t i = (z * gridDim.y * blockDim.y + y) * gridDim.x * blockDim.x + x;
-        if (i != 0) return; /* a list walk is sequential: thread 0 does it */
-        long sum = 0;
-        for (const struct node *n = head; n; n = n->next) sum += n->value;
-        *total = sum;
-    });
+});
 
 int main(void) {
     enum { COUNT = 1000 };
     node *nodes[COUNT];
     long expected = 0;
     node *head = NULL;
-    /* the first call initialises adsm; on emu and host the CPU body runs and this only checks */
-    if (adsm_module_load_source(sum_list_cuda, NULL) != ADSM_OK) {
-        fprintf(stderr, "adsm_module_load_source: %s\n", adsm_last_error());
-        return 1;
-    }
     for (int i = 0; i < COUNT; i++) { /* one shared object per node, linked back to front */
         nodes[i] = adsm_alloc(sizeof(node));
         if (!nodes[i]) {
