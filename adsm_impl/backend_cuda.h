@@ -1084,6 +1084,28 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
 }
 
 /* CUDA C -> PTX for this device's architecture. *ptx is malloc'ed. */
+/* Copies a compiler log into out (of size n), its error lines first: the message a program gets
+ * is short, and warnings about the prelude must not push the line that matters out of it. */
+ADSM__PRIVATE void adsm__errors_first(const char *log, char *out, size_t n) {
+    size_t used = 0;
+    out[0] = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (const char *line = log; *line;) {
+            const char *end = strchr(line, '\n');
+            size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+            const char *err = strstr(line, "error");
+            int is_error = err && err < line + len;
+            if (is_error == (pass == 0) && used + 1 < n) {
+                size_t take = ADSM__MIN(len, n - 1 - used);
+                memcpy(out + used, line, take);
+                used += take;
+                out[used] = 0;
+            }
+            line += len;
+        }
+    }
+}
+
 ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source, const char *const *options,
                                               const char *file, const char *what, char **ptx) {
     adsm_result r = adsm__nvrtc_open(c);
@@ -1109,7 +1131,7 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
         size_t log_size = 0;
         if (c->nvrtc.nvrtcGetProgramLogSize(prog, &log_size) == 0 && log_size > 0) {
             char *full = (char *)malloc(log_size);
-            if (full && c->nvrtc.nvrtcGetProgramLog(prog, full) == 0) snprintf(log, sizeof log, "%s", full);
+            if (full && c->nvrtc.nvrtcGetProgramLog(prog, full) == 0) adsm__errors_first(full, log, sizeof log);
             free(full);
         }
         r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "%s: NVRTC: %s\n%s", what, c->nvrtc.nvrtcGetErrorString(nr), log);

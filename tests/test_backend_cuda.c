@@ -1081,3 +1081,15 @@ Test(cuda_single_source, runs_from_the_c_body_on_emu) {
     run_axpb(4096);
     adsm_shutdown();
 }
+
+/* A compiler log goes into the error message error lines first: warnings about the prelude must
+ * not push the line that matters out of a short message. */
+Test(cuda_single_source, compiler_errors_come_first_in_the_message) {
+    char out[64];
+    adsm__errors_first("a.cu(1): warning: unused\na.cu(2): warning: unused\na.cu(9): error: bad thing\n", out,
+                       sizeof out);
+    cr_assert(strncmp(out, "a.cu(9): error: bad thing\n", 26) == 0, "[%s]", out);
+    cr_assert(strstr(out, "warning"), "the warnings follow while there is room: [%s]", out);
+    adsm__errors_first("x", out, 1);
+    cr_assert_eq(out[0], 0);
+}
