@@ -4,7 +4,7 @@
  * alpha = 1 and beta = 0 and C is never copied to the device: with beta 0 the kernel does not read
  * C (the BLAS convention), so an uninitialised device C is harmless.
  *
- * Shared by explicit.c and adsm.c: the kernel (single-source: one body for the CPU and CUDA), the sizes, the input
+ * Shared by explicit.c and adsm.c: the kernel (single-source: one body), the sizes, the input
  * generator, the reference and the check. Inputs: a.bin (m x k floats, column-major) and bt.bin
  * (n x k floats, column-major: B transposed). Reference: c.ref (m x n floats, column-major,
  * computed in double). Tolerance: Parboil's compare-output for sgemm, an absolute difference
