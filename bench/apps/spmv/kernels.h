@@ -4,7 +4,7 @@
  * the matrix and the vector go to the device once and the product runs 50 times (one kernel call
  * each, every call writing all of Ax); Ax comes back once.
  *
- * Shared by explicit.c and adsm.c: the kernel (CPU body and CUDA C twin), the sizes, the input
+ * Shared by explicit.c and adsm.c: the kernel (single-source: one body), the sizes, the input
  * generator, the reference and the check. Inputs: matrix.jds (a header of 4 ints: dim, len, depth,
  * nzcnt_len; then data: len floats, index: len ints, ptr: depth ints (start of each diagonal),
  * perm: dim ints (original row of each sorted row), nzcnt: nzcnt_len ints (diagonals of each
@@ -16,12 +16,9 @@
 
 #include "bench/apps/common.h"
 
-ADSM_KERNEL(spmv_jds, ADSM_OUT(float, ax), ADSM_IN(float, data), ADSM_IN(int, index), ADSM_IN(int, perm),
-            ADSM_IN(float, x), ADSM_IN(int, nzcnt), ADSM_IN(int, ptr), ADSM_VALUE(int, dim));
-
 /* One thread per sorted row; the rows of a warp walk the same number of diagonals. */
-void spmv_jds(adsm_grid g, float *ax, const float *data, const int *index, const int *perm, const float *x,
-              const int *nzcnt, const int *ptr, int dim) {
+ADSM_KERNEL_DEF(spmv_jds, (ADSM_OUT(float, ax), ADSM_IN(float, data), ADSM_IN(int, index), ADSM_IN(int, perm),
+                           ADSM_IN(float, x), ADSM_IN(int, nzcnt), ADSM_IN(int, ptr), ADSM_VALUE(int, dim)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i >= (size_t)dim) continue;
         float sum = 0.0f;
@@ -31,23 +28,14 @@ void spmv_jds(adsm_grid g, float *ax, const float *data, const int *index, const
         }
         ax[perm[i]] = sum;
     }
-}
+});
 
-static const char spmv_jds_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void spmv_jds(float *ax, const float *data, const int *index, const int *perm,
-                                        const float *x, const int *nzcnt, const int *ptr, int dim) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i >= (size_t)dim) return;
-        float sum = 0.0f;
-        for (int k = 0; k < nzcnt[i / 32]; k++) {
-            size_t j = (size_t)ptr[k] + i;
-            sum += data[j] * x[index[j]];
-        }
-        ax[perm[i]] = sum;
-    });
-
+/* Nothing to load: on cuda NVRTC compiles the kernel at its first launch. It is launched once on
+ * nothing (dim = 0) here, before the clock starts, so that the compilation is not timed. */
 static inline void spmv_load_kernels(void) {
-    if (strcmp(adsm_backend_name(), "cuda") == 0 && adsm_module_load_source(spmv_jds_cuda, NULL) != ADSM_OK)
+    if (strcmp(adsm_backend_name(), "cuda") != 0) return;
+    if (ADSM_CALL(spmv_jds, adsm_grid_1d(1, 1), NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0) != ADSM_OK ||
+        adsm_sync() != ADSM_OK)
         app_die(adsm_last_error());
 }
 
