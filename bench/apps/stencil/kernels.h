@@ -6,7 +6,7 @@
  * the result comes back once. Each thread of a 2D grid over (x, y) walks its column along z, as
  * Parboil's kernel does (without its shared-memory tiling and coarsening).
  *
- * Shared by explicit.c and adsm.c: the kernel (CPU body and CUDA C twin), the sizes, the input
+ * Shared by explicit.c and adsm.c: the kernel (single-source: one body), the sizes, the input
  * generator, the reference and the check. Input: grid.bin (nx x ny x nz floats, x fastest).
  * Reference: grid.ref (the same shape, after all the steps, computed in double). Tolerance:
  * Parboil's compare-output for stencil, an absolute difference at most 0.001 or a relative one
@@ -16,11 +16,9 @@
 
 #include "bench/apps/common.h"
 
-ADSM_KERNEL(stencil_jacobi, ADSM_OUT(float, anext), ADSM_IN(float, a0), ADSM_VALUE(int, nx), ADSM_VALUE(int, ny),
-            ADSM_VALUE(int, nz), ADSM_VALUE(float, c0), ADSM_VALUE(float, c1));
-
 /* A 2D grid: x fastest, then y; each interior (x, y) walks z = 1 .. nz - 2. */
-void stencil_jacobi(adsm_grid g, float *anext, const float *a0, int nx, int ny, int nz, float c0, float c1) {
+ADSM_KERNEL_DEF(stencil_jacobi, (ADSM_OUT(float, anext), ADSM_IN(float, a0), ADSM_VALUE(int, nx), ADSM_VALUE(int, ny),
+                                 ADSM_VALUE(int, nz), ADSM_VALUE(float, c0), ADSM_VALUE(float, c1)), g, {
     const size_t width = (size_t)g.grid.x * g.block.x, sy = (size_t)nx, sz = (size_t)nx * ny;
     ADSM_FOR_EACH_THREAD(g, i) {
         size_t x = i % width, y = i / width;
@@ -31,26 +29,15 @@ void stencil_jacobi(adsm_grid g, float *anext, const float *a0, int nx, int ny, 
                         a0[at] * c0;
         }
     }
-}
+});
 
-static const char stencil_jacobi_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void stencil_jacobi(float *anext, const float *a0, int nx, int ny, int nz, float c0,
-                                              float c1) {
-        size_t gx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-        size_t gy = blockIdx.y * (size_t)blockDim.y + threadIdx.y;
-        size_t i = gy * gridDim.x * blockDim.x + gx;
-        size_t width = (size_t)gridDim.x * blockDim.x, sy = (size_t)nx, sz = (size_t)nx * ny;
-        size_t x = i % width, y = i / width;
-        if (x < 1 || y < 1 || x >= (size_t)nx - 1 || y >= (size_t)ny - 1) return;
-        for (size_t z = 1; z < (size_t)nz - 1; z++) {
-            size_t at = z * sz + y * sy + x;
-            anext[at] = (a0[at + sz] + a0[at - sz] + a0[at + sy] + a0[at - sy] + a0[at + 1] + a0[at - 1]) * c1 -
-                        a0[at] * c0;
-        }
-    });
-
+/* Nothing to load: on cuda NVRTC compiles the kernel at its first launch. It is launched once on
+ * nothing (one thread, at x = 0: a boundary point) here, before the clock starts, so that the
+ * compilation is not timed. */
 static inline void stencil_load_kernels(void) {
-    if (strcmp(adsm_backend_name(), "cuda") == 0 && adsm_module_load_source(stencil_jacobi_cuda, NULL) != ADSM_OK)
+    if (strcmp(adsm_backend_name(), "cuda") != 0) return;
+    if (ADSM_CALL(stencil_jacobi, adsm_grid_1d(1, 1), NULL, NULL, 0, 0, 0, 0.0f, 0.0f) != ADSM_OK ||
+        adsm_sync() != ADSM_OK)
         app_die(adsm_last_error());
 }
 
