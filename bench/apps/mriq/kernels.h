@@ -4,7 +4,7 @@
  * sum_k |phi_k|^2 * exp(i 2 pi k.x) to (Qr, Qi), one call per chunk of samples (the original
  * copies each chunk to constant memory before its call).
  *
- * Shared by explicit.c and adsm.c: the kernels (CPU bodies and CUDA C twins), the sizes, the input
+ * Shared by explicit.c and adsm.c: the kernels (single-source: one body each), the sizes, the input
  * generator, the reference and the check. Inputs: input.bin (kx, ky, kz, phiR, phiI: numk floats
  * each, then x, y, z: numx floats each). Output: q.out (Qr then Qi, numx floats each). Reference:
  * q.ref (same layout, computed in double). Tolerance: Parboil's mri-q compare tool, a value
@@ -17,28 +17,17 @@
 
 #define MRIQ_PI2 6.2831853071795864769
 
-ADSM_KERNEL(mriq_phimag, ADSM_OUT(float, phimag), ADSM_IN(float, phir), ADSM_IN(float, phii), ADSM_VALUE(int, numk));
-
-void mriq_phimag(adsm_grid g, float *phimag, const float *phir, const float *phii, int numk) {
+ADSM_KERNEL_DEF(mriq_phimag, (ADSM_OUT(float, phimag), ADSM_IN(float, phir), ADSM_IN(float, phii),
+                              ADSM_VALUE(int, numk)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i >= (size_t)numk) continue;
         phimag[i] = phir[i] * phir[i] + phii[i] * phii[i];
     }
-}
-
-static const char mriq_phimag_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void mriq_phimag(float *phimag, const float *phir, const float *phii, int numk) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i >= (size_t)numk) return;
-        phimag[i] = phir[i] * phir[i] + phii[i] * phii[i];
-    });
+});
 
 /* kvals: count samples of {kx, ky, kz, |phi|^2}. */
-ADSM_KERNEL(mriq_q, ADSM_INOUT(float, qr), ADSM_INOUT(float, qi), ADSM_IN(float, x), ADSM_IN(float, y),
-            ADSM_IN(float, z), ADSM_IN(float, kvals), ADSM_VALUE(int, count), ADSM_VALUE(int, numx));
-
-void mriq_q(adsm_grid g, float *qr, float *qi, const float *x, const float *y, const float *z, const float *kvals,
-            int count, int numx) {
+ADSM_KERNEL_DEF(mriq_q, (ADSM_INOUT(float, qr), ADSM_INOUT(float, qi), ADSM_IN(float, x), ADSM_IN(float, y),
+                         ADSM_IN(float, z), ADSM_IN(float, kvals), ADSM_VALUE(int, count), ADSM_VALUE(int, numx)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i >= (size_t)numx) continue;
         float sr = qr[i], si = qi[i];
@@ -51,30 +40,16 @@ void mriq_q(adsm_grid g, float *qr, float *qi, const float *x, const float *y, c
         qr[i] = sr;
         qi[i] = si;
     }
-}
+});
 
-static const char mriq_q_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void mriq_q(float *qr, float *qi, const float *x, const float *y, const float *z,
-                                      const float *kvals, int count, int numx) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i >= (size_t)numx) return;
-        float sr = qr[i], si = qi[i];
-        for (int k = 0; k < count; k++) {
-            const float *kv = kvals + 4 * k;
-            float arg = 6.2831853071795864769f * (kv[0] * x[i] + kv[1] * y[i] + kv[2] * z[i]);
-            float s, c;
-            sincosf(arg, &s, &c);
-            sr += kv[3] * c;
-            si += kv[3] * s;
-        }
-        qr[i] = sr;
-        qi[i] = si;
-    });
-
+/* Nothing to load: on cuda NVRTC compiles each kernel at its first launch. Each is launched once
+ * on nothing (numk = numx = 0) here, before the clock starts, so that no compilation is timed. */
 static inline void mriq_load_kernels(void) {
     if (strcmp(adsm_backend_name(), "cuda") != 0) return;
-    if (adsm_module_load_source(mriq_phimag_cuda, NULL) != ADSM_OK) app_die(adsm_last_error());
-    if (adsm_module_load_source(mriq_q_cuda, NULL) != ADSM_OK) app_die(adsm_last_error());
+    if (ADSM_CALL(mriq_phimag, adsm_grid_1d(1, 1), NULL, NULL, NULL, 0) != ADSM_OK ||
+        ADSM_CALL(mriq_q, adsm_grid_1d(1, 1), NULL, NULL, NULL, NULL, NULL, NULL, 0, 0) != ADSM_OK ||
+        adsm_sync() != ADSM_OK)
+        app_die(adsm_last_error());
 }
 
 typedef struct mriq_size {
