@@ -2,7 +2,7 @@
  * 2D lattice slice, computed in chunks of atoms that each add to the lattice (one kernel call per
  * chunk, as the original does to fit its atoms in constant memory).
  *
- * Shared by explicit.c and adsm.c: the kernel (CPU body and CUDA C twin), the sizes, the input
+ * Shared by explicit.c and adsm.c: the kernel (single-source: one body), the sizes, the input
  * generator, the reference and the check. Inputs: atoms.bin (natoms x {x, y, z, q} floats).
  * Reference: energy.ref (nx x ny floats, computed in double). Tolerance: 1e-3 relative. */
 #ifndef BENCH_APPS_CP_KERNELS_H
@@ -10,10 +10,9 @@
 
 #include "bench/apps/common.h"
 
-ADSM_KERNEL(cp_slice, ADSM_INOUT(float, energy), ADSM_IN(float, atoms), ADSM_VALUE(int, natoms), ADSM_VALUE(int, nx),
-            ADSM_VALUE(int, ny), ADSM_VALUE(float, spacing), ADSM_VALUE(float, z));
-
-void cp_slice(adsm_grid g, float *energy, const float *atoms, int natoms, int nx, int ny, float spacing, float z) {
+ADSM_KERNEL_DEF(cp_slice, (ADSM_INOUT(float, energy), ADSM_IN(float, atoms), ADSM_VALUE(int, natoms),
+                           ADSM_VALUE(int, nx), ADSM_VALUE(int, ny), ADSM_VALUE(float, spacing),
+                           ADSM_VALUE(float, z)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i >= (size_t)nx * (size_t)ny) continue;
         float x = (float)(i % (size_t)nx) * spacing, y = (float)(i / (size_t)nx) * spacing, e = 0.0f;
@@ -23,23 +22,13 @@ void cp_slice(adsm_grid g, float *energy, const float *atoms, int natoms, int nx
         }
         energy[i] += e;
     }
-}
+});
 
-static const char cp_slice_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void cp_slice(float *energy, const float *atoms, int natoms, int nx, int ny, float spacing,
-                                        float z) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i >= (size_t)nx * (size_t)ny) return;
-        float x = (float)(i % (size_t)nx) * spacing, y = (float)(i / (size_t)nx) * spacing, e = 0.0f;
-        for (int a = 0; a < natoms; a++) {
-            float dx = x - atoms[4 * a], dy = y - atoms[4 * a + 1], dz = z - atoms[4 * a + 2];
-            e += atoms[4 * a + 3] * rsqrtf(dx * dx + dy * dy + dz * dz);
-        }
-        energy[i] += e;
-    });
-
+/* Nothing to load: on cuda NVRTC compiles the kernel at its first launch. It is launched once on
+ * nothing (nx = ny = 0) here, before the clock starts, so that the compilation is not timed. */
 static inline void cp_load_kernels(void) {
-    if (strcmp(adsm_backend_name(), "cuda") == 0 && adsm_module_load_source(cp_slice_cuda, NULL) != ADSM_OK)
+    if (strcmp(adsm_backend_name(), "cuda") != 0) return;
+    if (ADSM_CALL(cp_slice, adsm_grid_1d(1, 1), NULL, NULL, 0, 0, 0, 0.0f, 0.0f) != ADSM_OK || adsm_sync() != ADSM_OK)
         app_die(adsm_last_error());
 }
 
