@@ -6,7 +6,7 @@
  * every macroblock live in one array that stays on the device from the first kernel to the last
  * and then comes back whole.
  *
- * Shared by explicit.c and adsm.c: the kernels (CPU bodies and CUDA C twins), the sizes, the input
+ * Shared by explicit.c and adsm.c: the kernels (single-source: one body each), the sizes, the input
  * generator, the reference and the check. Inputs: ref.bin and cur.bin (width x height 16-bit
  * pixels). Output: sads.out, as Parboil's: the SADs of six rows of macroblocks (the top two, the
  * middle two and the bottom two), here for each row and block type the row's vectors (padded to
@@ -26,11 +26,8 @@
 static const int sad_type_count[8] = {0, 1, 2, 2, 4, 8, 8, 16};
 static const int sad_type_start[8] = {0, 0, 1, 3, 5, 9, 17, 25};
 
-ADSM_KERNEL(sad_4x4, ADSM_OUT(unsigned short, sads), ADSM_IN(unsigned short, cur), ADSM_IN(unsigned short, ref),
-            ADSM_VALUE(int, mbw), ADSM_VALUE(int, mbh));
-
-void sad_4x4(adsm_grid g, unsigned short *sads, const unsigned short *cur, const unsigned short *ref, int mbw,
-             int mbh) {
+ADSM_KERNEL_DEF(sad_4x4, (ADSM_OUT(unsigned short, sads), ADSM_IN(unsigned short, cur), ADSM_IN(unsigned short, ref),
+                          ADSM_VALUE(int, mbw), ADSM_VALUE(int, mbh)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         size_t mbs = (size_t)mbw * (size_t)mbh;
         if (i >= mbs * 16 * SAD_POS) continue;
@@ -49,34 +46,11 @@ void sad_4x4(adsm_grid g, unsigned short *sads, const unsigned short *cur, const
         }
         sads[(25 * mbs + (size_t)mb * 16 + blk) * SAD_POS_PADDED + pos] = (unsigned short)sad;
     }
-}
-
-static const char sad_4x4_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void sad_4x4(unsigned short *sads, const unsigned short *cur, const unsigned short *ref,
-                                       int mbw, int mbh) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        size_t mbs = (size_t)mbw * (size_t)mbh;
-        if (i >= mbs * 16 * 1089) return;
-        int pos = (int)(i % 1089), blk = (int)(i / 1089 % 16), mb = (int)(i / 1089 / 16);
-        int w = mbw * 16, h = mbh * 16;
-        int x0 = mb % mbw * 16 + blk % 4 * 4, y0 = mb / mbw * 16 + blk / 4 * 4;
-        int dx = pos % 33 - 16, dy = pos / 33 - 16;
-        unsigned sad = 0;
-        for (int y = 0; y < 4; y++) {
-            int ry = min(max(y0 + y + dy, 0), h - 1);
-            for (int x = 0; x < 4; x++) {
-                int rx = min(max(x0 + x + dx, 0), w - 1);
-                sad += (unsigned)abs((int)cur[(size_t)(y0 + y) * w + x0 + x] - (int)ref[(size_t)ry * w + rx]);
-            }
-        }
-        sads[(25 * mbs + (size_t)mb * 16 + blk) * 1096 + pos] = (unsigned short)sad;
-    });
+});
 
 /* 4x8 (type 6: vertical pairs of 4x4), 8x4 (type 5: horizontal pairs) and 8x8 (type 4: vertical
  * pairs of 8x4) from the 4x4 SADs; one thread per macroblock and search position. */
-ADSM_KERNEL(sad_8x8, ADSM_INOUT(unsigned short, sads), ADSM_VALUE(int, mbs));
-
-void sad_8x8(adsm_grid g, unsigned short *sads, int mbs) {
+ADSM_KERNEL_DEF(sad_8x8, (ADSM_INOUT(unsigned short, sads), ADSM_VALUE(int, mbs)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i >= (size_t)mbs * SAD_POS) continue;
         size_t pos = i % SAD_POS, mb = i / SAD_POS, n = (size_t)mbs;
@@ -96,32 +70,11 @@ void sad_8x8(adsm_grid g, unsigned short *sads, int mbs) {
             s8[b * SAD_POS_PADDED] = (unsigned short)(s84[(4 * (b / 2) + b % 2) * SAD_POS_PADDED] +
                                                       s84[(4 * (b / 2) + b % 2 + 2) * SAD_POS_PADDED]);
     }
-}
-
-static const char sad_8x8_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void sad_8x8(unsigned short *sads, int mbs) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i >= (size_t)mbs * 1089) return;
-        size_t pos = i % 1089, mb = i / 1089, n = (size_t)mbs;
-        const unsigned short *s4 = sads + (25 * n + mb * 16) * 1096 + pos;
-        unsigned short *s48 = sads + (17 * n + mb * 8) * 1096 + pos;
-        unsigned short *s84 = sads + (9 * n + mb * 8) * 1096 + pos;
-        unsigned short *s8 = sads + (5 * n + mb * 4) * 1096 + pos;
-        for (int b = 0; b < 8; b++) {
-            int r = b / 4, c = b % 4;
-            s48[b * 1096] = (unsigned short)(s4[(8 * r + c) * 1096] + s4[(8 * r + c + 4) * 1096]);
-            r = b / 2, c = b % 2;
-            s84[b * 1096] = (unsigned short)(s4[(4 * r + 2 * c) * 1096] + s4[(4 * r + 2 * c + 1) * 1096]);
-        }
-        for (int b = 0; b < 4; b++)
-            s8[b * 1096] = (unsigned short)(s84[(4 * (b / 2) + b % 2) * 1096] + s84[(4 * (b / 2) + b % 2 + 2) * 1096]);
-    });
+});
 
 /* 8x16 (type 3: vertical pairs of 8x8), 16x8 (type 2: horizontal pairs) and 16x16 (type 1) from the
  * 8x8 SADs; one thread per macroblock and search position. */
-ADSM_KERNEL(sad_16x16, ADSM_INOUT(unsigned short, sads), ADSM_VALUE(int, mbs));
-
-void sad_16x16(adsm_grid g, unsigned short *sads, int mbs) {
+ADSM_KERNEL_DEF(sad_16x16, (ADSM_INOUT(unsigned short, sads), ADSM_VALUE(int, mbs)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i >= (size_t)mbs * SAD_POS) continue;
         size_t pos = i % SAD_POS, mb = i / SAD_POS, n = (size_t)mbs;
@@ -135,29 +88,16 @@ void sad_16x16(adsm_grid g, unsigned short *sads, int mbs) {
         }
         s16[0] = (unsigned short)(s168[0] + s168[SAD_POS_PADDED]);
     }
-}
+});
 
-static const char sad_16x16_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void sad_16x16(unsigned short *sads, int mbs) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i >= (size_t)mbs * 1089) return;
-        size_t pos = i % 1089, mb = i / 1089, n = (size_t)mbs;
-        const unsigned short *s8 = sads + (5 * n + mb * 4) * 1096 + pos;
-        unsigned short *s816 = sads + (3 * n + mb * 2) * 1096 + pos;
-        unsigned short *s168 = sads + (1 * n + mb * 2) * 1096 + pos;
-        unsigned short *s16 = sads + mb * 1096 + pos;
-        for (int b = 0; b < 2; b++) {
-            s816[b * 1096] = (unsigned short)(s8[b * 1096] + s8[(b + 2) * 1096]);
-            s168[b * 1096] = (unsigned short)(s8[2 * b * 1096] + s8[(2 * b + 1) * 1096]);
-        }
-        s16[0] = (unsigned short)(s168[0] + s168[1096]);
-    });
-
+/* Nothing to load: on cuda NVRTC compiles each kernel at its first launch. Each is launched once
+ * on nothing (no macroblocks) here, before the clock starts, so that no compilation is timed. */
 static inline void sad_load_kernels(void) {
     if (strcmp(adsm_backend_name(), "cuda") != 0) return;
-    if (adsm_module_load_source(sad_4x4_cuda, NULL) != ADSM_OK) app_die(adsm_last_error());
-    if (adsm_module_load_source(sad_8x8_cuda, NULL) != ADSM_OK) app_die(adsm_last_error());
-    if (adsm_module_load_source(sad_16x16_cuda, NULL) != ADSM_OK) app_die(adsm_last_error());
+    if (ADSM_CALL(sad_4x4, adsm_grid_1d(1, 1), NULL, NULL, NULL, 0, 0) != ADSM_OK ||
+        ADSM_CALL(sad_8x8, adsm_grid_1d(1, 1), NULL, 0) != ADSM_OK ||
+        ADSM_CALL(sad_16x16, adsm_grid_1d(1, 1), NULL, 0) != ADSM_OK || adsm_sync() != ADSM_OK)
+        app_die(adsm_last_error());
 }
 
 typedef struct sad_size {
