@@ -141,13 +141,16 @@
              build; a CUDA 12.0 or newer driver to run). ADSM_BACKEND=auto picks it when a device
              answers; otherwise (no libcuda, the toolkit's stub library, no device, an old driver)
              it reports ADSM_ERROR_BACKEND_UNAVAILABLE with the reason and auto moves on to emu.
-             Kernels come from modules: write each kernel a second time as CUDA C,
+             A kernel written once with ADSM_KERNEL_DEF is compiled by NVRTC (loaded with
+             dlopen) at its first launch, or earlier with ADSM_PREPARE(name), once per process.
+             A kernel declared with ADSM_KERNEL comes from a module instead: write it a second
+             time as CUDA C,
                  extern "C" __global__ void vecadd(float *c, const float *a, const float *b,
                                                    size_t n)
              with the ADSM_KERNEL parameters in the same order and sizes, keep it next to the CPU
-             body with ADSM_CUDA_SOURCE, and load it once with adsm_module_load_source (NVRTC,
-             itself loaded with dlopen), or load PTX/cubin/fatbin with adsm_module_load_image/
-             _file. A launch finds the kernel by name (ADSM_ERROR_KERNEL_NOT_FOUND) and, on
+             body with ADSM_CUDA_SOURCE, and load it once with adsm_module_load_source, or load
+             PTX/cubin/fatbin with adsm_module_load_image/_file; a loaded kernel of the same name
+             also wins over an ADSM_KERNEL_DEF body (hand-tuned versions). A launch finds the kernel by name (ADSM_ERROR_KERNEL_NOT_FOUND) and, on
              drivers that can tell (12.4+), refuses one whose parameter sizes differ from the
              declaration. Objects keep one address on host and device whenever the driver
              allows it; otherwise pointer arguments are translated at each launch
@@ -458,6 +461,9 @@ ADSM_API void *adsm_host_alloc(size_t size);
 ADSM_API adsm_result adsm_host_free(void *host);
 
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *kernel, adsm_grid grid, const void *args);
+/* Readies a kernel for its first launch now (cuda: compiles an ADSM_KERNEL_DEF body with NVRTC,
+   so the compile is not paid inside the first ADSM_CALL); nothing to do on emu and host. */
+ADSM_API adsm_result adsm_kernel_prepare(const adsm_kernel_desc *kernel);
 
 /* Device code for the cuda backend. Kernels are found by their ADSM_KERNEL name in every module
    loaded so far. An image is PTX text (NUL-terminated), a cubin or a fatbin; size may be 0 for
@@ -613,6 +619,7 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 
 /* Launches a declared kernel asynchronously; the arguments are checked against its declaration. */
 #define ADSM_CALL(kname, grid, ...) adsm__launch_##kname((grid), __VA_ARGS__)
+#define ADSM_PREPARE(kname) adsm_kernel_prepare(adsm__kernel_##kname())
 
 /* CUDA C kept next to the CPU body, as a string for adsm_module_load_source:
        static const char *vecadd_cuda = ADSM_CUDA_SOURCE(

@@ -484,6 +484,13 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(const adsm_kernel_desc *k, adsm
     return r;
 }
 
+ADSM__PRIVATE adsm_result adsm__kernel_prepare_unguarded(const adsm_kernel_desc *k) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm_result r;
+    if ((r = adsm__ensure()) != ADSM_OK || (r = adsm__check_kernel_desc(k)) != ADSM_OK) return r;
+    return rt->be->prepare ? rt->be->prepare(rt->be_ctx, k) : ADSM_OK;
+}
+
 ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     adsm__runtime *rt = &adsm__rt;
     if (!adsm__ready()) return ADSM_OK;
@@ -691,6 +698,13 @@ ADSM_API adsm_result adsm_module_load_file(const char *path) {
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
     adsm__use_begin();
     adsm_result r = adsm__launch_unguarded(k, grid, args);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_kernel_prepare(const adsm_kernel_desc *kernel) {
+    adsm__use_begin();
+    adsm_result r = adsm__kernel_prepare_unguarded(kernel);
     adsm__use_end();
     return r;
 }

@@ -1268,13 +1268,23 @@ ADSM__PRIVATE adsm_result adsm__cuda_single_compile(adsm__cuda *c, const adsm_ke
     char file[300], what[300];
     snprintf(file, sizeof file, "%s.cu", k->name);
     snprintf(what, sizeof what, "kernel '%s' (ADSM_KERNEL_DEF)", k->name);
-    char *text = adsm__cuda_single_source(k), *ptx = NULL;
-    if (!text) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "%s: out of memory", what);
-    adsm_result r = adsm__nvrtc_compile(c, text, options, file, what, &ptx);
-    free(text);
+    uint64_t key = adsm__cuda_kernel_key(k);
+    adsm__lock(&c->rt->lock);
+    ptrdiff_t at = stbds_hmgeti(c->rt->kernel_images, key); /* compiled under an earlier adsm_init */
+    char *ptx = at >= 0 ? strdup(c->rt->kernel_images[at].value) : NULL;
+    adsm__unlock(&c->rt->lock);
+    adsm_result r = ADSM_OK;
+    if (!ptx) {
+        char *text = adsm__cuda_single_source(k);
+        if (!text) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "%s: out of memory", what);
+        r = adsm__nvrtc_compile(c, text, options, file, what, &ptx);
+        free(text);
+    }
     if (r == ADSM_OK) {
         adsm__lock(&c->rt->lock);
         r = adsm__cuda_single_add(c, k, ptx);
+        char *kept = r == ADSM_OK && at < 0 ? strdup(ptx) : NULL;
+        if (kept) stbds_hmput(c->rt->kernel_images, key, kept);
         adsm__unlock(&c->rt->lock);
     }
     free(ptx);

@@ -11,6 +11,12 @@ struct adsm__protocol_vtbl;
 
 enum { ADSM__RT_OFF = 0, ADSM__RT_READY = 1 };
 
+/* A compiled single-source kernel: descriptor key -> its PTX (cuda). */
+typedef struct adsm__kernel_image {
+    uint64_t key;
+    char *value;
+} adsm__kernel_image;
+
 typedef struct adsm__runtime {
     int state;                  /* ADSM__RT_*, read atomically by the fault handler */
     pthread_mutex_t init_mutex; /* serialises adsm_init / adsm_shutdown */
@@ -55,6 +61,9 @@ typedef struct adsm__runtime {
     adsm__stats stats;
     adsm__filler fill;   /* brings device data into protected host pages (copy.h) */
     adsm__tracer trace;  /* ADSM_TRACE's event buffer (trace.h); events NULL when not tracing */
+    adsm__kernel_image *kernel_images; /* stb_ds map: single-source kernels NVRTC compiled, kept for
+                                          the life of the process (a new adsm_init does not compile
+                                          them again); under lock */
     void **io_bounce;    /* stb_ds array: idle I/O bounce buffers, reused (io.h); under lock */
     size_t io_bounce_size; /* bytes of each, a page more than an I/O piece */
     struct sigaction prev_segv;

@@ -1093,3 +1093,32 @@ Test(cuda_single_source, compiler_errors_come_first_in_the_message) {
     adsm__errors_first("x", out, 1);
     cr_assert_eq(out[0], 0);
 }
+
+/* ADSM_PREPARE compiles ahead of the first launch; a later adsm_init loads the PTX compiled under
+ * the earlier one instead of running NVRTC again. */
+Test(cuda_single_source, prepared_ahead_and_compiled_once_per_process) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("ss_axpb", cuda_double_run_body, (void *)adsm__kernel_ss_axpb()), 0);
+    cr_assert_eq(ADSM_PREPARE(ss_axpb), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(((adsm__cuda *)adsm__rt.be_ctx)->nvrtc_compiles, 1);
+    unsigned long long loads = cuda_double_counters().module_loads;
+    run_axpb(1000);
+    cr_assert_eq(cuda_double_counters().module_loads, loads, "the first launch compiled or loaded again");
+    adsm_shutdown();
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    run_axpb(1000);
+    cr_assert_eq(((adsm__cuda *)adsm__rt.be_ctx)->nvrtc_compiles, 0, "NVRTC ran again after a new adsm_init");
+    adsm_shutdown();
+}
+
+/* On emu ADSM_PREPARE has nothing to do and says so with ADSM_OK; a bad descriptor is refused. */
+Test(cuda_single_source, prepare_on_emu_and_bad_descriptors) {
+    clear_env();
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_PREPARE(ss_axpb), ADSM_OK);
+    cr_assert_eq(adsm_kernel_prepare(NULL), ADSM_ERROR_INVALID_VALUE);
+    adsm_shutdown();
+}

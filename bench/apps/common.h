@@ -2,8 +2,9 @@
  * Figures 7, 8, 10 and 12) shares: arguments, deterministic input files, phase timers and the
  * one CSV row each run prints.
  *
- * Each application is three files: kernels.h (the ADSM_KERNEL declarations with their CPU bodies
- * and CUDA C twins, the input generator, the CPU reference and the output check, all shared),
+ * Each application is three files: kernels.h (the kernels, written once with ADSM_KERNEL_DEF, or as
+ * ADSM_KERNEL with a CUDA C twin where they use atomics; the input generator, the CPU reference
+ * and the output check, all shared),
  * explicit.c (device buffers from adsm_dev_alloc and copies by hand, like the original CUDA code)
  * and adsm.c (the same program with the transfer code and the second set of pointers deleted). Both
  * read their inputs with plain fread (adsm.c defines ADSM_INTERPOSE_IO, so fread works on shared

@@ -249,12 +249,8 @@ static void start(adsm_protocol_kind protocol, size_t block, const char *where) 
     if (!getenv("ADSM_EMU_MEMORY")) cfg.emu_memory = 4 * size;
     if (adsm_init(&cfg) != ADSM_OK) die("adsm_init", where);
     if (adsm_module_load_source(pat_sum_cuda, NULL) != ADSM_OK) die("adsm_module_load_source", where);
-    /* on cuda the first launch of a single-source kernel compiles it: launch each once on nothing
-     * (n = 0) here, where modules are loaded, so that no epoch's time includes a compilation */
-    if (!strcmp(adsm_backend_name(), "cuda") &&
-        (ADSM_CALL(pat_fill, adsm_grid_1d(1, 1), NULL, 0, 0) != ADSM_OK ||
-         ADSM_CALL(pat_bump, adsm_grid_1d(1, 1), NULL, 0) != ADSM_OK || adsm_sync() != ADSM_OK))
-        die("warm-up launches", where);
+    /* on cuda, compile the single-source kernels here, so that no epoch's time includes it */
+    if (ADSM_PREPARE(pat_fill) != ADSM_OK || ADSM_PREPARE(pat_bump) != ADSM_OK) die("ADSM_PREPARE", where);
     snprintf(backend, sizeof backend, "%s", adsm_backend_name());
     if (block && adsm_block_size() != block) {
         fprintf(stderr, "patterns: asked for block size %zu, runtime uses %zu\n", block, adsm_block_size());

@@ -68,11 +68,8 @@ static void start(adsm_protocol_kind protocol, size_t block, size_t rolling, siz
     cfg.rolling_size = rolling;
     cfg.emu_memory = emu_memory;
     if (adsm_init(&cfg) != ADSM_OK) die("adsm_init");
-    /* on cuda the first launch compiles the kernel: launch it once on nothing (n = 0) here, where
-     * its module used to be loaded, so that no measurement includes the compilation */
-    if (!strcmp(adsm_backend_name(), "cuda") &&
-        (ADSM_CALL(fill, adsm_grid_1d(1, 1), NULL, 0) != ADSM_OK || adsm_sync() != ADSM_OK))
-        die("fill warm-up launch");
+    /* on cuda, compile the single-source kernel here, so that no measurement includes it */
+    if (ADSM_PREPARE(fill) != ADSM_OK) die("ADSM_PREPARE(fill)");
 }
 
 static void fill_object(unsigned char *a, size_t n) {

@@ -138,11 +138,8 @@ static sample measure(variant v, size_t block_size) {
     cfg.protocol = variant_protocol[v];
     cfg.block_size = block_size; /* 0 (explicit): default */
     if (adsm_init(&cfg) != ADSM_OK) die("adsm_init", where);
-    /* On cuda the first launch compiles the kernel: launch it once on nothing (n = 0) before the
-     * clock starts, as loading its module used to happen here. */
-    if (!strcmp(adsm_backend_name(), "cuda") &&
-        (ADSM_CALL(vecadd, adsm_grid_1d(1, 1), NULL, NULL, NULL, 0) != ADSM_OK || adsm_sync() != ADSM_OK))
-        die("vecadd warm-up launch", where);
+    /* on cuda, compile the single-source kernel before the clock starts */
+    if (ADSM_PREPARE(vecadd) != ADSM_OK) die("ADSM_PREPARE(vecadd)", where);
     snprintf(backend, sizeof backend, "%s", adsm_backend_name());
     if (v != V_EXPLICIT && adsm_block_size() != block_size) {
         fprintf(stderr, "vecadd: asked for block size %zu, runtime uses %zu\n", block_size, adsm_block_size());

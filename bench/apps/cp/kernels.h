@@ -24,11 +24,9 @@ ADSM_KERNEL_DEF(cp_slice, (ADSM_INOUT(float, energy), ADSM_IN(float, atoms), ADS
     }
 });
 
-/* Nothing to load: on cuda NVRTC compiles the kernel at its first launch. It is launched once on
- * nothing (nx = ny = 0) here, before the clock starts, so that the compilation is not timed. */
+/* Compiles the single-source kernels now on cuda (NVRTC), not inside the first timed call. */
 static inline void cp_load_kernels(void) {
-    if (strcmp(adsm_backend_name(), "cuda") != 0) return;
-    if (ADSM_CALL(cp_slice, adsm_grid_1d(1, 1), NULL, NULL, 0, 0, 0, 0.0f, 0.0f) != ADSM_OK || adsm_sync() != ADSM_OK)
+    if (ADSM_PREPARE(cp_slice) != ADSM_OK)
         app_die(adsm_last_error());
 }
 

@@ -90,13 +90,11 @@ ADSM_KERNEL_DEF(sad_16x16, (ADSM_INOUT(unsigned short, sads), ADSM_VALUE(int, mb
     }
 });
 
-/* Nothing to load: on cuda NVRTC compiles each kernel at its first launch. Each is launched once
- * on nothing (no macroblocks) here, before the clock starts, so that no compilation is timed. */
+/* Compiles the single-source kernels now on cuda (NVRTC), not inside the first timed call. */
 static inline void sad_load_kernels(void) {
-    if (strcmp(adsm_backend_name(), "cuda") != 0) return;
-    if (ADSM_CALL(sad_4x4, adsm_grid_1d(1, 1), NULL, NULL, NULL, 0, 0) != ADSM_OK ||
-        ADSM_CALL(sad_8x8, adsm_grid_1d(1, 1), NULL, 0) != ADSM_OK ||
-        ADSM_CALL(sad_16x16, adsm_grid_1d(1, 1), NULL, 0) != ADSM_OK || adsm_sync() != ADSM_OK)
+    if (ADSM_PREPARE(sad_4x4) != ADSM_OK ||
+        ADSM_PREPARE(sad_8x8) != ADSM_OK ||
+        ADSM_PREPARE(sad_16x16) != ADSM_OK)
         app_die(adsm_last_error());
 }
 
