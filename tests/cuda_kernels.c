@@ -15,7 +15,14 @@
  * of adsm__kernel_k()->params[], then assembles it with `PTXAS -v -arch=sm_90` into OUTDIR/k.cubin
  * and checks that ptxas compiled entry function 'k'. Exits 0 when every check passes (program
  * mode) or when the control passes and every mismatch is rejected (self-test mode); prints one
- * line per kernel either way. */
+ * line per kernel either way.
+ *
+ *   check LIBNVRTC PTXAS OUTDIR LIBCUDADOUBLE
+ * Program mode, also: every single-source kernel (ADSM_KERNEL_DEF) runs through adsm's own cuda
+ * backend on the driver test double: ADSM_PREPARE compiles it with NVRTC and loads the PTX into the
+ * double (which checks the entry and its parameters), then one launch of one thread, with every
+ * pointer argument a zeroed shared object and every value zero, runs its CPU body behind the PTX
+ * entry (tests/cuda_double_bridge.h) and must sync cleanly. */
 #ifdef PROGRAM_FILE
 #define main adsm_program_main
 #include PROGRAM_FILE
@@ -25,6 +32,9 @@
 #include "adsm.h"
 #endif
 
+#ifdef PROGRAM_FILE
+#include "tests/cuda_double_bridge.h"
+#endif
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -347,9 +357,44 @@ static int check_kernel(const char *name, const char *src, const adsm_kernel_des
     return r;
 }
 
+#ifdef PROGRAM_FILE
+/* One launch of one thread of single-source kernel k on the cuda backend over the double, zeros
+ * for every argument (pointers: one zeroed shared object). 0, or -1 with `why` set. */
+static int run_on_double(const adsm_kernel_desc *k) {
+    unsigned char args[4096] = {0};
+    void *scratch = adsm_alloc(1 << 16);
+    if (!scratch || k->args_size > sizeof args) return failf("no room for the arguments of %s", k->name), -1;
+    for (unsigned p = 0; p < k->nparams; p++)
+        if (k->params[p].access != ADSM_ACCESS_VALUE) memcpy(args + k->params[p].offset, &scratch, sizeof scratch);
+    if (cuda_double.register_kernel(k->name, cuda_double_run_body, (void *)k) != 0)
+        return failf("the double refused to register %s", k->name), -1;
+    adsm_result r = adsm_kernel_prepare(k);
+    if (r == ADSM_OK) r = adsm_launch(k, adsm_grid_1d(1, 1), args);
+    if (r == ADSM_OK) r = adsm_sync();
+    adsm_free(scratch);
+    if (r == ADSM_OK) return 0;
+    failf("on the driver double: %s", adsm_last_error());
+    return -1;
+}
+
+/* adsm's cuda backend over the double, NVRTC from the checker's own library. */
+static int start_on_double(const char *double_lib, const char *nvrtc_lib) {
+    setenv("CUDA_DOUBLE_LIB", double_lib, 1);
+    setenv("ADSM_NVRTC_LIBRARY", nvrtc_lib, 1);
+    cuda_double_use();
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    if (adsm_init(&cfg) != ADSM_OK || cuda_double_open() != 0) {
+        fprintf(stderr, "cannot run adsm's cuda backend on the driver double %s: %s\n", double_lib, adsm_last_error());
+        return -1;
+    }
+    return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s LIBNVRTC PTXAS OUTDIR\n", argv[0]);
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: %s LIBNVRTC PTXAS OUTDIR [LIBCUDADOUBLE]\n", argv[0]);
         return 2;
     }
     if (load_nvrtc(argv[1]) != 0) return 1;
@@ -365,14 +410,23 @@ int main(int argc, char **argv) {
 #undef S
     };
     int failures = 0;
+#ifdef PROGRAM_FILE
+    int on_double = argc == 5 && start_on_double(argv[4], argv[1]) == 0;
+    if (argc == 5 && !on_double) failures++;
+#endif
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
         const adsm_kernel_desc *k = kernels[i].desc;
         int r = check_kernel(kernels[i].name, kernels[i].source, k, argv[2], argv[3]);
 #ifdef PROGRAM_FILE
+        int ran = 0;
+        if (r == 0 && on_double && k->cuda_source) {
+            r = run_on_double(k);
+            ran = r == 0;
+        }
         if (r == 0) {
             printf("ok: %s: %u parameters (", kernels[i].name, k->nparams);
             for (unsigned p = 0; p < k->nparams; p++) printf("%s%zu", p ? ", " : "", k->params[p].size);
-            printf(" bytes), NVRTC compute_90, ptxas sm_90\n");
+            printf(" bytes), NVRTC compute_90, ptxas sm_90%s\n", ran ? ", ran on the driver double" : "");
         } else {
             printf("FAIL: %s (%s): %s\n", kernels[i].name, PROGRAM_FILE, why);
             failures++;
@@ -388,6 +442,9 @@ int main(int argc, char **argv) {
         }
 #endif
     }
+#ifdef PROGRAM_FILE
+    if (on_double) adsm_shutdown();
+#endif
     fflush(stdout);
     return failures ? 1 : 0;
 }

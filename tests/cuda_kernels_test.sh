@@ -82,6 +82,13 @@ mkdir -p "$tmp/self_test"
 build_driver "$tmp/self_test/check"
 "$tmp/self_test/check" "$nvrtc" "$ptxas" "$tmp/self_test" || fail "the checker's self-test failed"
 
+# The driver test double, on which every single-source kernel also runs through adsm's cuda backend.
+double=${CUDA_DOUBLE_LIB:-}
+for d in "${TEST_SRCDIR:-/nonexistent}/adsm/tests/cuda/libcudadouble.so" bazel-bin/tests/cuda/libcudadouble.so; do
+    [[ -z $double && -f $d ]] && double=$(cd "$(dirname "$d")" && pwd)/$(basename "$d")
+done
+[[ -n $double ]] || fail "the driver test double is missing: bazel build //tests/cuda:libcudadouble.so (or set CUDA_DOUBLE_LIB)"
+
 # 2. Every example and benchmark source. The application study (bench/apps/<app>/) keeps its
 # kernels in kernels.h, shared by explicit.c and adsm.c: the checker includes adsm.c.
 shopt -s nullglob
@@ -114,7 +121,7 @@ for f in "${files[@]}"; do
     program=$f
     [[ $f == bench/apps/*/kernels.h ]] && program=$(dirname "$f")/adsm.c
     build_driver "$dir/check" -DPROGRAM_FILE="\"$program\"" -DPROGRAM_KERNELS="$list"
-    "$dir/check" "$nvrtc" "$ptxas" "$dir" || fail "$f: CUDA C kernels do not match their ADSM_KERNEL declarations"
+    "$dir/check" "$nvrtc" "$ptxas" "$dir" "$double" || fail "$f: CUDA C kernels do not match their ADSM_KERNEL declarations, or a single-source one failed on the driver double"
     checked=$((checked + 1))
 done
 ((checked > 0)) || fail "no source file with kernels found under examples/ and bench/"
