@@ -81,8 +81,10 @@
    module's kernel of that name wins). ADSM_SHARED(decls); gives types and static inline helpers
    to both sides.
    A body may use: C that is also CUDA C++, its parameters and g, int8_t..uint64_t, size_t,
-   CUDA's device math, the program's macros (expanded before the text is stringized) and the
-   ADSM_SHARED declarations. It may not use: preprocessor directives, host functions or
+   CUDA's device math, the program's macros (expanded before the text is stringized), the
+   ADSM_SHARED declarations and the atomics adsm_atomic_add_u32/_u64/_ull/_i32/_f32,
+   adsm_atomic_min_u32/_i32, adsm_atomic_max_u32/_i32. ADSM_PREPARE(name) compiles ahead of the
+   first launch (once per process). It may not use: preprocessor directives, host functions or
    globals, C-only syntax CUDA C++ rejects (void * conversions, C's NULL, compound literals,
    VLAs). A body NVRTC rejects fails the first launch with ADSM_ERROR_INVALID_MODULE and
    NVRTC's log, naming the kernel. README's "Write a kernel once" has the full rules.
@@ -632,6 +634,38 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 
 /* Runs `statement` for every flattened global thread index of this invocation, as size_t i. */
 #define ADSM_FOR_EACH_THREAD(g, i) for (size_t i = (g).begin; i < (g).end; ++i)
+
+/* Atomics for kernel bodies, one spelling on both sides: GCC builtins on the CPU (the emu and
+   host backends' worker threads), CUDA's atomicAdd/atomicMin/atomicMax in a single-source kernel
+   compiled for the GPU (the device prelude defines the same names). Relaxed ordering, as CUDA's;
+   each returns the value before the operation. */
+static inline uint32_t adsm_atomic_add_u32(uint32_t *p, uint32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline uint64_t adsm_atomic_add_u64(uint64_t *p, uint64_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline unsigned long long adsm_atomic_add_ull(unsigned long long *p, unsigned long long v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+static inline int32_t adsm_atomic_add_i32(int32_t *p, int32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline float adsm_atomic_add_f32(float *p, float v) {
+    uint32_t *bits = (uint32_t *)(void *)p, seen = __atomic_load_n(bits, __ATOMIC_RELAXED), next;
+    float old;
+    do {
+        memcpy(&old, &seen, sizeof old);
+        float sum = old + v;
+        memcpy(&next, &sum, sizeof next);
+    } while (!__atomic_compare_exchange_n(bits, &seen, next, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return old;
+}
+#define ADSM__ATOMIC_MINMAX(name, type, better)                                                  \
+    static inline type name(type *p, type v) {                                                   \
+        type seen = __atomic_load_n(p, __ATOMIC_RELAXED);                                        \
+        while ((better) && !__atomic_compare_exchange_n(p, &seen, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) { \
+        }                                                                                        \
+        return seen;                                                                             \
+    }
+ADSM__ATOMIC_MINMAX(adsm_atomic_min_u32, uint32_t, v < seen)
+ADSM__ATOMIC_MINMAX(adsm_atomic_max_u32, uint32_t, v > seen)
+ADSM__ATOMIC_MINMAX(adsm_atomic_min_i32, int32_t, v < seen)
+ADSM__ATOMIC_MINMAX(adsm_atomic_max_i32, int32_t, v > seen)
 
 /* ---- single-source kernels ------------------------------------------------------------------
    ADSM_KERNEL_DEF(name, (params...), g, { body }) declares the kernel as ADSM_KERNEL does and

@@ -1219,7 +1219,19 @@ static const char adsm__cuda_prelude[] =
     "    g.begin = (z * ny + y) * nx + x;\n"
     "    g.end = g.begin + 1;\n"
     "    return g;\n"
-    "}\n";
+    "}\n"
+    /* adsm.h's atomics under the same names */
+    "static __device__ inline uint32_t adsm_atomic_add_u32(uint32_t *p, uint32_t v) { return atomicAdd(p, v); }\n"
+    "static __device__ inline uint64_t adsm_atomic_add_u64(uint64_t *p, uint64_t v) { return atomicAdd(p, v); }\n"
+    "static __device__ inline unsigned long long adsm_atomic_add_ull(unsigned long long *p, unsigned long long v) {\n"
+    "    return atomicAdd(p, v);\n"
+    "}\n"
+    "static __device__ inline int32_t adsm_atomic_add_i32(int32_t *p, int32_t v) { return atomicAdd(p, v); }\n"
+    "static __device__ inline float adsm_atomic_add_f32(float *p, float v) { return atomicAdd(p, v); }\n"
+    "static __device__ inline uint32_t adsm_atomic_min_u32(uint32_t *p, uint32_t v) { return atomicMin(p, v); }\n"
+    "static __device__ inline uint32_t adsm_atomic_max_u32(uint32_t *p, uint32_t v) { return atomicMax(p, v); }\n"
+    "static __device__ inline int32_t adsm_atomic_min_i32(int32_t *p, int32_t v) { return atomicMin(p, v); }\n"
+    "static __device__ inline int32_t adsm_atomic_max_i32(int32_t *p, int32_t v) { return atomicMax(p, v); }\n";
 
 /* The whole CUDA C of a single-source kernel: the prelude, its translation unit's ADSM_SHARED
  * blocks in source order, then the kernel. malloc'ed, or NULL. */

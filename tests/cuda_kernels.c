@@ -91,9 +91,24 @@ ADSM_KERNEL_DEF(good_single, (ADSM_OUT(float, y), ADSM_IN(float, x), ADSM_VALUE(
                         if (i < n) y[i] = clampf_(s, x[i]);
                     }
                 });
+/* single-source control: every adsm_atomic_* the device prelude maps onto CUDA's atomics */
+ADSM_KERNEL_DEF(good_atomics, (ADSM_INOUT(uint32_t, u), ADSM_INOUT(int32_t, s), ADSM_INOUT(float, f),
+                               ADSM_INOUT(uint64_t, w), ADSM_INOUT(unsigned long long, ull)), g, {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        adsm_atomic_add_u32(u, 1u);
+        adsm_atomic_min_u32(u + 1, (uint32_t)i);
+        adsm_atomic_max_u32(u + 2, (uint32_t)i);
+        adsm_atomic_add_i32(s, -1);
+        adsm_atomic_min_i32(s + 1, (int32_t)i);
+        adsm_atomic_max_i32(s + 2, (int32_t)i);
+        adsm_atomic_add_f32(f, 0.5f);
+        adsm_atomic_add_u64(w, 2u);
+        adsm_atomic_add_ull(ull, 3ull);
+    }
+});
 ADSM_KERNEL_DEF(broken_single, (ADSM_OUT(int, y)), g, { ADSM_FOR_EACH_THREAD(g, i) y[i] = puts("host"); });
 #define PROGRAM_KERNELS X(good) X(narrow) X(fewer) X(by_value) X(mangled) X(misnamed) X(broken) \
-    S(good_single) S(broken_single)
+    S(good_single) S(good_atomics) S(broken_single)
 #endif
 
 #ifndef PROGRAM_KERNELS

@@ -587,3 +587,42 @@ Test(kernel, refused_launch_keeps_earlier_writer) {
     cr_assert_eq(c[n - 1], 7);
     adsm_shutdown();
 }
+
+/* adsm_atomic_*: one spelling for kernel bodies on every backend (the GPU side is checked by
+ * cuda_kernels_test); here many worker threads of the emulated device hit the same words. */
+ADSM_KERNEL_DEF(atomics, (ADSM_INOUT(uint32_t, u), ADSM_INOUT(int32_t, s), ADSM_INOUT(float, f),
+                          ADSM_INOUT(unsigned long long, ull), ADSM_VALUE(uint32_t, n)), g, {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) {
+            adsm_atomic_add_u32(&u[0], 1u);
+            adsm_atomic_min_u32(&u[1], (uint32_t)(i + 7));
+            adsm_atomic_max_u32(&u[2], (uint32_t)i);
+            adsm_atomic_add_i32(&s[0], -1);
+            adsm_atomic_min_i32(&s[1], -(int32_t)i);
+            adsm_atomic_max_i32(&s[2], (int32_t)i - 5);
+            adsm_atomic_add_f32(&f[0], 0.5f);
+            adsm_atomic_add_ull(&ull[0], 3ull);
+        }
+    }
+});
+
+Test(kernel, atomics_from_many_threads) {
+    start(ADSM_BACKEND_EMU);
+    const uint32_t n = 100000;
+    uint32_t *u = adsm_alloc(3 * sizeof *u);
+    int32_t *s = adsm_alloc(3 * sizeof *s);
+    float *f = adsm_alloc(sizeof *f);
+    unsigned long long *ull = adsm_alloc(sizeof *ull);
+    u[0] = 0, u[1] = UINT32_MAX, u[2] = 0, s[0] = 0, s[1] = 0, s[2] = INT32_MIN, f[0] = 0.0f, ull[0] = 0;
+    cr_assert_eq(ADSM_CALL(atomics, adsm_grid_1d(n / 250, 250), u, s, f, ull, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(u[0], n);
+    cr_assert_eq(u[1], 7u);
+    cr_assert_eq(u[2], n - 1);
+    cr_assert_eq(s[0], -(int32_t)n);
+    cr_assert_eq(s[1], -(int32_t)(n - 1));
+    cr_assert_eq(s[2], (int32_t)n - 6);
+    cr_assert_eq(f[0], 0.5f * (float)n); /* exact: halves up to 2^24 */
+    cr_assert_eq(ull[0], 3ull * n);
+    adsm_shutdown();
+}

@@ -52,8 +52,8 @@
 #include <unistd.h>
 
 /* ---- kernels (unsigned, not uint32_t: NVRTC has no stdint.h) -------------------------------- */
-/* pat_fill and pat_bump are single-source: on cuda NVRTC compiles each at its first launch (start
- * launches them once on nothing, before any clock). pat_sum keeps its CUDA C twin (atomicAdd). */
+/* All single-source (pat_sum's atomic through adsm_atomic_add_ull): on cuda, start compiles them
+ * with ADSM_PREPARE, before any clock. */
 /* setup: the device writes the object */
 ADSM_KERNEL_DEF(pat_fill, (ADSM_OUT(unsigned, x), ADSM_VALUE(size_t, n), ADSM_VALUE(unsigned, seed)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
@@ -69,21 +69,13 @@ ADSM_KERNEL_DEF(pat_bump, (ADSM_INOUT(unsigned, x), ADSM_VALUE(size_t, n)), g, {
 });
 
 /* seqinit's kernel: reads the object, sums it */
-ADSM_KERNEL(pat_sum, ADSM_OUT(unsigned long long, sum), ADSM_IN(unsigned, x), ADSM_VALUE(size_t, n));
-
-void pat_sum(adsm_grid g, unsigned long long *sum, const unsigned *x, size_t n) {
+ADSM_KERNEL_DEF(pat_sum, (ADSM_OUT(unsigned long long, sum), ADSM_IN(unsigned, x), ADSM_VALUE(size_t, n)), g, {
     unsigned long long s = 0;
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i < n) s += x[i];
     }
-    __atomic_fetch_add(sum, s, __ATOMIC_RELAXED);
-}
-
-static const char pat_sum_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void pat_sum(unsigned long long *sum, const unsigned *x, size_t n) {
-        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-        if (i < n) atomicAdd(sum, (unsigned long long)x[i]);
-    });
+    if (s) adsm_atomic_add_ull(sum, s);
+});
 
 /* ---- configuration -------------------------------------------------------------------------- */
 #define MiB ((size_t)1 << 20)
@@ -248,9 +240,9 @@ static void start(adsm_protocol_kind protocol, size_t block, const char *where) 
     cfg.block_size = block;
     if (!getenv("ADSM_EMU_MEMORY")) cfg.emu_memory = 4 * size;
     if (adsm_init(&cfg) != ADSM_OK) die("adsm_init", where);
-    if (adsm_module_load_source(pat_sum_cuda, NULL) != ADSM_OK) die("adsm_module_load_source", where);
     /* on cuda, compile the single-source kernels here, so that no epoch's time includes it */
-    if (ADSM_PREPARE(pat_fill) != ADSM_OK || ADSM_PREPARE(pat_bump) != ADSM_OK) die("ADSM_PREPARE", where);
+    if (ADSM_PREPARE(pat_fill) != ADSM_OK || ADSM_PREPARE(pat_bump) != ADSM_OK || ADSM_PREPARE(pat_sum) != ADSM_OK)
+        die("ADSM_PREPARE", where);
     snprintf(backend, sizeof backend, "%s", adsm_backend_name());
     if (block && adsm_block_size() != block) {
         fprintf(stderr, "patterns: asked for block size %zu, runtime uses %zu\n", block, adsm_block_size());

@@ -67,8 +67,8 @@
 #define PATTERN(i, seed) ((unsigned)(i) ^ (seed))
 
 /* upload: one thread reads one element, so the call moves the data and does nothing else.
- * touch and fill are single-source: on cuda NVRTC compiles each at its first launch, which is in
- * the untimed warm-up run of each point; verify keeps its CUDA C twin (atomicAdd). */
+ * The kernels are single-source (verify's atomic through adsm_atomic_add_ull): on cuda NVRTC
+ * compiles each at its first launch, which is in the untimed warm-up run of each point. */
 ADSM_KERNEL_DEF(touch, (ADSM_OUT(unsigned, probe), ADSM_IN(unsigned, a), ADSM_VALUE(size_t, idx)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i == 0) probe[0] = a[idx];
@@ -76,22 +76,14 @@ ADSM_KERNEL_DEF(touch, (ADSM_OUT(unsigned, probe), ADSM_IN(unsigned, a), ADSM_VA
 });
 
 /* upload check (untimed): counts the elements that differ from the pattern */
-ADSM_KERNEL(verify, ADSM_OUT(unsigned long long, bad), ADSM_IN(unsigned, a), ADSM_VALUE(size_t, n),
-            ADSM_VALUE(unsigned, seed));
-
-void verify(adsm_grid g, unsigned long long *bad, const unsigned *a, size_t n, unsigned seed) {
+ADSM_KERNEL_DEF(verify, (ADSM_OUT(unsigned long long, bad), ADSM_IN(unsigned, a), ADSM_VALUE(size_t, n),
+                         ADSM_VALUE(unsigned, seed)), g, {
     unsigned long long count = 0;
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i < n && a[i] != PATTERN(i, seed)) count++;
     }
-    if (count) __atomic_fetch_add(bad, count, __ATOMIC_RELAXED);
-}
-
-static const char verify_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void verify(unsigned long long *bad, const unsigned *a, size_t n, unsigned seed) {
-        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-        if (i < n && a[i] != ((unsigned)i ^ seed)) atomicAdd(bad, 1ULL);
-    });
+    if (count) adsm_atomic_add_ull(bad, count);
+});
 
 /* download: the device writes the whole object */
 ADSM_KERNEL_DEF(fill, (ADSM_OUT(unsigned, a), ADSM_VALUE(size_t, n), ADSM_VALUE(unsigned, seed)), g, {
@@ -232,7 +224,6 @@ static void start(size_t staging, adsm_protocol_kind protocol, size_t block, con
     cfg.cuda_staging = staging;
     if (!getenv("ADSM_EMU_MEMORY")) cfg.emu_memory = (size_t)2 << 30;
     if (adsm_init(&cfg) != ADSM_OK) die("adsm_init", where);
-    if (adsm_module_load_source(verify_cuda, NULL) != ADSM_OK) die("adsm_module_load_source(verify)", where);
     snprintf(backend, sizeof backend, "%s", adsm_backend_name());
     moves = strcmp(backend, "host") != 0;
     if (block && adsm_block_size() != block) {

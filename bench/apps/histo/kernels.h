@@ -8,8 +8,8 @@
  * after the last iteration. Parboil's sub-histograms and overflow buffers are folded into one array
  * of 32-bit counters.
  *
- * Shared by explicit.c and adsm.c: the kernels (single-source, but CUDA C twins for the atomic
- * ones), the sizes, the input generator, the reference and the check. Input: image.bin (width x
+ * Shared by explicit.c and adsm.c: the kernels (single-source, atomics through adsm_atomic_*),
+ * the sizes, the input generator, the reference and the check. Input: image.bin (width x
  * height uint32 bin indices). Reference: histo.ref (histo_width x histo_height bytes). Tolerance:
  * none; Parboil's compare-output for histo compares the two files byte for byte (cmp). */
 #ifndef BENCH_APPS_HISTO_KERNELS_H
@@ -17,11 +17,9 @@
 
 #include "bench/apps/common.h"
 
-ADSM_KERNEL(histo_prescan, ADSM_INOUT(uint32_t, ranges), ADSM_IN(uint32_t, image), ADSM_VALUE(uint32_t, n));
-
 /* Each thread folds the pixels i, i + threads, ... into its own minimum and maximum, then merges
  * them into ranges[0] (minimum) and ranges[1] (maximum) atomically. */
-void histo_prescan(adsm_grid g, uint32_t *ranges, const uint32_t *image, uint32_t n) {
+ADSM_KERNEL_DEF(histo_prescan, (ADSM_INOUT(uint32_t, ranges), ADSM_IN(uint32_t, image), ADSM_VALUE(uint32_t, n)), g, {
     const size_t threads = (size_t)g.grid.x * g.block.x;
     ADSM_FOR_EACH_THREAD(g, i) {
         uint32_t lo = UINT32_MAX, hi = 0;
@@ -29,27 +27,10 @@ void histo_prescan(adsm_grid g, uint32_t *ranges, const uint32_t *image, uint32_
             lo = image[j] < lo ? image[j] : lo;
             hi = image[j] > hi ? image[j] : hi;
         }
-        uint32_t cur = __atomic_load_n(&ranges[0], __ATOMIC_RELAXED);
-        while (lo < cur && !__atomic_compare_exchange_n(&ranges[0], &cur, lo, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-        }
-        cur = __atomic_load_n(&ranges[1], __ATOMIC_RELAXED);
-        while (hi > cur && !__atomic_compare_exchange_n(&ranges[1], &cur, hi, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-        }
+        adsm_atomic_min_u32(&ranges[0], lo);
+        adsm_atomic_max_u32(&ranges[1], hi);
     }
-}
-
-static const char histo_prescan_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void histo_prescan(unsigned int *ranges, const unsigned int *image, unsigned int n) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        size_t threads = (size_t)gridDim.x * blockDim.x;
-        unsigned int lo = 0xffffffffu, hi = 0;
-        for (size_t j = i; j < n; j += threads) {
-            lo = min(lo, image[j]);
-            hi = max(hi, image[j]);
-        }
-        atomicMin(&ranges[0], lo);
-        atomicMax(&ranges[1], hi);
-    });
+});
 
 /* Each pixel's offset from the start of the range. */
 ADSM_KERNEL_DEF(histo_intermediates, (ADSM_OUT(uint32_t, mappings), ADSM_IN(uint32_t, image), ADSM_VALUE(uint32_t, n),
@@ -59,22 +40,13 @@ ADSM_KERNEL_DEF(histo_intermediates, (ADSM_OUT(uint32_t, mappings), ADSM_IN(uint
     }
 });
 
-ADSM_KERNEL(histo_main, ADSM_INOUT(uint32_t, counts), ADSM_IN(uint32_t, mappings), ADSM_VALUE(uint32_t, n),
-            ADSM_VALUE(uint32_t, lo), ADSM_VALUE(uint32_t, hi));
-
 /* Counts each pixel in its bin, lo + its offset (offsets past the range are dropped). */
-void histo_main(adsm_grid g, uint32_t *counts, const uint32_t *mappings, uint32_t n, uint32_t lo, uint32_t hi) {
+ADSM_KERNEL_DEF(histo_main, (ADSM_INOUT(uint32_t, counts), ADSM_IN(uint32_t, mappings), ADSM_VALUE(uint32_t, n),
+                             ADSM_VALUE(uint32_t, lo), ADSM_VALUE(uint32_t, hi)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
-        if (i < n && mappings[i] <= hi - lo) __atomic_fetch_add(&counts[lo + mappings[i]], 1u, __ATOMIC_RELAXED);
+        if (i < n && mappings[i] <= hi - lo) adsm_atomic_add_u32(&counts[lo + mappings[i]], 1u);
     }
-}
-
-static const char histo_main_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void histo_main(unsigned int *counts, const unsigned int *mappings, unsigned int n,
-                                          unsigned int lo, unsigned int hi) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i < n && mappings[i] <= hi - lo) atomicAdd(&counts[lo + mappings[i]], 1u);
-    });
+});
 
 /* The 8-bit saturating histogram. */
 ADSM_KERNEL_DEF(histo_final, (ADSM_OUT(uint8_t, histo), ADSM_IN(uint32_t, counts), ADSM_VALUE(uint32_t, bins)), g, {
@@ -83,15 +55,10 @@ ADSM_KERNEL_DEF(histo_final, (ADSM_OUT(uint8_t, histo), ADSM_IN(uint32_t, counts
     }
 });
 
-/* histo_prescan and histo_main keep CUDA C twins (atomicMin/Max/Add), loaded here on cuda; the
- * single-source histo_intermediates and histo_final are compiled here too (ADSM_PREPARE), not
- * inside the first timed call. */
+/* Compiles the single-source kernels now on cuda (NVRTC), not inside the first timed call. */
 static inline void histo_load_kernels(void) {
-    if (ADSM_PREPARE(histo_intermediates) != ADSM_OK || ADSM_PREPARE(histo_final) != ADSM_OK)
-        app_die(adsm_last_error());
-    if (strcmp(adsm_backend_name(), "cuda") != 0) return;
-    if (adsm_module_load_source(histo_prescan_cuda, NULL) != ADSM_OK ||
-        adsm_module_load_source(histo_main_cuda, NULL) != ADSM_OK)
+    if (ADSM_PREPARE(histo_prescan) != ADSM_OK || ADSM_PREPARE(histo_intermediates) != ADSM_OK ||
+        ADSM_PREPARE(histo_main) != ADSM_OK || ADSM_PREPARE(histo_final) != ADSM_OK)
         app_die(adsm_last_error());
 }
 

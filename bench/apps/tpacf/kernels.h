@@ -25,10 +25,8 @@
 /* Pairs (i, j) of point i of set a and point j of set b (j > i when a == b), binned by the cosine
  * of their angle: bin k holds binb[k] > cos >= binb[k + 1]. Sets lie in pts as x[nall], y[nall],
  * z[nall], each set n points; the counts are added to hist[0..TPACF_BINS). */
-ADSM_KERNEL(tpacf_hist, ADSM_INOUT(unsigned, hist), ADSM_IN(float, pts), ADSM_IN(float, binb), ADSM_VALUE(int, n),
-            ADSM_VALUE(int, nall), ADSM_VALUE(int, a), ADSM_VALUE(int, b));
-
-void tpacf_hist(adsm_grid g, unsigned *hist, const float *pts, const float *binb, int n, int nall, int a, int b) {
+ADSM_KERNEL_DEF(tpacf_hist, (ADSM_INOUT(unsigned, hist), ADSM_IN(float, pts), ADSM_IN(float, binb), ADSM_VALUE(int, n),
+                             ADSM_VALUE(int, nall), ADSM_VALUE(int, a), ADSM_VALUE(int, b)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i >= (size_t)n) continue;
         const float *x = pts + (size_t)b * n, *y = x + nall, *z = y + nall;
@@ -49,39 +47,13 @@ void tpacf_hist(adsm_grid g, unsigned *hist, const float *pts, const float *binb
             counts[lo]++;
         }
         for (int k = 0; k < TPACF_BINS; k++)
-            if (counts[k]) __atomic_fetch_add(&hist[k], counts[k], __ATOMIC_RELAXED);
+            if (counts[k]) adsm_atomic_add_u32(&hist[k], counts[k]);
     }
-}
+});
 
-static const char tpacf_hist_cuda[] = ADSM_CUDA_SOURCE(
-    extern "C" __global__ void tpacf_hist(unsigned *hist, const float *pts, const float *binb, int n, int nall, int a,
-                                          int b) {
-        size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        if (i >= (size_t)n) return;
-        const float *x = pts + (size_t)b * n, *y = x + nall, *z = y + nall;
-        float xi = pts[(size_t)a * n + i], yi = pts[(size_t)nall + (size_t)a * n + i];
-        float zi = pts[2 * (size_t)nall + (size_t)a * n + i];
-        unsigned counts[20] = {0};
-        for (int j = a == b ? (int)i + 1 : 0; j < n; j++) {
-            float c = xi * x[j] + yi * y[j] + zi * z[j];
-            if (c >= binb[0] || c < binb[20]) continue;
-            int lo = 0, hi = 20;
-            while (hi - lo > 1) {
-                int mid = (lo + hi) / 2;
-                if (c >= binb[mid])
-                    hi = mid;
-                else
-                    lo = mid;
-            }
-            counts[lo]++;
-        }
-        for (int k = 0; k < 20; k++)
-            if (counts[k]) atomicAdd(&hist[k], counts[k]);
-    });
-
+/* Compiles the single-source kernel now on cuda (NVRTC), not inside the first timed call. */
 static inline void tpacf_load_kernels(void) {
-    if (strcmp(adsm_backend_name(), "cuda") == 0 && adsm_module_load_source(tpacf_hist_cuda, NULL) != ADSM_OK)
-        app_die(adsm_last_error());
+    if (ADSM_PREPARE(tpacf_hist) != ADSM_OK) app_die(adsm_last_error());
 }
 
 typedef struct tpacf_size {
