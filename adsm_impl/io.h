@@ -345,9 +345,12 @@ typedef struct adsm__bounce {
     int pooled;
 } adsm__bounce;
 
+/* Bytes of a pooled bounce buffer: one piece, and a page to shift it to the program's offset. */
+ADSM__PRIVATE size_t adsm__bounce_pooled_size(const adsm__runtime *rt) { return adsm__io_piece(rt) + rt->page; }
+
 ADSM__PRIVATE int adsm__bounce_take(adsm__runtime *rt, size_t need, adsm__bounce *b) {
     b->pooled = need <= adsm__io_piece(rt);
-    b->size = b->pooled ? adsm__io_piece(rt) + rt->page : ADSM__ALIGN_UP(need, rt->page) + rt->page;
+    b->size = b->pooled ? adsm__bounce_pooled_size(rt) : ADSM__ALIGN_UP(need, rt->page) + rt->page;
     b->base = NULL;
     if (b->pooled) {
         adsm__lock(&rt->lock);
@@ -373,7 +376,7 @@ ADSM__PRIVATE void adsm__bounce_give(adsm__runtime *rt, adsm__bounce *b) {
 
 /* At shutdown: every idle bounce buffer goes. */
 ADSM__PRIVATE void adsm__bounce_release_all(adsm__runtime *rt) {
-    for (ptrdiff_t i = 0; i < stbds_arrlen(rt->io_bounce); i++) munmap(rt->io_bounce[i], adsm__io_piece(rt) + rt->page);
+    for (ptrdiff_t i = 0; i < stbds_arrlen(rt->io_bounce); i++) munmap(rt->io_bounce[i], adsm__bounce_pooled_size(rt));
     stbds_arrfree(rt->io_bounce);
 }
 

@@ -65,7 +65,6 @@ typedef struct adsm__runtime {
                                           the life of the process (a new adsm_init does not compile
                                           them again); under lock */
     void **io_bounce;    /* stb_ds array: idle I/O bounce buffers, reused (io.h); under lock */
-    size_t io_bounce_size; /* bytes of each, a page more than an I/O piece */
     struct sigaction prev_segv;
     int handler_installed;
 } adsm__runtime;
