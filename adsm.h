@@ -742,6 +742,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/config.h"
 #include "adsm_impl/object.h"
 #include "adsm_impl/copy.h"
+#include "adsm_impl/copy_queue.h"
 #include "adsm_impl/trace.h"
 #include "adsm_impl/runtime.h"
 #include "adsm_impl/reservation.h"

@@ -10,10 +10,11 @@
  * copy of one chunk overlaps the DMA of the next.
  *
  * Contexts: to_device/from_device/drain/wait run in the SIGSEGV handler (from_device with the
- * runtime lock let go, see protocol.h), so they only queue commands and wait on futexes. Every driver call that moves data or launches
- * is made by the engine thread, in queue order, which also keeps the streams ordered with events
- * (copies after the kernels queued before them, kernels after the copies queued before them).
- * The completion thread waits for kernel events and publishes finished launches. Neither thread
+ * runtime lock let go, see protocol.h), so they only queue commands and wait on futexes. Every
+ * driver call that moves data, maps memory or launches is made by the engine thread, the worker
+ * of a copy_queue.h queue, in queue order; it also keeps the streams ordered with events (copies
+ * after the kernels queued before them, kernels after the copies queued before them). The
+ * completion thread waits for kernel events and publishes finished launches. Neither thread
  * ever takes the runtime lock. Initialisation, shutdown, module loading and kernel lookup run in
  * normal thread context. */
 #ifndef ADSM__BACKEND_CUDA_INCLUDED
@@ -39,12 +40,12 @@ typedef struct adsm__nvrtc_api {
 } adsm__nvrtc_api;
 
 enum { ADSM__CMD_H2D = 1, ADSM__CMD_D2H, ADSM__CMD_D2D, ADSM__CMD_MEMSET, ADSM__CMD_LAUNCH, ADSM__CMD_MAP,
-       ADSM__CMD_UNMAP, ADSM__CMD_REGISTER, ADSM__CMD_UNREGISTER, ADSM__CMD_QUIT };
+       ADSM__CMD_UNMAP, ADSM__CMD_UNREGISTER };
 
+/* One engine command, a slot of the engine's queue. Its result (0, 1: refused, -1: failed) goes
+ * to the pusher's own variable (copy_queue.h), not here. */
 typedef struct adsm__cuda_cmd {
-    int type, status, value;
-    int *result; /* where the engine writes status before it retires the command (the waiter's
-                    own variable: the ring slot may be reused as soon as it is retired) */
+    int type, status, value; /* status: set to 1 by a refusal that is not a device error */
     uintptr_t dst, src; /* device addresses are adsm's (before translation) */
     size_t n;
     uint64_t seq;
@@ -115,13 +116,9 @@ typedef struct adsm__cuda {
     size_t stage_size;
     int pinned, h2d_next;
 
-    /* engine queue: producers take push_lock (faults fetch outside the runtime lock); one
-     * consumer, the engine thread */
-    adsm__lock_t push_lock;
-    adsm__cuda_cmd *ring;
-    int ring_tail, ring_done;
-    pthread_t engine, completion;
-    int engine_started, completion_started;
+    adsm__queue queue; /* engine commands, run in order by the engine thread (copy_queue.h) */
+    pthread_t completion;
+    int completion_started;
 
     /* launches: the engine records kernel events, the completion thread waits for them */
     adsm__cu_event kev[ADSM__CUDA_EVENTS];
@@ -648,9 +645,6 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         if (r == 0) r = adsm__cuda_stream_wait(c, c->kstream);
         if (r == 0) adsm__cuda_unmap(c, cmd->dst, cmd->n);
         break;
-    case ADSM__CMD_REGISTER: /* a refusal is not an error: copies of the range stay staged */
-        cmd->status = c->cu.cuMemHostRegister((void *)cmd->dst, cmd->n, 0) == 0 ? 0 : 1;
-        return cmd->status == 0 ? 0 : -1;
     case ADSM__CMD_UNREGISTER:
         /* copies in flight may still read or write the pages */
         r = adsm__cuda_stream_wait(c, c->h2d);
@@ -699,65 +693,27 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     return -1;
 }
 
-ADSM__PRIVATE void *adsm__cuda_engine_main(void *arg) {
-    adsm__cuda *c = (adsm__cuda *)arg;
-    adsm__tls_passthrough = 1; /* reads shared memory: never through interposed memcpy */
-    adsm__tls_copy_thread = 1;
+/* Engine thread: one command in queue order; its result for the pusher (0, 1 refused, -1). On a
+ * lost device only unmaps still run (a free releases its granules whatever the device did). */
+ADSM__PRIVATE int adsm__cuda_engine_step(void *ctx, void *slot) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    adsm__cuda_cmd *cmd = (adsm__cuda_cmd *)slot;
+    if (ADSM__LOAD(&c->lost) && cmd->type != ADSM__CMD_UNMAP) return -1;
+    return adsm__cuda_execute(c, cmd) == 0 ? 0 : (cmd->status == 1 ? 1 : -1);
+}
+
+ADSM__PRIVATE void adsm__cuda_engine_begin(void *ctx) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
     adsm__trace_on(&c->rt->trace, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "cuda engine", 0);
     c->cu.cuCtxSetCurrent(c->ctx);
-    for (;;) {
-        int tail = ADSM__LOAD(&c->ring_tail), done = ADSM__LOAD(&c->ring_done);
-        if (tail == done) {
-            adsm__futex_wait(&c->ring_tail, tail);
-            continue;
-        }
-        adsm__cuda_cmd *cmd = &c->ring[(unsigned)done % ADSM__CUDA_RING];
-        int quit = cmd->type == ADSM__CMD_QUIT;
-        if (quit) cmd->status = 0;
-        else if (ADSM__LOAD(&c->lost) && cmd->type != ADSM__CMD_UNMAP) cmd->status = -1;
-        else cmd->status = adsm__cuda_execute(c, cmd) == 0 ? 0 : (cmd->status == 1 ? 1 : -1);
-        if (cmd->result) ADSM__STORE(cmd->result, cmd->status);
-        ADSM__STORE(&c->ring_done, done + 1);
-        adsm__futex_wake_all(&c->ring_done);
-        if (quit) return NULL;
-    }
 }
 
-/* Signal-safe. Queues a command and returns its ticket; `result`, if not NULL, receives its
- * status when it ran. Producers are the runtime lock's holder and faults copying outside it. */
-ADSM__PRIVATE int adsm__cuda_push(adsm__cuda *c, const adsm__cuda_cmd *cmd, size_t bytes, int *result) {
-    adsm__lock(&c->push_lock);
-    int tail = ADSM__LOAD(&c->ring_tail);
-    for (;;) {
-        int done = ADSM__LOAD(&c->ring_done);
-        if ((unsigned)tail - (unsigned)done < ADSM__CUDA_RING) break;
-        adsm__futex_wait(&c->ring_done, done);
-    }
-    adsm__cuda_cmd *slot = &c->ring[(unsigned)tail % ADSM__CUDA_RING];
-    memcpy(slot, cmd, bytes);
-    slot->result = result;
-    ADSM__STORE(&c->ring_tail, tail + 1);
-    adsm__unlock(&c->push_lock);
-    adsm__futex_wake_all(&c->ring_tail);
-    return tail;
-}
-
-/* Signal-safe: waits until the command with this ticket ran. */
-ADSM__PRIVATE void adsm__cuda_await(adsm__cuda *c, int ticket) {
-    for (;;) {
-        int done = ADSM__LOAD(&c->ring_done);
-        if ((int)((unsigned)done - (unsigned)ticket) > 0) return;
-        adsm__futex_wait(&c->ring_done, done);
-    }
-}
-
-/* Queues a command; with wait, returns its status once it ran. */
+/* Signal-safe. Queues a command (without its argument block); with wait, returns its result
+ * once it ran. Producers are the runtime lock's holder and faults copying outside it. */
 ADSM__PRIVATE int adsm__cuda_run(adsm__cuda *c, const adsm__cuda_cmd *cmd, int wait) {
-    int status = 0;
-    int ticket = adsm__cuda_push(c, cmd, offsetof(adsm__cuda_cmd, args), wait ? &status : NULL);
-    if (!wait) return 0;
-    adsm__cuda_await(c, ticket);
-    return ADSM__LOAD(&status);
+    if (wait) return adsm__queue_call(&c->queue, cmd, offsetof(adsm__cuda_cmd, args));
+    adsm__queue_push(&c->queue, cmd, offsetof(adsm__cuda_cmd, args), NULL);
+    return 0;
 }
 
 ADSM__PRIVATE adsm__cuda_cmd adsm__cuda_range_cmd(int type, uintptr_t dst, uintptr_t src, size_t n) {
@@ -831,9 +787,9 @@ ADSM__PRIVATE void adsm__cuda_dev_free(void *ctx, uintptr_t dev, size_t span) {
     adsm__cuda_run(c, &cmd, 1);
 }
 
-/* Normal context. Page-locks a shared object's host pages (an engine command: the engine makes
- * every driver call that concerns memory). Under shared addresses the driver refuses (the range
- * is device address space already); after the first refusal adsm stops asking and says so. */
+/* Normal context, runtime lock not held (object_life.h). Page-locks a shared object's host pages
+ * (or adsm_host_alloc memory). Under shared addresses the driver refuses (the range is device
+ * address space already); after the first refusal adsm stops asking and says so. */
 ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     int object = !adsm__outside_reservation(c->rt, host, n); /* else adsm_host_alloc memory */
@@ -841,8 +797,16 @@ ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
         ADSM__LOAD(&c->lost))
         return 0;
     adsm__tree_node *node = (adsm__tree_node *)calloc(1, sizeof *node);
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_REGISTER, host, 0, n);
-    if (!node || adsm__cuda_run(c, &cmd, 1) != 0) {
+    /* made here, not on the engine: pinning a large object takes long, and the engine's copies
+     * for other objects need not wait for it (the driver is thread-safe; no copy uses the range
+     * before the object exists) */
+    int refused = 1;
+    if (node) {
+        adsm__cu_context prev = adsm__cuda_enter(c);
+        refused = c->cu.cuMemHostRegister((void *)host, n, 0) != 0;
+        adsm__cuda_leave(c, prev);
+    }
+    if (refused) {
         free(node);
         if (object && !c->lock_refused)
             adsm__log(ADSM_LOG_INFO, "cuda: the driver refused to page-lock shared memory (%s addresses); copies "
@@ -889,10 +853,7 @@ ADSM__PRIVATE int adsm__cuda_from_device(void *ctx, uintptr_t host, uintptr_t de
 }
 
 /* Signal-safe: every queued command has been taken by the engine (uploads are staged). */
-ADSM__PRIVATE void adsm__cuda_drain(void *ctx) {
-    adsm__cuda *c = (adsm__cuda *)ctx;
-    adsm__wait_done(&c->ring_done, ADSM__LOAD(&c->ring_tail));
-}
+ADSM__PRIVATE void adsm__cuda_drain(void *ctx) { adsm__queue_drain(&((adsm__cuda *)ctx)->queue); }
 
 ADSM__PRIVATE int adsm__cuda_wait(void *ctx, uint64_t seq) {
     adsm__cuda *c = (adsm__cuda *)ctx;
@@ -1008,7 +969,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
         memcpy(cmd->args + k->params[i].offset, &p, sizeof p);
         ADSM__ADD(&c->rt->stats.translated_args, 1);
     }
-    adsm__cuda_push(c, cmd, offsetof(adsm__cuda_cmd, args) + k->args_size, NULL);
+    adsm__queue_push(&c->queue, cmd, offsetof(adsm__cuda_cmd, args) + k->args_size, NULL);
     free(cmd);
     return ADSM_OK;
 }
@@ -1382,11 +1343,7 @@ ADSM__PRIVATE void adsm__cuda_unlock_all(adsm__cuda *c) {
 ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     ADSM__STORE(&c->quitting, 1);
-    if (c->engine_started) {
-        adsm__cuda_cmd quit = adsm__cuda_range_cmd(ADSM__CMD_QUIT, 0, 0, 0);
-        adsm__cuda_run(c, &quit, 1);
-        pthread_join(c->engine, NULL);
-    }
+    adsm__queue_stop(&c->queue); /* runs the commands still queued first */
     if (c->completion_started) {
         ADSM__ADD(&c->issued_gen, 1);
         adsm__futex_wake_all(&c->issued_gen);
@@ -1434,7 +1391,6 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     free(c->granule_refs);
     free(c->granule_run);
     free(c->granule_handles);
-    free(c->ring);
     adsm__device_error_destroy(&c->errors);
     pthread_mutex_destroy(&c->module_mutex);
     free(c);
@@ -1470,15 +1426,15 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     c->granule_refs = (uint32_t *)calloc(c->half / c->granule, sizeof *c->granule_refs);
     c->granule_run = (uint32_t *)calloc(c->half / c->granule, sizeof *c->granule_run);
     c->granule_handles = (adsm__cu_mem_handle *)calloc(c->half / c->granule, sizeof *c->granule_handles);
-    c->ring = (adsm__cuda_cmd *)calloc(ADSM__CUDA_RING, sizeof *c->ring);
-    if (!c->granule_refs || !c->granule_run || !c->granule_handles || !c->ring) {
+    if (!c->granule_refs || !c->granule_run || !c->granule_handles) {
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
         goto fail;
     }
     if ((r = adsm__cuda_streams(c)) != ADSM_OK || (r = adsm__cuda_staging(c)) != ADSM_OK) goto fail;
-    c->engine_started = pthread_create(&c->engine, NULL, adsm__cuda_engine_main, c) == 0;
+    adsm__queue_start(&c->queue, sizeof(adsm__cuda_cmd), ADSM__CUDA_RING, adsm__cuda_engine_step,
+                      adsm__cuda_engine_begin, c);
     c->completion_started = pthread_create(&c->completion, NULL, adsm__cuda_completion_main, c) == 0;
-    if (!c->engine_started || !c->completion_started) {
+    if (!c->queue.started || !c->completion_started) {
         r = adsm__fail(ADSM_ERROR_SYSTEM, "cuda backend: cannot start its threads");
         goto fail;
     }

@@ -5,20 +5,21 @@
  * sides; the parent reaches it only through a second mapping, the DMA window. Host and device
  * memory are really separate: a missing copy is a wrong answer, as on a GPU.
  *
- * Contexts: to_device/from_device/drain/wait are called from the SIGSEGV handler under the
- * runtime lock, so they use only memcpy, atomics and futexes. The DMA thread (async
- * copies) and the completion thread (launch results) never take the runtime lock. Everything
- * else runs in normal thread context under the runtime lock. The device process runs kernels on a
- * worker pool; each chunk runs under sigsetjmp so a crashing kernel, or one that writes memory it
- * may only read (device memory is read-only outside the kernel's OUT/INOUT objects), fails its
- * launch instead of the program. */
+ * Contexts: to_device/from_device/drain/wait are called from the SIGSEGV handler, so they use
+ * only memcpy, atomics and futexes. The DMA thread is the worker of a copy_queue.h queue: it
+ * runs asynchronous copies, and launches behind the copies queued before them (a stream's
+ * order), in queue order. It and the completion thread (launch results, read from the device
+ * process's socket) never take the runtime lock. Everything else runs in normal thread context
+ * under the runtime lock. The device process runs kernels on a worker pool; each chunk runs under
+ * sigsetjmp so a crashing kernel, or one that writes memory it may only read (device memory is
+ * read-only outside the kernel's OUT/INOUT objects), fails its launch instead of the program. */
 #ifndef ADSM__BACKEND_EMU_INCLUDED
 #define ADSM__BACKEND_EMU_INCLUDED
 
 #include <setjmp.h>
 #include <stdio_ext.h>
 
-#define ADSM__DMA_RING 1024
+#define ADSM__DMA_RING 1024 /* queued DMA jobs */
 #define ADSM__EMU_MAX_ARGS 4096
 
 enum { ADSM__EMU_ALLOC = 1, ADSM__EMU_FREE, ADSM__EMU_LAUNCH, ADSM__EMU_QUIT, ADSM__EMU_DONE, ADSM__EMU_READY };
@@ -59,12 +60,10 @@ typedef struct adsm__emu {
     int sock;
     pid_t child;
     unsigned workers;
-    pthread_t dma_thread, completion_thread;
-    int dma_started, completion_started;
-
-    /* single-producer (runtime lock holder) / single-consumer (DMA thread) ring */
-    adsm__dma_job ring[ADSM__DMA_RING];
-    int ring_tail, ring_done, dma_quit;
+    pthread_t completion_thread;
+    int completion_started;
+    adsm__queue queue; /* DMA jobs, run by the DMA thread (copy_queue.h); not started: copies are
+                          synchronous and launches go straight to the device process */
 
     /* launch completion, published by the completion thread */
     uint64_t completed_seq;
@@ -299,48 +298,27 @@ ADSM__PRIVATE void adsm__emu_send_launch(adsm__emu *e, adsm__emu_msg *m) {
     free(m);
 }
 
-ADSM__PRIVATE void *adsm__emu_dma_main(void *arg) {
-    adsm__emu *e = (adsm__emu *)arg;
-    adsm__tls_passthrough = 1; /* its copies read shared memory: never through interposed memcpy */
-    adsm__tls_copy_thread = 1;
-    adsm__trace_on(&e->rt->trace, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "emu copy engine", 0);
-    for (;;) {
-        int tail = ADSM__LOAD(&e->ring_tail), done = ADSM__LOAD(&e->ring_done);
-        if (tail == done) {
-            if (ADSM__LOAD(&e->dma_quit)) return NULL;
-            adsm__futex_wait(&e->ring_tail, tail);
-            continue;
-        }
-        adsm__dma_job job = e->ring[(unsigned)done % ADSM__DMA_RING];
-        if (job.launch) adsm__emu_send_launch(e, job.launch);
-        else adsm__emu_copy_job(e, &job);
-        ADSM__STORE(&e->ring_done, done + 1);
-        adsm__futex_wake_all(&e->ring_done);
-    }
-}
-
-ADSM__PRIVATE void adsm__emu_drain(void *ctx) {
+/* DMA thread: one job in queue order. */
+ADSM__PRIVATE int adsm__emu_dma_job_run(void *ctx, void *slot) {
     adsm__emu *e = (adsm__emu *)ctx;
-    adsm__wait_done(&e->ring_done, ADSM__LOAD(&e->ring_tail));
+    adsm__dma_job *job = (adsm__dma_job *)slot;
+    if (job->launch) adsm__emu_send_launch(e, job->launch);
+    else adsm__emu_copy_job(e, job);
+    return 0;
 }
 
-/* Signal-safe. Queues a job; the caller holds the runtime lock, so it is the only producer. */
-ADSM__PRIVATE void adsm__emu_push(adsm__emu *e, const adsm__dma_job *job) {
-    int tail = ADSM__LOAD(&e->ring_tail);
-    for (;;) { /* ring full: wait for the DMA thread, which never needs the runtime lock */
-        int done = ADSM__LOAD(&e->ring_done);
-        if ((unsigned)tail - (unsigned)done < ADSM__DMA_RING) break;
-        adsm__futex_wait(&e->ring_done, done);
-    }
-    e->ring[(unsigned)tail % ADSM__DMA_RING] = *job;
-    ADSM__STORE(&e->ring_tail, tail + 1);
-    adsm__futex_wake_all(&e->ring_tail);
+ADSM__PRIVATE void adsm__emu_dma_begin(void *ctx) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    adsm__trace_on(&e->rt->trace, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "emu copy engine", 0);
 }
+
+/* Signal-safe: every queued job ran (copies landed, launches sent). */
+ADSM__PRIVATE void adsm__emu_drain(void *ctx) { adsm__queue_drain(&((adsm__emu *)ctx)->queue); }
 
 ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
     adsm__emu *e = (adsm__emu *)ctx;
     if (dev < e->base || dev - e->base + n > e->half) return -1;
-    if (!async || !e->dma_started) {
+    if (!async || !e->queue.started) {
         adsm__emu_drain(ctx); /* keep copies to the same block in order */
         adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq)); /* a running kernel may read it */
         adsm__emu_back(e, dev, n);
@@ -350,7 +328,7 @@ ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, 
         return 0;
     }
     adsm__dma_job job = {dev, host, n, ADSM__LOAD(&e->rt->launch_seq), NULL};
-    adsm__emu_push(e, &job);
+    adsm__queue_push(&e->queue, &job, sizeof job, NULL);
     return 0;
 }
 
@@ -497,9 +475,9 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
         free(m);
         return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
     }
-    if (e->dma_started) { /* behind the copies queued before it (release queues its flushes) */
+    if (e->queue.started) { /* behind the copies queued before it (release queues its flushes) */
         adsm__dma_job job = {0, 0, 0, 0, m};
-        adsm__emu_push(e, &job);
+        adsm__queue_push(&e->queue, &job, sizeof job, NULL);
         return ADSM_OK;
     }
     adsm_result r = adsm__emu_send(e, m, offsetof(adsm__emu_msg, args) + l->kernel->args_size);
@@ -511,13 +489,7 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
 ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
     ADSM__STORE(&e->quitting, 1);
-    if (e->dma_started) {
-        adsm__emu_drain(e);
-        ADSM__STORE(&e->dma_quit, 1);
-        ADSM__ADD(&e->ring_tail, 0);
-        adsm__futex_wake_all(&e->ring_tail);
-        pthread_join(e->dma_thread, NULL);
-    }
+    adsm__queue_stop(&e->queue); /* runs the jobs still queued first */
     if (e->sock >= 0) shutdown(e->sock, SHUT_RDWR);
     if (e->completion_started) pthread_join(e->completion_thread, NULL);
     if (e->child > 0) {
@@ -589,7 +561,8 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
         adsm__emu_shutdown(e);
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: the device process failed to start");
     }
-    e->dma_started = pthread_create(&e->dma_thread, NULL, adsm__emu_dma_main, e) == 0;
+    adsm__queue_start(&e->queue, sizeof(adsm__dma_job), ADSM__DMA_RING, adsm__emu_dma_job_run, adsm__emu_dma_begin,
+                      e);
     e->completion_started = pthread_create(&e->completion_thread, NULL, adsm__emu_completion_main, e) == 0;
     if (!e->completion_started) {
         adsm__emu_shutdown(e);

@@ -1,6 +1,6 @@
 /* adsm_impl/copy.h -- the copy machinery the device backends share: bringing device data into
- * protected host pages with one CPU copy and no half-filled block ever visible, and the waits on
- * copy queues and launch completion.
+ * protected host pages with one CPU copy and no half-filled block ever visible, and the wait on
+ * launch completion. The queue that orders a backend's copies and launches is copy_queue.h.
  *
  * Bringing data home (adsm__copy_home): a backend only ever copies into plain writable memory.
  * Pages the program may not see yet (an Invalid block is PROT_NONE) are filled in a private
@@ -197,17 +197,7 @@ ADSM__PRIVATE int adsm__copy_home(adsm__filler *f, const adsm__fetch_ops *ops, u
     return rc;
 }
 
-/* ---- waits shared by the backends' queues ------------------------------------------------- */
-/* A queue's consumer advances *done and wakes it; this returns once it reached (or passed:
- * other threads may queue more meanwhile) `target`. Signal-safe. */
-ADSM__PRIVATE void adsm__wait_done(int *done, int target) {
-    for (;;) {
-        int d = ADSM__LOAD(done);
-        if ((int)((unsigned)d - (unsigned)target) >= 0) return;
-        adsm__futex_wait(done, d);
-    }
-}
-
+/* ---- the wait shared by the backends' completion threads ------------------------------------ */
 /* A completion thread publishes *completed (then bumps and wakes *gen); *lost means it never
  * will again. 0 once launch `seq` finished, -1 when the device is lost. Signal-safe. */
 ADSM__PRIVATE int adsm__wait_launch(const uint64_t *completed, int *gen, const int *lost, uint64_t seq) {
