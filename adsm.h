@@ -99,6 +99,8 @@
        ADSM_BLOCK_SIZE    power of two, multiple of the page size, 4K..1G; K/M/G suffixes (2M)
        ADSM_ROLLING_SIZE  dirty blocks kept before eager eviction, 2..16M; 0 = adaptive (0)
        ADSM_ROLLING_STEP  adaptive: the smallest rolling size, per live object (2)
+       ADSM_BLOCK_EXACT   1: rolling takes one block per fault (no huge-page fetch, no
+                          write-ahead; section 4)                      (0)
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device, 1..256 (CPU count, <= 64)
        ADSM_LOG           error | warn | info | debug                  (warn)
@@ -132,6 +134,13 @@
                 of all live objects, where rolling becomes lazy per block and cannot thrash). A
                 call after an epoch with no such regret halves it when that epoch evicted or used
                 at most half of it. adsm_stats.rolling_size and .rolling_regrets show it work.
+                With blocks smaller than 2 MiB a fault takes more than its block (unless
+                ADSM_BLOCK_EXACT=1): a fetch brings the Invalid blocks of its 2 MiB huge page
+                home in one copy; a write fault right after the run the previous one made Dirty
+                (a sequential phase) makes a run twice as long Dirty, up to 2 MiB; and once
+                regrets grew the window, a write fault takes the idle blocks of its huge page
+                (of its object once the window holds half of the live blocks; a fetch too) when
+                they fit the window without evicting, as lazy would.
 
    5. BACKENDS
    ===========
@@ -351,6 +360,8 @@ typedef struct adsm_config {
     int device;          /* cuda: device ordinal + 1 (0 = ADSM_DEVICE or the first device) */
     size_t cuda_staging; /* cuda: bytes per pinned staging buffer; 0 = ADSM_CUDA_STAGING or 8M */
     const char *trace;   /* file for a Chrome/Perfetto trace of adsm's work; NULL = ADSM_TRACE or none */
+    int block_exact;     /* rolling: 1 = one block per fault, no huge-page fetches or write-ahead
+                            (0 = ADSM_BLOCK_EXACT or off) */
 } adsm_config;
 
 /* ---- statistics --------------------------------------------------------------------------- */

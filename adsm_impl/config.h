@@ -34,6 +34,7 @@ typedef struct adsm__settings {
     char cuda_driver[256];   /* driver library to dlopen; empty: libcuda.so.1, then libcuda.so */
     char nvrtc_library[256]; /* NVRTC library to dlopen; empty: the usual names */
     char trace_path[512];    /* ADSM_TRACE / adsm_config.trace; empty: no trace */
+    int block_exact;         /* rolling: one block per fault (protocol.h, adsm__write_run) */
 } adsm__settings;
 
 typedef struct adsm__name_value {
@@ -132,6 +133,15 @@ ADSM__PRIVATE adsm_result adsm__env_count(const char *var, size_t *field, size_t
     return ADSM_OK;
 }
 
+/* A 0/1 environment variable, read when the program left the field 0. */
+ADSM__PRIVATE adsm_result adsm__env_flag(const char *var, int *field) {
+    const char *v = getenv(var);
+    if (*field != 0 || v == NULL || *v == 0) return ADSM_OK;
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) return adsm__bad_env(var, v, "expected 0 or 1");
+    *field = *v == '1';
+    return ADSM_OK;
+}
+
 /* Copies a path-like environment variable into a fixed buffer, refusing values that do not fit. */
 ADSM__PRIVATE adsm_result adsm__env_path(const char *var, char *out, size_t cap) {
     const char *v = getenv(var);
@@ -219,6 +229,9 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         return r;
     if (c.emu_workers == 0 && (r = adsm__env_count("ADSM_EMU_WORKERS", &workers, 1, ADSM__MAX_EMU_WORKERS, 0)))
         return r;
+    if ((r = adsm__env_flag("ADSM_BLOCK_EXACT", &c.block_exact)) != ADSM_OK) return r;
+    if (c.block_exact != 0 && c.block_exact != 1)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.block_exact: %d; expected 0 or 1", c.block_exact);
     if ((r = adsm__cuda_settings(&c, s)) != ADSM_OK) return r;
     if (c.trace) {
         if (strlen(c.trace) >= sizeof s->trace_path)
@@ -236,6 +249,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     s->block_size = c.block_size ? c.block_size : ADSM_DEFAULT_BLOCK_SIZE;
     s->rolling_size = c.rolling_size;
     s->rolling_step = c.rolling_step ? c.rolling_step : ADSM__DEFAULT_ROLLING_STEP;
+    s->block_exact = c.block_exact;
     s->emu_memory = c.emu_memory ? c.emu_memory : ADSM__MIN(adsm__phys_memory() / 2, (size_t)32 << 30);
     s->emu_memory_given = c.emu_memory != 0;
     if (c.emu_workers) s->emu_workers = c.emu_workers;

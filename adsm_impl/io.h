@@ -61,10 +61,10 @@ ADSM__PRIVATE int adsm__memset_unit_in_place(adsm__runtime *rt, adsm__object *o,
     adsm__unit_of(rt, o, block, &first, &count);
     adsm__block *head = &o->blocks[first];
     int rc = 1;
-    adsm__busy_begin(rt, o, head);
+    adsm__busy_begin(rt, o, head, 1);
     if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) rc = 0; /* device lost: the CPU path still works */
     else if (rt->be->dev_memset(rt->be_ctx, dev, v, data) != 0) rc = -1;
-    adsm__busy_end(rt, o, head);
+    adsm__busy_end(rt, o, head, 1);
     if (rc == 1 && state == ADSM__READONLY && adsm__set_state(rt, o, first, count, ADSM__INVALID) != 0) rc = -1;
     return rc;
 }
@@ -124,10 +124,10 @@ ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, ui
      * object is pinned against a free meanwhile */
     int rc = 1;
     os->busy_units++;
-    adsm__busy_begin(rt, od, &od->blocks[first]);
+    adsm__busy_begin(rt, od, &od->blocks[first], 1);
     if (rt->be->wait(rt->be_ctx, ADSM__MAX(od->writer_seq, os->writer_seq)) != 0) rc = 0; /* device lost */
     else if (rt->be->dev_copy(rt->be_ctx, od->dev + (d - od->host), os->dev + (s - os->host), data) != 0) rc = -1;
-    adsm__busy_end(rt, od, &od->blocks[first]);
+    adsm__busy_end(rt, od, &od->blocks[first], 1);
     os->busy_units--;
     if (rc != 1) return rc;
     ADSM__ADD(&rt->stats.d2d_bytes, data);

@@ -20,9 +20,11 @@ typedef struct adsm__block {
     uint32_t index;
     uint8_t state;
     uint8_t in_fifo;
-    uint8_t evicting; /* unit head: an asynchronous copy of it may still be reading the host pages */
     uint8_t busy;     /* unit head: a copy of it runs outside the runtime lock; nobody else may
                          change the unit until it is done (protocol.h, adsm__busy_begin) */
+    uint64_t flush_ticket; /* unit head: number of its last asynchronous flush (rt->flushes_queued
+                              then); that copy may still be reading the host pages while the ticket
+                              is above rt->flushes_settled (protocol.h, adsm__flushing) */
     uint64_t evicted_at; /* unit head, rolling: value of the runtime's eviction clock when this unit
                             was last evicted eagerly (0: never), to detect a regretted eviction */
 } adsm__block;

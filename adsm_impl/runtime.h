@@ -47,6 +47,13 @@ typedef struct adsm__runtime {
      * kernel call; since that call, the evictions regretted and the units newly made Dirty */
     size_t rolling_limit;
     uint64_t evict_clock, epoch_clock, epoch_regrets, epoch_touched;
+    /* rolling write-ahead (protocol.h): the object and block right after the run the last write
+     * fault made Dirty, and how many blocks that run was meant to hold */
+    const struct adsm__object *ahead_obj;
+    size_t ahead_next, ahead;
+    /* asynchronous flushes queued so far (under the lock), and the most of them known to be done
+     * (a drain that started after them returned): blocks' flush_ticket refer to these */
+    uint64_t flushes_queued, flushes_settled;
 
     const struct adsm__backend_vtbl *be;
     void *be_ctx;
@@ -65,6 +72,8 @@ typedef struct adsm__runtime {
                                           the life of the process (a new adsm_init does not compile
                                           them again); under lock */
     void **io_bounce;    /* stb_ds array: idle I/O bounce buffers, reused (io.h); under lock */
+    struct adsm__object **batch_sends; /* stb_ds array: batch's objects to send at a call, kept
+                                          for reuse (protocol_batch.h); under rt->launch_mutex */
     struct sigaction prev_segv;
     int handler_installed;
 } adsm__runtime;

@@ -11,7 +11,7 @@
 
 static const char *const all_vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",     "ADSM_BLOCK_SIZE",
                                        "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
-                                       "ADSM_EMU_WORKERS",  "ADSM_LOG"};
+                                       "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT"};
 
 /* every test starts from a clean environment: no ADSM_* variable from the caller */
 static void clean_env(void) {
@@ -146,6 +146,31 @@ Test(config, block_size_rolling_granularity) {
     cr_assert_eq(adsm_block_state(p + 8192), 'R');
     adsm_free(p);
     adsm_shutdown();
+}
+
+Test(config, block_exact_from_the_environment) {
+    /* rolling with 64K blocks: a read fetches its block alone, not its huge page */
+    cr_assert_eq(setenv("ADSM_BLOCK_SIZE", "64K", 1), 0);
+    cr_assert_eq(setenv("ADSM_BLOCK_EXACT", "1", 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    char *p = adsm_alloc(4 << 20);
+    cr_assert(p);
+    p[0] = 1;
+    cr_assert_eq(adsm_block_state(p + (64 << 10)), 'R', "write-ahead is off");
+    adsm_free(p);
+    adsm_shutdown();
+}
+
+Test(config, block_exact_refuses_other_values) {
+    cr_assert_eq(setenv("ADSM_BLOCK_EXACT", "yes", 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "ADSM_BLOCK_EXACT"), "%s", adsm_last_error());
+    cr_assert_eq(unsetenv("ADSM_BLOCK_EXACT"), 0);
+    cfg.block_exact = 2;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "block_exact"), "%s", adsm_last_error());
 }
 
 Test(config, protocol_lazy) {

@@ -24,7 +24,10 @@
 
 #include <sys/socket.h>
 
-TestSuite(io, .timeout = 30);
+/* exact block states and bytes: rolling follows single blocks (adsm_config.block_exact) */
+static void block_by_block(void) { test_block_exact = 1; }
+
+TestSuite(io, .timeout = 30, .init = block_by_block);
 
 static const io_fns libc_fns = {"libc", read, write, pread, pwrite, fread, fwrite};
 static const io_fns adsm_fns = {"adsm", adsm_read, adsm_write, adsm_pread, adsm_pwrite, adsm_fread, adsm_fwrite};

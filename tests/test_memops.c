@@ -20,7 +20,10 @@
 #include "tests/protocol_common.h"
 #include "tests/io_common.h"
 
-TestSuite(memops, .timeout = 30);
+/* exact block states and bytes: rolling follows single blocks (adsm_config.block_exact) */
+static void block_by_block(void) { test_block_exact = 1; }
+
+TestSuite(memops, .timeout = 30, .init = block_by_block);
 
 #define TAIL ((size_t)1000) /* objects end 1000 bytes into their last block */
 

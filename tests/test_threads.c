@@ -3,12 +3,14 @@
 /* tests/test_threads.c -- multi-threaded stress test of the runtime (emu backend).
  *
  * One Criterion test per protocol (batch, lazy, rolling, rolling with a fixed rolling size of 2 so
- * evictions race with faults) and block size (4 KiB, 512 KiB). In each:
+ * evictions race with faults, rolling one block per fault: adsm_config.block_exact) and block size
+ * (4 KiB, 512 KiB). In each:
  *
  *   1. Faults on one block resolve once. N worker threads wait on a barrier, then read (or write,
  *      or half read and half write) the same Invalid block at once, after the sync or while the
  *      kernel that writes it still runs (5 ms, so every thread faults while the first waits for
- *      it): d2h grows by exactly one unit (a block; the whole object under lazy) in one copy, and
+ *      it): d2h grows by exactly one unit (a block, or with rolling's default the object's Invalid
+ *      blocks in that block's huge page; the whole object under lazy) in one copy, and
  *      faults by at least 1 and at most N. Every thread sees the kernel's values; every write
  *      survives. Not under batch (no faults).
  *
@@ -116,6 +118,7 @@ static adsm_grid grid_for(size_t threads) { return adsm_grid_1d((uint32_t)((thre
 
 /* ---- test state ------------------------------------------------------------------------------ */
 #define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
 #define NWOBJ 4
 #define NPUB 2
 #define NTEMP 3
@@ -126,6 +129,7 @@ typedef struct variant {
     const char *name;
     adsm_protocol_kind protocol;
     size_t block_size, rolling_size;
+    int block_exact; /* adsm_config.block_exact */
 } variant;
 
 /* progress and current step of one thread, for the watchdog */
@@ -336,6 +340,12 @@ static void pre_worker(worker *wk) {
 static void pre_main(tstat *st) {
     size_t B = T.B, words = 2 * B / 8;
     size_t unit = T.v->protocol == ADSM_PROTOCOL_LAZY ? 2 * B : B;
+    if (T.v->protocol == ADSM_PROTOCOL_ROLLING && !T.v->block_exact && B < 2 * MIB) {
+        /* a fetch takes the Invalid blocks of its huge page: those of the object's two */
+        uintptr_t page = (uintptr_t)(T.F + B / 8) & ~(uintptr_t)(2 * MIB - 1), lo = (uintptr_t)T.F;
+        uintptr_t hi = lo + 2 * B;
+        unit = (hi < page + 2 * MIB ? hi : page + 2 * MIB) - (lo > page ? lo : page);
+    }
     unsigned N = T.nworkers;
     uint64_t rng = T.seed ^ 0x1234;
     int ok = !T.failed;
@@ -776,6 +786,7 @@ static void run_threads(const variant *v) {
     cfg.protocol = v->protocol;
     cfg.block_size = v->block_size;
     cfg.rolling_size = v->rolling_size;
+    cfg.block_exact = v->block_exact;
 #ifdef TEST_ON_CUDA_DOUBLE
     cuda_double_use();
 #endif
@@ -926,17 +937,18 @@ static void run_threads(const variant *v) {
 /* ---- the tests ---------------------------------------------------------------------------------- */
 TestSuite(threads, .timeout = 60);
 
-#define THREADS_TEST(tname, protocol, bs, rs)                    \
+#define THREADS_TEST(tname, protocol, bs, rs, exact)             \
     Test(threads, tname) {                                       \
-        static const variant v = {#tname, protocol, bs, rs};     \
+        static const variant v = {#tname, protocol, bs, rs, exact}; \
         run_threads(&v);                                         \
     }
 
-THREADS_TEST(batch_4k, ADSM_PROTOCOL_BATCH, 4 * KIB, 0)
-THREADS_TEST(batch_512k, ADSM_PROTOCOL_BATCH, 512 * KIB, 0)
-THREADS_TEST(lazy_4k, ADSM_PROTOCOL_LAZY, 4 * KIB, 0)
-THREADS_TEST(lazy_512k, ADSM_PROTOCOL_LAZY, 512 * KIB, 0)
-THREADS_TEST(rolling_4k, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0)
-THREADS_TEST(rolling_512k, ADSM_PROTOCOL_ROLLING, 512 * KIB, 0)
-THREADS_TEST(rolling_rs2_4k, ADSM_PROTOCOL_ROLLING, 4 * KIB, 2)
-THREADS_TEST(rolling_rs2_512k, ADSM_PROTOCOL_ROLLING, 512 * KIB, 2)
+THREADS_TEST(batch_4k, ADSM_PROTOCOL_BATCH, 4 * KIB, 0, 0)
+THREADS_TEST(batch_512k, ADSM_PROTOCOL_BATCH, 512 * KIB, 0, 0)
+THREADS_TEST(lazy_4k, ADSM_PROTOCOL_LAZY, 4 * KIB, 0, 0)
+THREADS_TEST(lazy_512k, ADSM_PROTOCOL_LAZY, 512 * KIB, 0, 0)
+THREADS_TEST(rolling_4k, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0, 0)
+THREADS_TEST(rolling_512k, ADSM_PROTOCOL_ROLLING, 512 * KIB, 0, 0)
+THREADS_TEST(rolling_rs2_4k, ADSM_PROTOCOL_ROLLING, 4 * KIB, 2, 0)
+THREADS_TEST(rolling_rs2_512k, ADSM_PROTOCOL_ROLLING, 512 * KIB, 2, 0)
+THREADS_TEST(rolling_exact_4k, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0, 1)
