@@ -139,6 +139,10 @@ ADSM_API void adsm_shutdown(void) {
     rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = rt->tracked_blocks = 0;
     rt->rolling_limit = 0;
     rt->evict_clock = rt->epoch_clock = rt->epoch_regrets = rt->epoch_touched = 0;
+    rt->flushes_queued = rt->flushes_settled = 0;
+    rt->ahead_obj = NULL;
+    rt->ahead_next = rt->ahead = 0;
+    stbds_arrfree(rt->batch_sends);
     adsm__bounce_release_all(rt);
     adsm__unlock(&rt->lock);
     rt->be->shutdown(rt->be_ctx);
@@ -165,9 +169,7 @@ ADSM__PRIVATE void *adsm__alloc(size_t size, int safe, const char *fn) {
                    "%s(%zu): larger than the %zu bytes adsm can map", fn, size, rt->half);
         return NULL;
     }
-    adsm__lock(&rt->lock);
     adsm_result r = adsm__object_create(rt, size, safe, fn, &o);
-    adsm__unlock(&rt->lock);
     return r == ADSM_OK ? (void *)o->host : NULL;
 }
 
@@ -212,7 +214,7 @@ ADSM__PRIVATE adsm_result adsm__free_unguarded(void *ptr) {
         /* copies queued earlier may still read its pages: they land before the pages go, with
          * the lock let go (a second free of it waits meanwhile) */
         adsm__settle_copies(rt, &o, 1);
-        adsm__object_unwind(rt, o, 4);
+        adsm__object_retire(rt, o);
     }
     adsm__unlock(&rt->lock);
     return r;
@@ -287,8 +289,10 @@ ADSM__PRIVATE adsm_result adsm__dev_free_unguarded(void *dev) {
     }
     if (o) {
         adsm__tree_remove(&rt->safe_dev, &o->dev_node);
-        rt->device_used -= o->span;
+        adsm__unlock(&rt->lock); /* cuda: unmapping waits for the device; the range stays taken */
         rt->be->dev_free(rt->be_ctx, o->dev, o->span);
+        adsm__lock(&rt->lock);
+        rt->device_used -= o->span;
         adsm__arena_free(&rt->va_shared, o->dev, o->span);
         free(o);
         r = ADSM_OK;

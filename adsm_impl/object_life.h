@@ -2,8 +2,11 @@
  * ranges from the arenas, device memory from the backend, the block tree, the list of live
  * objects, the initial protection from the protocol.
  *
- * Normal thread context, runtime lock held (the callers in api.h take it): these allocate,
- * map and call backend verbs that may block. */
+ * Normal thread context. adsm__object_create and adsm__object_retire take the runtime lock
+ * themselves and let it go around the slow parts (the bookkeeping of a large object, page-locking
+ * its host pages with the driver, giving its memory back), which touch nothing another thread can
+ * reach: the address range stays taken in its arena until the end. The others run with the lock
+ * held. */
 #ifndef ADSM__OBJECT_LIFE_INCLUDED
 #define ADSM__OBJECT_LIFE_INCLUDED
 
@@ -27,30 +30,59 @@ ADSM__PRIVATE void adsm__list_remove(adsm__runtime *rt, adsm__object *o) {
     else rt->last_object = o->prev;
 }
 
-/* Undoes what adsm__object_create did so far (stage: 1 address, 2 device, 3 tree, 4 listed). */
-ADSM__PRIVATE void adsm__object_unwind(adsm__runtime *rt, adsm__object *o, int stage) {
+/* Stages of adsm__object_create: 1 address range, 2 device memory, 3 in the tree, 4 listed. */
+/* Takes a created object out of everything another thread can find it through (stages 4, 3). */
+ADSM__PRIVATE void adsm__object_unlist(adsm__runtime *rt, adsm__object *o, int stage) {
     if (stage >= 4) {
         adsm__list_remove(rt, o);
         rt->nobjects--;
         rt->object_bytes -= o->size;
         rt->tracked_blocks -= o->nblocks;
-        rt->device_used -= o->span;
     }
     if (stage >= 3) {
         adsm__tree_remove(&rt->objects, &o->node);
         if (o->safe) adsm__tree_remove(&rt->safe_dev, &o->dev_node);
     }
+}
+
+/* Gives back what only this object uses (stage 2: device memory; 1: host pages): no lock needed. */
+ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, int stage) {
     if (stage >= 2) rt->be->dev_free(rt->be_ctx, o->dev, o->span);
-    if (stage >= 1 && o->device_only) {
-        adsm__arena_free(&rt->va_shared, o->dev, o->span);
-    } else if (stage >= 1) {
+    if (stage >= 1 && !o->device_only) {
         if (o->locked) rt->be->host_unlock(rt->be_ctx, o->host, o->span); /* before the pages go */
         madvise((void *)o->host, o->span, MADV_DONTNEED); /* the next object here starts zeroed */
         adsm__protect(o->host, o->span, PROT_NONE);
+    }
+}
+
+/* Returns the address range to its arena (and the device room), then frees the bookkeeping. */
+ADSM__PRIVATE void adsm__object_unreserve(adsm__runtime *rt, adsm__object *o, int stage) {
+    if (stage >= 2) rt->device_used -= o->span;
+    if (stage >= 1 && o->device_only) {
+        adsm__arena_free(&rt->va_shared, o->dev, o->span);
+    } else if (stage >= 1) {
         adsm__arena_free(o->safe ? &rt->va_safe : &rt->va_shared, o->host, o->span);
         if (o->safe) adsm__arena_free(&rt->va_shared, o->dev, o->span);
     }
     adsm__object_destroy(o);
+}
+
+/* Undoes what adsm__object_create did so far, all under the runtime lock. */
+ADSM__PRIVATE void adsm__object_unwind(adsm__runtime *rt, adsm__object *o, int stage) {
+    adsm__object_unlist(rt, o, stage);
+    adsm__object_give_back(rt, o, stage);
+    adsm__object_unreserve(rt, o, stage);
+}
+
+/* Frees a live object: out of the tree and the list under the lock, its memory given back with
+ * the lock let go (page-unlocking and unmapping are driver calls on cuda), its address range
+ * returned under the lock again. Entered and left with the lock held. */
+ADSM__PRIVATE void adsm__object_retire(adsm__runtime *rt, adsm__object *o) {
+    adsm__object_unlist(rt, o, 4);
+    adsm__unlock(&rt->lock);
+    adsm__object_give_back(rt, o, 4);
+    adsm__lock(&rt->lock);
+    adsm__object_unreserve(rt, o, 4);
 }
 
 /* Objects of at least one block start on a block boundary (blocks then match huge pages); smaller
@@ -87,17 +119,16 @@ ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     o->locked = rt->be->host_lock(rt->be_ctx, o->host, o->span);
 }
 
-ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, int safe, const char *fn,
-                                              adsm__object **out) {
-    size_t span = ADSM__ALIGN_UP(size, rt->page), align = adsm__object_align(rt, span);
-    adsm_result room = adsm__device_room(rt, size, span, fn);
-    if (room != ADSM_OK) return room;
-    adsm__object *o = (adsm__object *)calloc(1, sizeof *o);
+/* The bookkeeping of a new object (tens of MiB for a large one with small blocks), touched
+ * through, before anything is reserved. NULL when out of memory. */
+ADSM__PRIVATE adsm__object *adsm__object_new(const adsm__runtime *rt, size_t size, int safe) {
+    size_t span = ADSM__ALIGN_UP(size, rt->page);
     size_t nblocks = (span + rt->cfg.block_size - 1) >> rt->cfg.block_shift;
+    adsm__object *o = (adsm__object *)calloc(1, sizeof *o);
     if (o) o->blocks = (adsm__block *)calloc(nblocks, sizeof *o->blocks);
     if (!o || !o->blocks) {
         if (o) adsm__object_destroy(o);
-        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of host memory for the bookkeeping of %zu bytes", size);
+        return NULL;
     }
     adsm__prefault(o->blocks, nblocks * sizeof *o->blocks, rt->page);
     o->size = size;
@@ -108,37 +139,70 @@ ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, in
         o->blocks[b].obj = o;
         o->blocks[b].index = (uint32_t)b;
     }
-    o->host = adsm__arena_alloc(safe ? &rt->va_safe : &rt->va_shared, span, align);
-    o->dev = safe && o->host ? adsm__arena_alloc(&rt->va_shared, span, align) : o->host;
+    return o;
+}
+
+/* Address range and device memory for o, counted in the device room at once so that other
+ * threads' allocations see it. Lock held; o is freed on failure. */
+ADSM__PRIVATE adsm_result adsm__object_reserve(adsm__runtime *rt, adsm__object *o, const char *fn) {
+    size_t align = adsm__object_align(rt, o->span), size = o->size;
+    adsm_result r = adsm__device_room(rt, o->size, o->span, fn);
+    if (r != ADSM_OK) {
+        adsm__object_destroy(o);
+        return r;
+    }
+    o->host = adsm__arena_alloc(o->safe ? &rt->va_safe : &rt->va_shared, o->span, align);
+    o->dev = o->safe && o->host ? adsm__arena_alloc(&rt->va_shared, o->span, align) : o->host;
     if (!o->host || !o->dev) {
-        if (o->host && safe) adsm__arena_free(&rt->va_safe, o->host, span);
+        if (o->host && o->safe) adsm__arena_free(&rt->va_safe, o->host, o->span);
         adsm__object_destroy(o);
         return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of shared address space for %zu bytes", size);
     }
-    adsm_result r = rt->be->dev_alloc(rt->be_ctx, o->dev, span);
-    if (r != ADSM_OK) {
+    if ((r = rt->be->dev_alloc(rt->be_ctx, o->dev, o->span)) != ADSM_OK) {
         adsm__object_unwind(rt, o, 1);
         return r;
     }
-    adsm__object_lock_pages(rt, o);
+    rt->device_used += o->span;
+    return ADSM_OK;
+}
+
+/* Makes o findable (tree, list, counts) with the protocol's initial state. Lock held. */
+ADSM__PRIVATE adsm_result adsm__object_publish(adsm__runtime *rt, adsm__object *o) {
     o->node.start = o->host;
-    o->node.end = o->host + span;
+    o->node.end = o->host + o->span;
     o->dev_node.start = o->dev;
-    o->dev_node.end = o->dev + span;
+    o->dev_node.end = o->dev + o->span;
     adsm__tree_insert(&rt->objects, &o->node);
-    if (safe) adsm__tree_insert(&rt->safe_dev, &o->dev_node);
+    if (o->safe) adsm__tree_insert(&rt->safe_dev, &o->dev_node);
     adsm__list_append(rt, o);
     rt->nobjects++;
-    rt->object_bytes += size;
-    rt->tracked_blocks += nblocks;
-    rt->device_used += span;
+    rt->object_bytes += o->size;
+    rt->tracked_blocks += o->nblocks;
     if (rt->proto->on_alloc(rt, o) != 0) {
         int e = errno;
         adsm__object_unwind(rt, o, 4);
         return adsm__fail(ADSM_ERROR_SYSTEM, "mprotect of a new object failed: %s", strerror(e));
     }
-    *out = o;
     return ADSM_OK;
+}
+
+/* Creates a shared object. Called without the runtime lock; takes it for the reservation and the
+ * publication, and lets it go while the host pages are page-locked (cuda: 1-2 GB/s in the
+ * driver), when nothing else can reach the object yet. */
+ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, int safe, const char *fn,
+                                              adsm__object **out) {
+    adsm__object *o = adsm__object_new(rt, size, safe);
+    if (!o) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of host memory for the bookkeeping of %zu bytes", size);
+    adsm__lock(&rt->lock);
+    adsm_result r = adsm__object_reserve(rt, o, fn);
+    adsm__unlock(&rt->lock);
+    if (r != ADSM_OK) return r;
+    adsm__object_lock_pages(rt, o);
+    adsm__lock(&rt->lock);
+    r = adsm__object_publish(rt, o);
+    adsm__unlock(&rt->lock);
+    if (r == ADSM_OK) *out = o;
+    return r;
 }
 
 #endif /* ADSM__OBJECT_LIFE_INCLUDED */

@@ -295,6 +295,120 @@ Test(copy, faults_elsewhere_do_not_wait_for_a_fetch) { faults_elsewhere(0); }
 Test(copy, faults_elsewhere_do_not_wait_for_a_device_memset) { faults_elsewhere(1); }
 #endif
 
+typedef struct batch_copy {
+    int32_t *big, *small;
+    size_t size;
+    int at_sync; /* 0: the launch sends every object; 1: adsm_sync brings the kernel's output home */
+    adsm_result got;
+    int done;
+} batch_copy;
+
+static void *batch_call_or_sync(void *arg) {
+    batch_copy *b = (batch_copy *)arg;
+    b->got = b->at_sync ? adsm_sync() : ADSM_CALL(k_fill, grid_for(1024), b->small, (size_t)1024, 5);
+    __atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Batch copies whole objects at each call and sync; while one thread's call sends a large
+ * object (or its sync brings one home), another thread allocates, writes and frees another
+ * object: the copies hold their objects (an adsm_memset into one of them waits), not the
+ * runtime lock. */
+ParameterizedTestParameters(copy, batch_copies_do_not_hold_other_calls) {
+    static int at_sync[] = {0, 1};
+    return cr_make_param_array(int, at_sync, 2);
+}
+
+ParameterizedTest(int *at_sync, copy, batch_copies_do_not_hold_other_calls) {
+#ifdef TEST_ON_CUDA_DOUBLE
+    setenv("CUDADOUBLE_DELAY_US", "1000", 1);
+    size_t size = 128 * MIB;
+#else
+    size_t size = 512 * MIB;
+#endif
+    clear_adsm_env();
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = TEST_DEVICE_BACKEND;
+    cfg.protocol = ADSM_PROTOCOL_BATCH;
+    cfg.block_size = 2 * MIB;
+    cfg.emu_memory = size + 64 * MIB;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    if (TEST_DEVICE_BACKEND == ADSM_BACKEND_CUDA) attach_test_kernels();
+    size_t n = size / sizeof(int32_t);
+    batch_copy b = {(int32_t *)alloc(size), (int32_t *)alloc(4096), size, *at_sync, ADSM_OK, 0};
+    for (size_t i = 0; i < n; i += 1024) b.big[i] = 3;
+    if (*at_sync) CALL_OK(k_fill, grid_for(n), b.big, n, 11); /* sync brings it home */
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, batch_call_or_sync, &b), 0);
+    while (busy_units_of(b.big) == 0 && !__atomic_load_n(&b.done, __ATOMIC_ACQUIRE)) {}
+    cr_assert_not_null(adsm_safe(b.small), "a lookup under the runtime lock: %s", adsm_last_error());
+#ifndef TEST_ON_CUDA_DOUBLE /* on cuda an allocation maps device memory on the engine, behind the copy */
+    int32_t *fresh = (int32_t *)adsm_alloc(4096);
+    cr_assert_not_null(fresh, "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(fresh, 7, 4096), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(rd(&fresh[100]), 0x07070707);
+    cr_assert_eq(adsm_free(fresh), ADSM_OK);
+#endif
+    int still = busy_units_of(b.big);
+    pthread_join(t, NULL);
+    cr_assert_eq(b.got, ADSM_OK, "%s", adsm_last_error());
+    cr_assert_gt(still, 0, "the other calls waited until the %s was done", *at_sync ? "sync's copy" : "call's copies");
+    sync_ok();
+    if (*at_sync) expect_filled(b.big, n - 1024, n, 11);
+    else cr_assert_eq(rd(&b.big[n - 1024]), 3);
+    cr_assert_eq(rd(&b.small[1023]), *at_sync ? 0 : 5 + 1023);
+    adsm_shutdown();
+}
+
+#ifdef TEST_ON_CUDA_DOUBLE
+typedef struct slow_alloc {
+    size_t size;
+    void *p;
+} slow_alloc;
+
+static void *alloc_slowly(void *arg) {
+    slow_alloc *a = (slow_alloc *)arg;
+    a->p = adsm_alloc(a->size);
+    return NULL;
+}
+
+/* Page-locking a new object's host pages takes the driver 1-2 GB/s (the double: 10 ms per MiB
+ * here). Meanwhile another thread's faults, fetches (engine copies), allocations and frees of
+ * other objects complete: the pinning holds neither the runtime lock nor the engine. */
+Test(copy, page_locking_a_new_object_holds_up_nothing_else) {
+    setenv("CUDADOUBLE_REGISTER_US_PER_MIB", "10000", 1);
+    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1); /* translated addresses: the driver locks */
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0);
+    int32_t *readonly = (int32_t *)alloc(4096), *invalid = (int32_t *)alloc(4096);
+    CALL_OK(k_fill, grid_for(1024), invalid, (size_t)1024, 22);
+    sync_ok();
+    slow_alloc a = {64 * MIB, NULL};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, alloc_slowly, &a), 0);
+    while (cuda_double_counters().registers_in_flight == 0) {}
+    wr(&readonly[5], 5);               /* ReadOnly -> Dirty: no copy */
+    cr_assert_eq(rd(&invalid[7]), 29); /* Invalid: a fetch on the engine */
+    void *small = adsm_alloc(1000);    /* pinned too, but 1000 bytes take no time */
+    cr_assert_not_null(small, "%s", adsm_last_error());
+    cr_assert_eq(adsm_free(small), ADSM_OK);
+    unsigned long long still = cuda_double_counters().registers_in_flight;
+    pthread_join(t, NULL);
+    cr_assert_gt(still, 0, "the other calls waited until the 64 MiB object was page-locked");
+    cr_assert_not_null(a.p, "%s", adsm_last_error());
+    int32_t *big = (int32_t *)a.p;
+    size_t n = 64 * MIB / sizeof(int32_t);
+    CALL_OK(k_fill, grid_for(n), big, n, 3);
+    sync_ok();
+    expect_filled(big, n - 1024, n, 3);
+    adsm_stats s;
+    cr_assert_eq(adsm_get_stats(&s), ADSM_OK);
+    cr_assert_eq(s.staged_bytes, 0, "copies were DMA on the locked pages");
+    cr_assert_eq(adsm_free(big), ADSM_OK);
+    adsm_shutdown();
+}
+#endif
+
 /* ---- queued flushes and invalidation ---------------------------------------------------------- */
 /* A launch queues the flushes of dirty units instead of copying them under the runtime lock; an
  * object the kernel also writes becomes Invalid (PROT_NONE) right after, so its flush must have

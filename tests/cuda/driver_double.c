@@ -12,7 +12,8 @@
  * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
  * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
  * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
- * driver out of lockable memory does), CUDADOUBLE_KERNEL_MAX_THREADS (threads per block a kernel
+ * driver out of lockable memory does), CUDADOUBLE_REGISTER_US_PER_MIB (microseconds a successful
+ * cuMemHostRegister spends pinning each MiB, outside the double's lock; 0), CUDADOUBLE_KERNEL_MAX_THREADS (threads per block a kernel
  * can launch with, 1024; more fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as a kernel that uses
  * many registers does on a real device), CUDADOUBLE_PARAM_INFO_ERROR=<code> (cuFuncGetParamInfo
  * answers that CUresult for every index, as a driver that cannot tell answers NOT_SUPPORTED),
@@ -194,6 +195,7 @@ static struct {
     void *address_hook_user;
     int procmem; /* /proc/self/mem: DMA into registered pages whatever their protection */
     unsigned long delay_us;
+    unsigned long register_us_per_mib; /* time cuMemHostRegister takes to pin, per MiB */
     unsigned long long kernel_max_threads;
     struct adsm__cu_ctx_st *ctxs;
     struct handle_ent *reg;
@@ -555,6 +557,7 @@ CUresult cuInit(unsigned int flags) {
     if (g.procmem < 0) g.procmem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
     g.no_placeholder = env_flag("CUDADOUBLE_NO_PLACEHOLDER");
     g.delay_us = (unsigned long)env_ull("CUDADOUBLE_DELAY_US", 0);
+    g.register_us_per_mib = (unsigned long)env_ull("CUDADOUBLE_REGISTER_US_PER_MIB", 0);
     g.kernel_max_threads = env_ull("CUDADOUBLE_KERNEL_MAX_THREADS", 1024);
     g.param_info_error = (CUresult)env_ull("CUDADOUBLE_PARAM_INFO_ERROR", 0);
     g.lose_null_memsets = env_flag("CUDADOUBLE_LOSE_NULL_MEMSETS");
@@ -1073,6 +1076,11 @@ CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
         }
     }
     unlock();
+    if (!r && g.register_us_per_mib) { /* pinning takes time in proportion, outside the driver's lock */
+        __atomic_add_fetch(&g.counters.registers_in_flight, 1, __ATOMIC_RELAXED);
+        usleep((useconds_t)(g.register_us_per_mib * (bytes >> 20)));
+        __atomic_sub_fetch(&g.counters.registers_in_flight, 1, __ATOMIC_RELAXED);
+    }
     return note(r);
 }
 
@@ -1987,5 +1995,6 @@ EXPORT void cudadouble_get_counters(cudadouble_counters *out) {
     lock();
     *out = g.counters;
     out->rejected = __atomic_load_n(&g.counters.rejected, __ATOMIC_RELAXED);
+    out->registers_in_flight = __atomic_load_n(&g.counters.registers_in_flight, __ATOMIC_RELAXED);
     unlock();
 }

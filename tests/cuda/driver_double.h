@@ -51,6 +51,8 @@ typedef struct cudadouble_counters {
     /* waits a real driver spends spinning a core: cuEventSynchronize on events made without
      * CU_EVENT_BLOCKING_SYNC, and cuStreamSynchronize (primary contexts schedule AUTO: spin) */
     unsigned long long spin_waits;
+    /* cuMemHostRegister calls pinning pages right now (CUDADOUBLE_REGISTER_US_PER_MIB) */
+    unsigned long long registers_in_flight;
 } cudadouble_counters;
 
 void cudadouble_get_counters(cudadouble_counters *out);
