@@ -140,8 +140,8 @@ ADSM_API void adsm_shutdown(void) {
     rt->rolling_limit = 0;
     rt->evict_clock = rt->epoch_clock = rt->epoch_regrets = rt->epoch_touched = 0;
     rt->flushes_queued = rt->flushes_settled = 0;
-    rt->ahead_obj = NULL;
-    rt->ahead_next = rt->ahead = 0;
+    rt->ahead_sum = 0;
+    rt->ahead_epoch++; /* objects are gone, but runs must never outlive a runtime */
     stbds_arrfree(rt->batch_sends);
     adsm__bounce_release_all(rt);
     adsm__unlock(&rt->lock);

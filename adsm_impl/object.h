@@ -41,6 +41,11 @@ typedef struct adsm__object {
     int locked;               /* host pages page-locked with the driver: copies are direct DMA */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
     int device_newer;         /* batch: a launch may have written it since it last came home */
+    /* rolling write-ahead (protocol.h, adsm__write_run): the block right after the run the last
+     * write fault made Dirty and how many blocks that run was meant to hold, valid while
+     * ahead_epoch equals the runtime's (no kernel call since) */
+    size_t ahead_next, ahead;
+    uint64_t ahead_epoch;
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */

@@ -501,41 +501,51 @@ ADSM__PRIVATE void adsm__fetch_granule(const adsm__runtime *rt, const adsm__obje
     adsm__idle_run(rt, o, ADSM__INVALID, first, count);
 }
 
+/* Whether o's write-ahead run (ahead_next, ahead) was made since the last kernel call. */
+ADSM__PRIVATE int adsm__ahead_live(const adsm__runtime *rt, const adsm__object *o) {
+    return o->ahead != 0 && o->ahead_epoch == rt->ahead_epoch;
+}
+
 /* Rolling, blocks smaller than a huge page: which blocks a write fault on the ReadOnly `block`
  * makes Dirty, [*from, *from + *n) (the block alone otherwise). Only idle ReadOnly blocks are
  * taken: their host copy is current, so one never written after all costs a flush, no data.
- * - Write-ahead: a write fault on the block right after the run the last one made Dirty (a
- *   sequential phase) takes the blocks after it too, twice as many as last time, up to a huge
- *   page's worth. With 64 KiB blocks a sequential initialisation otherwise pays one fault and
- *   two protection changes per block where lazy pays one per object (2.4x lazy's time).
+ * - Write-ahead: a write fault on the block right after the run the last write fault on the same
+ *   object made Dirty (a sequential phase) takes the blocks after it too, twice as many as last
+ *   time, up to a huge page's worth. With 64 KiB blocks a sequential initialisation otherwise
+ *   pays one fault and two protection changes per block where lazy pays one per object (2.4x
+ *   lazy's time). Each object keeps its own run, so a loop that fills several arrays side by side
+ *   (a[i] = ..., b[i] = ...: vecadd) is sequential on each of them.
  * - Grown: once regrets grew the window past the paper's rule (the CPU comes back to blocks it
  *   wrote), a write fault takes the idle ReadOnly blocks of its huge page, or of its object next
  *   to it when the window is dense (adsm__rolling_dense), as lazy would, if they fit in the
  *   window without evicting any of them. Random writes at 64 KiB went from 1.6x to 1.15x lazy's
  *   time; rare scattered writes keep single blocks, as a huge page does not fit their window. */
-ADSM__PRIVATE void adsm__write_run(adsm__runtime *rt, const adsm__object *o, size_t block, size_t *from, size_t *n) {
+ADSM__PRIVATE void adsm__write_run(adsm__runtime *rt, adsm__object *o, size_t block, size_t *from, size_t *n) {
     size_t most = ADSM__HUGE_PAGE >> rt->cfg.block_shift;
     if (rt->cfg.rolling_size) most = ADSM__MIN(most, rt->cfg.rolling_size / 2); /* a fixed window */
     *from = block;
     *n = 1;
     if (rt->proto->whole_object || !rt->proto->eager || rt->cfg.block_exact || most <= 1) return;
-    int sequential = o == rt->ahead_obj && block == rt->ahead_next;
-    size_t want = sequential ? ADSM__MIN(2 * rt->ahead, most) : 1;
+    int live = adsm__ahead_live(rt, o), sequential = live && block == o->ahead_next;
+    size_t want = sequential ? ADSM__MIN(2 * o->ahead, most) : 1;
     while (*n < want && block + *n < o->nblocks && adsm__idle_in(rt, &o->blocks[block + *n], ADSM__READONLY)) (*n)++;
-    rt->ahead_obj = o;
-    rt->ahead_next = block + *n;
-    rt->ahead = want;
+    if (live) rt->ahead_sum -= o->ahead;
+    rt->ahead_sum += want;
+    o->ahead_epoch = rt->ahead_epoch;
+    o->ahead_next = block + *n;
+    o->ahead = want;
     if (sequential || !adsm__rolling_grown(rt)) return;
     size_t run_from = block, run_n = 1;
     adsm__idle_run(rt, o, ADSM__READONLY, &run_from, &run_n);
     if (rt->fifo_len + run_n <= adsm__rolling_limit(rt)) *from = run_from, *n = run_n; /* evicts none of it */
 }
 
-/* The window eviction keeps: the rolling size, but room for two write-ahead runs at least, so a
- * run just made Dirty is not evicted before the CPU writes it (a fixed ADSM_ROLLING_SIZE is kept
- * as it is: write-ahead runs are at most half of it). */
+/* The window eviction keeps: the rolling size, but room for every object's current write-ahead
+ * run twice at least, so a run just made Dirty is not evicted before the CPU writes it, nor the
+ * run of an array filled side by side with it (a fixed ADSM_ROLLING_SIZE is kept as it is:
+ * write-ahead runs are at most half of it). */
 ADSM__PRIVATE size_t adsm__rolling_window(const adsm__runtime *rt) {
-    size_t limit = adsm__rolling_limit(rt), runs = 2 * rt->ahead;
+    size_t limit = adsm__rolling_limit(rt), runs = 2 * rt->ahead_sum;
     return limit > runs || rt->cfg.rolling_size ? limit : runs;
 }
 
@@ -606,8 +616,8 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
      * before it (stream order), so no copy runs under the runtime lock. A CPU write to a unit
      * whose flush may still be reading it waits for that copy (adsm__flushing). */
     if (rt->proto->eager) adsm__rolling_end_epoch(rt);
-    rt->ahead_obj = NULL; /* a sequential phase ends at a kernel call */
-    rt->ahead = 1;
+    rt->ahead_epoch++; /* a sequential phase ends at a kernel call: every object's run with it */
+    rt->ahead_sum = 0;
     while (rt->fifo_head) {
         if (adsm__writeback_run(rt, rt->fifo_head) != 0)
             return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s",
@@ -642,7 +652,7 @@ ADSM__PRIVATE int adsm__untracked_alloc(adsm__runtime *rt, adsm__object *o) {
 
 ADSM__PRIVATE void adsm__tracked_free(adsm__runtime *rt, adsm__object *o) {
     for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_remove(rt, &o->blocks[b]);
-    if (rt->ahead_obj == o) rt->ahead_obj = NULL;
+    if (adsm__ahead_live(rt, o)) rt->ahead_sum -= o->ahead;
 }
 
 #endif /* ADSM__PROTOCOL_INCLUDED */

@@ -47,10 +47,10 @@ typedef struct adsm__runtime {
      * kernel call; since that call, the evictions regretted and the units newly made Dirty */
     size_t rolling_limit;
     uint64_t evict_clock, epoch_clock, epoch_regrets, epoch_touched;
-    /* rolling write-ahead (protocol.h): the object and block right after the run the last write
-     * fault made Dirty, and how many blocks that run was meant to hold */
-    const struct adsm__object *ahead_obj;
-    size_t ahead_next, ahead;
+    /* rolling write-ahead (protocol.h): kernel calls so far (objects' runs made before the last
+     * one are over), and the blocks the objects' current runs were meant to hold, together */
+    uint64_t ahead_epoch;
+    size_t ahead_sum;
     /* asynchronous flushes queued so far (under the lock), and the most of them known to be done
      * (a drain that started after them returned): blocks' flush_ticket refer to these */
     uint64_t flushes_queued, flushes_settled;

@@ -674,6 +674,34 @@ Test(rolling_ahead, sequential_writes_make_runs_of_blocks_dirty) {
     adsm_shutdown();
 }
 
+/* Arrays filled side by side (a[i] = ..., b[i] = ..., as vecadd does) are each a sequential
+ * phase: every object keeps its own run, so the faults stay a handful per 2 MiB of each, each
+ * block is sent once, and the window keeps both runs (no regret). With one run for the whole
+ * runtime every fault was a new run of one block. */
+Test(rolling_ahead, arrays_filled_side_by_side_each_make_runs) {
+    const size_t size = 16 * MIB, n = size / sizeof(int32_t), nblocks = size / AHEAD_BS;
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, AHEAD_BS, 0);
+    int32_t *a = alloc(size), *b = alloc(size), *c = alloc(size);
+    for (int pass = 0; pass < 2; pass++) {
+        reset();
+        for (size_t i = 0; i < n; i++) {
+            wr(&a[i], (int32_t)i + pass);
+            wr(&b[i], 3 * (int32_t)i);
+        }
+        adsm_stats s = stats();
+        cr_assert_leq(s.write_faults, 2 * nblocks / 8, "pass %d: %llu write faults for 2 x %zu blocks", pass,
+                      (unsigned long long)s.write_faults, nblocks);
+        cr_assert_gt(s.evictions, 0, "pass %d: the window still rolls", pass);
+        cr_assert_eq(s.rolling_regrets, 0, "pass %d: no run was evicted before it was written", pass);
+        CALL_OK(k_add, grid_for(n), c, a, b, n);
+        sync_ok();
+        cr_assert_eq(stats().h2d_bytes, 2 * size, "pass %d: every block sent once", pass);
+        for (size_t i = 0; i < n; i++)
+            if (rd(&c[i]) != 4 * (int32_t)i + pass) cr_assert_fail("c[%zu] = %d", i, rd(&c[i]));
+    }
+    adsm_shutdown();
+}
+
 /* A read of an Invalid block fetches the Invalid blocks of its huge page in one copy; the other
  * blocks there are then read without a fault. */
 Test(rolling_ahead, read_fetches_the_huge_page) {
