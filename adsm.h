@@ -103,6 +103,7 @@
                           write-ahead; section 4)                      (0)
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device, 1..256 (CPU count, <= 64)
+       ADSM_EMU_DEVICES   emulated devices, 1..8, each its own process and memory (1)
        ADSM_LOG           error | warn | info | debug                  (warn)
        ADSM_DEVICE        cuda device number                           (0)
        ADSM_CUDA_STAGING  bytes per pinned staging buffer (2 per direction), 64K..1G  (8M)
@@ -177,6 +178,20 @@
              ADSM_ERROR_LAUNCH_FAILED at adsm_sync; a kernel fault (illegal address, ...) is
              ADSM_ERROR_KERNEL_CRASHED, after which the device is lost (ADSM_ERROR_DEVICE_LOST),
              as CUDA contexts do not recover; host copies stay readable.
+
+   SEVERAL DEVICES (emu today: ADSM_EMU_DEVICES=N, N device processes with their own memory at
+   the same addresses; cuda and host drive one). adsm_device_count() says how many.
+   ADSM_CALL_ON(dev, name, grid, args...) runs a kernel on device dev; ADSM_CALL lets adsm choose
+   the device holding most of the bytes the kernel writes (owner computes). Before a launch on a
+   device, every object the kernel names (IN, OUT, INOUT) is made current there: from the host
+   when the CPU's copy is current, else from the device holding it (device to device, not
+   through the CPU); copies taken stay there as read replicas until someone writes the object. A
+   kernel that writes an object leaves its device the only holder; the CPU's next touch reads it
+   from there; a CPU write makes every device copy stale. Kernels on different devices run at the
+   same time. With several devices a kernel may follow stored pointers only into objects it is
+   given; adsm_dev_alloc buffers live on device 0; the batch protocol drives one device.
+   adsm_get_device_stats(dev, &s) gives each device's bytes from the host, to the host and from
+   other devices, and its launches.
 
    6. ERRORS
    =========
@@ -364,6 +379,7 @@ typedef struct adsm_config {
     const char *trace;   /* file for a Chrome/Perfetto trace of adsm's work; NULL = ADSM_TRACE or none */
     int block_exact;     /* rolling: 1 = one block per fault, no huge-page fetches or write-ahead
                             (0 = ADSM_BLOCK_EXACT or off) */
+    unsigned emu_devices; /* emu: emulated devices, 1..8 (0 = ADSM_EMU_DEVICES or 1) */
 } adsm_config;
 
 /* ---- statistics --------------------------------------------------------------------------- */
@@ -476,6 +492,18 @@ ADSM_API void *adsm_host_alloc(size_t size);
 ADSM_API adsm_result adsm_host_free(void *host);
 
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *kernel, adsm_grid grid, const void *args);
+/* The same on device `dev`, or on the device adsm picks with ADSM_ANY_DEVICE. */
+#define ADSM_ANY_DEVICE (-1)
+ADSM_API adsm_result adsm_launch_on(int dev, const adsm_kernel_desc *kernel, adsm_grid grid, const void *args);
+/* Devices adsm drives: ADSM_EMU_DEVICES emulated devices on emu, 1 on cuda and host (0 before
+   adsm_init and after adsm_shutdown). */
+ADSM_API int adsm_device_count(void);
+/* Bytes one device received and sent: from the host, to the host, from another device. */
+typedef struct adsm_device_stats {
+    uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
+    uint64_t launches;
+} adsm_device_stats;
+ADSM_API adsm_result adsm_get_device_stats(int dev, adsm_device_stats *out);
 /* Readies a kernel for its first launch now (cuda: compiles an ADSM_KERNEL_DEF body with NVRTC,
    so the compile is not paid inside the first ADSM_CALL); nothing to do on emu and host. */
 ADSM_API adsm_result adsm_kernel_prepare(const adsm_kernel_desc *kernel);
@@ -624,16 +652,19 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
         return &adsm__desc;                                                                        \
     }                                                                                              \
     static inline adsm_result adsm__launch_##kname(                                                \
-        adsm_grid adsm__g, ADSM__FE(ADSM__PDECL, ADSM__SEP_COMMA, __VA_ARGS__)) {                  \
+        int adsm__dev, adsm_grid adsm__g, ADSM__FE(ADSM__PDECL, ADSM__SEP_COMMA, __VA_ARGS__)) {   \
         adsm__args_##kname adsm__a;                                                                \
         memset(&adsm__a, 0, sizeof adsm__a);                                                       \
         ADSM__FE(ADSM__PACK, ADSM__SEP_NONE, __VA_ARGS__)                                          \
-        return adsm_launch(adsm__kernel_##kname(), adsm__g, &adsm__a);                             \
+        return adsm_launch_on(adsm__dev, adsm__kernel_##kname(), adsm__g, &adsm__a);               \
     }                                                                                              \
     typedef int adsm__kernel_declared_##kname
 
-/* Launches a declared kernel asynchronously; the arguments are checked against its declaration. */
-#define ADSM_CALL(kname, grid, ...) adsm__launch_##kname((grid), __VA_ARGS__)
+/* Launches a declared kernel asynchronously; the arguments are checked against its declaration.
+   ADSM_CALL lets adsm choose the device (where most of the bytes the kernel writes already are);
+   ADSM_CALL_ON runs it on device `dev` (0 .. adsm_device_count() - 1). */
+#define ADSM_CALL(kname, grid, ...) adsm__launch_##kname(ADSM_ANY_DEVICE, (grid), __VA_ARGS__)
+#define ADSM_CALL_ON(dev, kname, grid, ...) adsm__launch_##kname((dev), (grid), __VA_ARGS__)
 #define ADSM_PREPARE(kname) adsm_kernel_prepare(adsm__kernel_##kname())
 
 /* CUDA C kept next to the CPU body, as a string for adsm_module_load_source:
@@ -762,6 +793,8 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/device_error.h"
 #include "adsm_impl/backend.h"
 #include "adsm_impl/kernel.h"
+#include "adsm_impl/protocol_vtbl.h"
+#include "adsm_impl/directory.h"
 #include "adsm_impl/protocol.h"
 #include "adsm_impl/protocol_batch.h"
 #include "adsm_impl/protocol_lazy.h"

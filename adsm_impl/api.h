@@ -44,6 +44,38 @@ ADSM__PRIVATE adsm_result adsm__backend_start(adsm__runtime *rt) {
     return r;
 }
 
+/* Ends every device's context (each backend's shutdown runs what is still queued first). */
+ADSM__PRIVATE void adsm__devices_stop(adsm__runtime *rt) {
+    for (unsigned d = rt->ndev; d-- > 1;) rt->be->shutdown(rt->dev_ctx[d]);
+    rt->be->shutdown(rt->dev_ctx[0]);
+    memset(rt->dev_ctx, 0, sizeof rt->dev_ctx);
+    rt->ndev = 0;
+}
+
+/* The backend's first context is device 0; emu starts ADSM_EMU_DEVICES - 1 more device processes,
+ * each with its own memory at the same addresses. Several devices need a tracking protocol: the
+ * directory (directory.h) follows lazy's and rolling's units. */
+ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
+    unsigned want = rt->be == &adsm__backend_emu ? rt->cfg.emu_devices : 1;
+    rt->ndev = 1;
+    rt->dev_ctx[0] = rt->be_ctx;
+    rt->release_dev = -1;
+    memset(rt->dev_stats, 0, sizeof rt->dev_stats);
+    if (rt->cfg.emu_devices > 1 && want == 1)
+        adsm__log(ADSM_LOG_WARN, "ADSM_EMU_DEVICES=%u applies to the emu backend; %s drives one device",
+                  rt->cfg.emu_devices, rt->be->name);
+    if (want > 1 && rt->cfg.protocol == ADSM_PROTOCOL_BATCH)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_DEVICES=%u: the batch protocol drives one device; "
+                          "use lazy or rolling", want);
+    for (unsigned d = 1; d < want; d++) {
+        adsm_result r = rt->be->init(rt, &rt->dev_ctx[d]);
+        rt->be_ctx = rt->dev_ctx[0]; /* emu's init points it at the device it starts */
+        if (r != ADSM_OK) return r;
+        rt->ndev++;
+    }
+    return ADSM_OK;
+}
+
 ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
@@ -72,9 +104,14 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
         adsm__release_memory(rt);
         return r;
     }
+    if ((r = adsm__devices_start(rt)) != ADSM_OK) {
+        adsm__devices_stop(rt);
+        adsm__release_memory(rt);
+        return r;
+    }
     rt->proto = rt->be->moves_data ? adsm__protocol_for(rt->cfg.protocol) : &adsm__protocol_untracked;
     if ((r = adsm__fault_install(rt)) != ADSM_OK) {
-        rt->be->shutdown(rt->be_ctx);
+        adsm__devices_stop(rt);
         adsm__release_memory(rt);
         return r;
     }
@@ -117,7 +154,7 @@ ADSM_API void adsm_shutdown(void) {
     }
     ADSM__STORE(&rt->state, ADSM__RT_OFF); /* new calls see it shut down */
     adsm__await_no_users();                /* calls in flight finish first */
-    rt->be->synchronize(rt->be_ctx);
+    for (unsigned d = 0; d < rt->ndev; d++) rt->be->synchronize(rt->dev_ctx[d]);
     adsm__lock(&rt->lock);
     /* device buffers first: the tree also links safe objects, which the list below frees */
     for (adsm__tree_node *n; (n = adsm__tree_first(&rt->safe_dev)) != NULL;) {
@@ -145,7 +182,7 @@ ADSM_API void adsm_shutdown(void) {
     stbds_arrfree(rt->batch_sends);
     adsm__bounce_release_all(rt);
     adsm__unlock(&rt->lock);
-    rt->be->shutdown(rt->be_ctx);
+    adsm__devices_stop(rt);
     rt->be = NULL;
     rt->be_ctx = NULL;
     adsm__fault_uninstall(rt);
@@ -197,7 +234,7 @@ ADSM__PRIVATE adsm_result adsm__free_unguarded(void *ptr) {
                           ptr);
     /* A kernel in flight may use the object: let every launch finish first (errors stay queued
      * for adsm_sync). */
-    rt->be->wait(rt->be_ctx, ADSM__LOAD(&rt->launch_seq));
+    (void)adsm__wait_all(rt);
     adsm__lock(&rt->lock);
     adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
     while (o && o->busy_units) { /* a fault's copy of it runs outside the lock: let it finish */
@@ -436,10 +473,14 @@ ADSM__PRIVATE adsm_result adsm__module_load_file_unguarded(const char *path) {
 }
 
 /* ---- launches ----------------------------------------------------------------------------- */
-ADSM__PRIVATE adsm_result adsm__launch_unguarded(const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
+ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc *k, adsm_grid grid,
+                                                const void *args) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
     if ((r = adsm__ensure()) != ADSM_OK) return r;
+    if (dev != ADSM_ANY_DEVICE && (dev < 0 || (unsigned)dev >= rt->ndev))
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': device %d; adsm drives %u (0..%u)",
+                          k ? k->name : "?", dev, rt->ndev, rt->ndev - 1);
     if ((r = adsm__check_kernel_desc(k)) != ADSM_OK) return r;
     if (!k->body && !rt->be->module_load) /* cuda finds kernels in modules instead */
         return adsm__fail(ADSM_ERROR_NO_KERNEL_BODY, "kernel '%s' has no body: define void %s(adsm_grid, ...)",
@@ -456,9 +497,10 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(const adsm_kernel_desc *k, adsm
     unsigned char *buf = (unsigned char *)malloc(k->args_size ? k->args_size : 1);
     if (!buf) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': out of memory", k->name);
     adsm__launch l;
-    adsm__object *writes[ADSM__MAX_PARAMS];
+    adsm__object *writes[ADSM__MAX_PARAMS], *used[ADSM__MAX_PARAMS];
     uint64_t writer_before[ADSM__MAX_PARAMS];
-    size_t nwrites;
+    unsigned writer_dev_before[ADSM__MAX_PARAMS];
+    size_t nwrites, nused;
     pthread_mutex_lock(&rt->launch_mutex);
     adsm__lock(&rt->lock);
     for (;;) {
@@ -468,19 +510,28 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(const adsm_kernel_desc *k, adsm
         l.grid = grid;
         l.args = buf;
         l.seq = rt->launch_seq + 1;
-        nwrites = 0;
-        r = adsm__prepare_launch(rt, &l, buf, writes, writer_before, &nwrites);
+        nwrites = nused = 0;
+        r = adsm__prepare_launch(rt, &l, buf, writes, writer_before, &nwrites, used, &nused);
         if (r != ADSM_OK || !adsm__any_busy(writes, nwrites)) break;
         adsm__await_copies(rt); /* a fault is fetching an object this kernel writes: let it finish */
     }
+    unsigned d = dev == ADSM_ANY_DEVICE ? adsm__place(rt, writes, nwrites, used, nused) : (unsigned)dev;
+    for (size_t i = 0; i < nwrites; i++) writer_dev_before[i] = writes[i]->writer_dev;
+    rt->release_dev = (int)d; /* flushes at this call go to d */
+    if (r == ADSM_OK) r = adsm__gather(rt, used, nused, d);
     if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, l.seq);
-    if (r == ADSM_OK) r = rt->be->launch(rt->be_ctx, &l);
+    rt->release_dev = -1;
+    if (r == ADSM_OK) r = rt->be->launch(rt->dev_ctx[d], &l);
     if (r == ADSM_OK) {
         ADSM__STORE(&rt->launch_seq, l.seq);
         ADSM__ADD(&rt->stats.launches, 1);
+        ADSM__ADD(&rt->dev_stats[d].launches, 1);
     } else {
         /* this launch will not write them; an earlier one still may */
-        for (size_t i = 0; i < nwrites; i++) writes[i]->writer_seq = writer_before[i];
+        for (size_t i = 0; i < nwrites; i++) {
+            writes[i]->writer_seq = writer_before[i];
+            writes[i]->writer_dev = writer_dev_before[i];
+        }
     }
     adsm__unlock(&rt->lock);
     pthread_mutex_unlock(&rt->launch_mutex);
@@ -498,7 +549,11 @@ ADSM__PRIVATE adsm_result adsm__kernel_prepare_unguarded(const adsm_kernel_desc 
 ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     adsm__runtime *rt = &adsm__rt;
     if (!adsm__ready()) return ADSM_OK;
-    adsm_result r = rt->be->synchronize(rt->be_ctx);
+    adsm_result r = ADSM_OK;
+    for (unsigned d = 0; d < rt->ndev; d++) { /* the first error of any device */
+        adsm_result e = rt->be->synchronize(rt->dev_ctx[d]);
+        if (r == ADSM_OK) r = e;
+    }
     adsm__lock(&rt->lock);
     adsm_result a = rt->proto->acquire(rt);
     adsm__unlock(&rt->lock);
@@ -562,6 +617,9 @@ ADSM__PRIVATE adsm_result adsm__get_stats_unguarded(adsm_stats *out) {
 
 ADSM_API adsm_result adsm_reset_stats(void) {
     adsm__stats_reset(&adsm__rt.stats);
+    for (unsigned d = 0; d < ADSM__MAX_DEVICES; d++) /* atomics, one by one */
+        for (size_t i = 0; i < sizeof adsm__rt.dev_stats[d] / sizeof(uint64_t); i++)
+            ADSM__STORE(&((uint64_t *)&adsm__rt.dev_stats[d])[i], 0);
     return ADSM_OK;
 }
 
@@ -700,8 +758,34 @@ ADSM_API adsm_result adsm_module_load_file(const char *path) {
 }
 
 ADSM_API adsm_result adsm_launch(const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
+    return adsm_launch_on(ADSM_ANY_DEVICE, k, grid, args);
+}
+
+ADSM_API adsm_result adsm_launch_on(int dev, const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
     adsm__use_begin();
-    adsm_result r = adsm__launch_unguarded(k, grid, args);
+    adsm_result r = adsm__launch_unguarded(dev, k, grid, args);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API int adsm_device_count(void) {
+    adsm__use_begin();
+    int n = adsm__ready() ? (int)adsm__rt.ndev : 0;
+    adsm__use_end();
+    return n;
+}
+
+ADSM_API adsm_result adsm_get_device_stats(int dev, adsm_device_stats *out) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm_result r = ADSM_OK;
+    adsm__use_begin();
+    if (!out) r = adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_get_device_stats: NULL result pointer");
+    else if (!adsm__ready() || dev < 0 || (unsigned)dev >= rt->ndev)
+        r = adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_get_device_stats: device %d; adsm drives %u", dev,
+                       adsm__ready() ? rt->ndev : 0);
+    else
+        for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++) /* atomics, one by one */
+            ((uint64_t *)out)[i] = ADSM__LOAD(&((uint64_t *)&rt->dev_stats[dev])[i]);
     adsm__use_end();
     return r;
 }

@@ -65,8 +65,9 @@ typedef struct adsm__emu {
     adsm__queue queue; /* DMA jobs, run by the DMA thread (copy_queue.h); not started: copies are
                           synchronous and launches go straight to the device process */
 
-    /* launch completion, published by the completion thread */
-    uint64_t completed_seq;
+    /* launch completion, published by the completion thread; issued_seq: the last launch sent to
+     * this device (launch numbers are the runtime's, shared by every device) */
+    uint64_t completed_seq, issued_seq;
     int completion_gen, lost, quitting;
     adsm__device_error errors; /* the first launch error since the last adsm_sync */
 
@@ -327,7 +328,9 @@ ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, 
         adsm__copy_timed(e->rt, 1, t0, dev, n);
         return 0;
     }
-    adsm__dma_job job = {dev, host, n, ADSM__LOAD(&e->rt->launch_seq), NULL};
+    /* the launches sent to this device so far: a later one is queued behind this copy, so the
+     * copy must not wait for it */
+    adsm__dma_job job = {dev, host, n, ADSM__LOAD(&e->issued_seq), NULL};
     adsm__queue_push(&e->queue, &job, sizeof job, NULL);
     return 0;
 }
@@ -404,6 +407,10 @@ ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
  * are readable); only later ones report the loss. */
 ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq) {
     adsm__emu *e = (adsm__emu *)ctx;
+    /* with several devices, launch `seq` may have gone elsewhere: this device's launches up to it
+     * are done once the last one it was sent is (they run in order) */
+    uint64_t issued = ADSM__LOAD(&e->issued_seq);
+    if (seq > issued) seq = issued;
     if (ADSM__LOAD(&e->completed_seq) >= seq) return 0;
     return adsm__wait_launch(&e->completed_seq, &e->completion_gen, &e->lost, seq);
 }
@@ -475,6 +482,7 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
         free(m);
         return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
     }
+    ADSM__STORE(&e->issued_seq, l->seq);
     if (e->queue.started) { /* behind the copies queued before it (release queues its flushes) */
         adsm__dma_job job = {0, 0, 0, 0, m};
         adsm__queue_push(&e->queue, &job, sizeof job, NULL);

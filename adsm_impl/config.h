@@ -27,6 +27,7 @@ typedef struct adsm__settings {
     size_t emu_memory;
     int emu_memory_given; /* set by the program (config or ADSM_EMU_MEMORY), not defaulted */
     unsigned emu_workers;
+    unsigned emu_devices;    /* emu: emulated devices (ADSM_EMU_DEVICES) */
     adsm_log_level log_level;
     int device;              /* cuda device ordinal */
     size_t cuda_staging;     /* bytes per pinned staging buffer */
@@ -55,6 +56,7 @@ static const adsm__name_value adsm__log_names[] = {
 #define ADSM__MAX_ROLLING_SIZE ((size_t)1 << 24)
 #define ADSM__MAX_ROLLING_STEP ((size_t)4096)
 #define ADSM__MAX_EMU_WORKERS 256
+#define ADSM__MAX_DEVICES 8 /* a unit's device copies are one byte of flags (directory.h) */
 
 /* Parses "4096", "4K", "256k", "1M", "2G" (binary units) into *out, rejecting junk and overflow. */
 ADSM__PRIVATE int adsm__parse_size(const char *text, size_t *out) {
@@ -215,7 +217,7 @@ ADSM__PRIVATE adsm_result adsm__validate(adsm__settings *s, size_t page) {
 ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t page, adsm__settings *s) {
     adsm_config c;
     adsm_result r;
-    size_t workers = 0;
+    size_t workers = 0, devices = 0;
     if (cfg) c = *cfg;
     else memset(&c, 0, sizeof c);
     int backend = (int)c.backend, protocol = (int)c.protocol, log = (int)c.log_level;
@@ -229,6 +231,11 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         return r;
     if (c.emu_workers == 0 && (r = adsm__env_count("ADSM_EMU_WORKERS", &workers, 1, ADSM__MAX_EMU_WORKERS, 0)))
         return r;
+    if (c.emu_devices == 0 && (r = adsm__env_count("ADSM_EMU_DEVICES", &devices, 1, ADSM__MAX_DEVICES, 0)))
+        return r;
+    if (c.emu_devices > ADSM__MAX_DEVICES)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.emu_devices: %u; expected a count from 1 to %d",
+                          c.emu_devices, ADSM__MAX_DEVICES);
     if ((r = adsm__env_flag("ADSM_BLOCK_EXACT", &c.block_exact)) != ADSM_OK) return r;
     if (c.block_exact != 0 && c.block_exact != 1)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.block_exact: %d; expected 0 or 1", c.block_exact);
@@ -255,6 +262,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     if (c.emu_workers) s->emu_workers = c.emu_workers;
     else if (workers) s->emu_workers = (unsigned)workers;
     else s->emu_workers = (unsigned)ADSM__MIN(adsm__cpu_count(), 64);
+    s->emu_devices = c.emu_devices ? c.emu_devices : devices ? (unsigned)devices : 1;
     return adsm__validate(s, page);
 }
 

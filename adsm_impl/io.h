@@ -78,7 +78,8 @@ ADSM__PRIVATE adsm_result adsm__memset_impl(adsm__runtime *rt, uintptr_t d, int 
         size_t len = adsm__piece(rt, o, d, n, &block, &whole);
         int access = 0;
         if (o && adsm__unit_busy(rt, o, block)) access = adsm__await_copies(rt); /* not while it is copied */
-        else if (o && whole && adsm__tracking(rt)) done = adsm__memset_unit_in_place(rt, o, d, v, len);
+        else if (o && whole && adsm__tracking(rt) && rt->ndev == 1) /* several: the directory's way (CPU) */
+            done = adsm__memset_unit_in_place(rt, o, d, v, len);
         if (o && done == 0 && access == 0) access = rt->proto->on_access(rt, o, block, 1, whole);
         if (access == ADSM__AGAIN) { /* the lock was let go: look everything up again */
             adsm__unlock(&rt->lock);
@@ -156,7 +157,7 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
             continue;
         }
         if (od && dwhole && dlen < dunit && rt->proto->eager) dwhole = 0; /* rolling: never leave a unit half-filled */
-        if (od && os && dwhole && dlen == dunit && adsm__tracking(rt))
+        if (od && os && dwhole && dlen == dunit && adsm__tracking(rt) && rt->ndev == 1)
             done = adsm__memcpy_on_device(rt, od, d, s, dlen);
         size_t len = done ? dlen : adsm__piece(rt, os, s, dlen, &sblock, &swhole);
         if (od && done == 0 && dwhole && dlen < dunit && od->blocks[dblock].state == ADSM__INVALID && unfinished_end)
@@ -268,8 +269,8 @@ ADSM__PRIVATE adsm_result adsm__memcpy_device_buffers(adsm__runtime *rt, uintptr
 ADSM__PRIVATE void adsm__repair_tail(adsm__runtime *rt, uintptr_t from, uintptr_t to) {
     adsm__lock(&rt->lock);
     adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, from));
-    if (o && to <= o->host + o->size) /* the claimed unit is Dirty: writable */
-        (void)adsm__fetch_range(rt, from, o->dev + (from - o->host), to - from, PROT_READ | PROT_WRITE);
+    if (o && to <= o->host + o->size) /* the claimed unit is Dirty: writable; its writer holds it */
+        (void)adsm__fetch_range(rt, o->writer_dev, from, o->dev + (from - o->host), to - from, PROT_READ | PROT_WRITE);
     adsm__unlock(&rt->lock);
 }
 

@@ -45,8 +45,17 @@ ADSM__PRIVATE adsm_result adsm__bind_pointer(adsm__runtime *rt, const adsm_kerne
     return ADSM_OK;
 }
 
+ADSM__PRIVATE int adsm__in_list(adsm__object *const *list, size_t n, const adsm__object *o) {
+    for (size_t i = 0; i < n; i++)
+        if (list[i] == o) return 1;
+    return 0;
+}
+
+/* Binds every pointer argument; writes gets the shared objects the kernel may write (with their
+ * writer before this launch), used every shared object it names (directory.h moves them). */
 ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *l, unsigned char *args,
-                                               adsm__object **writes, uint64_t *writer_before, size_t *nwrites) {
+                                               adsm__object **writes, uint64_t *writer_before, size_t *nwrites,
+                                               adsm__object **used, size_t *nused) {
     const adsm_kernel_desc *k = l->kernel;
     for (unsigned i = 0; i < k->nparams; i++) {
         const adsm_param_desc *p = &k->params[i];
@@ -55,6 +64,7 @@ ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *
         adsm_result r = adsm__bind_pointer(rt, k, p, args, &o);
         if (r != ADSM_OK) return r;
         if (!o) continue;
+        if (!adsm__in_list(used, *nused, o)) used[(*nused)++] = o;
         if (adsm__access_writes(p->access)) {
             size_t before = l->nwritable;
             adsm__add_range(l->writable, &l->nwritable, o->dev, o->span, p->name);

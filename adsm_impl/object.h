@@ -22,6 +22,8 @@ typedef struct adsm__block {
     uint8_t in_fifo;
     uint8_t busy;     /* unit head: a copy of it runs outside the runtime lock; nobody else may
                          change the unit until it is done (protocol.h, adsm__busy_begin) */
+    uint8_t dev_valid; /* unit head: the devices holding a current copy, one bit each (directory.h);
+                          none while the unit is Dirty on the host */
     uint64_t flush_ticket; /* unit head: number of its last asynchronous flush (rt->flushes_queued
                               then); that copy may still be reading the host pages while the ticket
                               is above rt->flushes_settled (protocol.h, adsm__flushing) */
@@ -40,6 +42,8 @@ typedef struct adsm__object {
     int device_only;          /* adsm_dev_alloc: no host side, no coherence */
     int locked;               /* host pages page-locked with the driver: copies are direct DMA */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
+    unsigned writer_dev;      /* the device that launch ran on */
+    unsigned home_dev;        /* the device that last ran a kernel on it: rolling evicts there */
     int device_newer;         /* batch: a launch may have written it since it last came home */
     /* rolling write-ahead (protocol.h, adsm__write_run): the block right after the run the last
      * write fault made Dirty and how many blocks that run was meant to hold, valid while

@@ -45,9 +45,26 @@ ADSM__PRIVATE void adsm__object_unlist(adsm__runtime *rt, adsm__object *o, int s
     }
 }
 
+/* Releases o's memory on devices [0, ndev). */
+ADSM__PRIVATE void adsm__object_dev_free(adsm__runtime *rt, adsm__object *o, unsigned ndev) {
+    for (unsigned d = 0; d < ndev; d++) rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
+}
+
+/* Memory for o on every device (each holds every object at the same address); on failure none. */
+ADSM__PRIVATE adsm_result adsm__object_dev_alloc(adsm__runtime *rt, adsm__object *o) {
+    for (unsigned d = 0; d < rt->ndev; d++) {
+        adsm_result r = rt->be->dev_alloc(rt->dev_ctx[d], o->dev, o->span);
+        if (r != ADSM_OK) {
+            adsm__object_dev_free(rt, o, d);
+            return r;
+        }
+    }
+    return ADSM_OK;
+}
+
 /* Gives back what only this object uses (stage 2: device memory; 1: host pages): no lock needed. */
 ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, int stage) {
-    if (stage >= 2) rt->be->dev_free(rt->be_ctx, o->dev, o->span);
+    if (stage >= 2) adsm__object_dev_free(rt, o, rt->ndev);
     if (stage >= 1 && !o->device_only) {
         if (o->locked) rt->be->host_unlock(rt->be_ctx, o->host, o->span); /* before the pages go */
         madvise((void *)o->host, o->span, MADV_DONTNEED); /* the next object here starts zeroed */
@@ -138,6 +155,7 @@ ADSM__PRIVATE adsm__object *adsm__object_new(const adsm__runtime *rt, size_t siz
     for (size_t b = 0; b < nblocks; b++) {
         o->blocks[b].obj = o;
         o->blocks[b].index = (uint32_t)b;
+        o->blocks[b].dev_valid = adsm__all_devices(rt); /* fresh device memory is zeroed, as the host's */
     }
     return o;
 }
@@ -158,7 +176,7 @@ ADSM__PRIVATE adsm_result adsm__object_reserve(adsm__runtime *rt, adsm__object *
         adsm__object_destroy(o);
         return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of shared address space for %zu bytes", size);
     }
-    if ((r = rt->be->dev_alloc(rt->be_ctx, o->dev, o->span)) != ADSM_OK) {
+    if ((r = adsm__object_dev_alloc(rt, o)) != ADSM_OK) {
         adsm__object_unwind(rt, o, 1);
         return r;
     }

@@ -1,4 +1,4 @@
-/* adsm_impl/protocol.h -- the coherence protocol interface and the helpers the three protocols
+/* adsm_impl/protocol.h -- the helpers the three protocols (interface: protocol_vtbl.h)
  * share: state changes (protection first), fetch, flush, the FIFO of dirty units, eviction.
  *
  * A protocol answers five events: a CPU access the page protection stopped (fault, or a runtime
@@ -15,28 +15,6 @@
  * lock go, so the caller looks its objects up again (they may have been freed meanwhile). */
 #ifndef ADSM__PROTOCOL_INCLUDED
 #define ADSM__PROTOCOL_INCLUDED
-
-/* on_access let the runtime lock go (and holds it again): what the caller looked up may be stale,
- * look it up again and retry (the access itself may already be resolved). */
-enum { ADSM__AGAIN = 1 };
-
-typedef struct adsm__protocol_vtbl {
-    const char *name;
-    adsm_protocol_kind kind;
-    int whole_object; /* unit of tracking: the object (batch, lazy) or one block (rolling) */
-    int eager;        /* evict the oldest dirty unit past the rolling size (rolling) */
-    /* a CPU read or write of block `block` needs the protocol; overwrite: the caller will
-     * replace the whole unit, so Invalid data need not be fetched. 0, ADSM__AGAIN (see above),
-     * or -1 on a system error */
-    int (*on_access)(adsm__runtime *rt, adsm__object *o, size_t block, int is_write, int overwrite);
-    /* before launch `seq`: make device copies current; objects the kernel may write become
-     * Invalid on the CPU */
-    adsm_result (*release)(adsm__runtime *rt, adsm__object **writes, size_t nwrites, uint64_t seq);
-    /* after every launch finished */
-    adsm_result (*acquire)(adsm__runtime *rt);
-    int (*on_alloc)(adsm__runtime *rt, adsm__object *o); /* initial state and protection */
-    void (*on_free)(adsm__runtime *rt, adsm__object *o);
-} adsm__protocol_vtbl;
 
 /* Tracking is off when the backend shares host memory (host) or the protocol is batch. */
 ADSM__PRIVATE int adsm__tracking(const adsm__runtime *rt) {
@@ -100,17 +78,21 @@ ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t fir
     size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->span);
     if (adsm__protect(o->host + off, len, adsm__state_prot[state]) != 0) return -1;
     for (size_t b = first; b < first + count; b++) o->blocks[b].state = (uint8_t)state;
+    if (state == ADSM__DIRTY) /* the CPU writes it: every device copy is stale (directory.h) */
+        for (size_t b = first; b < first + count; b++) o->blocks[b].dev_valid = 0;
     return 0;
 }
 
-/* Device -> host copy into host memory of protection `prot` (kept), counted in the stats. */
-ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, uintptr_t host, uintptr_t dev, size_t n, int prot) {
+/* Device `from` -> host copy into host memory of protection `prot` (kept), counted in the stats. */
+ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, unsigned from, uintptr_t host, uintptr_t dev, size_t n,
+                                    int prot) {
     adsm__fill_count count = {0, 0};
-    adsm__fetch_ops ops = {rt->be->from_device, rt->be->host_direct, rt->be->device_view, rt->be_ctx};
+    adsm__fetch_ops ops = {rt->be->from_device, rt->be->host_direct, rt->be->device_view, rt->dev_ctx[from]};
     uint64_t t0 = adsm__now_ns();
     if (adsm__copy_home(&rt->fill, &ops, host, dev, n, prot, &count) != 0) return -1;
     adsm__trace(&rt->trace, ADSM__TR_FETCH, t0, host, n);
     adsm__stats_d2h(&rt->stats, n);
+    ADSM__ADD(&rt->dev_stats[from].d2h_bytes, n);
     ADSM__ADD(&rt->stats.d2h_moved_bytes, count.moved);
     ADSM__ADD(&rt->stats.d2h_forced_bytes, count.forced);
     return 0;
@@ -120,7 +102,7 @@ ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, uintptr_t host, uintptr_t
  * is then taken as it stands (adsm_sync reports ADSM_ERROR_DEVICE_LOST), so the program can
  * still read its data instead of crashing. */
 ADSM__PRIVATE void adsm__wait_writer(adsm__runtime *rt, const adsm__object *o) {
-    (void)rt->be->wait(rt->be_ctx, o->writer_seq);
+    (void)adsm__dev_wait_writer(rt, o);
 }
 
 /* Copies the Invalid blocks of [first, first+count) from the device into the (protected) host
@@ -134,10 +116,13 @@ ADSM__PRIVATE int adsm__fetch(adsm__runtime *rt, adsm__object *o, size_t first, 
     size_t b = first, end = first + count;
     while (b < end) {
         if (o->blocks[b].state != ADSM__INVALID) { b++; continue; }
-        size_t run = b;
-        while (run < end && o->blocks[run].state == ADSM__INVALID) run++;
+        size_t run = b, unit = rt->proto->whole_object ? o->nblocks : 1;
+        unsigned from = adsm__dev_source(&o->blocks[b]); /* one source per copy (directory.h) */
+        while (run < end && o->blocks[run].state == ADSM__INVALID &&
+               (unit > 1 || adsm__dev_source(&o->blocks[run]) == from))
+            run++;
         size_t off = b << shift, len = adsm__blocks_len(b, run - b, shift, o->size);
-        if (len > 0 && adsm__fetch_range(rt, o->host + off, o->dev + off, len, PROT_NONE) != 0) return -1;
+        if (len > 0 && adsm__fetch_range(rt, from, o->host + off, o->dev + off, len, PROT_NONE) != 0) return -1;
         b = run;
     }
     return 0;
@@ -162,13 +147,14 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     size_t off = first << rt->cfg.block_shift;
     size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->size);
     if (len == 0) return 0;
-    if (async) {
-        uint64_t ticket = ++rt->flushes_queued;
-        size_t heads = rt->proto->whole_object ? 1 : count;
-        for (size_t k = 0; k < heads; k++) o->blocks[first + k].flush_ticket = ticket;
-    }
-    if (rt->be->to_device(rt->be_ctx, o->dev + off, o->host + off, len, async) != 0) return -1;
+    size_t heads = rt->proto->whole_object ? 1 : count;
+    if (async) adsm__stamp_copy(rt, o, first, count);
+    /* at a call, to the launch's device; an eviction, to the object's home device (directory.h) */
+    unsigned d = rt->release_dev >= 0 ? (unsigned)rt->release_dev : o->home_dev;
+    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, o->host + off, len, async) != 0) return -1;
+    for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
     adsm__stats_h2d(&rt->stats, len);
+    ADSM__ADD(&rt->dev_stats[d].h2d_bytes, len);
     return 0;
 }
 
@@ -445,7 +431,7 @@ ADSM__PRIVATE int adsm__prepare_unit(adsm__runtime *rt, adsm__object *o, size_t 
     *let_go = 1;
     adsm__busy_begin(rt, o, head, marks);
     /* usually the eviction is long done and the drain returns at once */
-    if (need_drain) rt->be->drain(rt->be_ctx);
+    if (need_drain) adsm__drain_all(rt);
     if (need_fetch) {
         /* even a full overwrite waits for the kernel that may write the object: the CPU's bytes
          * must land after the kernel's, in program order */
@@ -600,7 +586,7 @@ ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **objs, s
     }
     uint64_t queued = rt->flushes_queued;
     adsm__unlock(&rt->lock);
-    rt->be->drain(rt->be_ctx);
+    adsm__drain_all(rt);
     adsm__lock(&rt->lock);
     adsm__flushes_settled(rt, queued);
     for (size_t i = 0; i < n; i++) {
@@ -628,6 +614,8 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
         adsm__object *o = writes[i];
         if (adsm__invalidate_compacting(rt, o) != 0) return adsm__protection_failed("invalidating a kernel's output");
         o->writer_seq = seq;
+        o->writer_dev = (unsigned)rt->release_dev;
+        adsm__units_set_valid(rt, o, 0, o->nblocks, adsm__dev_bit((unsigned)rt->release_dev)); /* its only holder */
     }
     return ADSM_OK;
 }

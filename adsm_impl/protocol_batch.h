@@ -28,7 +28,7 @@ ADSM__PRIVATE int adsm__batch_bring_home(adsm__runtime *rt, adsm__object *o) {
     uint64_t writer = o->writer_seq;
     adsm__busy_begin(rt, o, &o->blocks[0], 1);
     int rc = rt->be->wait(rt->be_ctx, writer) != 0 ||
-             adsm__fetch_range(rt, o->host, o->dev, o->size, PROT_READ | PROT_WRITE) != 0;
+             adsm__fetch_range(rt, 0, o->host, o->dev, o->size, PROT_READ | PROT_WRITE) != 0;
     adsm__busy_end(rt, o, &o->blocks[0], 1);
     if (rc) return -1;
     if (o->writer_seq == writer) o->device_newer = 0;
@@ -71,7 +71,7 @@ ADSM__PRIVATE adsm_result adsm__batch_release(adsm__runtime *rt, adsm__object **
     }
     adsm__unlock(&rt->lock);
     adsm__tls_passthrough++; /* the copies' own memcpy must not come back to adsm (interposition) */
-    rt->be->drain(rt->be_ctx);
+    adsm__drain_all(rt);
     int failed = 0;
     for (ptrdiff_t i = 0; i < stbds_arrlen(rt->batch_sends) && !failed; i++)
         failed = adsm__flush(rt, rt->batch_sends[i], 0, rt->batch_sends[i]->nblocks, 0) != 0;

@@ -56,7 +56,14 @@ typedef struct adsm__runtime {
     uint64_t flushes_queued, flushes_settled;
 
     const struct adsm__backend_vtbl *be;
-    void *be_ctx;
+    void *be_ctx; /* device 0's context (the explicit path, modules and single-device code use it) */
+    /* every device the runtime drives, all of one backend (emu: ADSM_EMU_DEVICES processes);
+     * directory.h keeps which of them holds a current copy of each unit */
+    unsigned ndev;
+    void *dev_ctx[ADSM__MAX_DEVICES];
+    adsm_device_stats dev_stats[ADSM__MAX_DEVICES]; /* atomics */
+    int release_dev; /* during a launch's release: its device, where flushes go (-1 otherwise:
+                        rolling's evictions go to each object's home device) */
     const struct adsm__protocol_vtbl *proto;
 
     int copy_gen;        /* bumped (and woken) each time a busy unit is done; futex word */

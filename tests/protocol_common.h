@@ -100,12 +100,15 @@ static inline adsm_grid grid_for(size_t n) { return adsm_grid_1d((uint32_t)((n +
 static inline void clear_adsm_env(void) {
     static const char *const vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",     "ADSM_BLOCK_SIZE",
                                        "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
-                                       "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT"};
+                                       "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT",
+                                       "ADSM_EMU_DEVICES"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
 /* adsm_config.block_exact for the next init: rolling's white-box tests follow single blocks. */
 static int test_block_exact;
+/* adsm_config.emu_devices for the next init (0: one device) */
+static unsigned test_devices;
 
 static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
                              size_t rolling_size, size_t rolling_step) {
@@ -119,6 +122,7 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
     cfg.rolling_size = rolling_size;
     cfg.rolling_step = rolling_step;
     cfg.block_exact = test_block_exact;
+    cfg.emu_devices = test_devices;
     cfg.emu_memory = (size_t)256 << 20;
     cfg.emu_workers = 2;
     adsm_result r = adsm_init(&cfg);

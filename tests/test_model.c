@@ -141,6 +141,7 @@ typedef struct variant {
     adsm_protocol_kind protocol;
     size_t block_size, rolling_size;
     size_t default_ops;
+    unsigned devices; /* emu: ADSM_EMU_DEVICES (0: one); kernels then run on random devices */
 } variant;
 
 typedef struct object {
@@ -514,8 +515,11 @@ static void op_kernel(model *m) {
     uint32_t blocks = (uint32_t)((nthreads + tpb - 1) / tpb) + (uint32_t)below(m, 2);
     trace(m, "kernel mix seed %u skip %u/%u grid %ux%u:%s", info.seed, info.skip_rem, info.skip_mod, blocks, tpb,
           desc);
-    CHECK_OK(m, ADSM_CALL(mix, adsm_grid_1d(blocks, tpb), o[0], o[1], o[2], o[3], x[0], x[1], x[2], x[3], in[0],
-                          in[1], in[2], in[3], info));
+    /* several devices: a random one, or adsm's choice (where most of the written bytes are) */
+    int dev = m->v->devices > 1 && chance(m, 75) ? (int)below(m, m->v->devices) : ADSM_ANY_DEVICE;
+    trace(m, "  on device %d", dev);
+    CHECK_OK(m, ADSM_CALL_ON(dev, mix, adsm_grid_1d(blocks, tpb), o[0], o[1], o[2], o[3], x[0], x[1], x[2], x[3],
+                             in[0], in[1], in[2], in[3], info));
     m->launches++;
     m->in_flight = 1;
     /* the model runs the same threads */
@@ -615,6 +619,7 @@ static void run_model(const variant *v) {
     cfg.protocol = v->protocol;
     cfg.block_size = v->block_size;
     cfg.rolling_size = v->rolling_size;
+    cfg.emu_devices = v->devices;
 #ifdef TEST_ON_CUDA_DOUBLE
     cuda_double_use();
     /* every stream operation of the double late: a missing event dependency shows as a wrong byte */
@@ -732,4 +737,13 @@ MODEL_TEST(emu_rolling_64k_rs3, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 64 * KI
 MODEL_TEST(emu_rolling_64k, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 25000)
 MODEL_TEST(emu_rolling_2m, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 2 * MIB, 0, 25000)
 MODEL_TEST(host, ADSM_BACKEND_HOST, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0, 20000)
+/* several emulated devices: kernels on random devices, replicas, device-to-device copies */
+#define MODEL_TEST_DEVICES(tname, protocol, bs, rs, ops, devices)                                   \
+    Test(model, tname) {                                                                            \
+        static const variant v = {#tname, ADSM_BACKEND_EMU, protocol, bs, rs, ops, devices};        \
+        run_model(&v);                                                                              \
+    }
+MODEL_TEST_DEVICES(emu3_lazy_64k, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 20000, 3)
+MODEL_TEST_DEVICES(emu3_rolling_4k_rs3, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 20000, 3)
+MODEL_TEST_DEVICES(emu2_rolling_64k, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 20000, 2)
 #endif

@@ -1,0 +1,166 @@
+/* adsm_impl/directory.h -- which devices hold a current copy of each unit, when the runtime drives
+ * several (ADSM_EMU_DEVICES), and the moves a launch on one device needs.
+ *
+ * The host's view of a unit stays its block state (Invalid / ReadOnly / Dirty, protocol.h); each
+ * unit head adds `dev_valid`, one bit per device holding a current copy. Together they are the
+ * MESI-like directory of the Nanos6 paper, host plus N devices:
+ *   - host Dirty: the host holds the only current copy (dev_valid is 0; a CPU write clears it);
+ *   - host ReadOnly: host and the devices in dev_valid are current (Shared);
+ *   - host Invalid: only the devices in dev_valid are (one after a kernel wrote the unit there:
+ *     Modified on that device; more once other devices took replicas of it).
+ * A flush sends a Dirty unit to one device (the launch's at a call, the object's home device for
+ * rolling's evictions). Before a launch on device d, every object the kernel names (IN, OUT,
+ * INOUT) is made current on d: from the host when the host copy is current, else from a device
+ * that holds it (device to device: never through the CPU's pages); copies taken stay as read
+ * replicas. A kernel that writes an object leaves d its only holder. A CPU fetch reads from a
+ * holder. Objects a kernel does not name are only current where they were last sent: with several
+ * devices a kernel may follow stored pointers only into objects it names.
+ *
+ * Contexts: adsm__dev_source and adsm__drain_all may run in the SIGSEGV handler (no allocation,
+ * only signal-safe backend verbs); the rest runs in normal context, runtime lock held, in a
+ * launch (rt->launch_mutex held). With one device every unit stays current on it, and none of
+ * this moves a byte. */
+#ifndef ADSM__DIRECTORY_INCLUDED
+#define ADSM__DIRECTORY_INCLUDED
+
+ADSM__PRIVATE uint8_t adsm__dev_bit(unsigned d) { return (uint8_t)(1u << d); }
+
+ADSM__PRIVATE uint8_t adsm__all_devices(const adsm__runtime *rt) { return (uint8_t)((1u << rt->ndev) - 1u); }
+
+/* Signal-safe. The device to read a unit from: the lowest that holds a current copy (device 0
+ * when none does, which only a unit the host holds current can be). */
+ADSM__PRIVATE unsigned adsm__dev_source(const adsm__block *head) {
+    return head->dev_valid ? (unsigned)__builtin_ctz(head->dev_valid) : 0u;
+}
+
+/* Signal-safe. Waits until every queued copy of every device ran (they may read host pages). */
+ADSM__PRIVATE void adsm__drain_all(adsm__runtime *rt) {
+    for (unsigned d = 0; d < rt->ndev; d++) rt->be->drain(rt->dev_ctx[d]);
+}
+
+/* Waits for every launch issued so far, on every device; -1 when one is lost. */
+ADSM__PRIVATE int adsm__wait_all(adsm__runtime *rt) {
+    int rc = 0;
+    for (unsigned d = 0; d < rt->ndev; d++) rc |= rt->be->wait(rt->dev_ctx[d], ADSM__LOAD(&rt->launch_seq));
+    return rc;
+}
+
+/* Sets dev_valid of the unit heads among blocks [first, first + count): every block under
+ * rolling, the first under lazy and batch (the object is one unit). */
+ADSM__PRIVATE void adsm__units_set_valid(const adsm__runtime *rt, adsm__object *o, size_t first, size_t count,
+                                         uint8_t valid) {
+    size_t heads = rt->proto->whole_object ? 1 : count;
+    for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid = valid;
+}
+
+/* An asynchronous copy will read the host pages of units [first, first + count): stamps their
+ * heads with its ticket, so a CPU write or a protection change waits for it (protocol.h,
+ * adsm__flushing). */
+ADSM__PRIVATE void adsm__stamp_copy(adsm__runtime *rt, adsm__object *o, size_t first, size_t count) {
+    uint64_t ticket = ++rt->flushes_queued;
+    size_t heads = rt->proto->whole_object ? 1 : count;
+    for (size_t k = 0; k < heads; k++) o->blocks[first + k].flush_ticket = ticket;
+}
+
+/* Waits for the last kernel that may write o, on the device it ran on. Signal-safe. */
+ADSM__PRIVATE int adsm__dev_wait_writer(adsm__runtime *rt, const adsm__object *o) {
+    return rt->be->wait(rt->dev_ctx[o->writer_dev], o->writer_seq);
+}
+
+/* ---- placement ---------------------------------------------------------------------------- */
+/* Bytes of o current on device d. */
+ADSM__PRIVATE size_t adsm__bytes_on(const adsm__runtime *rt, const adsm__object *o, unsigned d) {
+    if (rt->proto->whole_object) return o->blocks[0].dev_valid & adsm__dev_bit(d) ? o->size : 0;
+    size_t n = 0;
+    for (size_t b = 0; b < o->nblocks; b++)
+        if (o->blocks[b].dev_valid & adsm__dev_bit(d)) n += adsm__blocks_len(b, 1, rt->cfg.block_shift, o->size);
+    return n;
+}
+
+/* Owner computes: the device holding most of the bytes the kernel writes (ties, and kernels that
+ * write nothing, go to the lowest such device); device 0 for kernels given adsm_dev_alloc
+ * buffers. */
+ADSM__PRIVATE unsigned adsm__place(const adsm__runtime *rt, adsm__object *const *writes, size_t nwrites,
+                                   adsm__object *const *used, size_t nused) {
+    unsigned best = 0;
+    size_t most = 0;
+    for (size_t i = 0; i < nused; i++)
+        if (used[i]->device_only) return 0; /* explicit buffers live on device 0 */
+    for (unsigned d = 0; d < rt->ndev && nwrites > 0; d++) {
+        size_t bytes = 0;
+        for (size_t i = 0; i < nwrites; i++) bytes += adsm__bytes_on(rt, writes[i], d);
+        if (bytes > most) most = bytes, best = d;
+    }
+    return best;
+}
+
+/* ---- making a launch's objects current on its device ---------------------------------------- */
+ADSM__PRIVATE void adsm__count_to_device(adsm__runtime *rt, unsigned d, int from_device, size_t n) {
+    if (from_device) {
+        ADSM__ADD(&rt->stats.d2d_bytes, n);
+        ADSM__ADD(&rt->stats.d2d_copies, 1);
+        ADSM__ADD(&rt->dev_stats[d].d2d_bytes, n);
+    } else {
+        adsm__stats_h2d(&rt->stats, n);
+        ADSM__ADD(&rt->dev_stats[d].h2d_bytes, n);
+    }
+}
+
+/* Copies blocks [first, first + count) of o, current on device s (host Invalid), to device d,
+ * after the kernel that wrote them on s finished. Synchronous: the launch on d, and any later
+ * kernel on s that would overwrite the source, come after it. */
+ADSM__PRIVATE int adsm__copy_peer(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, unsigned s,
+                                  unsigned d) {
+    size_t off = first << rt->cfg.block_shift, len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->size);
+    if (len == 0) return 0;
+    if (adsm__dev_wait_writer(rt, o) != 0) return -1;
+    const void *src = rt->be->device_view ? rt->be->device_view(rt->dev_ctx[s], o->dev + off, len) : NULL;
+    if (!src || rt->be->to_device(rt->dev_ctx[d], o->dev + off, (uintptr_t)src, len, 0) != 0) return -1;
+    adsm__count_to_device(rt, d, 1, len);
+    return 0;
+}
+
+/* Blocks [first, first + count) of o, a unit the host holds ReadOnly (current), to device d,
+ * queued behind d's earlier work like a flush. */
+ADSM__PRIVATE int adsm__copy_replica(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, unsigned d) {
+    size_t off = first << rt->cfg.block_shift, len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->size);
+    if (len == 0) return 0;
+    adsm__stamp_copy(rt, o, first, count);
+    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, o->host + off, len, 1) != 0) return -1;
+    adsm__count_to_device(rt, d, 0, len);
+    return 0;
+}
+
+/* Makes every unit of o that is not Dirty on the host current on device d. */
+ADSM__PRIVATE int adsm__gather_object(adsm__runtime *rt, adsm__object *o, unsigned d) {
+    size_t unit = rt->proto->whole_object ? o->nblocks : 1;
+    for (size_t b = 0; b < o->nblocks; b += unit) {
+        adsm__block *head = &o->blocks[b];
+        if (head->state == ADSM__DIRTY || (head->dev_valid & adsm__dev_bit(d))) continue; /* release sends it */
+        int rc = head->state == ADSM__INVALID ? adsm__copy_peer(rt, o, b, unit, adsm__dev_source(head), d)
+                                              : adsm__copy_replica(rt, o, b, unit, d);
+        if (rc != 0) return -1;
+        head->dev_valid |= adsm__dev_bit(d);
+    }
+    return 0;
+}
+
+/* Before a launch on device d, ahead of release: every object it names becomes current there,
+ * except its host-Dirty units, which release protects and sends to d itself (copying them now
+ * could race with CPU writes). Release then leaves d the only holder of what the kernel writes. */
+ADSM__PRIVATE adsm_result adsm__gather(adsm__runtime *rt, adsm__object *const *used, size_t nused, unsigned d) {
+    if (rt->ndev == 1) return ADSM_OK;
+    for (size_t i = 0; i < nused; i++) {
+        if (used[i]->device_only) { /* the explicit path: its buffers live on device 0 alone */
+            if (d == 0) continue;
+            return adsm__fail(ADSM_ERROR_INVALID_VALUE, "an adsm_dev_alloc buffer lives on device 0; this kernel "
+                              "runs on device %u", d);
+        }
+        used[i]->home_dev = d;
+        if (adsm__gather_object(rt, used[i], d) != 0)
+            return adsm__fail(ADSM_ERROR_SYSTEM, "copying a kernel's objects to device %u failed", d);
+    }
+    return ADSM_OK;
+}
+
+#endif /* ADSM__DIRECTORY_INCLUDED */

@@ -1,0 +1,220 @@
+/* tests/test_devices.c -- several emulated devices (ADSM_EMU_DEVICES): where kernels run, what the
+ * directory copies, and from where (adsm_impl/directory.h).
+ *
+ * Each test counts the bytes every device received and sent (adsm_get_device_stats) and checks
+ * them exactly, then checks every value: a replica used after the data changed elsewhere, or a
+ * copy from a stale holder, shows as a wrong byte or a wrong count. lazy and rolling both run the
+ * byte-exact tests (rolling with 64 KiB blocks: its units are blocks, lazy's whole objects). The
+ * randomized cross-check is test_model's emu*_ variants with kernels on random devices. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/protocol_common.h"
+
+TestSuite(devices, .timeout = 30);
+
+#define SIZE (4 * MIB)
+#define N (SIZE / sizeof(int32_t))
+
+static adsm_device_stats dev_stats(int d) {
+    adsm_device_stats s;
+    cr_assert_eq(adsm_get_device_stats(d, &s), ADSM_OK, "%s", adsm_last_error());
+    return s;
+}
+
+static void init_devices(unsigned devices, adsm_protocol_kind protocol) {
+    test_devices = devices;
+    init(ADSM_BACKEND_EMU, protocol, 64 * KIB, 0);
+    cr_assert_eq(adsm_device_count(), (int)devices);
+}
+
+#define CALL_ON_OK(dev, ...)                                                                 \
+    do {                                                                                     \
+        adsm_result call_r_ = ADSM_CALL_ON((dev), __VA_ARGS__);                              \
+        cr_assert_eq(call_r_, ADSM_OK, "ADSM_CALL_ON(%d): %s", (dev), adsm_last_error());    \
+    } while (0)
+
+#define EXPECT_DEVICE(d, h2d, d2h, d2d)                                                             \
+    do {                                                                                            \
+        adsm_device_stats s_ = dev_stats(d);                                                        \
+        cr_assert_eq(s_.h2d_bytes, (uint64_t)(h2d), "device %d: %llu bytes from the host, expected %zu", \
+                     (d), (unsigned long long)s_.h2d_bytes, (size_t)(h2d));                         \
+        cr_assert_eq(s_.d2h_bytes, (uint64_t)(d2h), "device %d: %llu bytes to the host, expected %zu", \
+                     (d), (unsigned long long)s_.d2h_bytes, (size_t)(d2h));                         \
+        cr_assert_eq(s_.d2d_bytes, (uint64_t)(d2d), "device %d: %llu bytes from other devices, expected %zu", \
+                     (d), (unsigned long long)s_.d2d_bytes, (size_t)(d2d));                         \
+    } while (0)
+
+static void write_ramp(int32_t *x, int32_t base) {
+    for (size_t i = 0; i < N; i++) wr(&x[i], base + (int32_t)i);
+}
+
+static void expect_ramp(const int32_t *x, int32_t base) {
+    for (size_t i = 0; i < N; i++)
+        if (rd(&x[i]) != base + (int32_t)i) cr_assert_fail("[%zu] = %d, expected %d", i, rd(&x[i]), base + (int32_t)i);
+}
+
+ParameterizedTestParameters(devices, replicas_are_invalidated_by_a_write_elsewhere) {
+    static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
+    return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+}
+
+/* x goes to device 0 (the kernel's), device 1 takes a replica from device 0 (device to device,
+ * not through the CPU), keeps it while nobody writes x, loses it when device 0 writes x again,
+ * and takes it again; the CPU then reads each object from the device that wrote it. */
+ParameterizedTest(adsm_protocol_kind *protocol, devices, replicas_are_invalidated_by_a_write_elsewhere) {
+    init_devices(2, *protocol);
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE), *zero = alloc(SIZE);
+    reset(); /* rolling may evict while the CPU writes: counted too */
+    write_ramp(x, 0);
+    CALL_ON_OK(0, k_incr, grid_for(N), x, N);
+    EXPECT_DEVICE(0, SIZE, 0, 0); /* the CPU's writes went to the kernel's device */
+    CALL_ON_OK(1, k_add, grid_for(N), y, x, zero, N);
+    EXPECT_DEVICE(1, 0, 0, SIZE); /* x from device 0; zero is current everywhere; y is output */
+    CALL_ON_OK(1, k_add, grid_for(N), y, x, zero, N);
+    EXPECT_DEVICE(1, 0, 0, SIZE); /* the replica is kept */
+    CALL_ON_OK(0, k_incr, grid_for(N), x, N);
+    EXPECT_DEVICE(0, SIZE, 0, 0); /* device 0 still held x: nothing to copy */
+    CALL_ON_OK(1, k_add, grid_for(N), y, x, zero, N);
+    EXPECT_DEVICE(1, 0, 0, 2 * SIZE); /* its replica was stale: copied again */
+    sync_ok();
+    expect_ramp(y, 2);
+    expect_ramp(x, 2);
+    EXPECT_DEVICE(0, SIZE, SIZE, 0); /* x came home from device 0 (its writer) */
+    EXPECT_DEVICE(1, 0, SIZE, 2 * SIZE); /* y from device 1 */
+    adsm_stats s = stats();
+    cr_assert_eq(s.h2d_bytes, SIZE);
+    cr_assert_eq(s.d2d_bytes, 2 * SIZE);
+    cr_assert_eq(s.d2h_bytes, 2 * SIZE);
+    adsm_shutdown();
+}
+
+/* A host copy the CPU did not change since is current: each device takes its replica from the
+ * host once; a CPU write then makes every replica stale. */
+Test(devices, cpu_writes_make_every_replica_stale) {
+    init_devices(3, ADSM_PROTOCOL_ROLLING);
+    int32_t *x = alloc(SIZE), *y[3];
+    for (int d = 0; d < 3; d++) y[d] = alloc(SIZE);
+    reset();
+    write_ramp(x, 10);
+    for (int round = 0; round < 2; round++)
+        for (int d = 0; d < 3; d++) CALL_ON_OK(d, k_add, grid_for(N), y[d], x, x, N);
+    for (int d = 0; d < 3; d++) EXPECT_DEVICE(d, SIZE, 0, 0);
+    write_ramp(x, 20);
+    CALL_ON_OK(2, k_add, grid_for(N), y[2], x, x, N);
+    CALL_ON_OK(1, k_add, grid_for(N), y[1], x, x, N);
+    sync_ok();
+    EXPECT_DEVICE(0, SIZE, 0, 0);
+    EXPECT_DEVICE(1, 2 * SIZE, 0, 0);
+    EXPECT_DEVICE(2, 2 * SIZE, 0, 0);
+    for (size_t i = 0; i < N; i++) {
+        cr_assert_eq(rd(&y[0][i]), 2 * (10 + (int32_t)i));
+        cr_assert_eq(rd(&y[1][i]), 2 * (20 + (int32_t)i));
+        cr_assert_eq(rd(&y[2][i]), 2 * (20 + (int32_t)i));
+    }
+    adsm_shutdown();
+}
+
+/* ADSM_CALL (no device named) runs a kernel where most of the bytes it writes already are. */
+Test(devices, kernels_run_where_their_output_is) {
+    init_devices(3, ADSM_PROTOCOL_LAZY);
+    int32_t *x = alloc(SIZE), *w = alloc(SIZE);
+    CALL_ON_OK(2, k_fill, grid_for(N), x, N, 7);
+    CALL_ON_OK(1, k_fill, grid_for(N), w, N, 3);
+    reset();
+    CALL_OK(k_incr, grid_for(N), x, N);
+    CALL_OK(k_incr, grid_for(N), w, N);
+    CALL_OK(k_incr, grid_for(N), x, N);
+    sync_ok();
+    cr_assert_eq(dev_stats(2).launches, 2, "x lives on device 2");
+    cr_assert_eq(dev_stats(1).launches, 1, "w lives on device 1");
+    cr_assert_eq(dev_stats(0).launches, 0);
+    cr_assert_eq(stats().d2d_bytes, 0, "nothing moved between devices");
+    expect_ramp(x, 9);
+    expect_ramp(w, 4);
+    adsm_shutdown();
+}
+
+/* Rolling's evictions go to the device that last ran a kernel on the object, so the kernel's next
+ * call finds them there; a fetch reads a block from whichever device holds it. */
+Test(devices, evictions_go_to_the_objects_device) {
+    test_block_exact = 1;
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    int32_t *x = alloc(SIZE);
+    CALL_ON_OK(1, k_fill, grid_for(N), x, N, 5);
+    sync_ok();
+    reset();
+    for (size_t i = 0; i < N; i++) wr(&x[i], rd(&x[i]) + 1); /* fetch from device 1, write, evict */
+    adsm_stats s = stats();
+    cr_assert_gt(s.evictions, 0);
+    EXPECT_DEVICE(1, s.evictions * 64 * KIB, SIZE, 0);
+    EXPECT_DEVICE(0, 0, 0, 0);
+    CALL_ON_OK(1, k_incr, grid_for(N), x, N);
+    sync_ok();
+    EXPECT_DEVICE(1, SIZE, SIZE, 0);
+    expect_ramp(x, 7);
+    adsm_shutdown();
+}
+
+Test(devices, configuration) {
+    clear_adsm_env();
+    cr_assert_eq(adsm_device_count(), 0, "not initialised");
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.emu_memory = 256 * MIB;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 1, "one device by default");
+    adsm_shutdown();
+    setenv("ADSM_EMU_DEVICES", "3", 1);
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 3);
+    adsm_shutdown();
+    static const char *const bad[] = {"9", "0x2", "two", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("ADSM_EMU_DEVICES", bad[i], 1);
+        cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_DEVICES=%s accepted", bad[i]);
+        cr_assert(strstr(adsm_last_error(), "ADSM_EMU_DEVICES"), "%s", adsm_last_error());
+    }
+    unsetenv("ADSM_EMU_DEVICES");
+    cfg.emu_devices = 9;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "emu_devices"), "%s", adsm_last_error());
+    cfg.emu_devices = 2;
+    cfg.protocol = ADSM_PROTOCOL_BATCH;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "batch"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 0, "the refused start left nothing running");
+}
+
+/* Bad device numbers are refused before anything moves; the explicit path's buffers live on
+ * device 0 only. */
+Test(devices, misuse) {
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    int32_t *x = alloc(SIZE);
+    write_ramp(x, 1);
+    reset();
+    cr_assert_eq(ADSM_CALL_ON(2, k_incr, grid_for(N), x, N), ADSM_ERROR_INVALID_VALUE);
+    cr_assert(strstr(adsm_last_error(), "device 2"), "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL_ON(-5, k_incr, grid_for(N), x, N), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(stats().h2d_bytes, 0, "nothing moved");
+    cr_assert_eq(adsm_block_state(x), 'D', "the CPU's data is untouched");
+    adsm_device_stats s;
+    cr_assert_eq(adsm_get_device_stats(2, &s), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(adsm_get_device_stats(0, NULL), ADSM_ERROR_INVALID_VALUE);
+    int32_t *buf = adsm_dev_alloc(SIZE);
+    cr_assert_not_null(buf, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL_ON(1, k_add, grid_for(N), x, buf, buf, N), ADSM_ERROR_INVALID_VALUE);
+    cr_assert(strstr(adsm_last_error(), "device 0"), "%s", adsm_last_error());
+    CALL_OK(k_add, grid_for(N), x, buf, buf, N); /* adsm's choice: device 0 */
+    sync_ok();
+    cr_assert_eq(rd(&x[5]), 0);
+    cr_assert_eq(adsm_dev_free(buf), ADSM_OK);
+    adsm_shutdown();
+}
