@@ -58,8 +58,9 @@ ADSM_KERNEL_DEF(chol_trsm, (ADSM_INOUT(double, a), ADSM_IN(double, l), ADSM_VALU
  * One thread per element. */
 ADSM_KERNEL_DEF(chol_syrk, (ADSM_INOUT(double, c), ADSM_IN(double, a), ADSM_VALUE(int, b)), g, {
     ADSM_FOR_EACH_THREAD(g, e) {
+        if (e >= (size_t)b * b) continue; /* before dividing: b may be 0 */
         size_t r = e / (size_t)b, col = e % (size_t)b;
-        if (r >= (size_t)b || col > r) continue;
+        if (col > r) continue;
         double s = 0.0;
         for (int l = 0; l < b; l++) s += a[r * b + l] * a[col * b + l];
         c[r * b + col] -= s;
@@ -70,8 +71,8 @@ ADSM_KERNEL_DEF(chol_syrk, (ADSM_INOUT(double, c), ADSM_IN(double, a), ADSM_VALU
 ADSM_KERNEL_DEF(chol_gemm, (ADSM_INOUT(double, c), ADSM_IN(double, a), ADSM_IN(double, bt), ADSM_VALUE(int, b)),
                 g, {
     ADSM_FOR_EACH_THREAD(g, e) {
+        if (e >= (size_t)b * b) continue; /* before dividing: b may be 0 */
         size_t r = e / (size_t)b, col = e % (size_t)b;
-        if (r >= (size_t)b) continue;
         double s = 0.0;
         for (int l = 0; l < b; l++) s += a[r * b + l] * bt[col * b + l];
         c[r * b + col] -= s;
@@ -83,8 +84,8 @@ ADSM_KERNEL_DEF(chol_gemm, (ADSM_INOUT(double, c), ADSM_IN(double, a), ADSM_IN(d
 /* c := c + a b, one thread per element of c. */
 ADSM_KERNEL_DEF(mm_tile, (ADSM_INOUT(float, c), ADSM_IN(float, a), ADSM_IN(float, b), ADSM_VALUE(int, n)), g, {
     ADSM_FOR_EACH_THREAD(g, e) {
+        if (e >= (size_t)n * n) continue; /* before dividing: n may be 0 */
         size_t r = e / (size_t)n, col = e % (size_t)n;
-        if (r >= (size_t)n) continue;
         float s = 0.0f;
         for (int l = 0; l < n; l++) s += a[r * n + l] * b[(size_t)l * n + col];
         c[r * n + col] += s;
