@@ -90,9 +90,10 @@ done
 [[ -n $double ]] || fail "the driver test double is missing: bazel build //tests/cuda:libcudadouble.so (or set CUDA_DOUBLE_LIB)"
 
 # 2. Every example and benchmark source. The application study (bench/apps/<app>/) keeps its
-# kernels in kernels.h, shared by explicit.c and adsm.c: the checker includes adsm.c.
+# kernels in kernels.h, shared by explicit.c and adsm.c: the checker includes adsm.c. The tiled
+# benchmarks (bench/tiles/) keep theirs in kernels.h too: the checker includes cholesky.c.
 shopt -s nullglob
-files=(examples/*.c bench/*.c bench/*/*.c bench/apps/*/kernels.h)
+files=(examples/*.c bench/*.c bench/*/*.c bench/apps/*/kernels.h bench/tiles/kernels.h)
 checked=0
 for f in "${files[@]}"; do
     if grep -qE '^[[:space:]]+ADSM_KERNEL(_DEF)?\(' "$f"; then
@@ -120,6 +121,7 @@ for f in "${files[@]}"; do
     mkdir -p "$dir"
     program=$f
     [[ $f == bench/apps/*/kernels.h ]] && program=$(dirname "$f")/adsm.c
+    [[ $f == bench/tiles/kernels.h ]] && program=bench/tiles/cholesky.c
     build_driver "$dir/check" -DPROGRAM_FILE="\"$program\"" -DPROGRAM_KERNELS="$list"
     "$dir/check" "$nvrtc" "$ptxas" "$dir" "$double" || fail "$f: CUDA C kernels do not match their ADSM_KERNEL declarations, or a single-source one failed on the driver double"
     checked=$((checked + 1))

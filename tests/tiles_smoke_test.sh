@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The tiled benchmarks (bench/tiles/) run and compute the right answer: for each benchmark, its
+# explicit version, then its adsm version under lazy and rolling, each run once on the emu backend
+# at small sizes (4 x 4 tiles of 32 x 32, the paper's 4 x 4 shape) and must print "check: ok" and
+# exit 0 (they compare with a CPU reference and exit non-zero on a mismatch). On one device adsm
+# must also move no more bytes either way than the explicit program, the issue's goal. A few
+# seconds. Binaries come as arguments (Bazel passes them in pairs: explicit, adsm).
+set -euo pipefail
+export ADSM_BACKEND=emu
+(($# % 2 == 0 && $# > 0)) || { echo "usage: $0 EXPLICIT ADSM [EXPLICIT ADSM ...]" >&2; exit 2; }
+size=(--tiles 4 --tile-size 32 --runs 1)
+
+# run NAME PROTOCOL BINARY: prints the table, fails unless it checked ok; sets h2d and d2h.
+run() {
+    local out
+    out=$(ADSM_PROTOCOL=$2 "$3" "${size[@]}") || { echo "$out"; echo "FAIL: $1 ($2) exited non-zero" >&2; exit 1; }
+    echo "$out"
+    [[ $out == *"check: ok"* ]] || { echo "FAIL: $1 ($2): no 'check: ok'" >&2; exit 1; }
+    read -r h2d d2h < <(echo "$out" | awk 'NR == 3 { print $4, $5 }')
+}
+
+while (($#)); do
+    explicit=$1 adsm=$2
+    shift 2
+    run "$(basename "$explicit")" rolling "$explicit"
+    want_h2d=$h2d want_d2h=$d2h
+    for protocol in lazy rolling; do
+        run "$(basename "$adsm")" "$protocol" "$adsm"
+        ((h2d <= want_h2d && d2h <= want_d2h)) ||
+            { echo "FAIL: $(basename "$adsm") ($protocol) moved $h2d/$d2h bytes, explicit $want_h2d/$want_d2h" >&2; exit 1; }
+    done
+done
+echo "PASS: tiles_smoke_test"
