@@ -25,12 +25,13 @@ static tiles_run chol_run_shared(const tiles_options *o, double *dense) {
     chol_factor(o, tile);
     if (adsm_sync() != ADSM_OK) tiles_die(adsm_last_error());
     chol_gather(o, tile, dense);
-    tiles_run run = {tiles_now_ms() - t0, 0, 0};
+    tiles_run run = {tiles_now_ms() - t0, 0, 0, 0};
 
     adsm_stats st;
     adsm_get_stats(&st);
     run.h2d_bytes = st.h2d_bytes;
     run.d2h_bytes = st.d2h_bytes;
+    run.d2d_bytes = st.d2d_bytes;
     for (int t = 0; t < count; t++) adsm_free(tile[t]);
     free(tile);
     return run;
@@ -39,7 +40,7 @@ static tiles_run chol_run_shared(const tiles_options *o, double *dense) {
 int main(int argc, char **argv) {
     tiles_options o = tiles_parse("cholesky", "adsm", 4, 128, argc, argv);
     size_t n = (size_t)o.tiles * o.tile_size;
-    if (adsm_init(NULL) != ADSM_OK) tiles_die(adsm_last_error());
+    tiles_start(&o);
     tiles_load_kernels();
     double *want = chol_reference(&o), *got = calloc(n * n, sizeof *got);
     if (!got) tiles_die("cholesky: out of memory");

@@ -25,7 +25,7 @@ static tiles_run chol_run_explicit(const tiles_options *o, double *dense) {
     }
 
     double t0 = tiles_now_ms();
-    tiles_run run = {0, 0, 0};
+    tiles_run run = {0, 0, 0, 0};
     chol_fill(o, host);
     for (int t = 0; t < count; t++, run.h2d_bytes += bytes)
         if (adsm_copy_to_device(dev[t], host[t], bytes) != ADSM_OK) tiles_die(adsm_last_error());
@@ -46,7 +46,7 @@ static tiles_run chol_run_explicit(const tiles_options *o, double *dense) {
 int main(int argc, char **argv) {
     tiles_options o = tiles_parse("cholesky", "explicit", 4, 128, argc, argv);
     size_t n = (size_t)o.tiles * o.tile_size;
-    if (adsm_init(NULL) != ADSM_OK) tiles_die(adsm_last_error());
+    tiles_start(&o);
     tiles_load_kernels();
     double *want = chol_reference(&o), *got = calloc(n * n, sizeof *got);
     if (!got) tiles_die("cholesky_explicit: out of memory");

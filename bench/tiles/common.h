@@ -8,7 +8,7 @@
  * runs, bytes each way and those bytes counted in tiles, then "check: ok" when every run matched
  * the CPU reference (the program exits non-zero otherwise).
  *
- *   <program> [--tiles T] [--tile-size B] [--runs N] [--devices 1] [--policy single]
+ *   <program> [--tiles T] [--tile-size B] [--runs N] [--devices D] [--policy write-back]
  * The adsm versions take ADSM_PROTOCOL, ADSM_BLOCK_SIZE, ... like any adsm program. Runs on the
  * main thread, normal context. Helpers carry the tiles_ prefix (ADSM_ names are the library's). */
 #ifndef BENCH_TILES_COMMON_H
@@ -23,23 +23,24 @@
 
 #define TILES_MAX_RUNS 101
 
-/* One benchmark invocation. devices and policy are the place for issue 12: today adsm drives one
- * device, so devices is always 1 and policy "single" (no placement, no replicas). When the runtime
- * gains several devices, the programs launch each tile task on tiles_owner()'s device and the
- * policy selects the multi-GPU paper's version (basic, write-through, read cache, write-back). */
+/* One benchmark invocation. devices: emulated devices the adsm versions spread the tiles over
+ * (ADSM_EMU_DEVICES; each task runs on the device tiles_owner() gives the tile it writes); the
+ * explicit versions drive one device (adsm's explicit path lives on device 0). policy: how adsm
+ * keeps copies across devices; adsm has one today, the multi-GPU paper's version 4 (outputs
+ * stay on their device until someone needs them, read replicas are kept until a write). */
 typedef struct tiles_options {
     const char *bench, *variant; /* "cholesky" / "matmul"; "adsm" / "explicit" */
     int tiles;                   /* tiles per side of each matrix */
     int tile_size;               /* elements per side of one tile */
     int runs;                    /* timed repetitions; the table shows the median */
-    int devices;                 /* accelerators to spread tiles over: 1 until adsm has several */
-    const char *policy;          /* multi-device coherence policy: "single" until adsm has several */
+    int devices;                 /* devices to spread the tiles over (adsm versions: 1..8) */
+    const char *policy;          /* multi-device coherence policy: "write-back" */
 } tiles_options;
 
-/* What one run measured: wall time and bytes moved each way. */
+/* What one run measured: wall time and bytes moved each way (and between devices). */
 typedef struct tiles_run {
     double ms;
-    uint64_t h2d_bytes, d2h_bytes;
+    uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
 } tiles_run;
 
 static inline void tiles_die(const char *what) {
@@ -54,8 +55,8 @@ static inline double tiles_now_ms(void) {
 }
 
 static inline void tiles_usage(const char *argv0) {
-    fprintf(stderr, "usage: %s [--tiles T] [--tile-size B] [--runs N (1..%d)] [--devices 1] [--policy single]\n",
-            argv0, TILES_MAX_RUNS);
+    fprintf(stderr, "usage: %s [--tiles T] [--tile-size B] [--runs N (1..%d)] [--devices D (adsm: 1..8, explicit: 1)] "
+            "[--policy write-back]\n", argv0, TILES_MAX_RUNS);
     exit(2);
 }
 
@@ -68,23 +69,24 @@ static inline int tiles_int_arg(const char *argv0, const char *text, int lo, int
 
 static inline tiles_options tiles_parse(const char *bench, const char *variant, int default_tiles,
                                         int default_tile_size, int argc, char **argv) {
-    tiles_options o = {bench, variant, default_tiles, default_tile_size, 3, 1, "single"};
+    tiles_options o = {bench, variant, default_tiles, default_tile_size, 3, 1, "write-back"};
+    int most_devices = strcmp(variant, "explicit") == 0 ? 1 : 8;
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
         if (strcmp(argv[i], "--tiles") == 0 && more) o.tiles = tiles_int_arg(argv[0], argv[++i], 1, 64);
         else if (strcmp(argv[i], "--tile-size") == 0 && more) o.tile_size = tiles_int_arg(argv[0], argv[++i], 1, 4096);
         else if (strcmp(argv[i], "--runs") == 0 && more) o.runs = tiles_int_arg(argv[0], argv[++i], 1, TILES_MAX_RUNS);
-        /* Only what the runtime can do today is accepted: one device, no policy. */
-        else if (strcmp(argv[i], "--devices") == 0 && more) o.devices = tiles_int_arg(argv[0], argv[++i], 1, 1);
-        else if (strcmp(argv[i], "--policy") == 0 && more && strcmp(argv[i + 1], "single") == 0) o.policy = argv[++i];
+        else if (strcmp(argv[i], "--devices") == 0 && more) o.devices = tiles_int_arg(argv[0], argv[++i], 1, most_devices);
+        /* the one policy adsm has today */
+        else if (strcmp(argv[i], "--policy") == 0 && more && strcmp(argv[i + 1], "write-back") == 0) o.policy = argv[++i];
         else tiles_usage(argv[0]);
     }
     return o;
 }
 
 /* The device that owns tile (i, j) under the paper's 2D block-cyclic distribution over a grid of
- * devices (rows x cols, rows * cols = devices, as square as possible): owner computes. Always 0
- * today; the place where placement goes once adsm can launch on a chosen device. */
+ * devices (rows x cols, rows * cols = devices, as square as possible): owner computes, each task
+ * runs on the owner of the tile it writes (ADSM_CALL_ON). */
 static inline int tiles_owner(const tiles_options *o, int i, int j) {
     int rows = 1;
     for (int r = 1; r * r <= o->devices; r++)
@@ -125,11 +127,12 @@ static inline tiles_run tiles_median(tiles_run *runs, int n) {
 static inline int tiles_report(const tiles_options *o, const char *protocol, const char *shape, size_t tile_bytes,
                                tiles_run median, int ok) {
     printf("%s: %s, %d runs, %d device(s), policy %s\n", o->bench, shape, o->runs, o->devices, o->policy);
-    printf("%-9s %-9s %10s %12s %12s %10s %10s\n", "variant", "protocol", "time_ms", "h2d_bytes", "d2h_bytes",
-           "h2d_tiles", "d2h_tiles");
-    printf("%-9s %-9s %10.3f %12llu %12llu %10.1f %10.1f\n", o->variant, protocol, median.ms,
+    printf("%-9s %-9s %10s %12s %12s %12s %10s %10s %10s\n", "variant", "protocol", "time_ms", "h2d_bytes",
+           "d2h_bytes", "d2d_bytes", "h2d_tiles", "d2h_tiles", "d2d_tiles");
+    printf("%-9s %-9s %10.3f %12llu %12llu %12llu %10.1f %10.1f %10.1f\n", o->variant, protocol, median.ms,
            (unsigned long long)median.h2d_bytes, (unsigned long long)median.d2h_bytes,
-           (double)median.h2d_bytes / (double)tile_bytes, (double)median.d2h_bytes / (double)tile_bytes);
+           (unsigned long long)median.d2d_bytes, (double)median.h2d_bytes / (double)tile_bytes,
+           (double)median.d2h_bytes / (double)tile_bytes, (double)median.d2d_bytes / (double)tile_bytes);
     printf("check: %s\n", ok ? "ok" : "FAILED");
     if (!ok) fprintf(stderr, "%s (%s): result differs from the CPU reference\n", o->bench, o->variant);
     return ok ? 0 : 1;

@@ -36,12 +36,13 @@ static tiles_run mm_run_shared(const tiles_options *o, float *dense) {
     mm_multiply(o, c, a, b);
     if (adsm_sync() != ADSM_OK) tiles_die(adsm_last_error());
     mm_gather(o, c, dense);
-    tiles_run run = {tiles_now_ms() - t0, 0, 0};
+    tiles_run run = {tiles_now_ms() - t0, 0, 0, 0};
 
     adsm_stats st;
     adsm_get_stats(&st);
     run.h2d_bytes = st.h2d_bytes;
     run.d2h_bytes = st.d2h_bytes;
+    run.d2d_bytes = st.d2d_bytes;
     mm_free_shared(o, a);
     mm_free_shared(o, b);
     mm_free_shared(o, c);
@@ -51,7 +52,7 @@ static tiles_run mm_run_shared(const tiles_options *o, float *dense) {
 int main(int argc, char **argv) {
     tiles_options o = tiles_parse("matmul", "adsm", 4, 128, argc, argv);
     size_t n = (size_t)o.tiles * o.tile_size;
-    if (adsm_init(NULL) != ADSM_OK) tiles_die(adsm_last_error());
+    tiles_start(&o);
     tiles_load_kernels();
     double *want = mm_reference(&o);
     float *got = calloc(n * n, sizeof *got);

@@ -58,7 +58,7 @@ static tiles_run mm_run_explicit(const tiles_options *o, float *dense) {
     mm_pair a = mm_pair_alloc(o), b = mm_pair_alloc(o), c = mm_pair_alloc(o);
 
     double t0 = tiles_now_ms();
-    tiles_run run = {0, 0, 0};
+    tiles_run run = {0, 0, 0, 0};
     mm_fill(o, a.host, 0);
     mm_fill(o, b.host, 1);
     run.h2d_bytes = mm_to_device(o, &a) + mm_to_device(o, &b);
@@ -79,7 +79,7 @@ static tiles_run mm_run_explicit(const tiles_options *o, float *dense) {
 int main(int argc, char **argv) {
     tiles_options o = tiles_parse("matmul", "explicit", 4, 128, argc, argv);
     size_t n = (size_t)o.tiles * o.tile_size;
-    if (adsm_init(NULL) != ADSM_OK) tiles_die(adsm_last_error());
+    tiles_start(&o);
     tiles_load_kernels();
     double *want = mm_reference(&o);
     float *got = calloc(n * n, sizeof *got);
