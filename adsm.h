@@ -187,9 +187,11 @@
    when the CPU's copy is current, else from the device holding it (device to device, not
    through the CPU); copies taken stay there as read replicas until someone writes the object. A
    kernel that writes an object leaves its device the only holder; the CPU's next touch reads it
-   from there; a CPU write makes every device copy stale. Kernels on different devices run at the
-   same time. With several devices a kernel may follow stored pointers only into objects it is
-   given; adsm_dev_alloc buffers live on device 0; the batch protocol drives one device.
+   from there; a CPU write makes every device copy stale. A call sends the CPU's changes to the
+   objects its kernel names only when there are several devices (the others wait on the host for
+   a kernel that names them), so a kernel may then follow stored pointers only into objects it is
+   given. Kernels on different devices run at the same time. adsm_dev_alloc buffers live on
+   device 0; the batch protocol drives one device.
    adsm_get_device_stats(dev, &s) gives each device's bytes from the host, to the host and from
    other devices, and its launches.
 

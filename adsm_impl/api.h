@@ -519,7 +519,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     for (size_t i = 0; i < nwrites; i++) writer_dev_before[i] = writes[i]->writer_dev;
     rt->release_dev = (int)d; /* flushes at this call go to d */
     if (r == ADSM_OK) r = adsm__gather(rt, used, nused, d);
-    if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, l.seq);
+    if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, used, nused, l.seq);
     rt->release_dev = -1;
     if (r == ADSM_OK) r = rt->be->launch(rt->dev_ctx[d], &l);
     if (r == ADSM_OK) {

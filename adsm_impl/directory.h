@@ -13,8 +13,10 @@
  * INOUT) is made current on d: from the host when the host copy is current, else from a device
  * that holds it (device to device: never through the CPU's pages); copies taken stay as read
  * replicas. A kernel that writes an object leaves d its only holder. A CPU fetch reads from a
- * holder. Objects a kernel does not name are only current where they were last sent: with several
- * devices a kernel may follow stored pointers only into objects it names.
+ * holder. With several devices a call sends the CPU's changes to the objects its kernel names
+ * only (protocol.h, adsm__release_dirty): the others stay Dirty on the host until a kernel names
+ * them, so each goes straight to the device that uses it, and a kernel may follow stored pointers
+ * only into objects it names.
  *
  * Contexts: adsm__dev_source and adsm__drain_all may run in the SIGSEGV handler (no allocation,
  * only signal-safe backend verbs); the rest runs in normal context, runtime lock held, in a

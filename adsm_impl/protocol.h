@@ -596,19 +596,34 @@ ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **objs, s
     adsm__copies_done(rt);
 }
 
+/* Writes back the Dirty units a launch's release sends: with one device every one (kernels follow
+ * pointers stored in shared memory), with several those of the objects the kernel names (the
+ * others would only be current on this one device; they stay Dirty until a kernel names them or
+ * rolling evicts them, so each goes straight to the device that uses it). */
+ADSM__PRIVATE int adsm__release_dirty(adsm__runtime *rt, adsm__object *const *used, size_t nused) {
+    if (rt->ndev == 1) {
+        while (rt->fifo_head)
+            if (adsm__writeback_run(rt, rt->fifo_head) != 0) return -1;
+        return 0;
+    }
+    for (size_t i = 0; i < nused; i++) {
+        adsm__object *o = used[i];
+        for (size_t b = 0; b < o->nblocks && !o->device_only; b++)
+            if (o->blocks[b].in_fifo && adsm__writeback_run(rt, &o->blocks[b]) != 0) return -1;
+    }
+    return 0;
+}
+
 ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
-                                                uint64_t seq) {
+                                                adsm__object *const *used, size_t nused, uint64_t seq) {
     /* Flushes are queued, not waited for: the backend runs the launch after the copies queued
      * before it (stream order), so no copy runs under the runtime lock. A CPU write to a unit
      * whose flush may still be reading it waits for that copy (adsm__flushing). */
     if (rt->proto->eager) adsm__rolling_end_epoch(rt);
     rt->ahead_epoch++; /* a sequential phase ends at a kernel call: every object's run with it */
     rt->ahead_sum = 0;
-    while (rt->fifo_head) {
-        if (adsm__writeback_run(rt, rt->fifo_head) != 0)
-            return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s",
-                              strerror(errno));
-    }
+    if (adsm__release_dirty(rt, used, nused) != 0)
+        return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s", strerror(errno));
     adsm__settle_copies(rt, writes, nwrites);
     for (size_t i = 0; i < nwrites; i++) {
         adsm__object *o = writes[i];

@@ -59,7 +59,9 @@ ADSM__PRIVATE adsm_result adsm__batch_acquire(adsm__runtime *rt) {
  * device copy is newer: an earlier kernel writes them and the host copy is stale until it comes
  * home. Kernels in flight never write any other object, so nothing waits for them here. */
 ADSM__PRIVATE adsm_result adsm__batch_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
-                                              uint64_t seq) {
+                                              adsm__object *const *used, size_t nused, uint64_t seq) {
+    (void)used; /* batch sends everything: kernels may follow pointers */
+    (void)nused;
     /* the objects to send, marked busy: their frees, and adsm_memcpy/memset/I/O into them, wait
      * for the copies; adsm_launch holds rt->launch_mutex, so no other launch interleaves */
     stbds_arrsetlen(rt->batch_sends, 0);
@@ -91,8 +93,8 @@ ADSM__PRIVATE adsm_result adsm__batch_release(adsm__runtime *rt, adsm__object **
 }
 
 ADSM__PRIVATE adsm_result adsm__untracked_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
-                                                  uint64_t seq) {
-    (void)rt; (void)writes; (void)nwrites; (void)seq;
+                                                  adsm__object *const *used, size_t nused, uint64_t seq) {
+    (void)rt; (void)writes; (void)nwrites; (void)used; (void)nused; (void)seq;
     return ADSM_OK;
 }
 

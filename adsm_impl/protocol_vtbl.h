@@ -17,9 +17,10 @@ typedef struct adsm__protocol_vtbl {
      * replace the whole unit, so Invalid data need not be fetched. 0, ADSM__AGAIN (see above),
      * or -1 on a system error */
     int (*on_access)(adsm__runtime *rt, adsm__object *o, size_t block, int is_write, int overwrite);
-    /* before launch `seq`: make device copies current; objects the kernel may write become
-     * Invalid on the CPU */
-    adsm_result (*release)(adsm__runtime *rt, adsm__object **writes, size_t nwrites, uint64_t seq);
+    /* before launch `seq`: make device copies current (used: every object the kernel names);
+     * objects the kernel may write become Invalid on the CPU */
+    adsm_result (*release)(adsm__runtime *rt, adsm__object **writes, size_t nwrites, adsm__object *const *used,
+                           size_t nused, uint64_t seq);
     /* after every launch finished */
     adsm_result (*acquire)(adsm__runtime *rt);
     int (*on_alloc)(adsm__runtime *rt, adsm__object *o); /* initial state and protection */

@@ -121,6 +121,27 @@ Test(devices, cpu_writes_make_every_replica_stale) {
     adsm_shutdown();
 }
 
+/* With several devices a call sends the CPU's changes to the objects the kernel names only: the
+ * others stay Dirty on the host and go straight to the device whose kernel names them (with one
+ * device every Dirty object goes at every call: kernels may follow stored pointers). */
+Test(devices, a_call_sends_only_what_its_kernel_names) {
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int32_t *x = alloc(SIZE), *w = alloc(SIZE);
+    reset();
+    write_ramp(x, 1);
+    write_ramp(w, 2);
+    CALL_ON_OK(1, k_incr, grid_for(N), x, N);
+    EXPECT_DEVICE(1, SIZE, 0, 0);
+    cr_assert_eq(adsm_block_state(w), 'D', "w is not the kernel's: it stays on the host");
+    CALL_ON_OK(0, k_incr, grid_for(N), w, N);
+    EXPECT_DEVICE(0, SIZE, 0, 0);
+    EXPECT_DEVICE(1, SIZE, 0, 0);
+    sync_ok();
+    expect_ramp(x, 2);
+    expect_ramp(w, 3);
+    adsm_shutdown();
+}
+
 /* ADSM_CALL (no device named) runs a kernel where most of the bytes it writes already are. */
 Test(devices, kernels_run_where_their_output_is) {
     init_devices(3, ADSM_PROTOCOL_LAZY);
