@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The tiled benchmarks over device counts: tiled Cholesky and tiled matmul, the explicit program
+# on one device, adsm (lazy and rolling) on 1, 2 and 4 emulated devices with each task on the
+# block-cyclic owner of the tile it writes. Prints one markdown table per shape: median time and
+# tile transfers host-to-device, device-to-host and device-to-device. About a minute on 2 cores.
+#
+#   bench/tiles/run.sh [--runs N (3)]
+#
+# Builds with Bazel (-c opt). Every run checks its result against the CPU reference; a wrong one
+# stops the script.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+runs=3
+[[ ${1:-} == --runs ]] && runs=$2
+export ADSM_BACKEND=emu
+
+bazel build -c opt //:bench_tiles_cholesky //:bench_tiles_cholesky_explicit //:bench_tiles_matmul \
+    //:bench_tiles_matmul_explicit >&2
+bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+
+# row LABEL PROTOCOL DEVICES BINARY ARGS...: one table row from the program's own table line.
+row() {
+    local label=$1 protocol=$2 devices=$3 out
+    shift 3
+    local env=(env)
+    [[ $protocol == - ]] || env+=(ADSM_PROTOCOL="$protocol")
+    out=$("${env[@]}" "$@" --runs "$runs") || { echo "$out" >&2; exit 1; }
+    [[ $out == *"check: ok"* ]] || { echo "$out" >&2; echo "wrong result" >&2; exit 1; }
+    echo "$out" | awk -v l="$label" -v p="$protocol" -v d="$devices" \
+        'NR == 3 { printf "| %s | %s | %s | %.1f | %.0f | %.0f | %.0f |\n", l, p, d, $3, $7, $8, $9 }'
+}
+
+table() {
+    local name=$1 tiles=$2 size=$3
+    echo
+    echo "**$name**, $tiles x $tiles tiles of $size x $size, median of $runs runs:"
+    echo
+    echo "| variant | protocol | devices | ms | tiles h2d | tiles d2h | tiles d2d |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    row explicit - 1 "$bin/bench_tiles_${name}_explicit" --tiles "$tiles" --tile-size "$size"
+    for protocol in lazy rolling; do
+        for devices in 1 2 4; do
+            row adsm "$protocol" "$devices" "$bin/bench_tiles_$name" --tiles "$tiles" --tile-size "$size" \
+                --devices "$devices"
+        done
+    done
+}
+
+echo "## tiles: tiled Cholesky and matmul over emulated devices ($(nproc) CPUs, $(date -u '+%Y-%m-%d'))"
+table cholesky 4 128
+table cholesky 8 128
+table matmul 4 128
+table matmul 8 64
