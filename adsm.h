@@ -193,7 +193,8 @@
    given. Kernels on different devices run at the same time. adsm_dev_alloc buffers live on
    device 0; the batch protocol drives one device.
    adsm_get_device_stats(dev, &s) gives each device's bytes from the host, to the host and from
-   other devices, and its launches.
+   other devices, and its launches. A device that dies is reported once by the next adsm_sync
+   (naming it); launches on it fail with ADSM_ERROR_DEVICE_LOST and the others keep working.
 
    6. ERRORS
    =========

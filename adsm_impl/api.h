@@ -60,6 +60,7 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
     rt->ndev = 1;
     rt->dev_ctx[0] = rt->be_ctx;
     rt->release_dev = -1;
+    rt->dev_lost = 0;
     memset(rt->dev_stats, 0, sizeof rt->dev_stats);
     if (rt->cfg.emu_devices > 1 && want == 1)
         adsm__log(ADSM_LOG_WARN, "ADSM_EMU_DEVICES=%u applies to the emu backend; %s drives one device",
@@ -516,12 +517,14 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
         adsm__await_copies(rt); /* a fault is fetching an object this kernel writes: let it finish */
     }
     unsigned d = dev == ADSM_ANY_DEVICE ? adsm__place(rt, writes, nwrites, used, nused) : (unsigned)dev;
+    if (r == ADSM_OK && (adsm__lost_devices(rt) & adsm__dev_bit(d)))
+        r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': device %u is lost", k->name, d);
     for (size_t i = 0; i < nwrites; i++) writer_dev_before[i] = writes[i]->writer_dev;
     rt->release_dev = (int)d; /* flushes at this call go to d */
     if (r == ADSM_OK) r = adsm__gather(rt, used, nused, d);
     if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, used, nused, l.seq);
     rt->release_dev = -1;
-    if (r == ADSM_OK) r = rt->be->launch(rt->dev_ctx[d], &l);
+    if (r == ADSM_OK && (r = rt->be->launch(rt->dev_ctx[d], &l)) == ADSM_ERROR_DEVICE_LOST) adsm__mark_lost(rt, d);
     if (r == ADSM_OK) {
         ADSM__STORE(&rt->launch_seq, l.seq);
         ADSM__ADD(&rt->stats.launches, 1);
@@ -546,14 +549,35 @@ ADSM__PRIVATE adsm_result adsm__kernel_prepare_unguarded(const adsm_kernel_desc 
     return rt->be->prepare ? rt->be->prepare(rt->be_ctx, k) : ADSM_OK;
 }
 
+/* Waits for every device and returns the first error, naming its device when there are several.
+ * With several devices a lost one is reported once and then left alone, so the others keep
+ * working; with one (or once every device is lost) the loss is reported at every sync. */
+ADSM__PRIVATE adsm_result adsm__devices_synchronize(adsm__runtime *rt) {
+    adsm_result first = ADSM_OK;
+    char text[512] = "";
+    for (unsigned d = 0; d < rt->ndev; d++) {
+        if (adsm__lost_devices(rt) & adsm__dev_bit(d)) continue; /* reported already */
+        adsm_result r = rt->be->synchronize(rt->dev_ctx[d]);
+        if (r == ADSM_OK) continue;
+        if (first == ADSM_OK) {
+            first = r;
+            if (rt->ndev > 1) snprintf(text, sizeof text, "device %u: %s", d, adsm_last_error());
+            else snprintf(text, sizeof text, "%s", adsm_last_error());
+        }
+        if (r == ADSM_ERROR_DEVICE_LOST) adsm__mark_lost(rt, d);
+    }
+    if (first == ADSM_OK && rt->ndev > 1 && adsm__live_devices(rt) == 0) {
+        first = ADSM_ERROR_DEVICE_LOST;
+        snprintf(text, sizeof text, "every device is lost");
+    }
+    if (first != ADSM_OK) adsm__fail(first, "%s", text);
+    return first;
+}
+
 ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     adsm__runtime *rt = &adsm__rt;
     if (!adsm__ready()) return ADSM_OK;
-    adsm_result r = ADSM_OK;
-    for (unsigned d = 0; d < rt->ndev; d++) { /* the first error of any device */
-        adsm_result e = rt->be->synchronize(rt->dev_ctx[d]);
-        if (r == ADSM_OK) r = e;
-    }
+    adsm_result r = adsm__devices_synchronize(rt);
     adsm__lock(&rt->lock);
     adsm_result a = rt->proto->acquire(rt);
     adsm__unlock(&rt->lock);

@@ -29,10 +29,24 @@ ADSM__PRIVATE uint8_t adsm__dev_bit(unsigned d) { return (uint8_t)(1u << d); }
 
 ADSM__PRIVATE uint8_t adsm__all_devices(const adsm__runtime *rt) { return (uint8_t)((1u << rt->ndev) - 1u); }
 
-/* Signal-safe. The device to read a unit from: the lowest that holds a current copy (device 0
- * when none does, which only a unit the host holds current can be). */
-ADSM__PRIVATE unsigned adsm__dev_source(const adsm__block *head) {
-    return head->dev_valid ? (unsigned)__builtin_ctz(head->dev_valid) : 0u;
+/* Devices found lost (several devices only; one lost device is the backend's to report). */
+ADSM__PRIVATE uint8_t adsm__lost_devices(const adsm__runtime *rt) { return ADSM__LOAD(&rt->dev_lost); }
+
+ADSM__PRIVATE uint8_t adsm__live_devices(const adsm__runtime *rt) {
+    return (uint8_t)(adsm__all_devices(rt) & ~adsm__lost_devices(rt));
+}
+
+ADSM__PRIVATE void adsm__mark_lost(adsm__runtime *rt, unsigned d) {
+    if (rt->ndev > 1) __atomic_fetch_or(&rt->dev_lost, adsm__dev_bit(d), __ATOMIC_RELAXED);
+}
+
+/* Signal-safe. The device to read a unit from: the lowest live one that holds a current copy,
+ * else the lowest lost one (its memory is taken as it stands, as after a lost device's last
+ * kernel), else device 0 (only a unit the host holds current has no holder). */
+ADSM__PRIVATE unsigned adsm__dev_source(const adsm__runtime *rt, const adsm__block *head) {
+    uint8_t live = (uint8_t)(head->dev_valid & ~adsm__lost_devices(rt));
+    uint8_t from = live ? live : head->dev_valid;
+    return from ? (unsigned)__builtin_ctz(from) : 0u;
 }
 
 /* Signal-safe. Waits until every queued copy of every device ran (they may read host pages). */
@@ -79,16 +93,18 @@ ADSM__PRIVATE size_t adsm__bytes_on(const adsm__runtime *rt, const adsm__object 
     return n;
 }
 
-/* Owner computes: the device holding most of the bytes the kernel writes (ties, and kernels that
- * write nothing, go to the lowest such device); device 0 for kernels given adsm_dev_alloc
+/* Owner computes: the live device holding most of the bytes the kernel writes (ties, and kernels
+ * that write nothing, go to the lowest live device); device 0 for kernels given adsm_dev_alloc
  * buffers. */
 ADSM__PRIVATE unsigned adsm__place(const adsm__runtime *rt, adsm__object *const *writes, size_t nwrites,
                                    adsm__object *const *used, size_t nused) {
-    unsigned best = 0;
+    uint8_t live = adsm__live_devices(rt);
+    unsigned best = live ? (unsigned)__builtin_ctz(live) : 0u;
     size_t most = 0;
     for (size_t i = 0; i < nused; i++)
         if (used[i]->device_only) return 0; /* explicit buffers live on device 0 */
     for (unsigned d = 0; d < rt->ndev && nwrites > 0; d++) {
+        if (!(live & adsm__dev_bit(d))) continue;
         size_t bytes = 0;
         for (size_t i = 0; i < nwrites; i++) bytes += adsm__bytes_on(rt, writes[i], d);
         if (bytes > most) most = bytes, best = d;
@@ -115,7 +131,7 @@ ADSM__PRIVATE int adsm__copy_peer(adsm__runtime *rt, adsm__object *o, size_t fir
                                   unsigned d) {
     size_t off = first << rt->cfg.block_shift, len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->size);
     if (len == 0) return 0;
-    if (adsm__dev_wait_writer(rt, o) != 0) return -1;
+    (void)adsm__dev_wait_writer(rt, o); /* a lost writer never finishes: its memory as it stands */
     const void *src = rt->be->device_view ? rt->be->device_view(rt->dev_ctx[s], o->dev + off, len) : NULL;
     if (!src || rt->be->to_device(rt->dev_ctx[d], o->dev + off, (uintptr_t)src, len, 0) != 0) return -1;
     adsm__count_to_device(rt, d, 1, len);
@@ -139,7 +155,7 @@ ADSM__PRIVATE int adsm__gather_object(adsm__runtime *rt, adsm__object *o, unsign
     for (size_t b = 0; b < o->nblocks; b += unit) {
         adsm__block *head = &o->blocks[b];
         if (head->state == ADSM__DIRTY || (head->dev_valid & adsm__dev_bit(d))) continue; /* release sends it */
-        int rc = head->state == ADSM__INVALID ? adsm__copy_peer(rt, o, b, unit, adsm__dev_source(head), d)
+        int rc = head->state == ADSM__INVALID ? adsm__copy_peer(rt, o, b, unit, adsm__dev_source(rt, head), d)
                                               : adsm__copy_replica(rt, o, b, unit, d);
         if (rc != 0) return -1;
         head->dev_valid |= adsm__dev_bit(d);
@@ -160,7 +176,9 @@ ADSM__PRIVATE adsm_result adsm__gather(adsm__runtime *rt, adsm__object *const *u
         }
         used[i]->home_dev = d;
         if (adsm__gather_object(rt, used[i], d) != 0)
-            return adsm__fail(ADSM_ERROR_SYSTEM, "copying a kernel's objects to device %u failed", d);
+            return adsm__fail(ADSM_ERROR_SYSTEM, "copying a %zu-byte object at %p to device %u failed (its only "
+                              "current copy is on a device that cannot be read)", used[i]->size,
+                              (void *)used[i]->host, d);
     }
     return ADSM_OK;
 }

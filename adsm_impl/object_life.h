@@ -50,15 +50,23 @@ ADSM__PRIVATE void adsm__object_dev_free(adsm__runtime *rt, adsm__object *o, uns
     for (unsigned d = 0; d < ndev; d++) rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
 }
 
-/* Memory for o on every device (each holds every object at the same address); on failure none. */
+/* Memory for o on every live device (each holds every object at the same address); on failure
+ * none. With several devices a device found lost here is marked and skipped, and the new
+ * object's units are current on the live devices only (fresh memory is zeroed, as the host's). */
 ADSM__PRIVATE adsm_result adsm__object_dev_alloc(adsm__runtime *rt, adsm__object *o) {
     for (unsigned d = 0; d < rt->ndev; d++) {
+        if (adsm__lost_devices(rt) & adsm__dev_bit(d)) continue;
         adsm_result r = rt->be->dev_alloc(rt->dev_ctx[d], o->dev, o->span);
+        if (r == ADSM_ERROR_DEVICE_LOST && rt->ndev > 1 && adsm__live_devices(rt) != adsm__dev_bit(d)) {
+            adsm__mark_lost(rt, d);
+            continue;
+        }
         if (r != ADSM_OK) {
             adsm__object_dev_free(rt, o, d);
             return r;
         }
     }
+    for (size_t b = 0; b < o->nblocks; b++) o->blocks[b].dev_valid = adsm__live_devices(rt);
     return ADSM_OK;
 }
 
@@ -155,7 +163,6 @@ ADSM__PRIVATE adsm__object *adsm__object_new(const adsm__runtime *rt, size_t siz
     for (size_t b = 0; b < nblocks; b++) {
         o->blocks[b].obj = o;
         o->blocks[b].index = (uint32_t)b;
-        o->blocks[b].dev_valid = adsm__all_devices(rt); /* fresh device memory is zeroed, as the host's */
     }
     return o;
 }

@@ -117,9 +117,9 @@ ADSM__PRIVATE int adsm__fetch(adsm__runtime *rt, adsm__object *o, size_t first, 
     while (b < end) {
         if (o->blocks[b].state != ADSM__INVALID) { b++; continue; }
         size_t run = b, unit = rt->proto->whole_object ? o->nblocks : 1;
-        unsigned from = adsm__dev_source(&o->blocks[b]); /* one source per copy (directory.h) */
+        unsigned from = adsm__dev_source(rt, &o->blocks[b]); /* one source per copy (directory.h) */
         while (run < end && o->blocks[run].state == ADSM__INVALID &&
-               (unit > 1 || adsm__dev_source(&o->blocks[run]) == from))
+               (unit > 1 || adsm__dev_source(rt, &o->blocks[run]) == from))
             run++;
         size_t off = b << shift, len = adsm__blocks_len(b, run - b, shift, o->size);
         if (len > 0 && adsm__fetch_range(rt, from, o->host + off, o->dev + off, len, PROT_NONE) != 0) return -1;

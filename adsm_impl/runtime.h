@@ -62,6 +62,8 @@ typedef struct adsm__runtime {
     unsigned ndev;
     void *dev_ctx[ADSM__MAX_DEVICES];
     adsm_device_stats dev_stats[ADSM__MAX_DEVICES]; /* atomics */
+    uint8_t dev_lost; /* devices found lost, when there are several (atomic): reported once at a
+                         sync, then left alone; the others keep working (directory.h) */
     int release_dev; /* during a launch's release: its device, where flushes go (-1 otherwise:
                         rolling's evictions go to each object's home device) */
     const struct adsm__protocol_vtbl *proto;

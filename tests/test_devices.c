@@ -239,3 +239,43 @@ Test(devices, misuse) {
     cr_assert_eq(adsm_dev_free(buf), ADSM_OK);
     adsm_shutdown();
 }
+
+/* White-box: the process of emulated device d dies; the runtime notices. */
+static void kill_device(unsigned d) {
+    adsm__emu *e = (adsm__emu *)adsm__rt.dev_ctx[d];
+    cr_assert_eq(kill(e->child, SIGKILL), 0);
+    for (int i = 0; i < 500 && !ADSM__LOAD(&e->lost); i++) usleep(10000);
+    cr_assert(ADSM__LOAD(&e->lost), "the runtime did not notice device %u died", d);
+}
+
+/* One device of two dies: the next sync reports it once, naming it; launches there fail with
+ * DEVICE_LOST; everything else keeps working: adsm's choice avoids it, what it held is taken as
+ * its memory stood (as after a lone device's loss), new objects live on the others, and every
+ * value stays readable on the host. */
+Test(devices, one_device_lost_of_two) {
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    int32_t *x = alloc(SIZE), *w = alloc(SIZE), *y = alloc(SIZE);
+    CALL_ON_OK(1, k_fill, grid_for(N), x, N, 40); /* x's only current copy: device 1 */
+    CALL_ON_OK(0, k_fill, grid_for(N), w, N, 50);
+    sync_ok();
+    kill_device(1);
+
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_DEVICE_LOST);
+    cr_assert(strstr(adsm_last_error(), "device 1"), "%s", adsm_last_error());
+    sync_ok(); /* reported once: the other device is fine */
+    cr_assert_eq(ADSM_CALL_ON(1, k_incr, grid_for(N), w, N), ADSM_ERROR_DEVICE_LOST);
+    cr_assert(strstr(adsm_last_error(), "device 1 is lost"), "%s", adsm_last_error());
+    CALL_OK(k_incr, grid_for(N), x, N); /* adsm's choice: x's holder is lost, so device 0 */
+    CALL_ON_OK(0, k_add, grid_for(N), y, x, w, N);
+    int32_t *fresh = alloc(SIZE);
+    CALL_OK(k_fill, grid_for(N), fresh, N, 60);
+    sync_ok();
+    cr_assert_eq(dev_stats(1).launches, 1, "nothing more ran on the lost device");
+    expect_ramp(x, 41);
+    expect_ramp(w, 50);
+    expect_ramp(fresh, 60);
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&y[i]), 91 + 2 * (int32_t)i);
+    cr_assert_eq(adsm_free(x), ADSM_OK);
+    cr_assert_eq(adsm_free(fresh), ADSM_OK);
+    adsm_shutdown();
+}
