@@ -104,6 +104,8 @@
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device, 1..256 (CPU count, <= 64)
        ADSM_EMU_DEVICES   emulated devices, 1..8, each its own process and memory (1)
+       ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
+       ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
        ADSM_LOG           error | warn | info | debug                  (warn)
        ADSM_DEVICE        cuda device number                           (0)
        ADSM_CUDA_STAGING  bytes per pinned staging buffer (2 per direction), 64K..1G  (8M)
@@ -193,7 +195,10 @@
    given. Kernels on different devices run at the same time. adsm_dev_alloc buffers live on
    device 0; the batch protocol drives one device.
    adsm_get_device_stats(dev, &s) gives each device's bytes from the host, to the host and from
-   other devices, and its launches. A device that dies is reported once by the next adsm_sync
+   other devices, and its launches. adsm_config.write_through (ADSM_WRITE_THROUGH=1) brings every
+   kernel's output home before the next call or sync; adsm_config.drop_replicas
+   (ADSM_DROP_REPLICAS=1) keeps no copy on a device of what a kernel only read there.
+   A device that dies is reported once by the next adsm_sync
    (naming it); launches on it fail with ADSM_ERROR_DEVICE_LOST and the others keep working.
 
    6. ERRORS
@@ -383,6 +388,10 @@ typedef struct adsm_config {
     int block_exact;     /* rolling: 1 = one block per fault, no huge-page fetches or write-ahead
                             (0 = ADSM_BLOCK_EXACT or off) */
     unsigned emu_devices; /* emu: emulated devices, 1..8 (0 = ADSM_EMU_DEVICES or 1) */
+    int write_through;    /* 1: a kernel's output comes home before the next call or sync, as the
+                             multi-GPU paper's write-through (0 = ADSM_WRITE_THROUGH or write-back) */
+    int drop_replicas;    /* 1: a device keeps no copy of what a kernel only read there when another
+                             copy exists (0 = ADSM_DROP_REPLICAS or kept until a write) */
 } adsm_config;
 
 /* ---- statistics --------------------------------------------------------------------------- */

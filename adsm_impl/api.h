@@ -181,6 +181,7 @@ ADSM_API void adsm_shutdown(void) {
     rt->ahead_sum = 0;
     rt->ahead_epoch++; /* objects are gone, but runs must never outlive a runtime */
     stbds_arrfree(rt->batch_sends);
+    stbds_arrfree(rt->through);
     adsm__bounce_release_all(rt);
     adsm__unlock(&rt->lock);
     adsm__devices_stop(rt);
@@ -501,10 +502,12 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     adsm__object *writes[ADSM__MAX_PARAMS], *used[ADSM__MAX_PARAMS];
     uint64_t writer_before[ADSM__MAX_PARAMS];
     unsigned writer_dev_before[ADSM__MAX_PARAMS];
-    size_t nwrites, nused;
+    size_t nwrites = 0, nused = 0;
     pthread_mutex_lock(&rt->launch_mutex);
     adsm__lock(&rt->lock);
-    for (;;) {
+    if (adsm__bring_outputs_home(rt) != 0) /* write-through: the last calls' outputs first */
+        r = adsm__fail(ADSM_ERROR_SYSTEM, "write-through: bringing a kernel's output home failed");
+    for (; r == ADSM_OK;) {
         memcpy(buf, args, k->args_size); /* binding translates pointers in place */
         memset(&l, 0, sizeof l);
         l.kernel = k;
@@ -529,6 +532,10 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
         ADSM__STORE(&rt->launch_seq, l.seq);
         ADSM__ADD(&rt->stats.launches, 1);
         ADSM__ADD(&rt->dev_stats[d].launches, 1);
+        if (adsm__tracking(rt)) {
+            adsm__drop_replicas(rt, used, nused, writes, nwrites, d);
+            adsm__note_outputs(rt, writes, nwrites);
+        }
     } else {
         /* this launch will not write them; an earlier one still may */
         for (size_t i = 0; i < nwrites; i++) {
@@ -579,6 +586,8 @@ ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     if (!adsm__ready()) return ADSM_OK;
     adsm_result r = adsm__devices_synchronize(rt);
     adsm__lock(&rt->lock);
+    if (adsm__bring_outputs_home(rt) != 0 && r == ADSM_OK)
+        r = adsm__fail(ADSM_ERROR_SYSTEM, "write-through: bringing a kernel's output home failed");
     adsm_result a = rt->proto->acquire(rt);
     adsm__unlock(&rt->lock);
     return r != ADSM_OK ? r : a;

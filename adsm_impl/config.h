@@ -36,6 +36,7 @@ typedef struct adsm__settings {
     char nvrtc_library[256]; /* NVRTC library to dlopen; empty: the usual names */
     char trace_path[512];    /* ADSM_TRACE / adsm_config.trace; empty: no trace */
     int block_exact;         /* rolling: one block per fault (protocol.h, adsm__write_run) */
+    int write_through, drop_replicas; /* copy policies (directory.h) */
 } adsm__settings;
 
 typedef struct adsm__name_value {
@@ -144,6 +145,15 @@ ADSM__PRIVATE adsm_result adsm__env_flag(const char *var, int *field) {
     return ADSM_OK;
 }
 
+/* A 0/1 setting: the program's adsm_config field, else the environment variable. */
+ADSM__PRIVATE adsm_result adsm__flag_setting(const char *var, const char *field_name, int *field) {
+    adsm_result r = adsm__env_flag(var, field);
+    if (r != ADSM_OK) return r;
+    if (*field != 0 && *field != 1)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.%s: %d; expected 0 or 1", field_name, *field);
+    return ADSM_OK;
+}
+
 /* Copies a path-like environment variable into a fixed buffer, refusing values that do not fit. */
 ADSM__PRIVATE adsm_result adsm__env_path(const char *var, char *out, size_t cap) {
     const char *v = getenv(var);
@@ -236,9 +246,10 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     if (c.emu_devices > ADSM__MAX_DEVICES)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.emu_devices: %u; expected a count from 1 to %d",
                           c.emu_devices, ADSM__MAX_DEVICES);
-    if ((r = adsm__env_flag("ADSM_BLOCK_EXACT", &c.block_exact)) != ADSM_OK) return r;
-    if (c.block_exact != 0 && c.block_exact != 1)
-        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.block_exact: %d; expected 0 or 1", c.block_exact);
+    if ((r = adsm__flag_setting("ADSM_BLOCK_EXACT", "block_exact", &c.block_exact)) != ADSM_OK ||
+        (r = adsm__flag_setting("ADSM_WRITE_THROUGH", "write_through", &c.write_through)) != ADSM_OK ||
+        (r = adsm__flag_setting("ADSM_DROP_REPLICAS", "drop_replicas", &c.drop_replicas)) != ADSM_OK)
+        return r;
     if ((r = adsm__cuda_settings(&c, s)) != ADSM_OK) return r;
     if (c.trace) {
         if (strlen(c.trace) >= sizeof s->trace_path)
@@ -257,6 +268,8 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     s->rolling_size = c.rolling_size;
     s->rolling_step = c.rolling_step ? c.rolling_step : ADSM__DEFAULT_ROLLING_STEP;
     s->block_exact = c.block_exact;
+    s->write_through = c.write_through;
+    s->drop_replicas = c.drop_replicas;
     s->emu_memory = c.emu_memory ? c.emu_memory : ADSM__MIN(adsm__phys_memory() / 2, (size_t)32 << 30);
     s->emu_memory_given = c.emu_memory != 0;
     if (c.emu_workers) s->emu_workers = c.emu_workers;

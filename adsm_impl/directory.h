@@ -18,10 +18,15 @@
  * them, so each goes straight to the device that uses it, and a kernel may follow stored pointers
  * only into objects it names.
  *
+ * Two policies change when copies move (the multi-GPU paper's versions): write-through
+ * (ADSM_WRITE_THROUGH) brings every kernel's output home before the next call or sync instead of
+ * leaving it on its device until someone needs it; dropped replicas (ADSM_DROP_REPLICAS) keep no
+ * copy on a device of what a kernel only read there when another copy exists.
+ *
  * Contexts: adsm__dev_source and adsm__drain_all may run in the SIGSEGV handler (no allocation,
  * only signal-safe backend verbs); the rest runs in normal context, runtime lock held, in a
- * launch (rt->launch_mutex held). With one device every unit stays current on it, and none of
- * this moves a byte. */
+ * launch (rt->launch_mutex held) or a sync. With one device and the default policies every unit
+ * stays current on it, and none of this moves a byte. */
 #ifndef ADSM__DIRECTORY_INCLUDED
 #define ADSM__DIRECTORY_INCLUDED
 
@@ -181,6 +186,44 @@ ADSM__PRIVATE adsm_result adsm__gather(adsm__runtime *rt, adsm__object *const *u
                               (void *)used[i]->host, d);
     }
     return ADSM_OK;
+}
+
+/* ---- policies ----------------------------------------------------------------------------- */
+/* After a launch on d, with ADSM_DROP_REPLICAS: the objects it named but does not write keep no
+ * copy on d that another holder (the host, or another device) also has. The kernel may still be
+ * reading them: a later copy to d waits for d's earlier launches, as every copy to a device does. */
+ADSM__PRIVATE void adsm__drop_replicas(const adsm__runtime *rt, adsm__object *const *used, size_t nused,
+                                       adsm__object *const *writes, size_t nwrites, unsigned d) {
+    if (!rt->cfg.drop_replicas) return;
+    size_t unit;
+    for (size_t i = 0; i < nused; i++) {
+        adsm__object *o = used[i];
+        int written = 0;
+        for (size_t w = 0; w < nwrites; w++) written |= writes[w] == o;
+        if (written || o->device_only) continue;
+        unit = rt->proto->whole_object ? o->nblocks : 1;
+        for (size_t b = 0; b < o->nblocks; b += unit) {
+            adsm__block *head = &o->blocks[b];
+            int elsewhere = head->state != ADSM__INVALID || (head->dev_valid & ~adsm__dev_bit(d));
+            if (elsewhere) head->dev_valid &= (uint8_t)~adsm__dev_bit(d);
+        }
+    }
+}
+
+/* After a launch, with ADSM_WRITE_THROUGH: what it writes comes home at the next call or sync. */
+ADSM__PRIVATE void adsm__note_outputs(adsm__runtime *rt, adsm__object *const *writes, size_t nwrites) {
+    if (!rt->cfg.write_through) return;
+    for (size_t i = 0; i < nwrites; i++) {
+        int listed = 0;
+        for (ptrdiff_t k = 0; k < stbds_arrlen(rt->through); k++) listed |= rt->through[k] == writes[i];
+        if (!listed) stbds_arrput(rt->through, writes[i]);
+    }
+}
+
+/* A freed object is no output to bring home any more. */
+ADSM__PRIVATE void adsm__forget_output(adsm__runtime *rt, const adsm__object *o) {
+    for (ptrdiff_t k = 0; k < stbds_arrlen(rt->through); k++)
+        if (rt->through[k] == o) stbds_arrdelswap(rt->through, k--);
 }
 
 #endif /* ADSM__DIRECTORY_INCLUDED */

@@ -655,7 +655,30 @@ ADSM__PRIVATE int adsm__untracked_alloc(adsm__runtime *rt, adsm__object *o) {
 
 ADSM__PRIVATE void adsm__tracked_free(adsm__runtime *rt, adsm__object *o) {
     for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_remove(rt, &o->blocks[b]);
+    adsm__forget_output(rt, o);
     if (adsm__ahead_live(rt, o)) rt->ahead_sum -= o->ahead;
+}
+
+/* Write-through (directory.h): brings every output listed since the last call or sync home, unit
+ * by unit as a CPU read would (its holder keeps its copy). The lock is let go around each copy; an
+ * object freed meanwhile is no longer at its address and is skipped. 0, or -1 when a copy failed. */
+ADSM__PRIVATE int adsm__bring_outputs_home(adsm__runtime *rt) {
+    while (stbds_arrlen(rt->through) > 0) {
+        adsm__object *o = stbds_arrpop(rt->through);
+        uintptr_t host = o->host;
+        for (size_t b = 0; b < o->nblocks;) {
+            int r = 0;
+            if (o->blocks[b].state != ADSM__INVALID) {
+                b++;
+                continue;
+            }
+            if (o->blocks[rt->proto->whole_object ? 0 : b].busy) r = adsm__await_copies(rt);
+            else r = rt->proto->on_access(rt, o, b, 0, 0);
+            if (r < 0) return -1;
+            if (r == ADSM__AGAIN && adsm__object_of(adsm__tree_find(&rt->objects, host)) != o) break; /* freed */
+        }
+    }
+    return 0;
 }
 
 #endif /* ADSM__PROTOCOL_INCLUDED */

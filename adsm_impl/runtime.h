@@ -81,6 +81,8 @@ typedef struct adsm__runtime {
                                           the life of the process (a new adsm_init does not compile
                                           them again); under lock */
     void **io_bounce;    /* stb_ds array: idle I/O bounce buffers, reused (io.h); under lock */
+    struct adsm__object **through; /* stb_ds array: objects kernels wrote, to bring home before the
+                                      next call or sync (ADSM_WRITE_THROUGH, directory.h); under lock */
     struct adsm__object **batch_sends; /* stb_ds array: batch's objects to send at a call, kept
                                           for reuse (protocol_batch.h); under rt->launch_mutex */
     struct sigaction prev_segv;

@@ -101,7 +101,7 @@ static inline void clear_adsm_env(void) {
     static const char *const vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",     "ADSM_BLOCK_SIZE",
                                        "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
                                        "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT",
-                                       "ADSM_EMU_DEVICES"};
+                                       "ADSM_EMU_DEVICES",  "ADSM_WRITE_THROUGH", "ADSM_DROP_REPLICAS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
@@ -109,6 +109,8 @@ static inline void clear_adsm_env(void) {
 static int test_block_exact;
 /* adsm_config.emu_devices for the next init (0: one device) */
 static unsigned test_devices;
+/* adsm_config.write_through and .drop_replicas for the next init */
+static int test_write_through, test_drop_replicas;
 
 static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
                              size_t rolling_size, size_t rolling_step) {
@@ -123,6 +125,8 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
     cfg.rolling_step = rolling_step;
     cfg.block_exact = test_block_exact;
     cfg.emu_devices = test_devices;
+    cfg.write_through = test_write_through;
+    cfg.drop_replicas = test_drop_replicas;
     cfg.emu_memory = (size_t)256 << 20;
     cfg.emu_workers = 2;
     adsm_result r = adsm_init(&cfg);

@@ -12,7 +12,7 @@
 static const char *const all_vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",     "ADSM_BLOCK_SIZE",
                                        "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
                                        "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT",
-                                       "ADSM_EMU_DEVICES"};
+                                       "ADSM_EMU_DEVICES",  "ADSM_WRITE_THROUGH", "ADSM_DROP_REPLICAS"};
 
 /* every test starts from a clean environment: no ADSM_* variable from the caller */
 static void clean_env(void) {

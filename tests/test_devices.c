@@ -279,3 +279,52 @@ Test(devices, one_device_lost_of_two) {
     cr_assert_eq(adsm_free(fresh), ADSM_OK);
     adsm_shutdown();
 }
+
+/* ---- policies (the multi-GPU paper's versions) ------------------------------------------------ */
+/* Write-through: a kernel's output comes home before the next call (or at sync) without the CPU
+ * touching it, and a device that reads it later takes it from the host, not device to device. */
+ParameterizedTestParameters(devices, write_through_brings_outputs_home) {
+    static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
+    return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, devices, write_through_brings_outputs_home) {
+    test_write_through = 1;
+    init_devices(2, *protocol);
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE), *zero = alloc(SIZE);
+    reset();
+    CALL_ON_OK(0, k_fill, grid_for(N), x, N, 70);
+    sync_ok();
+    cr_assert_eq(adsm_block_state(x), 'R', "x came home at sync");
+    EXPECT_DEVICE(0, 0, SIZE, 0);
+    CALL_ON_OK(1, k_add, grid_for(N), y, x, zero, N);
+    CALL_ON_OK(0, k_incr, grid_for(N), zero, N); /* a call: y (device 1's output) comes home first */
+    cr_assert_eq(adsm_block_state(y), 'R');
+    EXPECT_DEVICE(1, SIZE, SIZE, 0); /* x from the host; y home */
+    sync_ok();
+    cr_assert_eq(stats().read_faults, 0, "nothing waited for the CPU to touch it");
+    expect_ramp(y, 70);
+    cr_assert_eq(stats().d2d_bytes, 0);
+    adsm_shutdown();
+}
+
+/* Dropped replicas: a device keeps no copy of what a kernel only read there (the host holds it),
+ * so reading it again takes it again; kept replicas (the default) take it once. */
+ParameterizedTestParameters(devices, dropped_replicas_are_taken_again) {
+    static int drop[] = {0, 1};
+    return cr_make_param_array(int, drop, 2);
+}
+
+ParameterizedTest(int *drop, devices, dropped_replicas_are_taken_again) {
+    test_drop_replicas = *drop;
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE);
+    reset();
+    write_ramp(x, 3);
+    for (int round = 0; round < 3; round++) CALL_ON_OK(1, k_add, grid_for(N), y, x, x, N);
+    sync_ok();
+    EXPECT_DEVICE(1, (*drop ? 3 : 1) * SIZE, 0, 0);
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&y[i]), 2 * (3 + (int32_t)i));
+    EXPECT_DEVICE(1, (*drop ? 3 : 1) * SIZE, SIZE, 0); /* y, which the kernel wrote, stayed there */
+    adsm_shutdown();
+}

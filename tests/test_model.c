@@ -142,6 +142,7 @@ typedef struct variant {
     size_t block_size, rolling_size;
     size_t default_ops;
     unsigned devices; /* emu: ADSM_EMU_DEVICES (0: one); kernels then run on random devices */
+    int write_through, drop_replicas; /* adsm_config's copy policies */
 } variant;
 
 typedef struct object {
@@ -620,6 +621,8 @@ static void run_model(const variant *v) {
     cfg.block_size = v->block_size;
     cfg.rolling_size = v->rolling_size;
     cfg.emu_devices = v->devices;
+    cfg.write_through = v->write_through;
+    cfg.drop_replicas = v->drop_replicas;
 #ifdef TEST_ON_CUDA_DOUBLE
     cuda_double_use();
     /* every stream operation of the double late: a missing event dependency shows as a wrong byte */
@@ -739,11 +742,17 @@ MODEL_TEST(emu_rolling_2m, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 2 * MIB, 0, 
 MODEL_TEST(host, ADSM_BACKEND_HOST, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0, 20000)
 /* several emulated devices: kernels on random devices, replicas, device-to-device copies */
 #define MODEL_TEST_DEVICES(tname, protocol, bs, rs, ops, devices)                                   \
+    MODEL_TEST_POLICY(tname, protocol, bs, rs, ops, devices, 0, 0)
+#define MODEL_TEST_POLICY(tname, protocol, bs, rs, ops, devices, through, drop)                     \
     Test(model, tname) {                                                                            \
-        static const variant v = {#tname, ADSM_BACKEND_EMU, protocol, bs, rs, ops, devices};        \
+        static const variant v = {#tname, ADSM_BACKEND_EMU, protocol, bs, rs, ops, devices, through, drop}; \
         run_model(&v);                                                                              \
     }
 MODEL_TEST_DEVICES(emu3_lazy_64k, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 20000, 3)
 MODEL_TEST_DEVICES(emu3_rolling_4k_rs3, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 20000, 3)
 MODEL_TEST_DEVICES(emu2_rolling_64k, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 20000, 2)
+/* ... with the other copy policies: write-through, and read replicas dropped after each use */
+MODEL_TEST_POLICY(emu3_rolling_64k_through_drop, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 15000, 3, 1, 1)
+MODEL_TEST_POLICY(emu2_lazy_4k_through, ADSM_PROTOCOL_LAZY, 4 * KIB, 0, 15000, 2, 1, 0)
+MODEL_TEST_POLICY(emu2_rolling_4k_rs3_drop, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 15000, 2, 0, 1)
 #endif

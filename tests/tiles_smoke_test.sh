@@ -22,6 +22,7 @@ run() {
     read -r h2d d2h d2d < <(echo "$out" | awk 'NR == 3 { print $4, $5, $6 }')
 }
 
+all=("$@")
 while (($#)); do
     explicit=$1 adsm=$2
     shift 2
@@ -37,6 +38,20 @@ while (($#)); do
             [[ $adsm != *cholesky* ]] || ((d2d > 0)) ||
                 { echo "FAIL: $(basename "$adsm") on $devices devices moved nothing between them" >&2; exit 1; }
         done
+    done
+done
+# The multi-GPU paper's runtime versions on 4 devices: each right, and each moves fewer bytes in
+# all (host to device, device to host, device to device) than the one before, as in the paper.
+for ((i = 2; i <= ${#all[@]}; i += 2)); do
+    adsm=${all[i - 1]}
+    [[ $adsm == *cholesky* ]] || continue
+    before=
+    for v in v1 v2 v3 v4; do
+        run "$(basename "$adsm")" rolling "$adsm" --devices 4 --policy "$v"
+        total=$((h2d + d2h + d2d))
+        [[ -z $before ]] || ((total < before)) ||
+            { echo "FAIL: $(basename "$adsm") policy $v moved $total bytes, no fewer than the version before ($before)" >&2; exit 1; }
+        before=$total
     done
 done
 echo "PASS: tiles_smoke_test"

@@ -8,7 +8,7 @@
  * runs, bytes each way and those bytes counted in tiles, then "check: ok" when every run matched
  * the CPU reference (the program exits non-zero otherwise).
  *
- *   <program> [--tiles T] [--tile-size B] [--runs N] [--devices D] [--policy write-back]
+ *   <program> [--tiles T] [--tile-size B] [--runs N] [--devices D] [--policy v1|v2|v3|v4]
  * The adsm versions take ADSM_PROTOCOL, ADSM_BLOCK_SIZE, ... like any adsm program. Runs on the
  * main thread, normal context. Helpers carry the tiles_ prefix (ADSM_ names are the library's). */
 #ifndef BENCH_TILES_COMMON_H
@@ -24,17 +24,20 @@
 #define TILES_MAX_RUNS 101
 
 /* One benchmark invocation. devices: emulated devices the adsm versions spread the tiles over
- * (ADSM_EMU_DEVICES; each task runs on the device tiles_owner() gives the tile it writes); the
- * explicit versions drive one device (adsm's explicit path lives on device 0). policy: how adsm
- * keeps copies across devices; adsm has one today, the multi-GPU paper's version 4 (outputs
- * stay on their device until someone needs them, read replicas are kept until a write). */
+ * (ADSM_EMU_DEVICES); the explicit versions drive one device (adsm's explicit path lives on
+ * device 0). policy: the multi-GPU paper's runtime versions, as adsm settings:
+ *   v1  basic: tasks go to devices in turn, outputs written through to the host, no read cache
+ *   v2  + data affinity: each task on the block-cyclic owner of the tile it writes
+ *   v3  + read-only replicas kept as a cache (invalidated by writes)
+ *   v4  + write-back: outputs stay on their device until someone needs them (adsm's default)
+ * (ADSM_WRITE_THROUGH for v1-v3, ADSM_DROP_REPLICAS for v1-v2). */
 typedef struct tiles_options {
     const char *bench, *variant; /* "cholesky" / "matmul"; "adsm" / "explicit" */
     int tiles;                   /* tiles per side of each matrix */
     int tile_size;               /* elements per side of one tile */
     int runs;                    /* timed repetitions; the table shows the median */
     int devices;                 /* devices to spread the tiles over (adsm versions: 1..8) */
-    const char *policy;          /* multi-device coherence policy: "write-back" */
+    const char *policy;          /* "v1" .. "v4", see above */
 } tiles_options;
 
 /* What one run measured: wall time and bytes moved each way (and between devices). */
@@ -56,7 +59,7 @@ static inline double tiles_now_ms(void) {
 
 static inline void tiles_usage(const char *argv0) {
     fprintf(stderr, "usage: %s [--tiles T] [--tile-size B] [--runs N (1..%d)] [--devices D (adsm: 1..8, explicit: 1)] "
-            "[--policy write-back]\n", argv0, TILES_MAX_RUNS);
+            "[--policy v1|v2|v3|v4 (v4)]\n", argv0, TILES_MAX_RUNS);
     exit(2);
 }
 
@@ -69,7 +72,7 @@ static inline int tiles_int_arg(const char *argv0, const char *text, int lo, int
 
 static inline tiles_options tiles_parse(const char *bench, const char *variant, int default_tiles,
                                         int default_tile_size, int argc, char **argv) {
-    tiles_options o = {bench, variant, default_tiles, default_tile_size, 3, 1, "write-back"};
+    tiles_options o = {bench, variant, default_tiles, default_tile_size, 3, 1, "v4"};
     int most_devices = strcmp(variant, "explicit") == 0 ? 1 : 8;
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
@@ -77,8 +80,9 @@ static inline tiles_options tiles_parse(const char *bench, const char *variant, 
         else if (strcmp(argv[i], "--tile-size") == 0 && more) o.tile_size = tiles_int_arg(argv[0], argv[++i], 1, 4096);
         else if (strcmp(argv[i], "--runs") == 0 && more) o.runs = tiles_int_arg(argv[0], argv[++i], 1, TILES_MAX_RUNS);
         else if (strcmp(argv[i], "--devices") == 0 && more) o.devices = tiles_int_arg(argv[0], argv[++i], 1, most_devices);
-        /* the one policy adsm has today */
-        else if (strcmp(argv[i], "--policy") == 0 && more && strcmp(argv[i + 1], "write-back") == 0) o.policy = argv[++i];
+        else if (strcmp(argv[i], "--policy") == 0 && more && strlen(argv[i + 1]) == 2 && argv[i + 1][0] == 'v' &&
+                 argv[i + 1][1] >= '1' && argv[i + 1][1] <= '4')
+            o.policy = argv[++i];
         else tiles_usage(argv[0]);
     }
     return o;
@@ -93,6 +97,17 @@ static inline int tiles_owner(const tiles_options *o, int i, int j) {
         if (o->devices % r == 0) rows = r;
     int cols = o->devices / rows;
     return (i % rows) * cols + (j % cols);
+}
+
+/* The paper's version number of the policy (1..4). */
+static inline int tiles_version(const tiles_options *o) { return o->policy[1] - '0'; }
+
+/* The device a task writing tile (i, j) runs on: its owner, or under v1 (no data affinity) the
+ * next device in turn, as the basic runtime hands tasks to whichever device is free. */
+static inline int tiles_device(const tiles_options *o, int i, int j) {
+    static int next_in_turn;
+    if (tiles_version(o) == 1) return next_in_turn++ % o->devices;
+    return tiles_owner(o, i, j);
 }
 
 /* Deterministic data without state: element `index` of the matrix seeded `seed` is a splitmix64

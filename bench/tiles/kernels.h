@@ -98,6 +98,8 @@ static inline void tiles_start(const tiles_options *o) {
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.emu_devices = (unsigned)o->devices;
+    cfg.write_through = tiles_version(o) <= 3;
+    cfg.drop_replicas = tiles_version(o) <= 2;
     if (adsm_init(&cfg) != ADSM_OK) tiles_die(adsm_last_error());
     if (adsm_device_count() != o->devices) {
         fprintf(stderr, "%s: %d devices asked for, the %s backend drives %d\n", o->bench, o->devices,
@@ -143,18 +145,18 @@ static inline const char *chol_shape(const tiles_options *o) {
 /* The right-looking tiled Cholesky, in the paper's task order: for each step k, CHOL of the
  * diagonal tile, TRSM of the tiles below it, then the trailing update row by row (SYRK on the
  * diagonal, GEMM left of it). tile[] holds the tiles' pointers, shared objects or device buffers.
- * Asynchronous: the caller syncs. Each task runs on tiles_owner() of the tile it writes. */
+ * Asynchronous: the caller syncs. Each task runs on tiles_device() of the tile it writes. */
 static inline void chol_factor(const tiles_options *o, double *const *tile) {
     int t = o->tiles, b = o->tile_size;
     for (int k = 0; k < t; k++) {
-        ADSM_CALL_ON(tiles_owner(o, k, k), chol_potrf, adsm_grid_1d(1, 1), tile[chol_at(k, k)], b);
+        ADSM_CALL_ON(tiles_device(o, k, k), chol_potrf, adsm_grid_1d(1, 1), tile[chol_at(k, k)], b);
         for (int i = k + 1; i < t; i++)
-            ADSM_CALL_ON(tiles_owner(o, i, k), chol_trsm, tiles_grid_rows(b), tile[chol_at(i, k)], tile[chol_at(k, k)], b);
+            ADSM_CALL_ON(tiles_device(o, i, k), chol_trsm, tiles_grid_rows(b), tile[chol_at(i, k)], tile[chol_at(k, k)], b);
         for (int i = k + 1; i < t; i++) {
             for (int j = k + 1; j < i; j++)
-                ADSM_CALL_ON(tiles_owner(o, i, j), chol_gemm, tiles_grid_elements(b), tile[chol_at(i, j)],
+                ADSM_CALL_ON(tiles_device(o, i, j), chol_gemm, tiles_grid_elements(b), tile[chol_at(i, j)],
                              tile[chol_at(i, k)], tile[chol_at(j, k)], b);
-            ADSM_CALL_ON(tiles_owner(o, i, i), chol_syrk, tiles_grid_elements(b), tile[chol_at(i, i)], tile[chol_at(i, k)], b);
+            ADSM_CALL_ON(tiles_device(o, i, i), chol_syrk, tiles_grid_elements(b), tile[chol_at(i, i)], tile[chol_at(i, k)], b);
         }
     }
 }
@@ -244,7 +246,7 @@ static inline void mm_multiply(const tiles_options *o, float *const *c, float *c
     for (int i = 0; i < t; i++)
         for (int j = 0; j < t; j++)
             for (int k = 0; k < t; k++)
-                ADSM_CALL_ON(tiles_owner(o, i, j), mm_tile, tiles_grid_elements(o->tile_size), c[i * t + j],
+                ADSM_CALL_ON(tiles_device(o, i, j), mm_tile, tiles_grid_elements(o->tile_size), c[i * t + j],
                              a[i * t + k], b[k * t + j], o->tile_size);
 }
 

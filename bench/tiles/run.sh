@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tiled benchmarks over device counts: tiled Cholesky and tiled matmul, the explicit program
 # on one device, adsm (lazy and rolling) on 1, 2 and 4 emulated devices with each task on the
-# block-cyclic owner of the tile it writes. Prints one markdown table per shape: median time and
-# tile transfers host-to-device, device-to-host and device-to-device. About a minute on 2 cores.
+# block-cyclic owner of the tile it writes; then the multi-GPU paper's four runtime versions
+# (--policy v1..v4) on 4 devices. Prints markdown tables: median time and tile transfers
+# host-to-device, device-to-host and device-to-device. About half a minute on 2 cores.
 #
 #   bench/tiles/run.sh [--runs N (3)]
 #
@@ -46,8 +47,25 @@ table() {
     done
 }
 
+# versions NAME TILES SIZE: the paper's runtime versions on 4 devices, rolling.
+versions() {
+    local name=$1 tiles=$2 size=$3
+    echo
+    echo "**$name, the multi-GPU paper's runtime versions**, 4 devices, $tiles x $tiles tiles of $size x $size," \
+        "rolling, median of $runs runs:"
+    echo
+    echo "| version | protocol | devices | ms | tiles h2d | tiles d2h | tiles d2d |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    for v in v1 v2 v3 v4; do
+        row "$v" rolling 4 "$bin/bench_tiles_$name" --tiles "$tiles" --tile-size "$size" --devices 4 --policy "$v"
+    done
+}
+
 echo "## tiles: tiled Cholesky and matmul over emulated devices ($(nproc) CPUs, $(date -u '+%Y-%m-%d'))"
 table cholesky 4 128
 table cholesky 8 128
 table matmul 4 128
 table matmul 8 64
+versions cholesky 4 128
+versions cholesky 8 128
+versions matmul 4 128
