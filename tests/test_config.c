@@ -5,6 +5,8 @@
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <stddef.h>
+#include <criterion/parameterized.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,15 +165,33 @@ Test(config, block_exact_from_the_environment) {
     adsm_shutdown();
 }
 
-Test(config, block_exact_refuses_other_values) {
-    cr_assert_eq(setenv("ADSM_BLOCK_EXACT", "yes", 1), 0);
+/* The 0/1 settings refuse anything else, from the environment and from adsm_config. */
+typedef struct flag_case {
+    char var[32], field[32]; /* text, not pointers: Criterion's workers are new processes */
+    size_t offset;           /* of the int field in adsm_config */
+} flag_case;
+
+ParameterizedTestParameters(config, flags_refuse_other_values) {
+    static flag_case cases[] = {
+        {"ADSM_BLOCK_EXACT", "block_exact", offsetof(adsm_config, block_exact)},
+        {"ADSM_WRITE_THROUGH", "write_through", offsetof(adsm_config, write_through)},
+        {"ADSM_DROP_REPLICAS", "drop_replicas", offsetof(adsm_config, drop_replicas)},
+    };
+    return cr_make_param_array(flag_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(flag_case *c, config, flags_refuse_other_values) {
+    cr_assert_eq(setenv(c->var, "yes", 1), 0);
     adsm_config cfg = emu_config();
     cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
-    cr_assert(strstr(adsm_last_error(), "ADSM_BLOCK_EXACT"), "%s", adsm_last_error());
-    cr_assert_eq(unsetenv("ADSM_BLOCK_EXACT"), 0);
-    cfg.block_exact = 2;
+    cr_assert(strstr(adsm_last_error(), c->var), "%s", adsm_last_error());
+    cr_assert_eq(unsetenv(c->var), 0);
+    *(int *)((char *)&cfg + c->offset) = 2;
     cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
-    cr_assert(strstr(adsm_last_error(), "block_exact"), "%s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), c->field), "%s", adsm_last_error());
+    *(int *)((char *)&cfg + c->offset) = 1;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    adsm_shutdown();
 }
 
 Test(config, protocol_lazy) {
