@@ -241,12 +241,9 @@ static void *read_big(void *arg) {
     return NULL;
 }
 
-/* While one thread's fault fetches a large object (or adsm_memset clears it on the device),
- * another thread's faults on other objects (a write to a ReadOnly block, a read that fetches)
- * complete: the copy holds its unit, not the runtime lock. On the cuda double every stream
- * operation is delayed, so the copy takes a while whatever the machine; on emu the object is
- * large. */
-static void faults_elsewhere(int memset_it) {
+/* Starts adsm for a test with one large object whose copies take a while: on the cuda double
+ * every stream operation is delayed, on emu the object is large. Returns the object's size. */
+static size_t init_for_a_long_copy(adsm_protocol_kind protocol) {
 #ifdef TEST_ON_CUDA_DOUBLE
     setenv("CUDADOUBLE_DELAY_US", "1000", 1);
     size_t size = 128 * MIB;
@@ -257,11 +254,21 @@ static void faults_elsewhere(int memset_it) {
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.backend = TEST_DEVICE_BACKEND;
-    cfg.protocol = ADSM_PROTOCOL_LAZY;
+    cfg.protocol = protocol;
     cfg.block_size = 2 * MIB;
     cfg.emu_memory = size + 64 * MIB;
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
     if (TEST_DEVICE_BACKEND == ADSM_BACKEND_CUDA) attach_test_kernels();
+    return size;
+}
+
+/* While one thread's fault fetches a large object (or adsm_memset clears it on the device),
+ * another thread's faults on other objects (a write to a ReadOnly block, a read that fetches)
+ * complete: the copy holds its unit, not the runtime lock. On the cuda double every stream
+ * operation is delayed, so the copy takes a while whatever the machine; on emu the object is
+ * large. */
+static void faults_elsewhere(int memset_it) {
+    size_t size = init_for_a_long_copy(ADSM_PROTOCOL_LAZY);
     size_t n = size / sizeof(int32_t);
     big_read b = {(int32_t *)alloc(size), size, memset_it, 0, 0};
     int32_t *readonly = (int32_t *)alloc(4096), *invalid = (int32_t *)alloc(4096);
@@ -320,21 +327,7 @@ ParameterizedTestParameters(copy, batch_copies_do_not_hold_other_calls) {
 }
 
 ParameterizedTest(int *at_sync, copy, batch_copies_do_not_hold_other_calls) {
-#ifdef TEST_ON_CUDA_DOUBLE
-    setenv("CUDADOUBLE_DELAY_US", "1000", 1);
-    size_t size = 128 * MIB;
-#else
-    size_t size = 512 * MIB;
-#endif
-    clear_adsm_env();
-    adsm_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.backend = TEST_DEVICE_BACKEND;
-    cfg.protocol = ADSM_PROTOCOL_BATCH;
-    cfg.block_size = 2 * MIB;
-    cfg.emu_memory = size + 64 * MIB;
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
-    if (TEST_DEVICE_BACKEND == ADSM_BACKEND_CUDA) attach_test_kernels();
+    size_t size = init_for_a_long_copy(ADSM_PROTOCOL_BATCH);
     size_t n = size / sizeof(int32_t);
     batch_copy b = {(int32_t *)alloc(size), (int32_t *)alloc(4096), size, *at_sync, ADSM_OK, 0};
     for (size_t i = 0; i < n; i += 1024) b.big[i] = 3;

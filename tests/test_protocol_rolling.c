@@ -485,6 +485,18 @@ Test(rolling, window_is_bounded_by_live_blocks) {
 #include <valgrind/valgrind.h>
 #endif
 #endif
+/* `count` increments of random elements of x (and of the model ref), drawn by xorshift64 from *r. */
+static void increment_at_random(int32_t *x, int32_t *ref, size_t n, size_t count, uint64_t *r) {
+    for (size_t k = 0; k < count; k++) {
+        *r ^= *r << 13;
+        *r ^= *r >> 7;
+        *r ^= *r << 17;
+        size_t i = (size_t)(*r % n);
+        wr(&x[i], rd(&x[i]) + 1);
+        ref[i]++;
+    }
+}
+
 static int under_valgrind(void) {
 #ifdef RUNNING_ON_VALGRIND
     return RUNNING_ON_VALGRIND != 0;
@@ -525,14 +537,7 @@ ParameterizedTest(block_mode *mode, rolling, random_increments_do_not_thrash) {
     sync_ok();
     reset();
     uint64_t r = 88172645463325252ull; /* xorshift64: the same increments on every run */
-    for (size_t k = 0; k < increments; k++) {
-        r ^= r << 13;
-        r ^= r >> 7;
-        r ^= r << 17;
-        size_t i = (size_t)(r % n);
-        wr(&x[i], rd(&x[i]) + 1);
-        ref[i]++;
-    }
+    increment_at_random(x, ref, n, increments, &r);
     adsm_stats s = stats();
     cr_assert_leq(s.h2d_bytes + s.d2h_bytes, 2 * size, "%zu-byte blocks: the increments moved %llu bytes", bs,
                   (unsigned long long)(s.h2d_bytes + s.d2h_bytes));
@@ -755,14 +760,7 @@ Test(rolling_ahead, dense_random_writes_take_runs_of_the_object) {
     uint64_t r = 88172645463325252ull;
     for (int epoch = 0; epoch < 2; epoch++) {
         reset();
-        for (size_t k = 0; k < 65536; k++) {
-            r ^= r << 13;
-            r ^= r >> 7;
-            r ^= r << 17;
-            size_t i = (size_t)(r % n);
-            wr(&x[i], rd(&x[i]) + 1);
-            ref[i]++;
-        }
+        increment_at_random(x, ref, n, 65536, &r);
         adsm_stats s = stats();
         if (epoch == 1) {
             cr_assert_geq(s.rolling_size, size / AHEAD_BS / 2, "the window grew to the object");
