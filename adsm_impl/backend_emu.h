@@ -62,6 +62,8 @@ typedef struct adsm__emu {
     unsigned workers;
     pthread_t completion_thread;
     int completion_started;
+    struct adsm__emu_msg *completion_msg; /* the completion thread's receive buffer */
+    int completion_running;               /* futex word: the completion thread reached its loop */
     adsm__queue queue; /* DMA jobs, run by the DMA thread (copy_queue.h); not started: copies are
                           synchronous and launches go straight to the device process */
 
@@ -382,7 +384,9 @@ ADSM__PRIVATE void adsm__emu_record_error(adsm__emu *e, adsm_result r, const cha
 
 ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
     adsm__emu *e = (adsm__emu *)arg;
-    adsm__emu_msg *m = (adsm__emu_msg *)malloc(sizeof *m);
+    adsm__emu_msg *m = e->completion_msg;
+    ADSM__STORE(&e->completion_running, 1);
+    adsm__futex_wake_all(&e->completion_running);
     for (;;) {
         ssize_t n = m ? recv(e->sock, m, sizeof *m, 0) : 0;
         if (n < 0 && errno == EINTR) continue;
@@ -394,7 +398,6 @@ ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
         ADSM__ADD(&e->completion_gen, 1);
         adsm__futex_wake_all(&e->completion_gen);
     }
-    free(m);
     if (!ADSM__LOAD(&e->quitting))
         adsm__emu_record_error(e, ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
     ADSM__STORE(&e->lost, 1);
@@ -508,6 +511,7 @@ ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     if (e->window) munmap(e->window, e->half);
     if (e->devfd >= 0) close(e->devfd);
     free(e->backed);
+    free(e->completion_msg);
     adsm__device_error_destroy(&e->errors);
     free(e);
 }
@@ -571,7 +575,13 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     }
     adsm__queue_start(&e->queue, sizeof(adsm__dma_job), ADSM__DMA_RING, adsm__emu_dma_job_run, adsm__emu_dma_begin,
                       e);
-    e->completion_started = pthread_create(&e->completion_thread, NULL, adsm__emu_completion_main, e) == 0;
+    /* the buffer is allocated here and init returns once the thread runs: a later device's fork
+     * (ADSM_EMU_DEVICES) must not find the thread inside the allocator, whose lock the child would
+     * inherit held (ASan's allocator, for one, is not fork-safe) */
+    e->completion_msg = (adsm__emu_msg *)malloc(sizeof *e->completion_msg);
+    e->completion_started =
+        e->completion_msg && pthread_create(&e->completion_thread, NULL, adsm__emu_completion_main, e) == 0;
+    while (e->completion_started && !ADSM__LOAD(&e->completion_running)) adsm__futex_wait(&e->completion_running, 0);
     if (!e->completion_started) {
         adsm__emu_shutdown(e);
         return adsm__fail(ADSM_ERROR_SYSTEM, "emu backend: cannot start its threads");
