@@ -74,6 +74,10 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
         if (r != ADSM_OK) return r;
         rt->ndev++;
     }
+    for (unsigned d = 0; d < rt->ndev && rt->be->start; d++) { /* threads after every fork */
+        adsm_result r = rt->be->start(rt->dev_ctx[d]);
+        if (r != ADSM_OK) return r;
+    }
     return ADSM_OK;
 }
 

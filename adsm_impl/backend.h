@@ -33,6 +33,10 @@ typedef struct adsm__backend_vtbl {
     int moves_data;   /* 0: the device works on host memory (no copies, no tracking) */
     size_t max_args;  /* largest packed argument block a launch may carry; 0: no limit */
     adsm_result (*init)(adsm__runtime *rt, void **ctx);
+    /* optional: starts the backend's threads, once every device's init ran (emu forks a process
+     * per device, and a fork from a process with threads is unsafe: the child inherits locks
+     * held, and ThreadSanitizer refuses it) */
+    adsm_result (*start)(void *ctx);
     void (*shutdown)(void *ctx);
     size_t (*capacity)(void *ctx);
     adsm_result (*dev_alloc)(void *ctx, uintptr_t dev, size_t span);

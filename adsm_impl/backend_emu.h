@@ -63,7 +63,6 @@ typedef struct adsm__emu {
     pthread_t completion_thread;
     int completion_started;
     struct adsm__emu_msg *completion_msg; /* the completion thread's receive buffer */
-    int completion_running;               /* futex word: the completion thread reached its loop */
     adsm__queue queue; /* DMA jobs, run by the DMA thread (copy_queue.h); not started: copies are
                           synchronous and launches go straight to the device process */
 
@@ -385,8 +384,6 @@ ADSM__PRIVATE void adsm__emu_record_error(adsm__emu *e, adsm_result r, const cha
 ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
     adsm__emu *e = (adsm__emu *)arg;
     adsm__emu_msg *m = e->completion_msg;
-    ADSM__STORE(&e->completion_running, 1);
-    adsm__futex_wake_all(&e->completion_running);
     for (;;) {
         ssize_t n = m ? recv(e->sock, m, sizeof *m, 0) : 0;
         if (n < 0 && errno == EINTR) continue;
@@ -573,20 +570,20 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
         adsm__emu_shutdown(e);
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: the device process failed to start");
     }
+    *ctx = e;
+    return ADSM_OK;
+}
+
+/* The DMA and completion threads, once every device process is forked (backend.h, start). Until
+ * then copies are synchronous and nothing is launched. */
+ADSM__PRIVATE adsm_result adsm__emu_start(void *ctx) {
+    adsm__emu *e = (adsm__emu *)ctx;
     adsm__queue_start(&e->queue, sizeof(adsm__dma_job), ADSM__DMA_RING, adsm__emu_dma_job_run, adsm__emu_dma_begin,
                       e);
-    /* the buffer is allocated here and init returns once the thread runs: a later device's fork
-     * (ADSM_EMU_DEVICES) must not find the thread inside the allocator, whose lock the child would
-     * inherit held (ASan's allocator, for one, is not fork-safe) */
     e->completion_msg = (adsm__emu_msg *)malloc(sizeof *e->completion_msg);
     e->completion_started =
         e->completion_msg && pthread_create(&e->completion_thread, NULL, adsm__emu_completion_main, e) == 0;
-    while (e->completion_started && !ADSM__LOAD(&e->completion_running)) adsm__futex_wait(&e->completion_running, 0);
-    if (!e->completion_started) {
-        adsm__emu_shutdown(e);
-        return adsm__fail(ADSM_ERROR_SYSTEM, "emu backend: cannot start its threads");
-    }
-    *ctx = e;
+    if (!e->completion_started) return adsm__fail(ADSM_ERROR_SYSTEM, "emu backend: cannot start its threads");
     return ADSM_OK;
 }
 
@@ -595,6 +592,7 @@ static const adsm__backend_vtbl adsm__backend_emu = {
     .moves_data = 1,
     .max_args = ADSM__EMU_MAX_ARGS,
     .init = adsm__emu_init,
+    .start = adsm__emu_start,
     .shutdown = adsm__emu_shutdown,
     .capacity = adsm__emu_capacity,
     .dev_alloc = adsm__emu_dev_alloc,

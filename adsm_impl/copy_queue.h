@@ -34,7 +34,6 @@ typedef struct adsm__queue {
     void *ctx;
     pthread_t worker;
     int started;
-    int running; /* futex word: the worker reached its loop (set once) */
 } adsm__queue;
 
 /* ---- producers (signal-safe) ----------------------------------------------------------------- */
@@ -105,8 +104,6 @@ ADSM__PRIVATE void *adsm__queue_main(void *arg) {
     adsm__tls_passthrough = 1; /* copies read shared memory: never through interposed memcpy */
     adsm__tls_copy_thread = 1;
     if (q->begin) q->begin(q->ctx);
-    ADSM__STORE(&q->running, 1);
-    adsm__futex_wake_all(&q->running);
     for (;;) {
         int bell = ADSM__LOAD(&q->bell), done = ADSM__LOAD(&q->done);
         if (ADSM__LOAD(&q->tail) != done) {
@@ -135,9 +132,6 @@ ADSM__PRIVATE int adsm__queue_start(adsm__queue *q, size_t slot_size, unsigned c
     q->slots = (unsigned char *)calloc(capacity, slot_size);
     q->results = (int **)calloc(capacity, sizeof *q->results);
     if (q->slots && q->results) q->started = pthread_create(&q->worker, NULL, adsm__queue_main, q) == 0;
-    /* returns once the worker runs: a fork right after (another emulated device) must not find it
-     * starting up inside the allocator, whose lock the child would inherit held */
-    while (q->started && !ADSM__LOAD(&q->running)) adsm__futex_wait(&q->running, 0);
     if (q->started) return 0;
     adsm__queue_stop(q);
     return -1;

@@ -101,13 +101,15 @@ typedef struct variant {
     const char *name;
     adsm_protocol_kind protocol;
     size_t block, rolling;
+    unsigned devices; /* emulated devices; with several, launches go to each in turn */
 } variant;
 
 static const variant variants[] = {
-    {"batch_4k", ADSM_PROTOCOL_BATCH, 4 * KIB, 0},        {"batch_512k", ADSM_PROTOCOL_BATCH, 512 * KIB, 0},
-    {"lazy_4k", ADSM_PROTOCOL_LAZY, 4 * KIB, 0},          {"lazy_512k", ADSM_PROTOCOL_LAZY, 512 * KIB, 0},
-    {"rolling_4k", ADSM_PROTOCOL_ROLLING, 4 * KIB, 0},    {"rolling_512k", ADSM_PROTOCOL_ROLLING, 512 * KIB, 0},
-    {"rolling_rs2_4k", ADSM_PROTOCOL_ROLLING, 4 * KIB, 2}, {"rolling_rs2_512k", ADSM_PROTOCOL_ROLLING, 512 * KIB, 2},
+    {"batch_4k", ADSM_PROTOCOL_BATCH, 4 * KIB, 0, 1},        {"batch_512k", ADSM_PROTOCOL_BATCH, 512 * KIB, 0, 1},
+    {"lazy_4k", ADSM_PROTOCOL_LAZY, 4 * KIB, 0, 1},          {"lazy_512k", ADSM_PROTOCOL_LAZY, 512 * KIB, 0, 1},
+    {"rolling_4k", ADSM_PROTOCOL_ROLLING, 4 * KIB, 0, 1},    {"rolling_512k", ADSM_PROTOCOL_ROLLING, 512 * KIB, 0, 1},
+    {"rolling_rs2_4k", ADSM_PROTOCOL_ROLLING, 4 * KIB, 2, 1}, {"rolling_rs2_512k", ADSM_PROTOCOL_ROLLING, 512 * KIB, 2, 1},
+    {"lazy_64k_3dev", ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 3},   {"rolling_64k_3dev", ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 3},
 };
 #define NVARIANTS (sizeof variants / sizeof variants[0])
 
@@ -154,7 +156,14 @@ static struct {
     progress prog[MAXW + 2]; /* workers, kernel thread, main */
     unsigned nprog;
     uint64_t launches, kernel_iters, churned, in_flight_reads, worker_ops[MAXW], pub_checks;
+    unsigned devices, next_dev; /* emulated devices; next_dev atomic */
 } S;
+
+/* The device for the next launch: each in turn with several devices, adsm's choice otherwise. */
+static int next_device(void) {
+    if (S.devices < 2) return ADSM_ANY_DEVICE;
+    return (int)(__atomic_fetch_add(&S.next_dev, 1, __ATOMIC_RELAXED) % S.devices);
+}
 
 static double now(void) {
     struct timespec t;
@@ -376,8 +385,8 @@ static void kernel_iteration(progress *p, uint64_t *rng) {
         pthread_rwlock_wrlock(&S.cpu_phase);
     }
     at(p, "launch");
-    MUST(ADSM_CALL(ts_produce, grid_for(S.out_n > S.counter_n ? S.out_n : S.counter_n), S.out, S.counter, S.in,
-                   peek ? peek->p : NULL, a),
+    MUST(ADSM_CALL_ON(next_device(), ts_produce, grid_for(S.out_n > S.counter_n ? S.out_n : S.counter_n), S.out,
+                      S.counter, S.in, peek ? peek->p : NULL, a),
          "produce");
     S.launches++;
     if (!S.batch && !failed()) {
@@ -436,7 +445,7 @@ static void final_check(progress *p) {
             fail("adsm_alloc: %s", adsm_last_error());
             return;
         }
-        MUST(ADSM_CALL(ts_copy, grid_for(o->words), d, o->p, o->words), "final copy");
+        MUST(ADSM_CALL_ON(next_device(), ts_copy, grid_for(o->words), d, o->p, o->words), "final copy");
         MUST(adsm_sync(), "final copy");
         for (size_t j = 0; j < o->words && !failed(); j++) {
             uint32_t v = o->version[j / o->stripe];
@@ -472,6 +481,8 @@ static int run_variant(const variant *v) {
     cfg.rolling_size = v->rolling;
     cfg.emu_memory = (size_t)1 << 30;
     cfg.emu_workers = 2;
+    cfg.emu_devices = v->devices;
+    S.devices = v->devices;
     if (adsm_init(&cfg) != ADSM_OK) {
         fprintf(stderr, "tsan_threads [%s]: adsm_init: %s\n", v->name, adsm_last_error());
         return 1;
