@@ -510,10 +510,15 @@ ADSM_API adsm_result adsm_launch_on(int dev, const adsm_kernel_desc *kernel, ads
 /* Devices adsm drives: ADSM_EMU_DEVICES emulated devices on emu, 1 on cuda and host (0 before
    adsm_init and after adsm_shutdown). */
 ADSM_API int adsm_device_count(void);
-/* Bytes one device received and sent: from the host, to the host, from another device. */
+/* Bytes one device received and sent: from the host, to the host, from another device; with
+   several devices also its memory as a cache: objects evicted to make room for a launch (their
+   bytes, and those of them written back to the host first because only this device held them,
+   counted in d2h_bytes too), and the bytes of objects it holds now. */
 typedef struct adsm_device_stats {
     uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
     uint64_t launches;
+    uint64_t evictions, evicted_bytes, written_back_bytes;
+    uint64_t resident_bytes; /* now, not a count: several devices only (one holds every object) */
 } adsm_device_stats;
 ADSM_API adsm_result adsm_get_device_stats(int dev, adsm_device_stats *out);
 /* Readies a kernel for its first launch now (cuda: compiles an ADSM_KERNEL_DEF body with NVRTC,
@@ -811,6 +816,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/protocol_batch.h"
 #include "adsm_impl/protocol_lazy.h"
 #include "adsm_impl/protocol_rolling.h"
+#include "adsm_impl/capacity.h"
 #include "adsm_impl/backend_host.h"
 #include "adsm_impl/backend_emu.h"
 #include "adsm_impl/backend_cuda.h"

@@ -62,6 +62,8 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
     rt->release_dev = -1;
     rt->dev_lost = 0;
     memset(rt->dev_stats, 0, sizeof rt->dev_stats);
+    memset(rt->dev_bytes, 0, sizeof rt->dev_bytes);
+    rt->lru_clock = 0;
     if (rt->cfg.emu_devices > 1 && want == 1)
         adsm__log(ADSM_LOG_WARN, "ADSM_EMU_DEVICES=%u applies to the emu backend; %s drives one device",
                   rt->cfg.emu_devices, rt->be->name);
@@ -264,6 +266,18 @@ ADSM__PRIVATE adsm_result adsm__free_unguarded(void *ptr) {
 }
 
 /* ---- the explicit path: device-only buffers and copies ------------------------------------ */
+/* Room for a device buffer: with several devices on device 0, where it lives, evicting shared
+ * objects if need be (capacity.h). Lock and launch_mutex held. */
+ADSM__PRIVATE adsm_result adsm__buffer_room(adsm__runtime *rt, size_t size, size_t span) {
+    if (rt->ndev == 1) return adsm__device_room(rt, size, span, "adsm_dev_alloc");
+    char what[64];
+    snprintf(what, sizeof what, "adsm_dev_alloc(%zu)", size);
+    int again = 1;
+    adsm_result r = ADSM_OK;
+    while (r == ADSM_OK && again) r = adsm__make_room(rt, 0, span, NULL, 0, what, &again);
+    return r;
+}
+
 ADSM__PRIVATE void *adsm__dev_alloc_unguarded(size_t size) {
     adsm__runtime *rt = &adsm__rt;
     if (adsm__ensure() != ADSM_OK) return NULL;
@@ -281,8 +295,9 @@ ADSM__PRIVATE void *adsm__dev_alloc_unguarded(size_t size) {
     o->size = size;
     o->span = span;
     o->device_only = 1;
+    pthread_mutex_lock(&rt->launch_mutex); /* evictions (several devices) and launches take turns */
     adsm__lock(&rt->lock);
-    adsm_result r = adsm__device_room(rt, size, span, "adsm_dev_alloc");
+    adsm_result r = adsm__buffer_room(rt, size, span);
     if (r == ADSM_OK && !(o->dev = adsm__arena_alloc(&rt->va_shared, span, adsm__object_align(rt, span))))
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_dev_alloc(%zu): out of device address space", size);
     else if (r == ADSM_OK && (r = rt->be->dev_alloc(rt->be_ctx, o->dev, span)) != ADSM_OK)
@@ -294,6 +309,7 @@ ADSM__PRIVATE void *adsm__dev_alloc_unguarded(size_t size) {
         rt->device_used += span;
     }
     adsm__unlock(&rt->lock);
+    pthread_mutex_unlock(&rt->launch_mutex);
     if (r != ADSM_OK) {
         free(o);
         return NULL;
@@ -507,6 +523,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     uint64_t writer_before[ADSM__MAX_PARAMS];
     unsigned writer_dev_before[ADSM__MAX_PARAMS];
     size_t nwrites = 0, nused = 0;
+    unsigned d = 0;
     pthread_mutex_lock(&rt->launch_mutex);
     adsm__lock(&rt->lock);
     if (adsm__bring_outputs_home(rt) != 0) /* write-through: the last calls' outputs first */
@@ -520,12 +537,20 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
         l.seq = rt->launch_seq + 1;
         nwrites = nused = 0;
         r = adsm__prepare_launch(rt, &l, buf, writes, writer_before, &nwrites, used, &nused);
-        if (r != ADSM_OK || !adsm__any_busy(writes, nwrites)) break;
-        adsm__await_copies(rt); /* a fault is fetching an object this kernel writes: let it finish */
+        if (r != ADSM_OK) break;
+        if (adsm__any_busy(writes, nwrites)) {
+            adsm__await_copies(rt); /* a fault is fetching an object this kernel writes: let it finish */
+            continue;
+        }
+        d = dev == ADSM_ANY_DEVICE ? adsm__place(rt, writes, nwrites, used, nused) : (unsigned)dev;
+        if (adsm__lost_devices(rt) & adsm__dev_bit(d)) {
+            r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': device %u is lost", k->name, d);
+            break;
+        }
+        int again = 0; /* an eviction let the lock go: look everything up again */
+        r = adsm__room_for_launch(rt, used, nused, d, k->name, &again);
+        if (r != ADSM_OK || !again) break;
     }
-    unsigned d = dev == ADSM_ANY_DEVICE ? adsm__place(rt, writes, nwrites, used, nused) : (unsigned)dev;
-    if (r == ADSM_OK && (adsm__lost_devices(rt) & adsm__dev_bit(d)))
-        r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': device %u is lost", k->name, d);
     for (size_t i = 0; i < nwrites; i++) writer_dev_before[i] = writes[i]->writer_dev;
     rt->release_dev = (int)d; /* flushes at this call go to d */
     if (r == ADSM_OK) r = adsm__gather(rt, used, nused, d);
@@ -572,7 +597,7 @@ ADSM__PRIVATE adsm_result adsm__devices_synchronize(adsm__runtime *rt) {
         if (r == ADSM_OK) continue;
         if (first == ADSM_OK) {
             first = r;
-            if (rt->ndev > 1) snprintf(text, sizeof text, "device %u: %s", d, adsm_last_error());
+            if (rt->ndev > 1) snprintf(text, sizeof text, "device %u: %.480s", d, adsm_last_error());
             else snprintf(text, sizeof text, "%s", adsm_last_error());
         }
         if (r == ADSM_ERROR_DEVICE_LOST) adsm__mark_lost(rt, d);
@@ -812,6 +837,14 @@ ADSM_API int adsm_device_count(void) {
     return n;
 }
 
+ADSM__PRIVATE void adsm__read_device_stats(adsm__runtime *rt, unsigned d, adsm_device_stats *out) {
+    for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++) /* atomics, one by one */
+        ((uint64_t *)out)[i] = ADSM__LOAD(&((uint64_t *)&rt->dev_stats[d])[i]);
+    adsm__lock(&rt->lock);
+    out->resident_bytes = rt->ndev > 1 ? rt->dev_bytes[d] : rt->device_used;
+    adsm__unlock(&rt->lock);
+}
+
 ADSM_API adsm_result adsm_get_device_stats(int dev, adsm_device_stats *out) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r = ADSM_OK;
@@ -821,8 +854,7 @@ ADSM_API adsm_result adsm_get_device_stats(int dev, adsm_device_stats *out) {
         r = adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_get_device_stats: device %d; adsm drives %u", dev,
                        adsm__ready() ? rt->ndev : 0);
     else
-        for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++) /* atomics, one by one */
-            ((uint64_t *)out)[i] = ADSM__LOAD(&((uint64_t *)&rt->dev_stats[dev])[i]);
+        adsm__read_device_stats(rt, (unsigned)dev, out);
     adsm__use_end();
     return r;
 }

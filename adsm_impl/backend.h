@@ -41,6 +41,9 @@ typedef struct adsm__backend_vtbl {
     size_t (*capacity)(void *ctx);
     adsm_result (*dev_alloc)(void *ctx, uintptr_t dev, size_t span);
     void (*dev_free)(void *ctx, uintptr_t dev, size_t span);
+    /* optional: the memory behind [dev, dev + n) of a live range may go (its content is dropped,
+     * the range stays usable); no copy or kernel uses it (the caller drained and waited) */
+    void (*dev_discard)(void *ctx, uintptr_t dev, size_t n);
     /* signal-safe: host->device copy; async copies complete in order, before drain() returns */
     int (*to_device)(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async);
     /* signal-safe: device->host copy into writable host memory (copy.h fills protected pages) */

@@ -460,6 +460,13 @@ ADSM__PRIVATE void adsm__emu_dev_free(void *ctx, uintptr_t dev, size_t span) {
         memset(e->window + (dev - e->base), 0, span);
 }
 
+/* An evicted object (capacity.h): its pages go back, the range stays the device process's. */
+ADSM__PRIVATE void adsm__emu_dev_discard(void *ctx, uintptr_t dev, size_t n) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    adsm__emu_unback(e, dev, n);
+    (void)fallocate(e->devfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(dev - e->base), (off_t)n);
+}
+
 ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_msg *m = (adsm__emu_msg *)calloc(1, sizeof *m);
@@ -597,6 +604,7 @@ static const adsm__backend_vtbl adsm__backend_emu = {
     .capacity = adsm__emu_capacity,
     .dev_alloc = adsm__emu_dev_alloc,
     .dev_free = adsm__emu_dev_free,
+    .dev_discard = adsm__emu_dev_discard,
     .to_device = adsm__emu_to_device,
     .from_device = adsm__emu_from_device,
     .drain = adsm__emu_drain,

@@ -83,6 +83,24 @@ ADSM__PRIVATE void adsm__stamp_copy(adsm__runtime *rt, adsm__object *o, size_t f
     for (size_t k = 0; k < heads; k++) o->blocks[first + k].flush_ticket = ticket;
 }
 
+/* Signal-safe (it only counts). Device d's memory will hold (part of) o: counted in d's bytes,
+ * once, and o becomes d's most recently used object. Rolling's evictions in the fault handler
+ * may take d past its capacity; the next launch there evicts back under it (capacity.h). */
+ADSM__PRIVATE void adsm__charge(adsm__runtime *rt, adsm__object *o, unsigned d) {
+    if (rt->ndev == 1) return; /* one device holds every object from adsm_alloc on */
+    o->dev_stamp[d] = ++rt->lru_clock;
+    if (o->dev_resident & adsm__dev_bit(d)) return;
+    o->dev_resident |= adsm__dev_bit(d);
+    rt->dev_bytes[d] += o->span;
+}
+
+/* Device d's memory holds nothing of o any more. */
+ADSM__PRIVATE void adsm__discharge(adsm__runtime *rt, adsm__object *o, unsigned d) {
+    if (!(o->dev_resident & adsm__dev_bit(d))) return;
+    o->dev_resident &= (uint8_t)~adsm__dev_bit(d);
+    rt->dev_bytes[d] -= o->span;
+}
+
 /* Waits for the last kernel that may write o, on the device it ran on. Signal-safe. */
 ADSM__PRIVATE int adsm__dev_wait_writer(adsm__runtime *rt, const adsm__object *o) {
     return rt->be->wait(rt->dev_ctx[o->writer_dev], o->writer_seq);
@@ -180,6 +198,7 @@ ADSM__PRIVATE adsm_result adsm__gather(adsm__runtime *rt, adsm__object *const *u
                               "runs on device %u", d);
         }
         used[i]->home_dev = d;
+        adsm__charge(rt, used[i], d); /* capacity.h made room for it */
         if (adsm__gather_object(rt, used[i], d) != 0)
             return adsm__fail(ADSM_ERROR_SYSTEM, "copying a %zu-byte object at %p to device %u failed (its only "
                               "current copy is on a device that cannot be read)", used[i]->size,

@@ -44,6 +44,9 @@ typedef struct adsm__object {
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
     unsigned writer_dev;      /* the device that launch ran on */
     unsigned home_dev;        /* the device that last ran a kernel on it: rolling evicts there */
+    uint8_t dev_resident;     /* several devices: those whose memory holds something of it, and
+                                 counts it in rt->dev_bytes (capacity.h) */
+    uint64_t dev_stamp[ADSM__MAX_DEVICES]; /* when each device last used it (rt->lru_clock) */
     int device_newer;         /* batch: a launch may have written it since it last came home */
     /* rolling write-ahead (protocol.h, adsm__write_run): the block right after the run the last
      * write fault made Dirty and how many blocks that run was meant to hold, valid while

@@ -80,9 +80,19 @@ ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, in
     }
 }
 
+/* Gives back the device room o took: with one device from its allocation, with several on the
+ * devices holding it (capacity.h). */
+ADSM__PRIVATE void adsm__object_uncharge(adsm__runtime *rt, adsm__object *o) {
+    if (rt->ndev == 1 || o->device_only) {
+        rt->device_used -= o->span;
+        return;
+    }
+    for (unsigned d = 0; d < rt->ndev; d++) adsm__discharge(rt, o, d);
+}
+
 /* Returns the address range to its arena (and the device room), then frees the bookkeeping. */
 ADSM__PRIVATE void adsm__object_unreserve(adsm__runtime *rt, adsm__object *o, int stage) {
-    if (stage >= 2) rt->device_used -= o->span;
+    if (stage >= 2) adsm__object_uncharge(rt, o);
     if (stage >= 1 && o->device_only) {
         adsm__arena_free(&rt->va_shared, o->dev, o->span);
     } else if (stage >= 1) {
@@ -117,9 +127,11 @@ ADSM__PRIVATE size_t adsm__object_align(const adsm__runtime *rt, size_t span) {
 }
 
 /* Whether the device has room for span more bytes (shared objects and device buffers share it);
- * the error names the call. Lock held. */
+ * the error names the call. With several devices a shared object takes room only where it is
+ * used (capacity.h) and must fit one device. Lock held. */
 ADSM__PRIVATE adsm_result adsm__device_room(adsm__runtime *rt, size_t size, size_t span, const char *fn) {
     size_t capacity = rt->be->capacity(rt->be_ctx);
+    if (rt->ndev > 1 && span <= capacity) return ADSM_OK;
     if (span <= capacity && rt->device_used <= capacity - span) return ADSM_OK;
     return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "%s(%zu): the %s device has %zu of its %zu bytes free", fn,
                       size, rt->be->name, capacity - ADSM__MIN(capacity, rt->device_used), capacity);
@@ -187,7 +199,7 @@ ADSM__PRIVATE adsm_result adsm__object_reserve(adsm__runtime *rt, adsm__object *
         adsm__object_unwind(rt, o, 1);
         return r;
     }
-    rt->device_used += o->span;
+    if (rt->ndev == 1) rt->device_used += o->span; /* several: charged where it is used */
     return ADSM_OK;
 }
 

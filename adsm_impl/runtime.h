@@ -62,6 +62,10 @@ typedef struct adsm__runtime {
     unsigned ndev;
     void *dev_ctx[ADSM__MAX_DEVICES];
     adsm_device_stats dev_stats[ADSM__MAX_DEVICES]; /* atomics */
+    /* several devices: bytes of the objects each device holds, and the clock of their last uses
+     * (capacity.h; device_used then counts adsm_dev_alloc buffers, device 0's); under lock */
+    size_t dev_bytes[ADSM__MAX_DEVICES];
+    uint64_t lru_clock;
     uint8_t dev_lost; /* devices found lost, when there are several (atomic): reported once at a
                          sync, then left alone; the others keep working (directory.h) */
     int release_dev; /* during a launch's release: its device, where flushes go (-1 otherwise:

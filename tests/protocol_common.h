@@ -111,6 +111,8 @@ static int test_block_exact;
 static unsigned test_devices;
 /* adsm_config.write_through and .drop_replicas for the next init */
 static int test_write_through, test_drop_replicas;
+/* adsm_config.emu_memory for the next init (0: 256 MiB) */
+static size_t test_emu_memory;
 
 static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
                              size_t rolling_size, size_t rolling_step) {
@@ -127,7 +129,7 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
     cfg.emu_devices = test_devices;
     cfg.write_through = test_write_through;
     cfg.drop_replicas = test_drop_replicas;
-    cfg.emu_memory = (size_t)256 << 20;
+    cfg.emu_memory = test_emu_memory ? test_emu_memory : (size_t)256 << 20;
     cfg.emu_workers = 2;
     adsm_result r = adsm_init(&cfg);
     cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());

@@ -328,3 +328,115 @@ ParameterizedTest(int *drop, devices, dropped_replicas_are_taken_again) {
     EXPECT_DEVICE(1, (*drop ? 3 : 1) * SIZE, SIZE, 0); /* y, which the kernel wrote, stayed there */
     adsm_shutdown();
 }
+
+/* ---- capacity: device memory as a cache (adsm_impl/capacity.h) ---------------------------- */
+#define EXPECT_EVICTIONS(d, count, written_back, resident)                                          \
+    do {                                                                                            \
+        adsm_device_stats s_ = dev_stats(d);                                                        \
+        cr_assert_eq(s_.evictions, (uint64_t)(count), "device %d: %llu evictions, expected %d", (d), \
+                     (unsigned long long)s_.evictions, (int)(count));                               \
+        cr_assert_eq(s_.written_back_bytes, (uint64_t)(written_back), "device %d: %llu bytes written back", (d), \
+                     (unsigned long long)s_.written_back_bytes);                                    \
+        cr_assert_eq(s_.resident_bytes, (uint64_t)(resident), "device %d holds %llu bytes, expected %zu", (d), \
+                     (unsigned long long)s_.resident_bytes, (size_t)(resident));                    \
+    } while (0)
+
+ParameterizedTestParameters(devices, a_full_device_evicts_its_least_recently_used_objects) {
+    static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
+    return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+}
+
+/* Six objects through a device that holds four: each launch past the fourth evicts the object
+ * used longest ago, whose only current copy was there, so it is written back to the host first;
+ * taken again later, it comes from the host. Every value survives. */
+ParameterizedTest(adsm_protocol_kind *protocol, devices, a_full_device_evicts_its_least_recently_used_objects) {
+    test_emu_memory = 4 * SIZE;
+    init_devices(2, *protocol);
+    int32_t *a[6];
+    for (int i = 0; i < 6; i++) a[i] = alloc(SIZE);
+    for (int i = 0; i < 6; i++) write_ramp(a[i], 100 * i);
+    reset();
+    for (int i = 0; i < 6; i++) CALL_ON_OK(1, k_incr, grid_for(N), a[i], N);
+    EXPECT_EVICTIONS(1, 2, 2 * SIZE, 4 * SIZE); /* a[0], a[1] made room for a[4], a[5] */
+    EXPECT_DEVICE(1, 6 * SIZE, 2 * SIZE, 0);
+    cr_assert_eq(adsm_block_state(a[0]), 'R', "written back: the host holds it");
+    CALL_ON_OK(1, k_incr, grid_for(N), a[0], N); /* a[2] goes: the least recently used now */
+    EXPECT_EVICTIONS(1, 3, 3 * SIZE, 4 * SIZE);
+    EXPECT_DEVICE(1, 7 * SIZE, 3 * SIZE, 0);
+    sync_ok();
+    expect_ramp(a[0], 2);
+    for (int i = 1; i < 6; i++) expect_ramp(a[i], 100 * i + 1);
+    EXPECT_DEVICE(1, 7 * SIZE, 7 * SIZE, 0); /* a[0], a[3..5] read back from device 1 */
+    cr_assert_eq(stats().d2d_bytes, 0);
+    adsm_shutdown();
+}
+
+/* A replica the host also holds is dropped without a copy; taken again, it comes from the host. */
+Test(devices, clean_replicas_are_dropped_without_a_copy) {
+    test_emu_memory = 2 * SIZE;
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE), *z = alloc(SIZE);
+    write_ramp(x, 40);
+    reset();
+    CALL_ON_OK(1, k_add, grid_for(N), y, x, x, N);
+    CALL_ON_OK(1, k_fill, grid_for(N), y, N, 5); /* y used last: x is the older */
+    CALL_ON_OK(1, k_fill, grid_for(N), z, N, 9);
+    EXPECT_EVICTIONS(1, 1, 0, 2 * SIZE);
+    EXPECT_DEVICE(1, SIZE, 0, 0);
+    sync_ok();
+    expect_ramp(x, 40);
+    expect_ramp(y, 5); /* k_fill writes a ramp */
+    expect_ramp(z, 9);
+    CALL_ON_OK(1, k_add, grid_for(N), y, x, x, N); /* x again, from the host; y (read back) dropped */
+    EXPECT_EVICTIONS(1, 2, 0, 2 * SIZE);
+    EXPECT_DEVICE(1, 2 * SIZE, 2 * SIZE, 0);
+    sync_ok();
+    expect_ramp(x, 40);
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&y[i]), 2 * (40 + (int32_t)i));
+    EXPECT_DEVICE(0, 0, 0, 0);
+    adsm_shutdown();
+}
+
+/* A kernel whose own objects do not fit one device is refused with a clear error, before anything
+ * moves or is evicted; the data stays as it was and smaller kernels still run. */
+Test(devices, a_kernel_larger_than_a_device_is_refused) {
+    test_emu_memory = 2 * SIZE;
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE), *z = alloc(SIZE);
+    write_ramp(x, 8);
+    CALL_ON_OK(0, k_incr, grid_for(N), x, N);
+    reset();
+    cr_assert_eq(ADSM_CALL_ON(0, k_add, grid_for(N), y, x, z, N), ADSM_ERROR_DEVICE_OUT_OF_MEMORY);
+    cr_assert(strstr(adsm_last_error(), "k_add") && strstr(adsm_last_error(), "device 0"), "%s", adsm_last_error());
+    EXPECT_EVICTIONS(0, 0, 0, SIZE);
+    EXPECT_DEVICE(0, 0, 0, 0);
+    CALL_ON_OK(0, k_add, grid_for(N), y, x, x, N);
+    sync_ok();
+    for (size_t i = 0; i < N; i++) cr_assert(rd(&y[i]) == 2 * (9 + (int32_t)i) && rd(&z[i]) == 0, "[%zu]", i);
+    expect_ramp(x, 9);
+    cr_assert_eq(stats().launches, 1, "the refused launch is not counted");
+    adsm_shutdown();
+}
+
+/* adsm_dev_alloc buffers live on device 0 and take their room from the shared objects there. */
+Test(devices, device_buffers_evict_shared_objects) {
+    test_emu_memory = 2 * SIZE;
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE);
+    write_ramp(x, 1);
+    CALL_ON_OK(0, k_incr, grid_for(N), x, N);
+    CALL_ON_OK(0, k_fill, grid_for(N), y, N, 4);
+    reset();
+    void *buf = adsm_dev_alloc(SIZE);
+    cr_assert(buf, "%s", adsm_last_error());
+    EXPECT_EVICTIONS(0, 1, SIZE, SIZE); /* x, the older, written back */
+    cr_assert_null(adsm_dev_alloc(2 * SIZE));
+    cr_assert(strstr(adsm_last_error(), "adsm_dev_alloc") && strstr(adsm_last_error(), "device 0"), "%s",
+              adsm_last_error());
+    EXPECT_EVICTIONS(0, 1, SIZE, SIZE); /* refused before evicting y in vain */
+    cr_assert_eq(adsm_dev_free(buf), ADSM_OK);
+    sync_ok();
+    expect_ramp(x, 2);
+    expect_ramp(y, 4);
+    adsm_shutdown();
+}

@@ -143,6 +143,7 @@ typedef struct variant {
     size_t default_ops;
     unsigned devices; /* emu: ADSM_EMU_DEVICES (0: one); kernels then run on random devices */
     int write_through, drop_replicas; /* adsm_config's copy policies */
+    size_t emu_memory; /* emu: each device's capacity (0: the default); small, launches evict */
 } variant;
 
 typedef struct object {
@@ -163,6 +164,7 @@ typedef struct model {
     uint8_t *scratch, *plain, *plain_ref;
     int in_flight; /* a kernel launched since the last sync */
     uint64_t launches, syncs, allocs, frees, reads, writes, kernel_reads_in_flight;
+    uint64_t refused; /* launches refused for want of device memory (small emu_memory only) */
     char trace[TRACE_LEN][TRACE_TEXT];
 } model;
 
@@ -519,8 +521,14 @@ static void op_kernel(model *m) {
     /* several devices: a random one, or adsm's choice (where most of the written bytes are) */
     int dev = m->v->devices > 1 && chance(m, 75) ? (int)below(m, m->v->devices) : ADSM_ANY_DEVICE;
     trace(m, "  on device %d", dev);
-    CHECK_OK(m, ADSM_CALL_ON(dev, mix, adsm_grid_1d(blocks, tpb), o[0], o[1], o[2], o[3], x[0], x[1], x[2], x[3],
-                             in[0], in[1], in[2], in[3], info));
+    adsm_result lr = ADSM_CALL_ON(dev, mix, adsm_grid_1d(blocks, tpb), o[0], o[1], o[2], o[3], x[0], x[1], x[2],
+                                  x[3], in[0], in[1], in[2], in[3], info);
+    if (lr == ADSM_ERROR_DEVICE_OUT_OF_MEMORY && m->v->emu_memory) { /* its objects together do not fit */
+        trace(m, "  refused: %s", adsm_last_error());
+        m->refused++;
+        return; /* nothing ran: the model stays as it is, and so must every byte */
+    }
+    CHECK_OK(m, lr);
     m->launches++;
     m->in_flight = 1;
     /* the model runs the same threads */
@@ -600,6 +608,21 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Small devices: launches made room by evicting objects (each device's stats count them), and
+ * most of them fitted. */
+static void check_capacity(model *m) {
+    uint64_t evictions = 0;
+    for (int d = 0; d < adsm_device_count(); d++) {
+        adsm_device_stats ds;
+        CHECK_OK(m, adsm_get_device_stats(d, &ds));
+        evictions += ds.evictions;
+    }
+    cr_log_info("[%s] %" PRIu64 " objects evicted from devices, %" PRIu64 " launches refused", m->v->name, evictions,
+                m->refused);
+    cr_expect_gt(evictions, 0, "[%s] devices of %zu bytes never evicted anything", m->v->name, m->v->emu_memory);
+    cr_expect_lt(m->refused, m->launches, "[%s] most launches should fit", m->v->name);
+}
+
 static void run_model(const variant *v) {
     static model mm;
     model *m = &mm;
@@ -623,6 +646,7 @@ static void run_model(const variant *v) {
     cfg.emu_devices = v->devices;
     cfg.write_through = v->write_through;
     cfg.drop_replicas = v->drop_replicas;
+    cfg.emu_memory = v->emu_memory;
 #ifdef TEST_ON_CUDA_DOUBLE
     cuda_double_use();
     /* every stream operation of the double late: a missing event dependency shows as a wrong byte */
@@ -675,6 +699,7 @@ static void run_model(const variant *v) {
                 st.d2h_bytes, st.d2h_copies, st.read_faults, st.write_faults, st.evictions,
                 m->kernel_reads_in_flight);
     check_stats_objects(m);
+    if (v->emu_memory) check_capacity(m);
     cr_expect_eq(st.launches, m->launches, "[%s] launches: stats %" PRIu64 ", model %" PRIu64, v->name,
                  st.launches, m->launches);
     if (v->backend == ADSM_BACKEND_HOST) {
@@ -755,4 +780,12 @@ MODEL_TEST_DEVICES(emu2_rolling_64k, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 20000, 
 MODEL_TEST_POLICY(emu3_rolling_64k_through_drop, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 15000, 3, 1, 1)
 MODEL_TEST_POLICY(emu2_lazy_4k_through, ADSM_PROTOCOL_LAZY, 4 * KIB, 0, 15000, 2, 1, 0)
 MODEL_TEST_POLICY(emu2_rolling_4k_rs3_drop, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 15000, 2, 0, 1)
+/* ... with devices of 1 MiB: launches evict what other launches left there */
+#define MODEL_TEST_CAPACITY(tname, protocol, bs, rs, ops, devices, memory)                          \
+    Test(model, tname) {                                                                            \
+        static const variant v = {#tname, ADSM_BACKEND_EMU, protocol, bs, rs, ops, devices, 0, 0, memory}; \
+        run_model(&v);                                                                              \
+    }
+MODEL_TEST_CAPACITY(emu3_lazy_64k_1m, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 15000, 3, 1 * MIB)
+MODEL_TEST_CAPACITY(emu2_rolling_4k_rs3_1m, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 15000, 2, 1 * MIB)
 #endif

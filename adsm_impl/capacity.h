@@ -1,0 +1,152 @@
+/* adsm_impl/capacity.h -- each device's memory as a cache of objects, when the runtime drives
+ * several devices.
+ *
+ * With one device every object has its device copy from adsm_alloc to adsm_free (object_life.h
+ * counts it in rt->device_used). With several, an object takes memory on a device only once
+ * something of it is stored there: a launch there names it (directory.h, adsm__gather) or rolling
+ * sends one of its blocks to its home device (protocol.h, adsm__flush). A fresh object is zeros on
+ * every device and takes nothing. rt->dev_bytes[d] counts what device d holds (adsm__charge); a
+ * launch that needs more than its device has left first evicts objects the kernel does not name,
+ * the least recently used on that device first: their units held only there (Modified) are
+ * written back to the host, the other units (clean replicas) are dropped, and the device memory
+ * goes back (the dev_discard verb). Objects a copy is moving outside the lock (busy) are not
+ * evicted. The limit is the backend's capacity per device (emu: ADSM_EMU_MEMORY).
+ *
+ * Context: normal thread context, runtime lock held, in a launch (rt->launch_mutex held) or in
+ * adsm_dev_alloc. A write-back is a CPU fetch (the protocol's on_access) and may let the lock go:
+ * then the caller looks everything up again (ADSM__AGAIN). */
+#ifndef ADSM__CAPACITY_INCLUDED
+#define ADSM__CAPACITY_INCLUDED
+
+/* Bytes device d can still take: adsm_dev_alloc buffers live on device 0 and are never evicted. */
+ADSM__PRIVATE size_t adsm__dev_free_bytes(const adsm__runtime *rt, unsigned d) {
+    size_t capacity = rt->be->capacity(rt->dev_ctx[d]);
+    size_t held = rt->dev_bytes[d] + (d == 0 ? rt->device_used : 0);
+    return capacity > held ? capacity - held : 0;
+}
+
+ADSM__PRIVATE int adsm__names(adsm__object *const *used, size_t nused, const adsm__object *o) {
+    for (size_t i = 0; i < nused; i++)
+        if (used[i] == o) return 1;
+    return 0;
+}
+
+ADSM__PRIVATE int adsm__evictable(const adsm__object *o, unsigned d, adsm__object *const *used, size_t nused) {
+    return (o->dev_resident & adsm__dev_bit(d)) && o->busy_units == 0 && !adsm__names(used, nused, o);
+}
+
+/* Bytes device d would have free after evicting everything it may. */
+ADSM__PRIVATE size_t adsm__free_after_evictions(const adsm__runtime *rt, unsigned d, adsm__object *const *used,
+                                                size_t nused) {
+    size_t bytes = adsm__dev_free_bytes(rt, d);
+    for (adsm__object *o = rt->first_object; o; o = o->next)
+        if (adsm__evictable(o, d, used, nused)) bytes += o->span;
+    return bytes;
+}
+
+/* The object device d used least recently among those it holds that the launch does not name;
+ * NULL when there is none. */
+ADSM__PRIVATE adsm__object *adsm__lru_victim(const adsm__runtime *rt, unsigned d, adsm__object *const *used,
+                                             size_t nused) {
+    adsm__object *best = NULL;
+    for (adsm__object *o = rt->first_object; o; o = o->next) {
+        if (!adsm__evictable(o, d, used, nused)) continue;
+        if (!best || o->dev_stamp[d] < best->dev_stamp[d]) best = o;
+    }
+    return best;
+}
+
+/* Bytes of o's host-Invalid units among blocks [first, first + count). */
+ADSM__PRIVATE size_t adsm__invalid_bytes(const adsm__runtime *rt, const adsm__object *o, size_t first, size_t count) {
+    if (rt->proto->whole_object) return o->blocks[0].state == ADSM__INVALID ? o->size : 0;
+    size_t n = 0;
+    for (size_t b = first; b < first + count; b++)
+        if (o->blocks[b].state == ADSM__INVALID) n += adsm__blocks_len(b, 1, rt->cfg.block_shift, o->size);
+    return n;
+}
+
+/* Brings home the units of o whose only copy is on device d (the host's Invalid, no other device
+ * holds them): a CPU read's fetch, which leaves them ReadOnly (and may take its neighbours in the
+ * same huge page along: the bytes that came home around the unit are counted). 0, ADSM__AGAIN
+ * (the lock was let go), or -1. */
+ADSM__PRIVATE int adsm__write_back(adsm__runtime *rt, adsm__object *o, unsigned d) {
+    size_t unit = rt->proto->whole_object ? o->nblocks : 1;
+    size_t reach = ADSM__MAX((size_t)1, ADSM__HUGE_PAGE >> rt->cfg.block_shift); /* a fetch's run */
+    for (size_t b = 0; b < o->nblocks; b += unit) {
+        adsm__block *head = &o->blocks[b];
+        if (head->state != ADSM__INVALID || head->dev_valid != adsm__dev_bit(d)) continue;
+        uintptr_t host = o->host;
+        size_t first = b > reach ? b - reach : 0, count = ADSM__MIN(o->nblocks - first, 2 * reach);
+        size_t invalid = adsm__invalid_bytes(rt, o, first, count);
+        int rc = rt->proto->on_access(rt, o, b, 0, 0);
+        if (rc < 0) return -1;
+        if (rc == 0 || adsm__object_of(adsm__tree_find(&rt->objects, host)) == o) { /* not freed meanwhile */
+            size_t left = adsm__invalid_bytes(rt, o, first, count);
+            ADSM__ADD(&rt->dev_stats[d].written_back_bytes, invalid - ADSM__MIN(invalid, left));
+        }
+        if (rc == ADSM__AGAIN) return ADSM__AGAIN;
+    }
+    return 0;
+}
+
+/* Evicts o from device d once nothing of it is held only there: d's bits go from its units, its
+ * memory there goes back. 0, ADSM__AGAIN (the lock was let go: start over), or -1. */
+ADSM__PRIVATE int adsm__evict(adsm__runtime *rt, adsm__object *o, unsigned d) {
+    int rc = adsm__write_back(rt, o, d);
+    if (rc != 0) return rc;
+    rt->be->drain(rt->dev_ctx[d]); /* a flush queued to d meanwhile may still be landing */
+    size_t unit = rt->proto->whole_object ? o->nblocks : 1;
+    for (size_t b = 0; b < o->nblocks; b += unit) o->blocks[b].dev_valid &= (uint8_t)~adsm__dev_bit(d);
+    if (rt->be->dev_discard) rt->be->dev_discard(rt->dev_ctx[d], o->dev, o->span);
+    ADSM__ADD(&rt->dev_stats[d].evictions, 1);
+    ADSM__ADD(&rt->dev_stats[d].evicted_bytes, o->span);
+    adsm__discharge(rt, o, d);
+    return 0;
+}
+
+/* Makes `need` bytes free on device d, evicting what the launch does not name (used, nused).
+ * ADSM_OK, or an error saying what did not fit; *again is set when the lock was let go. */
+ADSM__PRIVATE adsm_result adsm__make_room(adsm__runtime *rt, unsigned d, size_t need, adsm__object *const *used,
+                                          size_t nused, const char *what, int *again) {
+    int waited = 0;
+    *again = 0;
+    if (adsm__dev_free_bytes(rt, d) >= need) return ADSM_OK;
+    if (adsm__free_after_evictions(rt, d, used, nused) < need) /* evict nothing in vain */
+        return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY,
+                          "%s needs %zu bytes on device %u, which has %zu of its %zu bytes free, %zu once it evicted "
+                          "every object it may", what, need, d, adsm__dev_free_bytes(rt, d),
+                          rt->be->capacity(rt->dev_ctx[d]), adsm__free_after_evictions(rt, d, used, nused));
+    while (adsm__dev_free_bytes(rt, d) < need) {
+        adsm__object *victim = adsm__lru_victim(rt, d, used, nused);
+        if (!victim) /* a copy made the rest busy meanwhile */
+            return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "%s needs %zu bytes on device %u, which has %zu free "
+                              "and is copying what it could evict", what, need, d, adsm__dev_free_bytes(rt, d));
+        if (!waited && rt->be->wait(rt->dev_ctx[d], ADSM__LOAD(&rt->launch_seq)) != 0) /* kernels using it */
+            return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: device %u is lost", what, d);
+        waited = 1;
+        int rc = adsm__evict(rt, victim, d);
+        if (rc < 0)
+            return adsm__fail(ADSM_ERROR_SYSTEM, "%s: writing a %zu-byte object at %p back from device %u to evict "
+                              "it failed", what, victim->size, (void *)victim->host, d);
+        if (rc == ADSM__AGAIN) {
+            *again = 1;
+            return ADSM_OK;
+        }
+    }
+    return ADSM_OK;
+}
+
+/* Room on device d for every object a launch there names that d does not hold yet. */
+ADSM__PRIVATE adsm_result adsm__room_for_launch(adsm__runtime *rt, adsm__object *const *used, size_t nused,
+                                                unsigned d, const char *kernel, int *again) {
+    *again = 0;
+    if (rt->ndev == 1) return ADSM_OK;
+    size_t need = 0;
+    for (size_t i = 0; i < nused; i++)
+        if (!used[i]->device_only && !(used[i]->dev_resident & adsm__dev_bit(d))) need += used[i]->span;
+    char what[160];
+    snprintf(what, sizeof what, "kernel '%.100s'", kernel);
+    return adsm__make_room(rt, d, need, used, nused, what, again);
+}
+
+#endif /* ADSM__CAPACITY_INCLUDED */
