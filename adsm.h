@@ -106,6 +106,7 @@
        ADSM_EMU_DEVICES   emulated devices, 1..8, each its own process and memory (1)
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
+       ADSM_AFFINITY_BLOCK B >= 1: objects belong to devices B at a time in allocation order (0: none)
        ADSM_LOG           error | warn | info | debug                  (warn)
        ADSM_DEVICE        cuda device number                           (0)
        ADSM_CUDA_STAGING  bytes per pinned staging buffer (2 per direction), 64K..1G  (8M)
@@ -195,7 +196,11 @@
    given. Kernels on different devices run at the same time. adsm_dev_alloc buffers live on
    device 0; the batch protocol drives one device.
    adsm_get_device_stats(dev, &s) gives each device's bytes from the host, to the host and from
-   other devices, and its launches. adsm_config.write_through (ADSM_WRITE_THROUGH=1) brings every
+   other devices, its launches and evictions. A fixed affinity of objects to devices replaces
+   owner computes by location: adsm_config.affinity_block (ADSM_AFFINITY_BLOCK=B) deals objects
+   to devices B at a time in allocation order, adsm_set_affinity(ptr, dev) sets one object's.
+   Each device's memory is a cache: a launch that does not fit evicts the objects its device used
+   least recently (what only it held is written back first). adsm_config.write_through (ADSM_WRITE_THROUGH=1) brings every
    kernel's output home before the next call or sync; adsm_config.drop_replicas
    (ADSM_DROP_REPLICAS=1) keeps no copy on a device of what a kernel only read there.
    A device that dies is reported once by the next adsm_sync
@@ -392,6 +397,10 @@ typedef struct adsm_config {
                              multi-GPU paper's write-through (0 = ADSM_WRITE_THROUGH or write-back) */
     int drop_replicas;    /* 1: a device keeps no copy of what a kernel only read there when another
                              copy exists (0 = ADSM_DROP_REPLICAS or kept until a write) */
+    size_t affinity_block; /* several devices: B >= 1 gives shared objects to devices block-cyclically
+                             in allocation order, B at a time; ADSM_CALL then runs a kernel on the
+                             device its outputs belong to (0 = ADSM_AFFINITY_BLOCK or none: where
+                             their bytes are) */
 } adsm_config;
 
 /* ---- statistics --------------------------------------------------------------------------- */
@@ -521,6 +530,11 @@ typedef struct adsm_device_stats {
     uint64_t resident_bytes; /* now, not a count: several devices only (one holds every object) */
 } adsm_device_stats;
 ADSM_API adsm_result adsm_get_device_stats(int dev, adsm_device_stats *out);
+/* Fixes the device the shared object holding ptr belongs to: ADSM_CALL runs kernels that write it
+   there (and rolling sends its blocks there until a kernel elsewhere uses it); dev -1 lets go of
+   it (adsm then goes by where its bytes are). A way to lay out tiles 2D block-cyclically, or any
+   other map. With one device it changes nothing. */
+ADSM_API adsm_result adsm_set_affinity(const void *ptr, int dev);
 /* Readies a kernel for its first launch now (cuda: compiles an ADSM_KERNEL_DEF body with NVRTC,
    so the compile is not paid inside the first ADSM_CALL); nothing to do on emu and host. */
 ADSM_API adsm_result adsm_kernel_prepare(const adsm_kernel_desc *kernel);

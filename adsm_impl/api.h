@@ -63,7 +63,7 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
     rt->dev_lost = 0;
     memset(rt->dev_stats, 0, sizeof rt->dev_stats);
     memset(rt->dev_bytes, 0, sizeof rt->dev_bytes);
-    rt->lru_clock = 0;
+    rt->lru_clock = rt->objects_dealt = 0;
     if (rt->cfg.emu_devices > 1 && want == 1)
         adsm__log(ADSM_LOG_WARN, "ADSM_EMU_DEVICES=%u applies to the emu backend; %s drives one device",
                   rt->cfg.emu_devices, rt->be->name);
@@ -716,6 +716,24 @@ ADSM__PRIVATE size_t adsm__block_size_unguarded(void) {
     return adsm__rt.cfg.block_size;
 }
 
+ADSM__PRIVATE adsm_result adsm__set_affinity_unguarded(const void *ptr, int dev) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm_result r = adsm__ensure();
+    if (r != ADSM_OK) return r;
+    if (dev < -1 || dev >= (int)rt->ndev)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_set_affinity(%p, %d): adsm drives %u device%s (0..%u, or -1)",
+                          ptr, dev, rt->ndev, rt->ndev == 1 ? "" : "s", rt->ndev - 1);
+    adsm__lock(&rt->lock);
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, (uintptr_t)ptr));
+    if (!o) r = adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_set_affinity(%p): not in a shared object", ptr);
+    else if (rt->ndev > 1) { /* one device: every object is its already */
+        o->affinity = dev;
+        if (dev >= 0) o->home_dev = (unsigned)dev;
+    }
+    adsm__unlock(&rt->lock);
+    return r;
+}
+
 ADSM__PRIVATE char adsm__block_state_unguarded(const void *ptr) {
     adsm__runtime *rt = &adsm__rt;
     char state = 0;
@@ -911,6 +929,13 @@ ADSM_API const char *adsm_backend_name(void) {
 ADSM_API size_t adsm_block_size(void) {
     adsm__use_begin();
     size_t r = adsm__block_size_unguarded();
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API adsm_result adsm_set_affinity(const void *ptr, int dev) {
+    adsm__use_begin();
+    adsm_result r = adsm__set_affinity_unguarded(ptr, dev);
     adsm__use_end();
     return r;
 }

@@ -37,6 +37,7 @@ typedef struct adsm__settings {
     char trace_path[512];    /* ADSM_TRACE / adsm_config.trace; empty: no trace */
     int block_exact;         /* rolling: one block per fault (protocol.h, adsm__write_run) */
     int write_through, drop_replicas; /* copy policies (directory.h) */
+    size_t affinity_block;   /* objects per device, dealt in turn (directory.h); 0: none */
 } adsm__settings;
 
 typedef struct adsm__name_value {
@@ -57,6 +58,7 @@ static const adsm__name_value adsm__log_names[] = {
 #define ADSM__MAX_ROLLING_SIZE ((size_t)1 << 24)
 #define ADSM__MAX_ROLLING_STEP ((size_t)4096)
 #define ADSM__MAX_EMU_WORKERS 256
+#define ADSM__MAX_AFFINITY_BLOCK (1 << 20)
 #define ADSM__MAX_DEVICES 8 /* a unit's device copies are one byte of flags (directory.h) */
 
 /* Parses "4096", "4K", "256k", "1M", "2G" (binary units) into *out, rejecting junk and overflow. */
@@ -246,6 +248,12 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     if (c.emu_devices > ADSM__MAX_DEVICES)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.emu_devices: %u; expected a count from 1 to %d",
                           c.emu_devices, ADSM__MAX_DEVICES);
+    if (c.affinity_block == 0 &&
+        (r = adsm__env_count("ADSM_AFFINITY_BLOCK", &c.affinity_block, 1, ADSM__MAX_AFFINITY_BLOCK, 1)))
+        return r;
+    if (c.affinity_block > ADSM__MAX_AFFINITY_BLOCK)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.affinity_block: %zu; expected 0 to %d",
+                          c.affinity_block, ADSM__MAX_AFFINITY_BLOCK);
     if ((r = adsm__flag_setting("ADSM_BLOCK_EXACT", "block_exact", &c.block_exact)) != ADSM_OK ||
         (r = adsm__flag_setting("ADSM_WRITE_THROUGH", "write_through", &c.write_through)) != ADSM_OK ||
         (r = adsm__flag_setting("ADSM_DROP_REPLICAS", "drop_replicas", &c.drop_replicas)) != ADSM_OK)
@@ -270,6 +278,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     s->block_exact = c.block_exact;
     s->write_through = c.write_through;
     s->drop_replicas = c.drop_replicas;
+    s->affinity_block = c.affinity_block;
     s->emu_memory = c.emu_memory ? c.emu_memory : ADSM__MIN(adsm__phys_memory() / 2, (size_t)32 << 30);
     s->emu_memory_given = c.emu_memory != 0;
     if (c.emu_workers) s->emu_workers = c.emu_workers;

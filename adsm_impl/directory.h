@@ -116,9 +116,24 @@ ADSM__PRIVATE size_t adsm__bytes_on(const adsm__runtime *rt, const adsm__object 
     return n;
 }
 
-/* Owner computes: the live device holding most of the bytes the kernel writes (ties, and kernels
- * that write nothing, go to the lowest live device); device 0 for kernels given adsm_dev_alloc
- * buffers. */
+/* Bytes of o that count for device d in placement: all of them on the device o belongs to when
+ * it has an affinity, else those current there. */
+ADSM__PRIVATE size_t adsm__claim(const adsm__runtime *rt, const adsm__object *o, unsigned d) {
+    if (o->affinity >= 0) return (unsigned)o->affinity == d ? o->size : 0;
+    return adsm__bytes_on(rt, o, d);
+}
+
+/* ADSM_AFFINITY_BLOCK=B: the k-th shared object allocated belongs to device (k / B) mod N, and
+ * rolling sends its blocks there until a kernel elsewhere uses it. */
+ADSM__PRIVATE void adsm__deal_affinity(adsm__runtime *rt, adsm__object *o) {
+    if (rt->ndev == 1 || rt->cfg.affinity_block == 0) return;
+    o->affinity = (int)((rt->objects_dealt++ / rt->cfg.affinity_block) % rt->ndev);
+    o->home_dev = (unsigned)o->affinity;
+}
+
+/* Owner computes: the live device holding most of the bytes the kernel writes, or to which most
+ * of them belong (adsm__claim); ties, and kernels that write nothing, go to the lowest live
+ * device; device 0 for kernels given adsm_dev_alloc buffers. */
 ADSM__PRIVATE unsigned adsm__place(const adsm__runtime *rt, adsm__object *const *writes, size_t nwrites,
                                    adsm__object *const *used, size_t nused) {
     uint8_t live = adsm__live_devices(rt);
@@ -129,7 +144,7 @@ ADSM__PRIVATE unsigned adsm__place(const adsm__runtime *rt, adsm__object *const 
     for (unsigned d = 0; d < rt->ndev && nwrites > 0; d++) {
         if (!(live & adsm__dev_bit(d))) continue;
         size_t bytes = 0;
-        for (size_t i = 0; i < nwrites; i++) bytes += adsm__bytes_on(rt, writes[i], d);
+        for (size_t i = 0; i < nwrites; i++) bytes += adsm__claim(rt, writes[i], d);
         if (bytes > most) most = bytes, best = d;
     }
     return best;

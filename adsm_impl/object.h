@@ -44,6 +44,8 @@ typedef struct adsm__object {
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
     unsigned writer_dev;      /* the device that launch ran on */
     unsigned home_dev;        /* the device that last ran a kernel on it: rolling evicts there */
+    int affinity;             /* several devices: the device it belongs to (adsm_set_affinity,
+                                 ADSM_AFFINITY_BLOCK), -1: none (placement goes by its bytes) */
     uint8_t dev_resident;     /* several devices: those whose memory holds something of it, and
                                  counts it in rt->dev_bytes (capacity.h) */
     uint64_t dev_stamp[ADSM__MAX_DEVICES]; /* when each device last used it (rt->lru_clock) */

@@ -172,6 +172,7 @@ ADSM__PRIVATE adsm__object *adsm__object_new(const adsm__runtime *rt, size_t siz
     o->span = span;
     o->nblocks = nblocks;
     o->safe = safe;
+    o->affinity = -1;
     for (size_t b = 0; b < nblocks; b++) {
         o->blocks[b].obj = o;
         o->blocks[b].index = (uint32_t)b;
@@ -215,6 +216,7 @@ ADSM__PRIVATE adsm_result adsm__object_publish(adsm__runtime *rt, adsm__object *
     rt->nobjects++;
     rt->object_bytes += o->size;
     rt->tracked_blocks += o->nblocks;
+    adsm__deal_affinity(rt, o);
     if (rt->proto->on_alloc(rt, o) != 0) {
         int e = errno;
         adsm__object_unwind(rt, o, 4);

@@ -440,3 +440,34 @@ Test(devices, device_buffers_evict_shared_objects) {
     expect_ramp(y, 4);
     adsm_shutdown();
 }
+
+/* ---- a fixed affinity of objects to devices ------------------------------------------------ */
+/* ADSM_AFFINITY_BLOCK=2 on three devices: objects 0-1 belong to device 0, 2-3 to device 1, 4-5
+ * to device 2, and ADSM_CALL runs each kernel where its output belongs, not where its bytes are;
+ * adsm_set_affinity moves one object's, and -1 goes back to where the bytes are. */
+Test(devices, block_cyclic_affinity_places_kernels) {
+    test_affinity_block = 2;
+    init_devices(3, ADSM_PROTOCOL_LAZY);
+    int32_t *a[6];
+    for (int i = 0; i < 6; i++) a[i] = alloc(SIZE);
+    for (int i = 0; i < 6; i++) CALL_OK(k_fill, grid_for(N), a[i], N, 10 * i);
+    for (int d = 0; d < 3; d++) cr_assert_eq(dev_stats(d).launches, 2, "device %d", d);
+    reset();
+    cr_assert_eq(adsm_set_affinity(a[0], 2), ADSM_OK, "%s", adsm_last_error());
+    CALL_OK(k_incr, grid_for(N), a[0], N); /* on device 2, a[0]'s bytes from device 0 */
+    EXPECT_DEVICE(2, 0, 0, SIZE);
+    cr_assert_eq(dev_stats(2).launches, 1); /* counted since reset() */
+    cr_assert_eq(adsm_set_affinity(a[0] + 5, -1), ADSM_OK, "%s", adsm_last_error()); /* any address in it */
+    CALL_OK(k_incr, grid_for(N), a[0], N);                                           /* where its bytes are */
+    cr_assert_eq(dev_stats(2).launches, 2);
+    CALL_OK(k_add, grid_for(N), a[3], a[4], a[5], N); /* a[3] belongs to device 1 */
+    cr_assert_eq(dev_stats(1).launches, 1);
+    sync_ok();
+    expect_ramp(a[0], 2);
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&a[3][i]), 90 + 2 * (int32_t)i);
+    int local = 0;
+    cr_assert_eq(adsm_set_affinity(a[1], 3), ADSM_ERROR_INVALID_VALUE);
+    cr_assert(strstr(adsm_last_error(), "0..2"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_set_affinity(&local, 0), ADSM_ERROR_NOT_SHARED);
+    adsm_shutdown();
+}

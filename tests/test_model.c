@@ -314,6 +314,11 @@ static void op_alloc(model *m) {
     m->allocs++;
     trace(m, "alloc %zu -> object %u at %p", size, o->id, (void *)o->p);
     if (chance(m, 30)) check_range(m, o, 0, size, "new object is not zero-filled");
+    if (m->v->devices > 1 && chance(m, 30)) { /* placement may follow a fixed affinity: same bytes */
+        int dev = (int)below(m, m->v->devices + 1) - 1;
+        trace(m, "  affinity device %d", dev);
+        CHECK_OK(m, adsm_set_affinity(o->p + below(m, size), dev));
+    }
     check_stats_objects(m);
 }
 
