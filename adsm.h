@@ -104,6 +104,7 @@
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device, 1..256 (CPU count, <= 64)
        ADSM_EMU_DEVICES   emulated devices, 1..8, each its own process and memory (1)
+       ADSM_EMU_STREAMS   kernels one emulated device runs at once, 1..16 (4; 1 = one at a time)
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
        ADSM_AFFINITY_BLOCK B >= 1: objects belong to devices B at a time in allocation order (0: none)
@@ -393,6 +394,8 @@ typedef struct adsm_config {
     int block_exact;     /* rolling: 1 = one block per fault, no huge-page fetches or write-ahead
                             (0 = ADSM_BLOCK_EXACT or off) */
     unsigned emu_devices; /* emu: emulated devices, 1..8 (0 = ADSM_EMU_DEVICES or 1) */
+    unsigned emu_streams; /* emu: kernels one device may run at once, 1..16 (0 = ADSM_EMU_STREAMS or 4):
+                             a kernel waits only for the earlier ones its objects conflict with */
     int write_through;    /* 1: a kernel's output comes home before the next call or sync, as the
                              multi-GPU paper's write-through (0 = ADSM_WRITE_THROUGH or write-back) */
     int drop_replicas;    /* 1: a device keeps no copy of what a kernel only read there when another

@@ -19,6 +19,8 @@
 #include <setjmp.h>
 #include <stdio_ext.h>
 
+#include "emu_streams.h"
+
 #define ADSM__DMA_RING 1024 /* queued DMA jobs */
 #define ADSM__EMU_MAX_ARGS 4096
 
@@ -73,10 +75,12 @@ typedef struct adsm__emu {
     adsm__device_error errors; /* the first launch error since the last adsm_sync */
 
     /* device process only */
-    adsm__tree device_objects; /* allocated device ranges, to tell a forbidden write from a crash */
-    adsm__pool pool;
-    const adsm__emu_msg *current;
-    adsm__emu_msg msg;
+    adsm__tree device_objects; /* allocated device ranges, to tell a forbidden write from a crash;
+                                  under objects_mutex (kernels of several streams may crash) */
+    pthread_mutex_t objects_mutex;
+    adsm__emu_sched sched;     /* kernels in flight, on streams (emu_streams.h) */
+    unsigned streams;
+    adsm__emu_msg msg;         /* the main thread's receive buffer */
 } adsm__emu;
 
 /* ---- device process ---------------------------------------------------------------------- */
@@ -96,8 +100,7 @@ static void adsm__emu_kernel_signal(int sig, siginfo_t *si, void *context) {
     siglongjmp(*adsm__tls_kernel_jmp, 1);
 }
 
-ADSM__PRIVATE int adsm__emu_classify(adsm__emu *e, char *msg, size_t size) {
-    const adsm__emu_msg *m = e->current;
+ADSM__PRIVATE int adsm__emu_classify(adsm__emu *e, const adsm__emu_msg *m, char *msg, size_t size) {
     uintptr_t a = adsm__tls_kernel_addr;
     const char *kname = m->kernel->name;
     if (adsm__tls_kernel_signal == SIGSEGV && adsm__tls_kernel_write != 0) {
@@ -109,7 +112,10 @@ ADSM__PRIVATE int adsm__emu_classify(adsm__emu *e, char *msg, size_t size) {
             }
         }
     }
-    if (adsm__tls_kernel_signal == SIGSEGV && adsm__tls_kernel_write != 0 && adsm__tree_find(&e->device_objects, a)) {
+    pthread_mutex_lock(&e->objects_mutex);
+    int shared = adsm__tree_find(&e->device_objects, a) != NULL;
+    pthread_mutex_unlock(&e->objects_mutex);
+    if (adsm__tls_kernel_signal == SIGSEGV && adsm__tls_kernel_write != 0 && shared) {
         snprintf(msg, size, "kernel '%s' wrote shared memory at %p that is not one of its OUT/INOUT parameters",
                  kname, (void *)a);
         return ADSM_ERROR_KERNEL_WROTE_INPUT;
@@ -130,7 +136,7 @@ ADSM__PRIVATE int adsm__emu_run_chunk(adsm__pool *p, unsigned worker, adsm_grid 
         return 0;
     }
     adsm__tls_kernel_jmp = NULL;
-    return adsm__emu_classify(e, msg, size);
+    return adsm__emu_classify(e, (const adsm__emu_msg *)adsm__emu_pool_launch(p), msg, size);
 }
 
 /* Each worker gets an alternate signal stack, so a kernel that overflows its stack still fails
@@ -164,26 +170,37 @@ ADSM__PRIVATE void adsm__emu_flush_kernel_output(void) {
     fflush(stderr);
 }
 
-ADSM__PRIVATE void adsm__emu_device_launch(adsm__emu *e, adsm__emu_msg *m, int sock) {
-    adsm__emu_msg *reply = &e->msg; /* reuse: m is e->msg too, so copy out what we need first */
-    uint64_t seq = m->seq;
-    char text[256];
-    int status;
-    e->current = m;
+/* A stream runs one launch's kernel: its OUT/INOUT objects writable meanwhile (kernels that
+ * overlap write disjoint objects: emu_streams.h). */
+ADSM__PRIVATE void adsm__emu_device_run(void *ctx, adsm__pool *pool, adsm__emu_task *t) {
+    (void)ctx;
+    adsm__emu_msg *m = (adsm__emu_msg *)t->launch;
     adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE);
-    uint64_t ran_from = adsm__now_ns();
-    status = adsm__pool_run(&e->pool, m->kernel, m->grid, m->args, text, sizeof text);
-    uint64_t ran_to = adsm__now_ns();
+    t->ran_from = adsm__now_ns();
+    t->status = adsm__pool_run(pool, m->kernel, m->grid, m->args, t->text, sizeof t->text);
+    t->ran_to = adsm__now_ns();
     adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ);
     adsm__emu_flush_kernel_output();
-    e->current = NULL;
+}
+
+/* A launch is done, and so are every earlier one: DONE to the parent, in the launch's message. */
+ADSM__PRIVATE void adsm__emu_device_report(void *ctx, adsm__emu_task *t) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    adsm__emu_msg *reply = (adsm__emu_msg *)t->launch;
     reply->type = ADSM__EMU_DONE;
-    reply->seq = seq;
-    reply->ran_from = ran_from;
-    reply->ran_to = ran_to;
-    reply->status = status;
-    snprintf(reply->text, sizeof reply->text, "%s", status ? text : "");
-    send(sock, reply, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);
+    reply->ran_from = t->ran_from;
+    reply->ran_to = t->ran_to;
+    reply->status = t->status;
+    snprintf(reply->text, sizeof reply->text, "%s", t->status ? t->text : "");
+    send(e->sock, reply, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);
+}
+
+/* A launch message arrived (n bytes in e->msg): a task of its own, run when it may. */
+ADSM__PRIVATE void adsm__emu_device_launch(adsm__emu *e, size_t n) {
+    adsm__emu_msg *m = (adsm__emu_msg *)malloc(sizeof *m);
+    if (!m) _exit(5); /* the parent sees the device lost */
+    memcpy(m, &e->msg, n);
+    adsm__emu_submit(&e->sched, m, m->writable, m->nwritable, m->inputs, m->ninputs);
 }
 
 ADSM__PRIVATE void adsm__emu_device_alloc(adsm__emu *e, uintptr_t addr, size_t len) {
@@ -192,14 +209,17 @@ ADSM__PRIVATE void adsm__emu_device_alloc(adsm__emu *e, uintptr_t addr, size_t l
     if (!n) return; /* only costs the precise error message of a forbidden write */
     n->start = addr;
     n->end = addr + len;
+    pthread_mutex_lock(&e->objects_mutex);
     if (adsm__tree_insert(&e->device_objects, n) != 0) free(n);
+    pthread_mutex_unlock(&e->objects_mutex);
 }
 
 ADSM__PRIVATE void adsm__emu_device_free(adsm__emu *e, uintptr_t addr, size_t len) {
+    pthread_mutex_lock(&e->objects_mutex);
     adsm__tree_node *n = adsm__tree_find(&e->device_objects, addr);
+    if (n) adsm__tree_remove(&e->device_objects, n);
+    pthread_mutex_unlock(&e->objects_mutex);
     adsm__protect(addr, len, PROT_NONE);
-    if (!n) return;
-    adsm__tree_remove(&e->device_objects, n);
     free(n);
 }
 
@@ -226,6 +246,7 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
     sa.sa_flags = 0;
     adsm__real_sigaction()(SIGINT, &sa, NULL); /* the parent decides when the device goes away */
     adsm__rt.state = ADSM__RT_OFF; /* this process is the device: interposed calls pass through */
+    e->sock = sock; /* its own end: stream threads report on it */
     /* Device memory replaces the host view of the shared half; safe host addresses vanish. */
     if (mmap((void *)e->base, e->half, PROT_NONE, MAP_SHARED | MAP_FIXED, e->devfd, 0) == MAP_FAILED ||
         mmap((void *)(e->base + e->half), e->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
@@ -234,7 +255,14 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
     munmap(e->window, e->half);
     adsm__emu_device_hygiene(sock);
     adsm__tree_init(&e->device_objects);
-    if (adsm__pool_start(&e->pool, e->workers, adsm__emu_run_chunk_guarded) != 0) _exit(4);
+    pthread_mutex_init(&e->objects_mutex, NULL);
+    e->sched.nstreams = e->streams;
+    e->sched.workers = e->workers;
+    e->sched.runner = adsm__emu_run_chunk_guarded;
+    e->sched.ctx = e;
+    e->sched.run = adsm__emu_device_run;
+    e->sched.report = adsm__emu_device_report;
+    if (adsm__emu_sched_start(&e->sched) != 0) _exit(4);
     adsm__emu_msg *m = &e->msg;
     m->type = ADSM__EMU_READY;
     if (send(sock, m, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL) < 0) _exit(0);
@@ -245,7 +273,7 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
         switch (m->type) {
         case ADSM__EMU_ALLOC: adsm__emu_device_alloc(e, m->addr, m->len); break;
         case ADSM__EMU_FREE: adsm__emu_device_free(e, m->addr, m->len); break;
-        case ADSM__EMU_LAUNCH: adsm__emu_device_launch(e, m, sock); break;
+        case ADSM__EMU_LAUNCH: adsm__emu_device_launch(e, (size_t)n); break;
         default: _exit(0);
         }
     }
@@ -541,6 +569,7 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     e->capacity = rt->cfg.emu_memory;
     e->backed = (uint64_t *)calloc(e->half / ADSM__EMU_GRANULE / 64 + 1, sizeof *e->backed); /* NULL: pages found on touch */
     e->workers = rt->cfg.emu_workers;
+    e->streams = rt->cfg.emu_streams;
     e->sock = -1;
     adsm__device_error_init(&e->errors);
     e->devfd = adsm__memfd("adsm-emu-device", e->half);

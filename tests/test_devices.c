@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tests/protocol_common.h"
 
@@ -469,5 +470,60 @@ Test(devices, block_cyclic_affinity_places_kernels) {
     cr_assert_eq(adsm_set_affinity(a[1], 3), ADSM_ERROR_INVALID_VALUE);
     cr_assert(strstr(adsm_last_error(), "0..2"), "%s", adsm_last_error());
     cr_assert_eq(adsm_set_affinity(&local, 0), ADSM_ERROR_NOT_SHARED);
+    adsm_shutdown();
+}
+
+/* ---- ordering: a kernel waits only for the earlier kernels it conflicts with ----------------- */
+/* Stamps when it ran into t[2 * slot] (start) and t[2 * slot + 1] (end), CLOCK_MONOTONIC (one clock
+ * for the program and the device processes), sleeping ms in between; reads `in`. */
+ADSM_KERNEL(k_stamp, ADSM_INOUT(int64_t, t), ADSM_IN(int64_t, in), ADSM_VALUE(int, ms), ADSM_VALUE(int, slot));
+void k_stamp(adsm_grid g, int64_t *t, const int64_t *in, int ms, int slot) {
+    if (g.begin > 0 || g.end == 0) return;
+    struct timespec ts, nap = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t[2 * slot] = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + (in[0] & 0);
+    nanosleep(&nap, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t[2 * slot + 1] = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#define STAMP_MS 400
+
+static int64_t rd64(const int64_t *p) { return *(const volatile int64_t *)p; }
+
+
+ParameterizedTestParameters(devices, independent_kernels_overlap_on_one_device) {
+    static unsigned streams[] = {1, 4};
+    return cr_make_param_array(unsigned, streams, 2);
+}
+
+/* One device, ADSM_EMU_STREAMS 1 or 4: two kernels that touch disjoint objects (both only read
+ * c) overlap when the device has streams to spare; kernels that conflict never do, whatever
+ * the streams: read after write, write after read, write after write. */
+ParameterizedTest(unsigned *streams, devices, independent_kernels_overlap_on_one_device) {
+    clear_adsm_env();
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.protocol = ADSM_PROTOCOL_LAZY;
+    cfg.emu_memory = 64 * MIB;
+    cfg.emu_streams = *streams;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    int64_t *a = alloc(4096), *b = alloc(4096), *c = alloc(4096), *d = alloc(4096);
+    adsm_grid one = adsm_grid_1d(1, 1);
+    CALL_OK(k_stamp, one, a, c, STAMP_MS, 0);
+    CALL_OK(k_stamp, one, b, c, STAMP_MS, 0); /* independent of the first */
+    sync_ok();
+    if (*streams > 1) cr_assert_lt(rd64(&b[0]), rd64(&a[1]), "disjoint kernels ran one after the other");
+    else cr_assert_geq(rd64(&b[0]), rd64(&a[1]), "one stream, yet two kernels overlapped");
+    CALL_OK(k_stamp, one, a, c, STAMP_MS, 1);
+    CALL_OK(k_stamp, one, b, a, 0, 1); /* reads what the first writes */
+    CALL_OK(k_stamp, one, d, a, 0, 0); /* likewise, and writes what... */
+    CALL_OK(k_stamp, one, c, d, STAMP_MS, 1); /* ...writes what the first read (c) */
+    CALL_OK(k_stamp, one, c, d, 0, 2);        /* writes what the one before writes */
+    sync_ok();
+    cr_assert_geq(rd64(&b[2]), rd64(&a[3]), "read after write overlapped");
+    cr_assert_geq(rd64(&c[2]), rd64(&a[3]), "write after read overlapped");
+    cr_assert_geq(rd64(&c[4]), rd64(&c[3]), "write after write overlapped");
     adsm_shutdown();
 }
