@@ -194,7 +194,10 @@
    from there; a CPU write makes every device copy stale. A call sends the CPU's changes to the
    objects its kernel names only when there are several devices (the others wait on the host for
    a kernel that names them), so a kernel may then follow stored pointers only into objects it is
-   given. Kernels on different devices run at the same time. adsm_dev_alloc buffers live on
+   given. Kernels on different devices run at the same time, and one emulated device runs up to
+   ADSM_EMU_STREAMS kernels at once: a kernel waits for the earlier ones whose objects conflict
+   with its own (one writes what the other reads or writes), so a kernel that reads through a
+   stored pointer an object an earlier kernel writes must name it. adsm_dev_alloc buffers live on
    device 0; the batch protocol drives one device.
    adsm_get_device_stats(dev, &s) gives each device's bytes from the host, to the host and from
    other devices, its launches and evictions. A fixed affinity of objects to devices replaces

@@ -102,7 +102,7 @@ static inline void clear_adsm_env(void) {
                                        "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
                                        "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT",
                                        "ADSM_EMU_DEVICES",  "ADSM_WRITE_THROUGH", "ADSM_DROP_REPLICAS",
-                                       "ADSM_AFFINITY_BLOCK"};
+                                       "ADSM_AFFINITY_BLOCK", "ADSM_EMU_STREAMS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
