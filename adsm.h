@@ -104,7 +104,7 @@
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device, 1..256 (CPU count, <= 64)
        ADSM_EMU_DEVICES   emulated devices, 1..8, each its own process and memory (1)
-       ADSM_EMU_STREAMS   kernels one emulated device runs at once, 1..16 (4; 1 = one at a time)
+       ADSM_EMU_STREAMS   kernels one emulated device runs at once, 1..16 (4 with several devices, 1 with one)
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
        ADSM_AFFINITY_BLOCK B >= 1: objects belong to devices B at a time in allocation order (0: none)
@@ -194,10 +194,11 @@
    from there; a CPU write makes every device copy stale. A call sends the CPU's changes to the
    objects its kernel names only when there are several devices (the others wait on the host for
    a kernel that names them), so a kernel may then follow stored pointers only into objects it is
-   given. Kernels on different devices run at the same time, and one emulated device runs up to
-   ADSM_EMU_STREAMS kernels at once: a kernel waits for the earlier ones whose objects conflict
-   with its own (one writes what the other reads or writes), so a kernel that reads through a
-   stored pointer an object an earlier kernel writes must name it. adsm_dev_alloc buffers live on
+   given. Kernels on different devices run at the same time, and each emulated device runs up to
+   ADSM_EMU_STREAMS (4) kernels at once: a kernel waits for the copies of its own objects and the
+   earlier kernels whose objects conflict with its own (one writes what the other reads or
+   writes). One device runs kernels in issue order unless ADSM_EMU_STREAMS asks for more (then a
+   kernel that reads through a stored pointer an object an earlier kernel writes must name it). adsm_dev_alloc buffers live on
    device 0; the batch protocol drives one device.
    adsm_get_device_stats(dev, &s) gives each device's bytes from the host, to the host and from
    other devices, its launches and evictions. A fixed affinity of objects to devices replaces
@@ -397,8 +398,9 @@ typedef struct adsm_config {
     int block_exact;     /* rolling: 1 = one block per fault, no huge-page fetches or write-ahead
                             (0 = ADSM_BLOCK_EXACT or off) */
     unsigned emu_devices; /* emu: emulated devices, 1..8 (0 = ADSM_EMU_DEVICES or 1) */
-    unsigned emu_streams; /* emu: kernels one device may run at once, 1..16 (0 = ADSM_EMU_STREAMS or 4):
-                             a kernel waits only for the earlier ones its objects conflict with */
+    unsigned emu_streams; /* emu: kernels one device may run at once, 1..16 (0 = ADSM_EMU_STREAMS, else 4
+                             with several devices, 1 with one): a kernel waits only for the earlier
+                             ones its objects conflict with */
     int write_through;    /* 1: a kernel's output comes home before the next call or sync, as the
                              multi-GPU paper's write-through (0 = ADSM_WRITE_THROUGH or write-back) */
     int drop_replicas;    /* 1: a device keeps no copy of what a kernel only read there when another

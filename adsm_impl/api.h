@@ -376,7 +376,8 @@ ADSM__PRIVATE adsm_result adsm__explicit_copy(void *dev, const void *host, size_
     adsm__object *o = adsm__device_buffer(rt, dev, n, fn);
     r = o ? ADSM_OK : adsm__tls_result;
     if (o && to_device) {
-        if (rt->be->to_device(rt->be_ctx, adsm__dev_in(rt, (uintptr_t)dev), (uintptr_t)host, n, 0) != 0)
+        if (rt->be->to_device(rt->be_ctx, adsm__dev_in(rt, (uintptr_t)dev), (uintptr_t)host, n, 0,
+                              ADSM__EVERY_LAUNCH) != 0)
             r = adsm__fail(ADSM_ERROR_SYSTEM, "%s failed", fn);
         else adsm__stats_h2d(&rt->stats, n);
     } else if (o) {
@@ -559,6 +560,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     if (r == ADSM_OK && (r = rt->be->launch(rt->dev_ctx[d], &l)) == ADSM_ERROR_DEVICE_LOST) adsm__mark_lost(rt, d);
     if (r == ADSM_OK) {
         ADSM__STORE(&rt->launch_seq, l.seq);
+        adsm__note_users(used, nused, d, l.seq);
         ADSM__ADD(&rt->stats.launches, 1);
         ADSM__ADD(&rt->dev_stats[d].launches, 1);
         if (adsm__tracking(rt)) {

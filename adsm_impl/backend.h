@@ -9,6 +9,7 @@
 #define ADSM__BACKEND_INCLUDED
 
 #define ADSM__MAX_PARAMS 16
+#define ADSM__EVERY_LAUNCH UINT64_MAX
 
 typedef struct adsm__range {
     uintptr_t addr;
@@ -44,8 +45,10 @@ typedef struct adsm__backend_vtbl {
     /* optional: the memory behind [dev, dev + n) of a live range may go (its content is dropped,
      * the range stays usable); no copy or kernel uses it (the caller drained and waited) */
     void (*dev_discard)(void *ctx, uintptr_t dev, size_t n);
-    /* signal-safe: host->device copy; async copies complete in order, before drain() returns */
-    int (*to_device)(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async);
+    /* signal-safe: host->device copy; async copies complete in order, before drain() returns.
+     * after: the last launch on this device the copy must wait for (one that may use the range:
+     * the copy changes what it reads); ADSM__EVERY_LAUNCH for every launch sent so far */
+    int (*to_device)(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async, uint64_t after);
     /* signal-safe: device->host copy into writable host memory (copy.h fills protected pages) */
     int (*from_device)(void *ctx, uintptr_t host, uintptr_t dev, size_t n);
     /* signal-safe: wait until every async to_device copy has landed */

@@ -838,8 +838,12 @@ ADSM__PRIVATE void adsm__cuda_host_unlock(void *ctx, uintptr_t host, size_t n) {
     free(node);
 }
 
-ADSM__PRIVATE int adsm__cuda_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
+/* Copies follow every launch before them in stream order, whatever `after` says (one stream of
+ * kernels, one device). */
+ADSM__PRIVATE int adsm__cuda_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async,
+                                       uint64_t after) {
     adsm__cuda *c = (adsm__cuda *)ctx;
+    (void)after;
     if (ADSM__LOAD(&c->lost)) return -1;
     adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_H2D, dev, host, n);
     return adsm__cuda_run(c, &cmd, !async) == 0 ? 0 : -1;

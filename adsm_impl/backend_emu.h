@@ -345,21 +345,24 @@ ADSM__PRIVATE void adsm__emu_dma_begin(void *ctx) {
 /* Signal-safe: every queued job ran (copies landed, launches sent). */
 ADSM__PRIVATE void adsm__emu_drain(void *ctx) { adsm__queue_drain(&((adsm__emu *)ctx)->queue); }
 
-ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
+ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async,
+                                      uint64_t after) {
     adsm__emu *e = (adsm__emu *)ctx;
     if (dev < e->base || dev - e->base + n > e->half) return -1;
+    /* the launches sent to this device so far at most: a later one is queued behind this copy, so
+     * the copy must not wait for it */
+    uint64_t issued = ADSM__LOAD(&e->issued_seq);
+    if (after > issued) after = issued;
     if (!async || !e->queue.started) {
         adsm__emu_drain(ctx); /* keep copies to the same block in order */
-        adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq)); /* a running kernel may read it */
+        adsm__emu_wait(ctx, after); /* a running kernel may read it */
         adsm__emu_back(e, dev, n);
         uint64_t t0 = adsm__now_ns();
         adsm__copy_out(e->window + (dev - e->base), (const void *)host, n);
         adsm__copy_timed(e->rt, 1, t0, dev, n);
         return 0;
     }
-    /* the launches sent to this device so far: a later one is queued behind this copy, so the
-     * copy must not wait for it */
-    adsm__dma_job job = {dev, host, n, ADSM__LOAD(&e->issued_seq), NULL};
+    adsm__dma_job job = {dev, host, n, after, NULL};
     adsm__queue_push(&e->queue, &job, sizeof job, NULL);
     return 0;
 }
@@ -569,7 +572,9 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     e->capacity = rt->cfg.emu_memory;
     e->backed = (uint64_t *)calloc(e->half / ADSM__EMU_GRANULE / 64 + 1, sizeof *e->backed); /* NULL: pages found on touch */
     e->workers = rt->cfg.emu_workers;
-    e->streams = rt->cfg.emu_streams;
+    /* one device: kernels may follow stored pointers into objects they do not name, so they keep
+     * their issue order unless the program asks for streams (emu_streams.h) */
+    e->streams = rt->cfg.emu_streams ? rt->cfg.emu_streams : rt->cfg.emu_devices > 1 ? ADSM__DEFAULT_EMU_STREAMS : 1;
     e->sock = -1;
     adsm__device_error_init(&e->errors);
     e->devfd = adsm__memfd("adsm-emu-device", e->half);

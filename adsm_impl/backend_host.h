@@ -48,8 +48,9 @@ ADSM__PRIVATE void adsm__host_dev_free(void *ctx, uintptr_t dev, size_t span) {
     adsm__protect(dev, span, PROT_NONE);
 }
 /* Only the explicit path copies on this backend (the protocols never track here). */
-ADSM__PRIVATE int adsm__host_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async) {
-    (void)ctx; (void)async;
+ADSM__PRIVATE int adsm__host_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async,
+                                       uint64_t after) {
+    (void)ctx; (void)async; (void)after;
     memmove((void *)dev, (const void *)host, n);
     return 0;
 }

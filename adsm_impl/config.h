@@ -28,7 +28,8 @@ typedef struct adsm__settings {
     int emu_memory_given; /* set by the program (config or ADSM_EMU_MEMORY), not defaulted */
     unsigned emu_workers;
     unsigned emu_devices;    /* emu: emulated devices (ADSM_EMU_DEVICES) */
-    unsigned emu_streams;    /* emu: kernels one device may run at once (ADSM_EMU_STREAMS) */
+    unsigned emu_streams;    /* emu: kernels one device may run at once (ADSM_EMU_STREAMS); 0: 4 with
+                                several devices, 1 with one (backend_emu.h) */
     adsm_log_level log_level;
     int device;              /* cuda device ordinal */
     size_t cuda_staging;     /* bytes per pinned staging buffer */
@@ -293,7 +294,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     else if (workers) s->emu_workers = (unsigned)workers;
     else s->emu_workers = (unsigned)ADSM__MIN(adsm__cpu_count(), 64);
     s->emu_devices = c.emu_devices ? c.emu_devices : devices ? (unsigned)devices : 1;
-    s->emu_streams = c.emu_streams ? c.emu_streams : streams ? (unsigned)streams : ADSM__DEFAULT_EMU_STREAMS;
+    s->emu_streams = c.emu_streams ? c.emu_streams : (unsigned)streams; /* 0: by device count (emu) */
     return adsm__validate(s, page);
 }
 

@@ -94,6 +94,19 @@ ADSM__PRIVATE void adsm__charge(adsm__runtime *rt, adsm__object *o, unsigned d) 
     rt->dev_bytes[d] += o->span;
 }
 
+/* Signal-safe. The last launch on device d a copy of o to d must wait for. With several devices a
+ * kernel uses only the objects it names, so that is the last launch there that named o
+ * (o->dev_launch[d]); with one, kernels may follow stored pointers into any object, so it is
+ * every launch sent there so far. */
+ADSM__PRIVATE uint64_t adsm__copy_after(const adsm__runtime *rt, const adsm__object *o, unsigned d) {
+    return rt->ndev > 1 ? o->dev_launch[d] : ADSM__EVERY_LAUNCH;
+}
+
+/* A launch on device d names the objects in used[]: copies of them to d come after it. */
+ADSM__PRIVATE void adsm__note_users(adsm__object *const *used, size_t nused, unsigned d, uint64_t seq) {
+    for (size_t i = 0; i < nused; i++) used[i]->dev_launch[d] = seq;
+}
+
 /* Device d's memory holds nothing of o any more. */
 ADSM__PRIVATE void adsm__discharge(adsm__runtime *rt, adsm__object *o, unsigned d) {
     if (!(o->dev_resident & adsm__dev_bit(d))) return;
@@ -171,7 +184,8 @@ ADSM__PRIVATE int adsm__copy_peer(adsm__runtime *rt, adsm__object *o, size_t fir
     if (len == 0) return 0;
     (void)adsm__dev_wait_writer(rt, o); /* a lost writer never finishes: its memory as it stands */
     const void *src = rt->be->device_view ? rt->be->device_view(rt->dev_ctx[s], o->dev + off, len) : NULL;
-    if (!src || rt->be->to_device(rt->dev_ctx[d], o->dev + off, (uintptr_t)src, len, 0) != 0) return -1;
+    if (!src || rt->be->to_device(rt->dev_ctx[d], o->dev + off, (uintptr_t)src, len, 0, adsm__copy_after(rt, o, d)) != 0)
+        return -1;
     adsm__count_to_device(rt, d, 1, len);
     return 0;
 }
@@ -182,7 +196,8 @@ ADSM__PRIVATE int adsm__copy_replica(adsm__runtime *rt, adsm__object *o, size_t 
     size_t off = first << rt->cfg.block_shift, len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->size);
     if (len == 0) return 0;
     adsm__stamp_copy(rt, o, first, count);
-    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, o->host + off, len, 1) != 0) return -1;
+    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, o->host + off, len, 1, adsm__copy_after(rt, o, d)) != 0)
+        return -1;
     adsm__count_to_device(rt, d, 0, len);
     return 0;
 }

@@ -235,7 +235,8 @@ ADSM__PRIVATE adsm_result adsm__memcpy_via_bounce(adsm__runtime *rt, uintptr_t d
         size_t len = ADSM__MIN(piece, n - done);
         if (to_device) {
             r = adsm__memcpy_impl(rt, (uintptr_t)bounce, s + done, len);
-            if (r == ADSM_OK && rt->be->to_device(rt->be_ctx, adsm__dev_in(rt, d + done), (uintptr_t)bounce, len, 0) != 0)
+            if (r == ADSM_OK && rt->be->to_device(rt->be_ctx, adsm__dev_in(rt, d + done), (uintptr_t)bounce, len, 0,
+                                                    ADSM__EVERY_LAUNCH) != 0)
                 r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the copy to the device failed");
         } else {
             if (rt->be->from_device(rt->be_ctx, (uintptr_t)bounce, adsm__dev_in(rt, s + done), len) != 0)

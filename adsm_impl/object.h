@@ -49,6 +49,8 @@ typedef struct adsm__object {
     uint8_t dev_resident;     /* several devices: those whose memory holds something of it, and
                                  counts it in rt->dev_bytes (capacity.h) */
     uint64_t dev_stamp[ADSM__MAX_DEVICES]; /* when each device last used it (rt->lru_clock) */
+    uint64_t dev_launch[ADSM__MAX_DEVICES]; /* the last launch on each device that named it: a
+                                               copy to that device waits for it (directory.h) */
     int device_newer;         /* batch: a launch may have written it since it last came home */
     /* rolling write-ahead (protocol.h, adsm__write_run): the block right after the run the last
      * write fault made Dirty and how many blocks that run was meant to hold, valid while

@@ -151,7 +151,8 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     if (async) adsm__stamp_copy(rt, o, first, count);
     /* at a call, to the launch's device; an eviction, to the object's home device (directory.h) */
     unsigned d = rt->release_dev >= 0 ? (unsigned)rt->release_dev : o->home_dev;
-    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, o->host + off, len, async) != 0) return -1;
+    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, o->host + off, len, async, adsm__copy_after(rt, o, d)) != 0)
+        return -1;
     adsm__charge(rt, o, d);
     for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
     adsm__stats_h2d(&rt->stats, len);

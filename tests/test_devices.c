@@ -527,3 +527,23 @@ ParameterizedTest(unsigned *streams, devices, independent_kernels_overlap_on_one
     cr_assert_geq(rd64(&c[4]), rd64(&c[3]), "write after write overlapped");
     adsm_shutdown();
 }
+
+/* Several devices (4 streams each by default): a kernel whose input must first be copied to its
+ * device waits only for the earlier kernels that use that input, not for every earlier kernel
+ * there; a copy into an object a running kernel reads waits for that kernel. */
+Test(devices, a_copy_waits_only_for_kernels_using_its_object) {
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int64_t *a = alloc(4096), *b = alloc(4096), *c = alloc(4096), *in = alloc(4096);
+    adsm_grid one = adsm_grid_1d(1, 1);
+    CALL_ON_OK(0, k_stamp, one, a, in, STAMP_MS, 0);
+    for (int i = 0; i < 512; i++) b[i] = i; /* Dirty on the host: the next kernel's input goes first */
+    CALL_ON_OK(0, k_stamp, one, c, b, 0, 0);
+    sync_ok();
+    cr_assert_lt(rd64(&c[0]), rd64(&a[1]), "the copy of b waited for a kernel that does not use b");
+    CALL_ON_OK(0, k_stamp, one, a, in, STAMP_MS, 1); /* reads in */
+    for (int i = 0; i < 512; i++) in[i] = 7;         /* then the CPU changes it */
+    CALL_ON_OK(0, k_stamp, one, c, in, 0, 1);        /* in's copy must wait for the reader */
+    sync_ok();
+    cr_assert_geq(rd64(&c[2]), rd64(&a[3]), "a copy overwrote what a running kernel reads");
+    adsm_shutdown();
+}
