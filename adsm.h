@@ -839,6 +839,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/protocol_lazy.h"
 #include "adsm_impl/protocol_rolling.h"
 #include "adsm_impl/capacity.h"
+#include "adsm_impl/peer.h"
 #include "adsm_impl/backend_host.h"
 #include "adsm_impl/backend_emu.h"
 #include "adsm_impl/backend_cuda.h"

@@ -548,8 +548,9 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
             r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': device %u is lost", k->name, d);
             break;
         }
-        int again = 0; /* an eviction let the lock go: look everything up again */
+        int again = 0; /* an eviction or a peer copy let the lock go: look everything up again */
         r = adsm__room_for_launch(rt, used, nused, d, k->name, &again);
+        if (r == ADSM_OK && !again) r = adsm__peer_copies(rt, used, nused, d, &again);
         if (r != ADSM_OK || !again) break;
     }
     for (size_t i = 0; i < nwrites; i++) writer_dev_before[i] = writes[i]->writer_dev;

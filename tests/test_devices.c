@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "tests/protocol_common.h"
@@ -545,5 +546,42 @@ Test(devices, a_copy_waits_only_for_kernels_using_its_object) {
     CALL_ON_OK(0, k_stamp, one, c, in, 0, 1);        /* in's copy must wait for the reader */
     sync_ok();
     cr_assert_geq(rd64(&c[2]), rd64(&a[3]), "a copy overwrote what a running kernel reads");
+    adsm_shutdown();
+}
+
+/* ---- device-to-device copies outside the runtime lock (adsm_impl/peer.h) ------------------- */
+typedef struct cpu_writer {
+    int32_t *y;
+    int64_t done_ns; /* when its write fault was resolved */
+} cpu_writer;
+
+static void *write_after_a_while(void *arg) {
+    cpu_writer *w = (cpu_writer *)arg;
+    struct timespec nap = {0, 100 * 1000000L}, ts;
+    nanosleep(&nap, NULL); /* the main thread is in its launch by now, its copy waiting for the kernel */
+    w->y[0] = 1;           /* a write fault: needs the runtime lock */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    w->done_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return NULL;
+}
+
+/* A launch on device 1 takes x from device 0, whose kernel is still writing it: the copy waits
+ * for that kernel with the runtime lock let go, so another thread's fault on another object is
+ * resolved meanwhile, before the kernel ends. */
+Test(devices, a_peer_copy_does_not_hold_up_other_faults) {
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    int64_t *x = alloc(4096), *c = alloc(4096), *in = alloc(4096);
+    cpu_writer w = {alloc(4096), 0};
+    adsm_grid one = adsm_grid_1d(1, 1);
+    CALL_ON_OK(0, k_stamp, one, x, in, STAMP_MS, 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, write_after_a_while, &w), 0);
+    CALL_ON_OK(1, k_stamp, one, c, x, 0, 0); /* x device to device, after the kernel on device 0 */
+    pthread_join(t, NULL);
+    sync_ok();
+    cr_assert_lt(w.done_ns, rd64(&x[1]), "the fault waited for the kernel the peer copy waited for");
+    cr_assert_geq(rd64(&c[0]), rd64(&x[1]), "the kernel on device 1 ran before its input was written");
+    cr_assert_eq(stats().d2d_bytes, 4096);
+    cr_assert_eq(rd(&w.y[0]), 1);
     adsm_shutdown();
 }
