@@ -114,8 +114,9 @@ static unsigned test_devices;
 static int test_write_through, test_drop_replicas;
 /* adsm_config.emu_memory for the next init (0: 256 MiB) */
 static size_t test_emu_memory;
-/* adsm_config.affinity_block for the next init */
+/* adsm_config.affinity_block and .emu_streams for the next init */
 static size_t test_affinity_block;
+static unsigned test_emu_streams;
 
 static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
                              size_t rolling_size, size_t rolling_step) {
@@ -133,6 +134,7 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
     cfg.write_through = test_write_through;
     cfg.drop_replicas = test_drop_replicas;
     cfg.affinity_block = test_affinity_block;
+    cfg.emu_streams = test_emu_streams;
     cfg.emu_memory = test_emu_memory ? test_emu_memory : (size_t)256 << 20;
     cfg.emu_workers = 2;
     adsm_result r = adsm_init(&cfg);

@@ -492,7 +492,6 @@ void k_stamp(adsm_grid g, int64_t *t, const int64_t *in, int ms, int slot) {
 
 static int64_t rd64(const int64_t *p) { return *(const volatile int64_t *)p; }
 
-
 ParameterizedTestParameters(devices, independent_kernels_overlap_on_one_device) {
     static unsigned streams[] = {1, 4};
     return cr_make_param_array(unsigned, streams, 2);
@@ -502,14 +501,8 @@ ParameterizedTestParameters(devices, independent_kernels_overlap_on_one_device) 
  * c) overlap when the device has streams to spare; kernels that conflict never do, whatever
  * the streams: read after write, write after read, write after write. */
 ParameterizedTest(unsigned *streams, devices, independent_kernels_overlap_on_one_device) {
-    clear_adsm_env();
-    adsm_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.backend = ADSM_BACKEND_EMU;
-    cfg.protocol = ADSM_PROTOCOL_LAZY;
-    cfg.emu_memory = 64 * MIB;
-    cfg.emu_streams = *streams;
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    test_emu_streams = *streams;
+    init_devices(1, ADSM_PROTOCOL_LAZY);
     int64_t *a = alloc(4096), *b = alloc(4096), *c = alloc(4096), *d = alloc(4096);
     adsm_grid one = adsm_grid_1d(1, 1);
     CALL_OK(k_stamp, one, a, c, STAMP_MS, 0);
