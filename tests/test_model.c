@@ -793,4 +793,10 @@ MODEL_TEST_POLICY(emu2_rolling_4k_rs3_drop, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 1
     }
 MODEL_TEST_CAPACITY(emu3_lazy_64k_1m, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 15000, 3, 1 * MIB)
 MODEL_TEST_CAPACITY(emu2_rolling_4k_rs3_1m, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 15000, 2, 1 * MIB)
+/* ... and everything at once: small devices, write-through, dropped replicas */
+Test(model, emu3_rolling_64k_1m_through_drop) {
+    static const variant v = {"emu3_rolling_64k_1m_through_drop", ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0,
+                              10000, 3, 1, 1, 1 * MIB};
+    run_model(&v);
+}
 #endif
