@@ -3,7 +3,8 @@
 # on one device, adsm (lazy and rolling) on 1, 2 and 4 emulated devices with each task on the
 # block-cyclic owner of the tile it writes; then the multi-GPU paper's four runtime versions
 # (--policy v1..v4) on 4 devices, next to what a hand-written program with the same placement
-# would move (bench/tiles/plan.h, counted). Prints markdown tables: median time and tile
+# would move (bench/tiles/plan.h, counted); then 8 x 8 Cholesky on devices smaller than the
+# matrix (ADSM_EMU_MEMORY 2M .. 512K: evictions). Prints markdown tables: median time and tile
 # transfers host-to-device, device-to-host and device-to-device. About half a minute on 2 cores.
 #
 #   bench/tiles/run.sh [--runs N (3)]
@@ -65,6 +66,22 @@ versions() {
     done
 }
 
+# capacity NAME TILES SIZE: 4 devices, v4, each device's memory smaller and smaller (capacity.h:
+# least recently used tiles are evicted, those only a device held written back first).
+capacity() {
+    local name=$1 tiles=$2 size=$3
+    echo
+    echo "**$name, devices smaller than the data**, 4 devices, $tiles x $tiles tiles of $size x $size, rolling," \
+        "median of $runs runs (ADSM_EMU_MEMORY per device; writes-back count in d2h):"
+    echo
+    echo "| device memory | protocol | devices | ms | tiles h2d | tiles d2h | tiles d2d |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    for memory in 256M 4M 2M 1M; do
+        ADSM_EMU_MEMORY=$memory row "$memory" rolling 4 "$bin/bench_tiles_$name" --tiles "$tiles" --tile-size "$size" \
+            --devices 4
+    done
+}
+
 echo "## tiles: tiled Cholesky and matmul over emulated devices ($(nproc) CPUs, $(date -u '+%Y-%m-%d'))"
 table cholesky 4 128
 table cholesky 8 128
@@ -73,3 +90,4 @@ table matmul 8 64
 versions cholesky 4 128
 versions cholesky 8 128
 versions matmul 4 128
+capacity cholesky 8 128
