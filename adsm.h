@@ -198,8 +198,10 @@
    ADSM_EMU_STREAMS (4) kernels at once: a kernel waits for the copies of its own objects and the
    earlier kernels whose objects conflict with its own (one writes what the other reads or
    writes). One device runs kernels in issue order unless ADSM_EMU_STREAMS asks for more (then a
-   kernel that reads through a stored pointer an object an earlier kernel writes must name it). adsm_dev_alloc buffers live on
-   device 0; the batch protocol drives one device.
+   kernel that reads through a stored pointer an object an earlier kernel writes must name it).
+   adsm_dev_alloc_on(dev, size) gives a device buffer on a chosen device (adsm_dev_alloc: device
+   0), for explicit multi-device programs; adsm_memcpy between buffers of two devices copies
+   device to device. The batch protocol drives one device.
    adsm_get_device_stats(dev, &s) gives each device's bytes from the host, to the host and from
    other devices, its launches and evictions. A fixed affinity of objects to devices replaces
    owner computes by location: adsm_config.affinity_block (ADSM_AFFINITY_BLOCK=B) deals objects
@@ -511,6 +513,10 @@ ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *st
    issued so far, and ADSM_CALL accepts these device pointers as kernel arguments. No coherence:
    what you copy is what the device sees. The host side of a copy must be plain memory. */
 ADSM_API void *adsm_dev_alloc(size_t size);
+/* A device buffer on device dev (adsm_dev_alloc is adsm_dev_alloc_on(0, ...)). Copies and
+   adsm_memset/adsm_memcpy go to the device it lives on; a kernel given it runs there (ADSM_CALL),
+   and ADSM_CALL_ON another device is refused. */
+ADSM_API void *adsm_dev_alloc_on(int dev, size_t size);
 ADSM_API adsm_result adsm_dev_free(void *dev);
 ADSM_API adsm_result adsm_copy_to_device(void *dev, const void *host, size_t n);
 ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n);

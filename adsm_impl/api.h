@@ -266,21 +266,37 @@ ADSM__PRIVATE adsm_result adsm__free_unguarded(void *ptr) {
 }
 
 /* ---- the explicit path: device-only buffers and copies ------------------------------------ */
-/* Room for a device buffer: with several devices on device 0, where it lives, evicting shared
- * objects if need be (capacity.h). Lock and launch_mutex held. */
-ADSM__PRIVATE adsm_result adsm__buffer_room(adsm__runtime *rt, size_t size, size_t span) {
+/* Room for a device buffer on device dev: with several devices, evicting shared objects there if
+ * need be (capacity.h); the buffer then counts in the device's bytes. Lock and launch_mutex held. */
+ADSM__PRIVATE adsm_result adsm__buffer_room(adsm__runtime *rt, unsigned dev, size_t size, size_t span) {
     if (rt->ndev == 1) return adsm__device_room(rt, size, span, "adsm_dev_alloc");
-    char what[64];
-    snprintf(what, sizeof what, "adsm_dev_alloc(%zu)", size);
+    char what[80];
+    snprintf(what, sizeof what, "adsm_dev_alloc_on(%u, %zu)", dev, size);
     int again = 1;
     adsm_result r = ADSM_OK;
-    while (r == ADSM_OK && again) r = adsm__make_room(rt, 0, span, NULL, 0, what, &again);
+    while (r == ADSM_OK && again) r = adsm__make_room(rt, dev, span, NULL, 0, what, &again);
     return r;
 }
 
-ADSM__PRIVATE void *adsm__dev_alloc_unguarded(size_t size) {
+/* A device buffer's bytes, counted on its device (or given back: sign -1). Lock held. */
+ADSM__PRIVATE void adsm__buffer_count(adsm__runtime *rt, const adsm__object *o, int sign) {
+    size_t *bytes = rt->ndev == 1 ? &rt->device_used : &rt->dev_bytes[o->home_dev];
+    if (sign > 0) *bytes += o->span;
+    else *bytes -= o->span;
+}
+
+ADSM__PRIVATE void *adsm__dev_alloc_unguarded(int dev, size_t size) {
     adsm__runtime *rt = &adsm__rt;
     if (adsm__ensure() != ADSM_OK) return NULL;
+    if (dev < 0 || (unsigned)dev >= rt->ndev) {
+        adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_dev_alloc_on(%d, %zu): adsm drives %u device%s (0..%u)", dev, size,
+                   rt->ndev, rt->ndev == 1 ? "" : "s", rt->ndev - 1);
+        return NULL;
+    }
+    if (adsm__lost_devices(rt) & adsm__dev_bit((unsigned)dev)) {
+        adsm__fail(ADSM_ERROR_DEVICE_LOST, "adsm_dev_alloc_on(%d, %zu): device %d is lost", dev, size, dev);
+        return NULL;
+    }
     if (size == 0 || size > rt->half) {
         adsm__fail(size && size <= SIZE_MAX / 2 ? ADSM_ERROR_DEVICE_OUT_OF_MEMORY : ADSM_ERROR_INVALID_VALUE,
                    "adsm_dev_alloc(%zu): %s", size, size ? "larger than the device address range" : "size 0");
@@ -295,18 +311,19 @@ ADSM__PRIVATE void *adsm__dev_alloc_unguarded(size_t size) {
     o->size = size;
     o->span = span;
     o->device_only = 1;
+    o->home_dev = (unsigned)dev; /* where it lives, for good */
     pthread_mutex_lock(&rt->launch_mutex); /* evictions (several devices) and launches take turns */
     adsm__lock(&rt->lock);
-    adsm_result r = adsm__buffer_room(rt, size, span);
+    adsm_result r = adsm__buffer_room(rt, (unsigned)dev, size, span);
     if (r == ADSM_OK && !(o->dev = adsm__arena_alloc(&rt->va_shared, span, adsm__object_align(rt, span))))
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_dev_alloc(%zu): out of device address space", size);
-    else if (r == ADSM_OK && (r = rt->be->dev_alloc(rt->be_ctx, o->dev, span)) != ADSM_OK)
+    else if (r == ADSM_OK && (r = rt->be->dev_alloc(rt->dev_ctx[dev], o->dev, span)) != ADSM_OK)
         adsm__arena_free(&rt->va_shared, o->dev, span);
     if (r == ADSM_OK) {
         o->dev_node.start = o->dev;
         o->dev_node.end = o->dev + span;
         adsm__tree_insert(&rt->safe_dev, &o->dev_node);
-        rt->device_used += span;
+        adsm__buffer_count(rt, o, 1);
     }
     adsm__unlock(&rt->lock);
     pthread_mutex_unlock(&rt->launch_mutex);
@@ -338,7 +355,7 @@ ADSM__PRIVATE adsm_result adsm__dev_free_unguarded(void *dev) {
     adsm__runtime *rt = &adsm__rt;
     if (!dev) return ADSM_OK;
     if (!adsm__ready()) return adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_dev_free(%p): adsm is not initialised", dev);
-    rt->be->wait(rt->be_ctx, ADSM__LOAD(&rt->launch_seq)); /* a kernel in flight may use it */
+    (void)adsm__wait_all(rt); /* a kernel in flight may use it */
     adsm__lock(&rt->lock);
     adsm__object *o = adsm__device_buffer(rt, dev, 0, "adsm_dev_free");
     adsm_result r = adsm__tls_result;
@@ -349,9 +366,9 @@ ADSM__PRIVATE adsm_result adsm__dev_free_unguarded(void *dev) {
     if (o) {
         adsm__tree_remove(&rt->safe_dev, &o->dev_node);
         adsm__unlock(&rt->lock); /* cuda: unmapping waits for the device; the range stays taken */
-        rt->be->dev_free(rt->be_ctx, o->dev, o->span);
+        rt->be->dev_free(rt->dev_ctx[o->home_dev], o->dev, o->span);
         adsm__lock(&rt->lock);
-        rt->device_used -= o->span;
+        adsm__buffer_count(rt, o, -1);
         adsm__arena_free(&rt->va_shared, o->dev, o->span);
         free(o);
         r = ADSM_OK;
@@ -370,20 +387,22 @@ ADSM__PRIVATE adsm_result adsm__explicit_copy(void *dev, const void *host, size_
     if (adsm__touches_shared(host, n))
         return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: the host buffer is shared memory (use adsm_memcpy)", fn);
     /* ordered after every launch issued so far, like a copy on the kernel stream */
-    if (rt->be->wait(rt->be_ctx, ADSM__LOAD(&rt->launch_seq)) != 0)
-        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: the device is gone", fn);
+    if (adsm__wait_all(rt) != 0) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: the device is gone", fn);
     adsm__lock(&rt->lock);
     adsm__object *o = adsm__device_buffer(rt, dev, n, fn);
     r = o ? ADSM_OK : adsm__tls_result;
+    void *ctx = o ? rt->dev_ctx[o->home_dev] : NULL;
     if (o && to_device) {
-        if (rt->be->to_device(rt->be_ctx, adsm__dev_in(rt, (uintptr_t)dev), (uintptr_t)host, n, 0,
-                              ADSM__EVERY_LAUNCH) != 0)
+        if (rt->be->to_device(ctx, adsm__dev_in(rt, (uintptr_t)dev), (uintptr_t)host, n, 0, ADSM__EVERY_LAUNCH) != 0)
             r = adsm__fail(ADSM_ERROR_SYSTEM, "%s failed", fn);
-        else adsm__stats_h2d(&rt->stats, n);
+        else adsm__count_to_device(rt, o->home_dev, 0, n);
     } else if (o) {
-        if (rt->be->from_device(rt->be_ctx, (uintptr_t)host, adsm__dev_in(rt, (uintptr_t)dev), n) != 0)
+        if (rt->be->from_device(ctx, (uintptr_t)host, adsm__dev_in(rt, (uintptr_t)dev), n) != 0)
             r = adsm__fail(ADSM_ERROR_SYSTEM, "%s failed", fn);
-        else adsm__stats_d2h(&rt->stats, n);
+        else {
+            adsm__stats_d2h(&rt->stats, n);
+            ADSM__ADD(&rt->dev_stats[o->home_dev].d2h_bytes, n);
+        }
     }
     adsm__unlock(&rt->lock);
     return r;
@@ -640,8 +659,9 @@ ADSM__PRIVATE adsm_result adsm__memset_unguarded(void *dst, int value, size_t n)
         memset(dst, value, n);
         return ADSM_OK;
     }
-    switch (adsm__device_buffer_kind(&adsm__rt, (uintptr_t)dst, n)) {
-    case ADSM__IN_DEVICE_BUFFER: return adsm__memset_device_buffer(&adsm__rt, (uintptr_t)dst, value, n);
+    unsigned dev;
+    switch (adsm__device_buffer_kind(&adsm__rt, (uintptr_t)dst, n, &dev)) {
+    case ADSM__IN_DEVICE_BUFFER: return adsm__memset_device_buffer(&adsm__rt, (uintptr_t)dst, value, n, dev);
     case ADSM__ACROSS_DEVICE_BUFFER:
         return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_memset(%p, %zu): the range runs across the edge of a "
                           "device buffer", dst, n);
@@ -779,7 +799,14 @@ ADSM_API adsm_result adsm_free(void *ptr) {
 
 ADSM_API void *adsm_dev_alloc(size_t size) {
     adsm__use_begin();
-    void * r = adsm__dev_alloc_unguarded(size);
+    void * r = adsm__dev_alloc_unguarded(0, size);
+    adsm__use_end();
+    return r;
+}
+
+ADSM_API void *adsm_dev_alloc_on(int dev, size_t size) {
+    adsm__use_begin();
+    void * r = adsm__dev_alloc_unguarded(dev, size);
     adsm__use_end();
     return r;
 }

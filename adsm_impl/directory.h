@@ -146,14 +146,14 @@ ADSM__PRIVATE void adsm__deal_affinity(adsm__runtime *rt, adsm__object *o) {
 
 /* Owner computes: the live device holding most of the bytes the kernel writes, or to which most
  * of them belong (adsm__claim); ties, and kernels that write nothing, go to the lowest live
- * device; device 0 for kernels given adsm_dev_alloc buffers. */
+ * device; a kernel given device buffers runs where its first one lives. */
 ADSM__PRIVATE unsigned adsm__place(const adsm__runtime *rt, adsm__object *const *writes, size_t nwrites,
                                    adsm__object *const *used, size_t nused) {
     uint8_t live = adsm__live_devices(rt);
     unsigned best = live ? (unsigned)__builtin_ctz(live) : 0u;
     size_t most = 0;
     for (size_t i = 0; i < nused; i++)
-        if (used[i]->device_only) return 0; /* explicit buffers live on device 0 */
+        if (used[i]->device_only) return used[i]->home_dev; /* explicit buffers stay where they live */
     for (unsigned d = 0; d < rt->ndev && nwrites > 0; d++) {
         if (!(live & adsm__dev_bit(d))) continue;
         size_t bytes = 0;
@@ -222,10 +222,10 @@ ADSM__PRIVATE int adsm__gather_object(adsm__runtime *rt, adsm__object *o, unsign
 ADSM__PRIVATE adsm_result adsm__gather(adsm__runtime *rt, adsm__object *const *used, size_t nused, unsigned d) {
     if (rt->ndev == 1) return ADSM_OK;
     for (size_t i = 0; i < nused; i++) {
-        if (used[i]->device_only) { /* the explicit path: its buffers live on device 0 alone */
-            if (d == 0) continue;
-            return adsm__fail(ADSM_ERROR_INVALID_VALUE, "an adsm_dev_alloc buffer lives on device 0; this kernel "
-                              "runs on device %u", d);
+        if (used[i]->device_only) { /* the explicit path: a buffer lives on one device, for good */
+            if (used[i]->home_dev == d) continue;
+            return adsm__fail(ADSM_ERROR_INVALID_VALUE, "the device buffer at %p lives on device %u; this kernel "
+                              "runs on device %u", (void *)used[i]->dev, used[i]->home_dev, d);
         }
         used[i]->home_dev = d;
         adsm__charge(rt, used[i], d); /* capacity.h made room for it */

@@ -196,8 +196,9 @@ ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uint
  * side of a copy goes through a bounce buffer. */
 enum { ADSM__NOT_DEVICE_BUFFER = 0, ADSM__IN_DEVICE_BUFFER = 1, ADSM__ACROSS_DEVICE_BUFFER = 2 };
 
-/* Whether [a, a + n) lies in one device buffer, touches one partly, or none. */
-ADSM__PRIVATE int adsm__device_buffer_kind(adsm__runtime *rt, uintptr_t a, size_t n) {
+/* Whether [a, a + n) lies in one device buffer, touches one partly, or none; *dev: the device
+ * the buffer lives on. */
+ADSM__PRIVATE int adsm__device_buffer_kind(adsm__runtime *rt, uintptr_t a, size_t n, unsigned *dev) {
     uintptr_t d = adsm__dev_in(rt, a);
     adsm__lock(&rt->lock);
     adsm__tree_node *hit = adsm__tree_find(&rt->safe_dev, d);
@@ -206,44 +207,45 @@ ADSM__PRIVATE int adsm__device_buffer_kind(adsm__runtime *rt, uintptr_t a, size_
     int kind = ADSM__NOT_DEVICE_BUFFER;
     if (o && o->device_only && o->dev < d + n)
         kind = d >= o->dev && n <= o->size - (d - o->dev) ? ADSM__IN_DEVICE_BUFFER : ADSM__ACROSS_DEVICE_BUFFER;
+    *dev = o ? o->home_dev : 0;
     adsm__unlock(&rt->lock);
     return kind;
 }
 
 ADSM__PRIVATE adsm_result adsm__device_wait_all(adsm__runtime *rt, const char *fn) {
-    if (rt->be->wait(rt->be_ctx, ADSM__LOAD(&rt->launch_seq)) != 0)
-        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: the device is gone", fn);
+    if (adsm__wait_all(rt) != 0) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: the device is gone", fn);
     return ADSM_OK;
 }
 
-ADSM__PRIVATE adsm_result adsm__memset_device_buffer(adsm__runtime *rt, uintptr_t d, int v, size_t n) {
+ADSM__PRIVATE adsm_result adsm__memset_device_buffer(adsm__runtime *rt, uintptr_t d, int v, size_t n, unsigned dev) {
     adsm_result r = adsm__device_wait_all(rt, "adsm_memset");
-    if (r == ADSM_OK && rt->be->dev_memset(rt->be_ctx, adsm__dev_in(rt, d), v, n) != 0)
+    if (r == ADSM_OK && rt->be->dev_memset(rt->dev_ctx[dev], adsm__dev_in(rt, d), v, n) != 0)
         r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memset: the device-side memset failed");
     return r;
 }
 
-/* One side is a device buffer, the other is not: piece by piece through a bounce buffer, with
- * adsm__memcpy_impl on the host side (which handles shared objects in any state). */
-ADSM__PRIVATE adsm_result adsm__memcpy_via_bounce(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n,
-                                                  int to_device) {
+/* A copy involving device buffers, piece by piece through a bounce buffer: the side that is a
+ * device buffer (ddev / sdev: its device, -1 when that side is host memory, shared or plain,
+ * which adsm__memcpy_impl handles in any state) moves with the backend's copies. Between buffers
+ * of two devices this is the device-to-device copy of the explicit path. */
+ADSM__PRIVATE adsm_result adsm__memcpy_via_bounce(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n, int ddev,
+                                                  int sdev) {
     size_t piece = ADSM__MIN(n, (size_t)1 << 20);
     unsigned char *bounce = (unsigned char *)malloc(piece);
     if (!bounce) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_memcpy: out of memory");
     adsm_result r = adsm__device_wait_all(rt, "adsm_memcpy");
     for (size_t done = 0; r == ADSM_OK && done < n; done += piece) {
         size_t len = ADSM__MIN(piece, n - done);
-        if (to_device) {
-            r = adsm__memcpy_impl(rt, (uintptr_t)bounce, s + done, len);
-            if (r == ADSM_OK && rt->be->to_device(rt->be_ctx, adsm__dev_in(rt, d + done), (uintptr_t)bounce, len, 0,
-                                                    ADSM__EVERY_LAUNCH) != 0)
-                r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the copy to the device failed");
-        } else {
-            if (rt->be->from_device(rt->be_ctx, (uintptr_t)bounce, adsm__dev_in(rt, s + done), len) != 0)
-                r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the copy from the device failed");
-            if (r == ADSM_OK) r = adsm__memcpy_impl(rt, d + done, (uintptr_t)bounce, len);
-        }
+        if (sdev < 0) r = adsm__memcpy_impl(rt, (uintptr_t)bounce, s + done, len);
+        else if (rt->be->from_device(rt->dev_ctx[sdev], (uintptr_t)bounce, adsm__dev_in(rt, s + done), len) != 0)
+            r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the copy from device %d failed", sdev);
+        if (r != ADSM_OK) break;
+        if (ddev < 0) r = adsm__memcpy_impl(rt, d + done, (uintptr_t)bounce, len);
+        else if (rt->be->to_device(rt->dev_ctx[ddev], adsm__dev_in(rt, d + done), (uintptr_t)bounce, len, 0,
+                                   ADSM__EVERY_LAUNCH) != 0)
+            r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the copy to device %d failed", ddev);
     }
+    if (r == ADSM_OK && sdev >= 0 && ddev >= 0) adsm__count_to_device(rt, (unsigned)ddev, 1, n);
     free(bounce);
     return r;
 }
@@ -251,16 +253,19 @@ ADSM__PRIVATE adsm_result adsm__memcpy_via_bounce(adsm__runtime *rt, uintptr_t d
 /* adsm_memcpy when either side may be a device buffer; *handled says whether one was. */
 ADSM__PRIVATE adsm_result adsm__memcpy_device_buffers(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n,
                                                       int *handled) {
-    int dk = adsm__device_buffer_kind(rt, d, n), sk = adsm__device_buffer_kind(rt, s, n);
+    unsigned ddev, sdev;
+    int dk = adsm__device_buffer_kind(rt, d, n, &ddev), sk = adsm__device_buffer_kind(rt, s, n, &sdev);
     *handled = dk != ADSM__NOT_DEVICE_BUFFER || sk != ADSM__NOT_DEVICE_BUFFER;
     if (!*handled) return ADSM_OK;
     if (dk == ADSM__ACROSS_DEVICE_BUFFER || sk == ADSM__ACROSS_DEVICE_BUFFER)
         return adsm__fail(ADSM_ERROR_INVALID_VALUE,
                           "adsm_memcpy(%p, %p, %zu): a range runs across the edge of a device buffer", (void *)d,
                           (void *)s, n);
-    if (dk != sk) return adsm__memcpy_via_bounce(rt, d, s, n, dk == ADSM__IN_DEVICE_BUFFER);
+    if (dk != sk || ddev != sdev) /* host memory on one side, or buffers of two devices */
+        return adsm__memcpy_via_bounce(rt, d, s, n, dk == ADSM__IN_DEVICE_BUFFER ? (int)ddev : -1,
+                                       sk == ADSM__IN_DEVICE_BUFFER ? (int)sdev : -1);
     adsm_result r = adsm__device_wait_all(rt, "adsm_memcpy");
-    if (r == ADSM_OK && rt->be->dev_copy(rt->be_ctx, adsm__dev_in(rt, d), adsm__dev_in(rt, s), n) != 0)
+    if (r == ADSM_OK && rt->be->dev_copy(rt->dev_ctx[ddev], adsm__dev_in(rt, d), adsm__dev_in(rt, s), n) != 0)
         r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the device-to-device copy failed");
     return r;
 }

@@ -431,11 +431,11 @@ Test(devices, device_buffers_evict_shared_objects) {
     reset();
     void *buf = adsm_dev_alloc(SIZE);
     cr_assert(buf, "%s", adsm_last_error());
-    EXPECT_EVICTIONS(0, 1, SIZE, SIZE); /* x, the older, written back */
+    EXPECT_EVICTIONS(0, 1, SIZE, 2 * SIZE); /* x, the older, written back; y and the buffer held */
     cr_assert_null(adsm_dev_alloc(2 * SIZE));
     cr_assert(strstr(adsm_last_error(), "adsm_dev_alloc") && strstr(adsm_last_error(), "device 0"), "%s",
               adsm_last_error());
-    EXPECT_EVICTIONS(0, 1, SIZE, SIZE); /* refused before evicting y in vain */
+    EXPECT_EVICTIONS(0, 1, SIZE, 2 * SIZE); /* refused before evicting y in vain */
     cr_assert_eq(adsm_dev_free(buf), ADSM_OK);
     sync_ok();
     expect_ramp(x, 2);
@@ -576,5 +576,43 @@ Test(devices, a_peer_copy_does_not_hold_up_other_faults) {
     cr_assert_geq(rd64(&c[0]), rd64(&x[1]), "the kernel on device 1 ran before its input was written");
     cr_assert_eq(stats().d2d_bytes, 4096);
     cr_assert_eq(rd(&w.y[0]), 1);
+    adsm_shutdown();
+}
+
+/* ---- the explicit path on several devices -------------------------------------------------- */
+/* A hand-written multi-device program: buffers on chosen devices, copies to and from each,
+ * kernels where their buffers live, a buffer copied from one device to another; each device's
+ * counters see its own bytes. */
+Test(devices, explicit_buffers_live_on_their_device) {
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    const size_t bytes = N * sizeof(int32_t);
+    int32_t *host = adsm_host_alloc(bytes), *d0 = adsm_dev_alloc_on(0, bytes), *d1 = adsm_dev_alloc_on(1, bytes);
+    int32_t *e1 = adsm_dev_alloc_on(1, bytes);
+    cr_assert(host && d0 && d1 && e1, "%s", adsm_last_error());
+    for (size_t i = 0; i < N; i++) host[i] = (int32_t)i;
+    reset();
+    cr_assert_eq(adsm_copy_to_device(d0, host, bytes), ADSM_OK, "%s", adsm_last_error());
+    CALL_OK(k_incr, grid_for(N), d0, N);                   /* on device 0, where d0 lives */
+    cr_assert_eq(adsm_memcpy(d1, d0, bytes), ADSM_OK, "%s", adsm_last_error()); /* device 0 -> 1 */
+    CALL_OK(k_add, grid_for(N), e1, d1, d1, N);             /* on device 1 */
+    cr_assert_eq(adsm_copy_from_device(host, e1, bytes), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < N; i++) cr_assert_eq(host[i], 2 * ((int32_t)i + 1), "[%zu]", i);
+    EXPECT_DEVICE(0, bytes, 0, 0);
+    EXPECT_DEVICE(1, 0, bytes, bytes);
+    cr_assert_eq(dev_stats(0).launches, 1);
+    cr_assert_eq(dev_stats(1).launches, 1);
+    cr_assert_eq(adsm_memset(e1, 0, bytes), ADSM_OK, "%s", adsm_last_error()); /* on device 1 */
+    cr_assert_eq(adsm_copy_from_device(host, e1, bytes), ADSM_OK);
+    for (size_t i = 0; i < N; i++) cr_assert_eq(host[i], 0);
+    /* a kernel may not mix devices, nor run away from its buffers */
+    cr_assert_eq(ADSM_CALL_ON(0, k_incr, grid_for(N), d1, N), ADSM_ERROR_INVALID_VALUE);
+    cr_assert(strstr(adsm_last_error(), "lives on device 1"), "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL(k_add, grid_for(N), e1, d0, d1, N), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_null(adsm_dev_alloc_on(2, 64));
+    cr_assert(strstr(adsm_last_error(), "0..1"), "%s", adsm_last_error());
+    sync_ok();
+    cr_assert(adsm_dev_free(d0) == ADSM_OK && adsm_dev_free(d1) == ADSM_OK && adsm_dev_free(e1) == ADSM_OK, "%s",
+              adsm_last_error());
+    cr_assert_eq(adsm_host_free(host), ADSM_OK);
     adsm_shutdown();
 }
