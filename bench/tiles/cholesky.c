@@ -12,39 +12,6 @@
 #include "bench/tiles/kernels.h"
 #include "bench/tiles/plan.h"
 
-/* The explicit plan of chol_factor's task graph (plan.h): each task needs its tiles current on
- * its device and leaves the tile it writes there alone. */
-static tiles_plan chol_plan(const tiles_options *o) {
-    int t = o->tiles, turn = 0, d;
-    tiles_plan p = tiles_plan_new(chol_tile_count(o), PLAN_HOST);
-    for (int k = 0; k < t; k++) {
-        d = tiles_plan_device(o, &turn, k, k);
-        tiles_plan_need(&p, chol_at(k, k), d);
-        tiles_plan_wrote(&p, chol_at(k, k), d);
-        for (int i = k + 1; i < t; i++) {
-            d = tiles_plan_device(o, &turn, i, k);
-            tiles_plan_need(&p, chol_at(i, k), d);
-            tiles_plan_need(&p, chol_at(k, k), d);
-            tiles_plan_wrote(&p, chol_at(i, k), d);
-        }
-        for (int i = k + 1; i < t; i++) {
-            for (int j = k + 1; j < i; j++) {
-                d = tiles_plan_device(o, &turn, i, j);
-                tiles_plan_need(&p, chol_at(i, j), d);
-                tiles_plan_need(&p, chol_at(i, k), d);
-                tiles_plan_need(&p, chol_at(j, k), d);
-                tiles_plan_wrote(&p, chol_at(i, j), d);
-            }
-            d = tiles_plan_device(o, &turn, i, i);
-            tiles_plan_need(&p, chol_at(i, i), d);
-            tiles_plan_need(&p, chol_at(i, k), d);
-            tiles_plan_wrote(&p, chol_at(i, i), d);
-        }
-    }
-    tiles_plan_finish(&p, chol_tile_count(o));
-    return p;
-}
-
 /* One timed run on fresh shared tiles; the factor goes into `dense` for the check. */
 static tiles_run chol_run_shared(const tiles_options *o, double *dense) {
     int count = chol_tile_count(o);
@@ -86,7 +53,7 @@ int main(int argc, char **argv) {
         ok &= chol_check(&o, got, want);
     }
     int rc = tiles_report(&o, adsm_protocol_name(), chol_shape(&o), chol_tile_bytes(&o), tiles_median(runs, o.runs), ok);
-    tiles_plan plan = chol_plan(&o);
+    tiles_plan plan = tiles_plan_count(&o);
     tiles_plan_report(&plan);
     free(want);
     free(got);

@@ -1,45 +1,70 @@
 /* bench/tiles/cholesky_explicit.c -- tiled Cholesky with device buffers and copies by hand: what a
- * careful programmer writes for one device. Host tiles live in one adsm_host_alloc buffer, each
- * tile gets its own adsm_dev_alloc buffer (as each is its own object in cholesky.c); every lower
- * tile goes to the device once, the whole task graph runs there, and every tile comes back once.
- * The program counts the bytes it copies. The adsm twin is cholesky.c.
+ * careful programmer writes, on one device or several (--devices N, each task on the same device
+ * as in cholesky.c). Host tiles live in one adsm_host_alloc buffer; each tile has its own
+ * adsm_dev_alloc_on buffer on every device. The copies are the explicit plan's (plan.h): every
+ * tile a device needs from the host goes there first, before anything runs; a tile another
+ * device wrote moves device to device (adsm_memcpy between buffers) right before the task that
+ * needs it; every tile comes home once at the end. On one device: every tile in once, the graph,
+ * every tile back once. The program counts the bytes it copies. The adsm twin is cholesky.c.
  *
- *   cholesky_explicit [--tiles T (4)] [--tile-size B (128)] [--runs N (3)]
+ *   cholesky_explicit [--tiles T (4)] [--tile-size B (128)] [--runs N (3)] [--devices D (1)]
+ *                     [--policy v1..v4: v1 places tasks in turn, the others on their tile's owner]
  * Each run allocates fresh buffers (untimed), then times fill + copies + factor + copies back +
- * read back. Runs on the main thread, normal context. */
+ * read back. Device-to-device copies are synchronous (adsm's explicit copies follow every launch
+ * issued so far), so with several devices the time is not a fair reference; the bytes are. Runs
+ * on the main thread, normal context. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
-#include "bench/tiles/kernels.h"
+#include "bench/tiles/plan.h"
+
+/* The tiles on both sides: host[t], and dev[d][t] on each device d. */
+typedef struct chol_buffers {
+    const tiles_options *o;
+    double **host, ***dev;
+} chol_buffers;
+
+static void chol_copy(void *ctx, int t, int from, int to) {
+    chol_buffers *c = (chol_buffers *)ctx;
+    size_t bytes = chol_tile_bytes(c->o);
+    adsm_result r = from < 0 ? adsm_copy_to_device(c->dev[to][t], c->host[t], bytes)
+                    : to < 0 ? adsm_copy_from_device(c->host[t], c->dev[from][t], bytes)
+                             : adsm_memcpy(c->dev[to][t], c->dev[from][t], bytes);
+    if (r != ADSM_OK) tiles_die(adsm_last_error());
+}
+
+static void chol_launch_on_buffers(void *ctx, const tiles_task *k) {
+    chol_buffers *c = (chol_buffers *)ctx;
+    chol_launch(c->dev[k->dev], c->o->tile_size, k);
+}
 
 /* One timed run on fresh host and device tiles; the factor goes into `dense` for the check. */
 static tiles_run chol_run_explicit(const tiles_options *o, double *dense) {
     int count = chol_tile_count(o);
     size_t bytes = chol_tile_bytes(o);
-    double **host = calloc((size_t)count, sizeof *host), **dev = calloc((size_t)count, sizeof *dev);
+    chol_buffers c = {o, calloc((size_t)count, sizeof(double *)), calloc((size_t)o->devices, sizeof(double **))};
     double *host_block = adsm_host_alloc(bytes * (size_t)count);
-    if (!host || !dev || !host_block) tiles_die("cholesky_explicit: out of memory");
-    for (int t = 0; t < count; t++) {
-        host[t] = host_block + (size_t)t * bytes / sizeof(double);
-        if (!(dev[t] = adsm_dev_alloc(bytes))) tiles_die(adsm_last_error());
+    if (!c.host || !c.dev || !host_block) tiles_die("cholesky_explicit: out of memory");
+    for (int t = 0; t < count; t++) c.host[t] = host_block + (size_t)t * bytes / sizeof(double);
+    for (int d = 0; d < o->devices; d++) {
+        if (!(c.dev[d] = calloc((size_t)count, sizeof(double *)))) tiles_die("cholesky_explicit: out of memory");
+        for (int t = 0; t < count; t++)
+            if (!(c.dev[d][t] = adsm_dev_alloc_on(d, bytes))) tiles_die(adsm_last_error());
     }
 
     double t0 = tiles_now_ms();
-    tiles_run run = {0, 0, 0, 0};
-    chol_fill(o, host);
-    for (int t = 0; t < count; t++, run.h2d_bytes += bytes)
-        if (adsm_copy_to_device(dev[t], host[t], bytes) != ADSM_OK) tiles_die(adsm_last_error());
-    chol_factor(o, dev);
-    if (adsm_sync() != ADSM_OK) tiles_die(adsm_last_error());
-    for (int t = 0; t < count; t++, run.d2h_bytes += bytes)
-        if (adsm_copy_from_device(host[t], dev[t], bytes) != ADSM_OK) tiles_die(adsm_last_error());
-    chol_gather(o, host, dense);
-    run.ms = tiles_now_ms() - t0;
+    chol_fill(o, c.host);
+    tiles_plan p = tiles_plan_execute(o, chol_copy, &c, chol_launch_on_buffers, &c);
+    chol_gather(o, c.host, dense);
+    tiles_run run = {tiles_now_ms() - t0, p.h2d * bytes, p.d2h * bytes, p.d2d * bytes};
 
-    for (int t = 0; t < count; t++) adsm_dev_free(dev[t]);
+    for (int d = 0; d < o->devices; d++) {
+        for (int t = 0; t < count; t++) adsm_dev_free(c.dev[d][t]);
+        free(c.dev[d]);
+    }
     adsm_host_free(host_block);
-    free(host);
-    free(dev);
+    free(c.host);
+    free(c.dev);
     return run;
 }
 

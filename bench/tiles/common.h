@@ -23,9 +23,9 @@
 
 #define TILES_MAX_RUNS 101
 
-/* One benchmark invocation. devices: emulated devices the adsm versions spread the tiles over
- * (ADSM_EMU_DEVICES); the explicit versions drive one device (adsm's explicit path lives on
- * device 0). policy: the multi-GPU paper's runtime versions, as adsm settings:
+/* One benchmark invocation. devices: emulated devices the tiles are spread over (ADSM_EMU_DEVICES;
+ * the explicit versions keep buffers on each, adsm_dev_alloc_on, and make the explicit plan's
+ * copies, plan.h). policy: the multi-GPU paper's runtime versions, as adsm settings:
  *   v1  basic: tasks go to devices in turn, outputs written through to the host, no read cache
  *   v2  + data affinity: each task on the block-cyclic owner of the tile it writes
  *   v3  + read-only replicas kept as a cache (invalidated by writes)
@@ -58,7 +58,7 @@ static inline double tiles_now_ms(void) {
 }
 
 static inline void tiles_usage(const char *argv0) {
-    fprintf(stderr, "usage: %s [--tiles T] [--tile-size B] [--runs N (1..%d)] [--devices D (adsm: 1..8, explicit: 1)] "
+    fprintf(stderr, "usage: %s [--tiles T] [--tile-size B] [--runs N (1..%d)] [--devices D (1..8)] "
             "[--policy v1|v2|v3|v4 (v4)]\n", argv0, TILES_MAX_RUNS);
     exit(2);
 }
@@ -73,13 +73,12 @@ static inline int tiles_int_arg(const char *argv0, const char *text, int lo, int
 static inline tiles_options tiles_parse(const char *bench, const char *variant, int default_tiles,
                                         int default_tile_size, int argc, char **argv) {
     tiles_options o = {bench, variant, default_tiles, default_tile_size, 3, 1, "v4"};
-    int most_devices = strcmp(variant, "explicit") == 0 ? 1 : 8;
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
         if (strcmp(argv[i], "--tiles") == 0 && more) o.tiles = tiles_int_arg(argv[0], argv[++i], 1, 64);
         else if (strcmp(argv[i], "--tile-size") == 0 && more) o.tile_size = tiles_int_arg(argv[0], argv[++i], 1, 4096);
         else if (strcmp(argv[i], "--runs") == 0 && more) o.runs = tiles_int_arg(argv[0], argv[++i], 1, TILES_MAX_RUNS);
-        else if (strcmp(argv[i], "--devices") == 0 && more) o.devices = tiles_int_arg(argv[0], argv[++i], 1, most_devices);
+        else if (strcmp(argv[i], "--devices") == 0 && more) o.devices = tiles_int_arg(argv[0], argv[++i], 1, 8);
         else if (strcmp(argv[i], "--policy") == 0 && more && strlen(argv[i + 1]) == 2 && argv[i + 1][0] == 'v' &&
                  argv[i + 1][1] >= '1' && argv[i + 1][1] <= '4')
             o.policy = argv[++i];
@@ -103,11 +102,10 @@ static inline int tiles_owner(const tiles_options *o, int i, int j) {
 static inline int tiles_version(const tiles_options *o) { return o->policy[1] - '0'; }
 
 /* The device a task writing tile (i, j) runs on: its owner, or under v1 (no data affinity) the
- * next device in turn, as the basic runtime hands tasks to whichever device is free. */
-static inline int tiles_device(const tiles_options *o, int i, int j) {
-    static int next_in_turn;
-    if (tiles_version(o) == 1) return next_in_turn++ % o->devices;
-    return tiles_owner(o, i, j);
+ * next device in turn (*turn counts the tasks of one walk of the graph), as the basic runtime
+ * hands tasks to whichever device is free. */
+static inline int tiles_place(const tiles_options *o, int *turn, int i, int j) {
+    return tiles_version(o) == 1 ? (*turn)++ % o->devices : tiles_owner(o, i, j);
 }
 
 /* Deterministic data without state: element `index` of the matrix seeded `seed` is a splitmix64

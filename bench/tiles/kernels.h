@@ -142,23 +142,64 @@ static inline const char *chol_shape(const tiles_options *o) {
     return shape;
 }
 
+/* One task of the graph: its kernel, its device, the tile it writes and those it reads (tile
+ * numbers; -1: none). Matmul numbers A's tiles, then B's, then C's (mm_walk). */
+typedef enum { TILES_POTRF, TILES_TRSM, TILES_GEMM, TILES_SYRK, TILES_MM } tiles_kind;
+typedef struct tiles_task {
+    tiles_kind kind;
+    int dev, out, in1, in2;
+} tiles_task;
+
+typedef void (*tiles_task_fn)(void *ctx, const tiles_task *task);
+
 /* The right-looking tiled Cholesky, in the paper's task order: for each step k, CHOL of the
  * diagonal tile, TRSM of the tiles below it, then the trailing update row by row (SYRK on the
- * diagonal, GEMM left of it). tile[] holds the tiles' pointers, shared objects or device buffers.
- * Asynchronous: the caller syncs. Each task runs on tiles_device() of the tile it writes. */
-static inline void chol_factor(const tiles_options *o, double *const *tile) {
-    int t = o->tiles, b = o->tile_size;
+ * diagonal, GEMM left of it). Each task runs on tiles_place() of the tile it writes; `run` gets
+ * the tasks in order (to launch them, or to count what they need). */
+static inline void chol_walk(const tiles_options *o, tiles_task_fn run, void *ctx) {
+    int t = o->tiles, turn = 0;
     for (int k = 0; k < t; k++) {
-        ADSM_CALL_ON(tiles_device(o, k, k), chol_potrf, adsm_grid_1d(1, 1), tile[chol_at(k, k)], b);
+        run(ctx, &(tiles_task){TILES_POTRF, tiles_place(o, &turn, k, k), chol_at(k, k), -1, -1});
         for (int i = k + 1; i < t; i++)
-            ADSM_CALL_ON(tiles_device(o, i, k), chol_trsm, tiles_grid_rows(b), tile[chol_at(i, k)], tile[chol_at(k, k)], b);
+            run(ctx, &(tiles_task){TILES_TRSM, tiles_place(o, &turn, i, k), chol_at(i, k), chol_at(k, k), -1});
         for (int i = k + 1; i < t; i++) {
             for (int j = k + 1; j < i; j++)
-                ADSM_CALL_ON(tiles_device(o, i, j), chol_gemm, tiles_grid_elements(b), tile[chol_at(i, j)],
-                             tile[chol_at(i, k)], tile[chol_at(j, k)], b);
-            ADSM_CALL_ON(tiles_device(o, i, i), chol_syrk, tiles_grid_elements(b), tile[chol_at(i, i)], tile[chol_at(i, k)], b);
+                run(ctx, &(tiles_task){TILES_GEMM, tiles_place(o, &turn, i, j), chol_at(i, j), chol_at(i, k),
+                                       chol_at(j, k)});
+            run(ctx, &(tiles_task){TILES_SYRK, tiles_place(o, &turn, i, i), chol_at(i, i), chol_at(i, k), -1});
         }
     }
+}
+
+/* Launches one Cholesky task on tile[] (the tiles' pointers: shared objects, or the buffers of
+ * the task's device). Asynchronous: errors surface at adsm_sync. */
+static inline void chol_launch(double *const *tile, int b, const tiles_task *k) {
+    switch (k->kind) {
+    case TILES_POTRF: ADSM_CALL_ON(k->dev, chol_potrf, adsm_grid_1d(1, 1), tile[k->out], b); break;
+    case TILES_TRSM: ADSM_CALL_ON(k->dev, chol_trsm, tiles_grid_rows(b), tile[k->out], tile[k->in1], b); break;
+    case TILES_GEMM:
+        ADSM_CALL_ON(k->dev, chol_gemm, tiles_grid_elements(b), tile[k->out], tile[k->in1], tile[k->in2], b);
+        break;
+    case TILES_SYRK: ADSM_CALL_ON(k->dev, chol_syrk, tiles_grid_elements(b), tile[k->out], tile[k->in1], b); break;
+    default: break;
+    }
+}
+
+typedef struct chol_tiles {
+    double *const *tile;
+    int b;
+} chol_tiles;
+
+static inline void chol_launch_task(void *ctx, const tiles_task *task) {
+    const chol_tiles *c = (const chol_tiles *)ctx;
+    chol_launch(c->tile, c->b, task);
+}
+
+/* The whole factorization on tile[] (shared objects, or one device's buffers). Asynchronous: the
+ * caller syncs. */
+static inline void chol_factor(const tiles_options *o, double *const *tile) {
+    chol_tiles c = {tile, o->tile_size};
+    chol_walk(o, chol_launch_task, &c);
 }
 
 /* The input, element (r, c) of the n x n matrix: symmetric, entries in [-1, 1) off the diagonal
@@ -239,15 +280,42 @@ static inline const char *mm_shape(const tiles_options *o) {
     return shape;
 }
 
-/* The Nanos6 paper's loop nest: one task per (i, j, k), C[i][j] += A[i][k] * B[k][j]; tiles are
- * row-major arrays of tile pointers. Asynchronous: the caller syncs. */
-static inline void mm_multiply(const tiles_options *o, float *const *c, float *const *a, float *const *b) {
-    int t = o->tiles;
+/* The Nanos6 paper's loop nest: one task per (i, j, k), C[i][j] += A[i][k] * B[k][j], on the
+ * owner of C[i][j]. Tiles are numbered A's (row-major), then B's, then C's: the task writes C's
+ * tile 2n + i t + j and reads A's i t + k and B's n + k t + j (n = t^2). */
+static inline void mm_walk(const tiles_options *o, tiles_task_fn run, void *ctx) {
+    int t = o->tiles, n = t * t, turn = 0;
     for (int i = 0; i < t; i++)
         for (int j = 0; j < t; j++)
             for (int k = 0; k < t; k++)
-                ADSM_CALL_ON(tiles_device(o, i, j), mm_tile, tiles_grid_elements(o->tile_size), c[i * t + j],
-                             a[i * t + k], b[k * t + j], o->tile_size);
+                run(ctx, &(tiles_task){TILES_MM, tiles_place(o, &turn, i, j), 2 * n + i * t + j, i * t + k,
+                                       n + k * t + j});
+}
+
+/* Launches one matmul task; tile[] holds A's, B's and C's tile pointers in mm_walk's numbering. */
+static inline void mm_launch(float *const *tile, int b, const tiles_task *k) {
+    ADSM_CALL_ON(k->dev, mm_tile, tiles_grid_elements(b), tile[k->out], tile[k->in1], tile[k->in2], b);
+}
+
+typedef struct mm_tiles {
+    float **tile; /* 3 t^2: A's, B's, C's */
+    int b;
+} mm_tiles;
+
+static inline void mm_launch_task(void *ctx, const tiles_task *task) {
+    const mm_tiles *m = (const mm_tiles *)ctx;
+    mm_launch(m->tile, m->b, task);
+}
+
+/* Every task on row-major arrays of tile pointers. Asynchronous: the caller syncs. */
+static inline void mm_multiply(const tiles_options *o, float *const *c, float *const *a, float *const *b) {
+    int n = mm_tile_count(o);
+    float **all = malloc(3 * (size_t)n * sizeof *all);
+    if (!all) tiles_die("matmul: out of memory");
+    for (int t = 0; t < n; t++) all[t] = a[t], all[n + t] = b[t], all[2 * n + t] = c[t];
+    mm_tiles m = {all, o->tile_size};
+    mm_walk(o, mm_launch_task, &m);
+    free(all);
 }
 
 /* Element (r, c) of the input matrix `which` (0: A, 1: B), in [-1, 1). */

@@ -13,25 +13,6 @@
 #include "bench/tiles/kernels.h"
 #include "bench/tiles/plan.h"
 
-/* The explicit plan of mm_multiply's task graph (plan.h): A's tiles, then B's, then C's, which a
- * hand-written program zeroes on every device (they start current everywhere). */
-static tiles_plan mm_plan(const tiles_options *o) {
-    int t = o->tiles, turn = 0, n = t * t;
-    tiles_plan p = tiles_plan_new(3 * n, PLAN_HOST);
-    for (int c = 2 * n; c < 3 * n; c++) p.valid[c] = PLAN_HOST | ((1u << o->devices) - 1u);
-    for (int i = 0; i < t; i++)
-        for (int j = 0; j < t; j++)
-            for (int k = 0; k < t; k++) {
-                int d = tiles_plan_device(o, &turn, i, j);
-                tiles_plan_need(&p, 2 * n + i * t + j, d);
-                tiles_plan_need(&p, i * t + k, d);
-                tiles_plan_need(&p, n + k * t + j, d);
-                tiles_plan_wrote(&p, 2 * n + i * t + j, d);
-            }
-    tiles_plan_finish(&p, 3 * n);
-    return p;
-}
-
 static float **mm_alloc_shared(const tiles_options *o) {
     float **tile = calloc((size_t)mm_tile_count(o), sizeof *tile);
     if (!tile) tiles_die("matmul: out of memory");
@@ -85,7 +66,7 @@ int main(int argc, char **argv) {
         ok &= mm_check(&o, got, want);
     }
     int rc = tiles_report(&o, adsm_protocol_name(), mm_shape(&o), mm_tile_bytes(&o), tiles_median(runs, o.runs), ok);
-    tiles_plan plan = mm_plan(&o);
+    tiles_plan plan = tiles_plan_count(&o);
     tiles_plan_report(&plan);
     free(want);
     free(got);

@@ -1,78 +1,73 @@
 /* bench/tiles/matmul_explicit.c -- tiled matmul with device buffers and copies by hand: what a
- * careful programmer writes for one device. Host tiles of each matrix live in one adsm_host_alloc
- * buffer, each tile gets its own adsm_dev_alloc buffer (as each is its own object in matmul.c);
- * A and B go to the device once, C is zeroed there (adsm_memset: nothing crosses the bus), all
- * T^3 tasks run, and C comes back once. The program counts the bytes it copies. The adsm twin is
- * matmul.c.
+ * careful programmer writes, on one device or several (--devices N, each task on the owner of its
+ * C tile as in matmul.c). Host tiles of each matrix live in one adsm_host_alloc buffer; each tile
+ * of A, B and C has its own adsm_dev_alloc_on buffer on every device. C is zeroed on every device
+ * (adsm_memset: nothing crosses the bus); the copies are the explicit plan's (plan.h): every A
+ * and B tile a device needs goes there before anything runs, C tiles another device wrote move
+ * device to device where needed, and C comes home once. The program counts the bytes it copies.
+ * The adsm twin is matmul.c.
  *
- *   matmul_explicit [--tiles T (4)] [--tile-size B (128)] [--runs N (3)]
+ *   matmul_explicit [--tiles T (4)] [--tile-size B (128)] [--runs N (3)] [--devices D (1)]
+ *                   [--policy v1..v4: v1 places tasks in turn, the others on their tile's owner]
  * Each run allocates fresh buffers (untimed), then times fill + copies + multiply + copies back +
- * read back. Runs on the main thread, normal context. */
+ * read back; as in cholesky_explicit.c, device-to-device copies are synchronous. Runs on the main
+ * thread, normal context. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
-#include "bench/tiles/kernels.h"
+#include "bench/tiles/plan.h"
 
-/* One matrix of tiles on both sides: host tiles inside one host buffer, one device buffer each. */
-typedef struct mm_pair {
-    float *host_block;
-    float **host, **dev;
-} mm_pair;
+/* A's, B's and C's tiles (mm_walk's numbering) on the host and on each device d. */
+typedef struct mm_buffers {
+    const tiles_options *o;
+    float **host, ***dev;
+} mm_buffers;
 
-static mm_pair mm_pair_alloc(const tiles_options *o) {
-    int count = mm_tile_count(o);
-    size_t bytes = mm_tile_bytes(o);
-    mm_pair p = {adsm_host_alloc(bytes * (size_t)count), calloc((size_t)count, sizeof(float *)),
-                 calloc((size_t)count, sizeof(float *))};
-    if (!p.host_block || !p.host || !p.dev) tiles_die("matmul_explicit: out of memory");
-    for (int t = 0; t < count; t++) {
-        p.host[t] = p.host_block + (size_t)t * bytes / sizeof(float);
-        if (!(p.dev[t] = adsm_dev_alloc(bytes))) tiles_die(adsm_last_error());
-    }
-    return p;
+static void mm_copy(void *ctx, int t, int from, int to) {
+    mm_buffers *m = (mm_buffers *)ctx;
+    size_t bytes = mm_tile_bytes(m->o);
+    adsm_result r = from < 0 ? adsm_copy_to_device(m->dev[to][t], m->host[t], bytes)
+                    : to < 0 ? adsm_copy_from_device(m->host[t], m->dev[from][t], bytes)
+                             : adsm_memcpy(m->dev[to][t], m->dev[from][t], bytes);
+    if (r != ADSM_OK) tiles_die(adsm_last_error());
 }
 
-static void mm_pair_free(const tiles_options *o, mm_pair *p) {
-    for (int t = 0; t < mm_tile_count(o); t++) adsm_dev_free(p->dev[t]);
-    adsm_host_free(p->host_block);
-    free(p->host);
-    free(p->dev);
-}
-
-/* Host to device, every tile of p; returns the bytes copied. */
-static uint64_t mm_to_device(const tiles_options *o, const mm_pair *p) {
-    for (int t = 0; t < mm_tile_count(o); t++)
-        if (adsm_copy_to_device(p->dev[t], p->host[t], mm_tile_bytes(o)) != ADSM_OK) tiles_die(adsm_last_error());
-    return (uint64_t)mm_tile_count(o) * mm_tile_bytes(o);
-}
-
-/* Device to host, every tile of p; returns the bytes copied. */
-static uint64_t mm_from_device(const tiles_options *o, const mm_pair *p) {
-    for (int t = 0; t < mm_tile_count(o); t++)
-        if (adsm_copy_from_device(p->host[t], p->dev[t], mm_tile_bytes(o)) != ADSM_OK) tiles_die(adsm_last_error());
-    return (uint64_t)mm_tile_count(o) * mm_tile_bytes(o);
+static void mm_launch_on_buffers(void *ctx, const tiles_task *k) {
+    mm_buffers *m = (mm_buffers *)ctx;
+    mm_launch(m->dev[k->dev], m->o->tile_size, k);
 }
 
 /* One timed run on fresh host and device tiles; C goes into `dense` for the check. */
 static tiles_run mm_run_explicit(const tiles_options *o, float *dense) {
-    mm_pair a = mm_pair_alloc(o), b = mm_pair_alloc(o), c = mm_pair_alloc(o);
+    int n = mm_tile_count(o), count = 3 * n;
+    size_t bytes = mm_tile_bytes(o);
+    mm_buffers m = {o, calloc((size_t)count, sizeof(float *)), calloc((size_t)o->devices, sizeof(float **))};
+    float *host_block = adsm_host_alloc(bytes * (size_t)count);
+    if (!m.host || !m.dev || !host_block) tiles_die("matmul_explicit: out of memory");
+    for (int t = 0; t < count; t++) m.host[t] = host_block + (size_t)t * bytes / sizeof(float);
+    for (int d = 0; d < o->devices; d++) {
+        if (!(m.dev[d] = calloc((size_t)count, sizeof(float *)))) tiles_die("matmul_explicit: out of memory");
+        for (int t = 0; t < count; t++)
+            if (!(m.dev[d][t] = adsm_dev_alloc_on(d, bytes))) tiles_die(adsm_last_error());
+    }
 
     double t0 = tiles_now_ms();
-    tiles_run run = {0, 0, 0, 0};
-    mm_fill(o, a.host, 0);
-    mm_fill(o, b.host, 1);
-    run.h2d_bytes = mm_to_device(o, &a) + mm_to_device(o, &b);
-    for (int t = 0; t < mm_tile_count(o); t++)
-        if (adsm_memset(c.dev[t], 0, mm_tile_bytes(o)) != ADSM_OK) tiles_die(adsm_last_error());
-    mm_multiply(o, c.dev, a.dev, b.dev);
-    if (adsm_sync() != ADSM_OK) tiles_die(adsm_last_error());
-    run.d2h_bytes = mm_from_device(o, &c);
-    mm_gather(o, c.host, dense);
-    run.ms = tiles_now_ms() - t0;
+    mm_fill(o, m.host, 0);
+    mm_fill(o, m.host + n, 1);
+    for (int d = 0; d < o->devices; d++)
+        for (int t = 2 * n; t < count; t++)
+            if (adsm_memset(m.dev[d][t], 0, bytes) != ADSM_OK) tiles_die(adsm_last_error());
+    tiles_plan p = tiles_plan_execute(o, mm_copy, &m, mm_launch_on_buffers, &m);
+    mm_gather(o, m.host + 2 * n, dense);
+    tiles_run run = {tiles_now_ms() - t0, p.h2d * bytes, p.d2h * bytes, p.d2d * bytes};
 
-    mm_pair_free(o, &a);
-    mm_pair_free(o, &b);
-    mm_pair_free(o, &c);
+    for (int d = 0; d < o->devices; d++) {
+        for (int t = 0; t < count; t++) adsm_dev_free(m.dev[d][t]);
+        free(m.dev[d]);
+    }
+    adsm_host_free(host_block);
+    free(m.host);
+    free(m.dev);
     return run;
 }
 

@@ -1,57 +1,127 @@
-/* bench/tiles/plan.h -- the copies a careful hand-written multi-device program needs for the
- * same task graph and the same placement: the baseline each adsm version is held to ("moves no
- * more than an explicit program with the same placement"). adsm's explicit path drives device 0
- * only, so this program is counted, not run: it knows where every tile's latest copy is, sends a
- * tile to a device once and keeps it there until a task elsewhere overwrites it, takes a tile
- * another device wrote straight from that device, and brings every tile the tasks wrote home
- * once at the end. Input tiles start on the host; fresh outputs (matmul's C) start zeroed on
- * every device. Runs on the main thread; no adsm call. */
+/* bench/tiles/plan.h -- the copies a careful hand-written multi-device program makes for a task
+ * graph (kernels.h: chol_walk, mm_walk) with a given placement: it knows where every tile's latest
+ * copy is, sends a tile to a device once and keeps it there until a task elsewhere overwrites it,
+ * takes a tile another device wrote straight from that device, and brings every tile the tasks
+ * wrote home once at the end. Input tiles start on the host; fresh outputs (matmul's C) start
+ * zeroed on every device.
+ *
+ * The adsm programs only count these copies (the baseline each runtime version is held to); the
+ * explicit programs make them (`copy` set): tiles_plan_prefetch first sends every tile the graph
+ * will need from the host, before anything runs (a careful program does not wait for kernels to
+ * send inputs), then tiles_plan_run makes the device-to-device copies where the graph needs them
+ * and calls the program's launcher for each task. Runs on the main thread. */
 #ifndef BENCH_TILES_PLAN_H
 #define BENCH_TILES_PLAN_H
 
-#include "bench/tiles/common.h"
+#include "bench/tiles/kernels.h"
 
 #define PLAN_HOST 0x100u /* bit for the host copy, next to the devices' (bit d) */
 
+/* One copy the plan makes: tile `tile` from device `from` to device `to` (-1: the host). */
+typedef void (*tiles_copy_fn)(void *ctx, int tile, int from, int to);
+
 typedef struct tiles_plan {
-    unsigned *valid;   /* per tile: the copies holding its latest content */
+    unsigned *valid;        /* per tile: the copies holding its latest content */
+    int count;
     uint64_t h2d, d2h, d2d; /* tiles moved */
+    tiles_copy_fn copy;     /* NULL: count only */
+    void *ctx;
+    int skip_h2d, skip_d2d; /* copies of these kinds are counted, not made (another pass makes them) */
+    tiles_task_fn launch;   /* the explicit programs' launcher, after a task's tiles are in place */
+    void *launch_ctx;
 } tiles_plan;
 
 static inline tiles_plan tiles_plan_new(int count, unsigned initial) {
-    tiles_plan p = {calloc((size_t)count, sizeof(unsigned)), 0, 0, 0};
+    tiles_plan p;
+    memset(&p, 0, sizeof p);
+    p.valid = calloc((size_t)count, sizeof(unsigned));
+    p.count = count;
     if (!p.valid) tiles_die("tiles plan: out of memory");
     for (int t = 0; t < count; t++) p.valid[t] = initial;
     return p;
 }
 
+/* The plan of a graph: Cholesky's tiles all start on the host; matmul's C (the last third of its
+ * numbering) starts zeroed everywhere. */
+static inline tiles_plan tiles_plan_for(const tiles_options *o) {
+    if (strcmp(o->bench, "cholesky") == 0) return tiles_plan_new(chol_tile_count(o), PLAN_HOST);
+    int n = mm_tile_count(o);
+    tiles_plan p = tiles_plan_new(3 * n, PLAN_HOST);
+    for (int c = 2 * n; c < 3 * n; c++) p.valid[c] = PLAN_HOST | ((1u << o->devices) - 1u);
+    return p;
+}
+
+static inline void tiles_plan_copy(tiles_plan *p, int t, int from, int to, int skip) {
+    if (p->copy && !skip) p->copy(p->ctx, t, from, to);
+}
+
 /* Tile t must be current on device d (for reading, or for a read-modify-write). */
 static inline void tiles_plan_need(tiles_plan *p, int t, int d) {
     unsigned bit = 1u << d;
-    if (p->valid[t] & bit) return;
-    if (p->valid[t] & PLAN_HOST) p->h2d++;
-    else p->d2d++;
+    if (t < 0 || (p->valid[t] & bit)) return;
+    if (p->valid[t] & PLAN_HOST) {
+        p->h2d++;
+        tiles_plan_copy(p, t, -1, d, p->skip_h2d);
+    } else {
+        p->d2d++;
+        tiles_plan_copy(p, t, __builtin_ctz(p->valid[t]), d, p->skip_d2d);
+    }
     p->valid[t] |= bit;
 }
 
-/* A task on device d wrote tile t: every other copy is stale. */
-static inline void tiles_plan_wrote(tiles_plan *p, int t, int d) { p->valid[t] = 1u << d; }
+/* One task: its tiles current on its device, then (explicit programs) its launch; the tile it
+ * writes is then current there alone. */
+static inline void tiles_plan_task(void *ctx, const tiles_task *k) {
+    tiles_plan *p = (tiles_plan *)ctx;
+    tiles_plan_need(p, k->out, k->dev);
+    tiles_plan_need(p, k->in1, k->dev);
+    tiles_plan_need(p, k->in2, k->dev);
+    if (p->launch) p->launch(p->launch_ctx, k);
+    p->valid[k->out] = 1u << k->dev;
+}
 
-/* The end: every tile not current on the host comes home once. */
-static inline void tiles_plan_finish(tiles_plan *p, int count) {
-    for (int t = 0; t < count; t++)
-        if (!(p->valid[t] & PLAN_HOST)) p->d2h++, p->valid[t] |= PLAN_HOST;
+static inline void tiles_plan_walk(const tiles_options *o, tiles_plan *p) {
+    if (strcmp(o->bench, "cholesky") == 0) chol_walk(o, tiles_plan_task, p);
+    else mm_walk(o, tiles_plan_task, p);
+}
+
+/* The end: every tile not current on the host comes home once, from its lowest holder. */
+static inline void tiles_plan_finish(tiles_plan *p) {
+    for (int t = 0; t < p->count; t++)
+        if (!(p->valid[t] & PLAN_HOST)) {
+            p->d2h++;
+            tiles_plan_copy(p, t, __builtin_ctz(p->valid[t]), -1, 0);
+            p->valid[t] |= PLAN_HOST;
+        }
     free(p->valid);
     p->valid = NULL;
 }
 
-/* The device of a task writing tile (i, j), as tiles_device() places it, with the plan's own turn
- * counter (v1 hands tasks out in turn). */
-static inline int tiles_plan_device(const tiles_options *o, int *turn, int i, int j) {
-    return tiles_version(o) == 1 ? (*turn)++ % o->devices : tiles_owner(o, i, j);
+/* The copies only, counted. */
+static inline tiles_plan tiles_plan_count(const tiles_options *o) {
+    tiles_plan p = tiles_plan_for(o);
+    tiles_plan_walk(o, &p);
+    tiles_plan_finish(&p);
+    return p;
 }
 
-/* One line under the program's table: the plan's tile counts. */
+/* The explicit programs: every host-to-device copy first, then the graph with its
+ * device-to-device copies and launches, then the copies home. Returns the tiles moved. */
+static inline tiles_plan tiles_plan_execute(const tiles_options *o, tiles_copy_fn copy, void *ctx, tiles_task_fn launch,
+                                            void *launch_ctx) {
+    tiles_plan pre = tiles_plan_for(o);
+    pre.copy = copy, pre.ctx = ctx, pre.skip_d2d = 1;
+    tiles_plan_walk(o, &pre); /* the same decisions as the run below: the walk is deterministic */
+    free(pre.valid);
+    tiles_plan p = tiles_plan_for(o);
+    p.copy = copy, p.ctx = ctx, p.skip_h2d = 1, p.launch = launch, p.launch_ctx = launch_ctx;
+    tiles_plan_walk(o, &p);
+    if (adsm_sync() != ADSM_OK) tiles_die(adsm_last_error());
+    tiles_plan_finish(&p);
+    return p;
+}
+
+/* One line under the adsm programs' table: the plan's tile counts. */
 static inline void tiles_plan_report(const tiles_plan *p) {
     printf("explicit plan (same placement, counted): h2d_tiles %llu d2h_tiles %llu d2d_tiles %llu\n",
            (unsigned long long)p->h2d, (unsigned long long)p->d2h, (unsigned long long)p->d2d);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tiled benchmarks over device counts: tiled Cholesky and tiled matmul, the explicit program
-# on one device, adsm (lazy and rolling) on 1, 2 and 4 emulated devices with each task on the
-# block-cyclic owner of the tile it writes; then the multi-GPU paper's four runtime versions
+# and adsm (lazy and rolling) on 1, 2 and 4 emulated devices with each task on the block-cyclic
+# owner of the tile it writes; then the multi-GPU paper's four runtime versions
 # (--policy v1..v4) on 4 devices, next to what a hand-written program with the same placement
 # would move (bench/tiles/plan.h, counted); then 8 x 8 Cholesky on devices smaller than the
 # matrix (ADSM_EMU_MEMORY 2M .. 512K: evictions). Prints markdown tables: median time and tile
@@ -43,7 +43,10 @@ table() {
     echo
     echo "| variant | protocol | devices | ms | tiles h2d | tiles d2h | tiles d2d |"
     echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-    row explicit - 1 "$bin/bench_tiles_${name}_explicit" --tiles "$tiles" --tile-size "$size"
+    for devices in 1 2 4; do
+        row explicit - "$devices" "$bin/bench_tiles_${name}_explicit" --tiles "$tiles" --tile-size "$size" \
+            --devices "$devices"
+    done
     for protocol in lazy rolling; do
         for devices in 1 2 4; do
             row adsm "$protocol" "$devices" "$bin/bench_tiles_$name" --tiles "$tiles" --tile-size "$size" \
