@@ -242,10 +242,12 @@ static void *read_big(void *arg) {
 }
 
 /* Starts adsm for a test with one large object whose copies take a while: on the cuda double
- * every stream operation is delayed, on emu the object is large. Returns the object's size. */
+ * every stream operation is delayed, on emu the object is large. Returns the object's size.
+ * The delay leaves a wide margin: at 1 ms per operation the large fetch once ended before the
+ * other thread's two faults on a machine busy with compiles beside the suite. */
 static size_t init_for_a_long_copy(adsm_protocol_kind protocol) {
 #ifdef TEST_ON_CUDA_DOUBLE
-    setenv("CUDADOUBLE_DELAY_US", "1000", 1);
+    setenv("CUDADOUBLE_DELAY_US", "3000", 1);
     size_t size = 128 * MIB;
 #else
     size_t size = 512 * MIB;
