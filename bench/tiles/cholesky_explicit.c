@@ -18,53 +18,29 @@
 
 #include "bench/tiles/plan.h"
 
-/* The tiles on both sides: host[t], and dev[d][t] on each device d. */
 typedef struct chol_buffers {
     const tiles_options *o;
-    double **host, ***dev;
+    tiles_buffers *tiles;
 } chol_buffers;
-
-static void chol_copy(void *ctx, int t, int from, int to) {
-    chol_buffers *c = (chol_buffers *)ctx;
-    size_t bytes = chol_tile_bytes(c->o);
-    adsm_result r = from < 0 ? adsm_copy_to_device(c->dev[to][t], c->host[t], bytes)
-                    : to < 0 ? adsm_copy_from_device(c->host[t], c->dev[from][t], bytes)
-                             : adsm_memcpy(c->dev[to][t], c->dev[from][t], bytes);
-    if (r != ADSM_OK) tiles_die(adsm_last_error());
-}
 
 static void chol_launch_on_buffers(void *ctx, const tiles_task *k) {
     chol_buffers *c = (chol_buffers *)ctx;
-    chol_launch(c->dev[k->dev], c->o->tile_size, k);
+    chol_launch((double *const *)c->tiles->dev[k->dev], c->o->tile_size, k);
 }
 
 /* One timed run on fresh host and device tiles; the factor goes into `dense` for the check. */
 static tiles_run chol_run_explicit(const tiles_options *o, double *dense) {
-    int count = chol_tile_count(o);
     size_t bytes = chol_tile_bytes(o);
-    chol_buffers c = {o, calloc((size_t)count, sizeof(double *)), calloc((size_t)o->devices, sizeof(double **))};
-    double *host_block = adsm_host_alloc(bytes * (size_t)count);
-    if (!c.host || !c.dev || !host_block) tiles_die("cholesky_explicit: out of memory");
-    for (int t = 0; t < count; t++) c.host[t] = host_block + (size_t)t * bytes / sizeof(double);
-    for (int d = 0; d < o->devices; d++) {
-        if (!(c.dev[d] = calloc((size_t)count, sizeof(double *)))) tiles_die("cholesky_explicit: out of memory");
-        for (int t = 0; t < count; t++)
-            if (!(c.dev[d][t] = adsm_dev_alloc_on(d, bytes))) tiles_die(adsm_last_error());
-    }
+    tiles_buffers tb = tiles_buffers_new(o, chol_tile_count(o), bytes);
+    chol_buffers c = {o, &tb};
 
     double t0 = tiles_now_ms();
-    chol_fill(o, c.host);
-    tiles_plan p = tiles_plan_execute(o, chol_copy, &c, chol_launch_on_buffers, &c);
-    chol_gather(o, c.host, dense);
+    chol_fill(o, (double *const *)tb.host);
+    tiles_plan p = tiles_plan_execute(o, tiles_buffers_copy, &tb, chol_launch_on_buffers, &c);
+    chol_gather(o, (double *const *)tb.host, dense);
     tiles_run run = {tiles_now_ms() - t0, p.h2d * bytes, p.d2h * bytes, p.d2d * bytes};
 
-    for (int d = 0; d < o->devices; d++) {
-        for (int t = 0; t < count; t++) adsm_dev_free(c.dev[d][t]);
-        free(c.dev[d]);
-    }
-    adsm_host_free(host_block);
-    free(c.host);
-    free(c.dev);
+    tiles_buffers_free(&tb);
     return run;
 }
 

@@ -17,57 +17,36 @@
 
 #include "bench/tiles/plan.h"
 
-/* A's, B's and C's tiles (mm_walk's numbering) on the host and on each device d. */
+/* A's, B's and C's tiles (mm_walk's numbering) on the host and on every device. */
 typedef struct mm_buffers {
     const tiles_options *o;
-    float **host, ***dev;
+    tiles_buffers *tiles;
 } mm_buffers;
-
-static void mm_copy(void *ctx, int t, int from, int to) {
-    mm_buffers *m = (mm_buffers *)ctx;
-    size_t bytes = mm_tile_bytes(m->o);
-    adsm_result r = from < 0 ? adsm_copy_to_device(m->dev[to][t], m->host[t], bytes)
-                    : to < 0 ? adsm_copy_from_device(m->host[t], m->dev[from][t], bytes)
-                             : adsm_memcpy(m->dev[to][t], m->dev[from][t], bytes);
-    if (r != ADSM_OK) tiles_die(adsm_last_error());
-}
 
 static void mm_launch_on_buffers(void *ctx, const tiles_task *k) {
     mm_buffers *m = (mm_buffers *)ctx;
-    mm_launch(m->dev[k->dev], m->o->tile_size, k);
+    mm_launch((float *const *)m->tiles->dev[k->dev], m->o->tile_size, k);
 }
 
 /* One timed run on fresh host and device tiles; C goes into `dense` for the check. */
 static tiles_run mm_run_explicit(const tiles_options *o, float *dense) {
-    int n = mm_tile_count(o), count = 3 * n;
+    int n = mm_tile_count(o);
     size_t bytes = mm_tile_bytes(o);
-    mm_buffers m = {o, calloc((size_t)count, sizeof(float *)), calloc((size_t)o->devices, sizeof(float **))};
-    float *host_block = adsm_host_alloc(bytes * (size_t)count);
-    if (!m.host || !m.dev || !host_block) tiles_die("matmul_explicit: out of memory");
-    for (int t = 0; t < count; t++) m.host[t] = host_block + (size_t)t * bytes / sizeof(float);
-    for (int d = 0; d < o->devices; d++) {
-        if (!(m.dev[d] = calloc((size_t)count, sizeof(float *)))) tiles_die("matmul_explicit: out of memory");
-        for (int t = 0; t < count; t++)
-            if (!(m.dev[d][t] = adsm_dev_alloc_on(d, bytes))) tiles_die(adsm_last_error());
-    }
+    tiles_buffers tb = tiles_buffers_new(o, 3 * n, bytes);
+    mm_buffers m = {o, &tb};
+    float **host = (float **)tb.host;
 
     double t0 = tiles_now_ms();
-    mm_fill(o, m.host, 0);
-    mm_fill(o, m.host + n, 1);
+    mm_fill(o, host, 0);
+    mm_fill(o, host + n, 1);
     for (int d = 0; d < o->devices; d++)
-        for (int t = 2 * n; t < count; t++)
-            if (adsm_memset(m.dev[d][t], 0, bytes) != ADSM_OK) tiles_die(adsm_last_error());
-    tiles_plan p = tiles_plan_execute(o, mm_copy, &m, mm_launch_on_buffers, &m);
-    mm_gather(o, m.host + 2 * n, dense);
+        for (int t = 2 * n; t < 3 * n; t++)
+            if (adsm_memset(tb.dev[d][t], 0, bytes) != ADSM_OK) tiles_die(adsm_last_error());
+    tiles_plan p = tiles_plan_execute(o, tiles_buffers_copy, &tb, mm_launch_on_buffers, &m);
+    mm_gather(o, host + 2 * n, dense);
     tiles_run run = {tiles_now_ms() - t0, p.h2d * bytes, p.d2h * bytes, p.d2d * bytes};
 
-    for (int d = 0; d < o->devices; d++) {
-        for (int t = 0; t < count; t++) adsm_dev_free(m.dev[d][t]);
-        free(m.dev[d]);
-    }
-    adsm_host_free(host_block);
-    free(m.host);
-    free(m.dev);
+    tiles_buffers_free(&tb);
     return run;
 }
 

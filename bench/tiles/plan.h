@@ -121,6 +121,48 @@ static inline tiles_plan tiles_plan_execute(const tiles_options *o, tiles_copy_f
     return p;
 }
 
+/* ---- the explicit programs' tiles -------------------------------------------------------------- */
+/* Every tile on the host (one adsm_host_alloc block) and on every device (one adsm_dev_alloc_on
+ * buffer per tile and device): host[t], dev[d][t]. */
+typedef struct tiles_buffers {
+    int count, devices;
+    size_t bytes;
+    void *host_block;
+    void **host, ***dev;
+} tiles_buffers;
+
+static inline tiles_buffers tiles_buffers_new(const tiles_options *o, int count, size_t bytes) {
+    tiles_buffers b = {count, o->devices, bytes, adsm_host_alloc(bytes * (size_t)count),
+                       calloc((size_t)count, sizeof(void *)), calloc((size_t)o->devices, sizeof(void **))};
+    if (!b.host_block || !b.host || !b.dev) tiles_die("tiles: out of memory");
+    for (int t = 0; t < count; t++) b.host[t] = (unsigned char *)b.host_block + (size_t)t * bytes;
+    for (int d = 0; d < o->devices; d++) {
+        if (!(b.dev[d] = calloc((size_t)count, sizeof(void *)))) tiles_die("tiles: out of memory");
+        for (int t = 0; t < count; t++)
+            if (!(b.dev[d][t] = adsm_dev_alloc_on(d, bytes))) tiles_die(adsm_last_error());
+    }
+    return b;
+}
+
+static inline void tiles_buffers_free(tiles_buffers *b) {
+    for (int d = 0; d < b->devices; d++) {
+        for (int t = 0; t < b->count; t++) adsm_dev_free(b->dev[d][t]);
+        free(b->dev[d]);
+    }
+    adsm_host_free(b->host_block);
+    free(b->host);
+    free(b->dev);
+}
+
+/* A tiles_copy_fn over tiles_buffers: host to device, device to host, or device to device. */
+static inline void tiles_buffers_copy(void *ctx, int t, int from, int to) {
+    tiles_buffers *b = (tiles_buffers *)ctx;
+    adsm_result r = from < 0 ? adsm_copy_to_device(b->dev[to][t], b->host[t], b->bytes)
+                    : to < 0 ? adsm_copy_from_device(b->host[t], b->dev[from][t], b->bytes)
+                             : adsm_memcpy(b->dev[to][t], b->dev[from][t], b->bytes);
+    if (r != ADSM_OK) tiles_die(adsm_last_error());
+}
+
 /* One line under the adsm programs' table: the plan's tile counts. */
 static inline void tiles_plan_report(const tiles_plan *p) {
     printf("explicit plan (same placement, counted): h2d_tiles %llu d2h_tiles %llu d2d_tiles %llu\n",
