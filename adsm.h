@@ -195,7 +195,7 @@
    objects its kernel names only when there are several devices (the others wait on the host for
    a kernel that names them), so a kernel may then follow stored pointers only into objects it is
    given. Kernels on different devices run at the same time, and each emulated device runs up to
-   ADSM_EMU_STREAMS (4) kernels at once: a kernel waits for the copies of its own objects and the
+   ADSM_EMU_STREAMS (default 4) kernels at once: a kernel waits for the copies of its own objects and the
    earlier kernels whose objects conflict with its own (one writes what the other reads or
    writes). One device runs kernels in issue order unless ADSM_EMU_STREAMS asks for more (then a
    kernel that reads through a stored pointer an object an earlier kernel writes must name it).
@@ -207,10 +207,11 @@
    owner computes by location: adsm_config.affinity_block (ADSM_AFFINITY_BLOCK=B) deals objects
    to devices B at a time in allocation order, adsm_set_affinity(ptr, dev) sets one object's.
    Each device's memory is a cache: a launch that does not fit evicts the objects its device used
-   least recently (what only it held is written back first). adsm_config.write_through (ADSM_WRITE_THROUGH=1) brings every
-   kernel's output home before the next call or sync; adsm_config.drop_replicas
-   (ADSM_DROP_REPLICAS=1) keeps no copy on a device of what a kernel only read there.
-   A device that dies is reported once by the next adsm_sync
+   least recently (what only it held is written back first), and a kernel whose own objects do
+   not fit one device fails with ADSM_ERROR_DEVICE_OUT_OF_MEMORY before anything moves.
+   adsm_config.write_through (ADSM_WRITE_THROUGH=1) brings every kernel's output home before the
+   next call or sync; adsm_config.drop_replicas (ADSM_DROP_REPLICAS=1) keeps no copy on a device
+   of what a kernel only read there. A device that dies is reported once by the next adsm_sync
    (naming it); launches on it fail with ADSM_ERROR_DEVICE_LOST and the others keep working.
 
    6. ERRORS
