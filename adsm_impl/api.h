@@ -399,10 +399,7 @@ ADSM__PRIVATE adsm_result adsm__explicit_copy(void *dev, const void *host, size_
     } else if (o) {
         if (rt->be->from_device(ctx, (uintptr_t)host, adsm__dev_in(rt, (uintptr_t)dev), n) != 0)
             r = adsm__fail(ADSM_ERROR_SYSTEM, "%s failed", fn);
-        else {
-            adsm__stats_d2h(&rt->stats, n);
-            ADSM__ADD(&rt->dev_stats[o->home_dev].d2h_bytes, n);
-        }
+        else adsm__count_from_device(rt, o->home_dev, n);
     }
     adsm__unlock(&rt->lock);
     return r;

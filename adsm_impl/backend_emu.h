@@ -481,21 +481,20 @@ ADSM__PRIVATE adsm_result adsm__emu_dev_alloc(void *ctx, uintptr_t dev, size_t s
     return adsm__emu_range_cmd(e, ADSM__EMU_ALLOC, dev, span);
 }
 
-/* The caller waited for every launch, so no kernel uses the range any more. Punching the hole
- * returns the memory and leaves zeros for the next object at this address. */
-ADSM__PRIVATE void adsm__emu_dev_free(void *ctx, uintptr_t dev, size_t span) {
-    adsm__emu *e = (adsm__emu *)ctx;
-    adsm__emu_range_cmd(e, ADSM__EMU_FREE, dev, span);
-    adsm__emu_unback(e, dev, span);
-    if (fallocate(e->devfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(dev - e->base), (off_t)span) != 0)
-        memset(e->window + (dev - e->base), 0, span);
-}
-
-/* An evicted object (capacity.h): its pages go back, the range stays the device process's. */
+/* The pages behind [dev, dev + n) go back, leaving zeros (punched; written over if the hole cannot
+ * be punched), and may be backed again. No kernel or copy uses the range (the callers waited). */
 ADSM__PRIVATE void adsm__emu_dev_discard(void *ctx, uintptr_t dev, size_t n) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_unback(e, dev, n);
-    (void)fallocate(e->devfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(dev - e->base), (off_t)n);
+    if (fallocate(e->devfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(dev - e->base), (off_t)n) != 0)
+        memset(e->window + (dev - e->base), 0, n);
+}
+
+/* The caller waited for every launch, so no kernel uses the range any more; the next object at
+ * this address starts zeroed. */
+ADSM__PRIVATE void adsm__emu_dev_free(void *ctx, uintptr_t dev, size_t span) {
+    adsm__emu_range_cmd((adsm__emu *)ctx, ADSM__EMU_FREE, dev, span);
+    adsm__emu_dev_discard(ctx, dev, span); /* an evicted object's pages go the same way (capacity.h) */
 }
 
 ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {

@@ -18,11 +18,11 @@
 #ifndef ADSM__CAPACITY_INCLUDED
 #define ADSM__CAPACITY_INCLUDED
 
-/* Bytes device d can still take: adsm_dev_alloc buffers live on device 0 and are never evicted. */
+/* Bytes device d can still take (rt->dev_bytes[d] counts its shared objects and its device
+ * buffers, which are never evicted). */
 ADSM__PRIVATE size_t adsm__dev_free_bytes(const adsm__runtime *rt, unsigned d) {
     size_t capacity = rt->be->capacity(rt->dev_ctx[d]);
-    size_t held = rt->dev_bytes[d] + (d == 0 ? rt->device_used : 0);
-    return capacity > held ? capacity - held : 0;
+    return capacity > rt->dev_bytes[d] ? capacity - rt->dev_bytes[d] : 0;
 }
 
 ADSM__PRIVATE int adsm__names(adsm__object *const *used, size_t nused, const adsm__object *o) {

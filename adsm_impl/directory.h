@@ -164,6 +164,12 @@ ADSM__PRIVATE unsigned adsm__place(const adsm__runtime *rt, adsm__object *const 
 }
 
 /* ---- making a launch's objects current on its device ---------------------------------------- */
+/* Bytes device d sent to the host, in the totals and in d's own counters. Signal-safe. */
+ADSM__PRIVATE void adsm__count_from_device(adsm__runtime *rt, unsigned d, size_t n) {
+    adsm__stats_d2h(&rt->stats, n);
+    ADSM__ADD(&rt->dev_stats[d].d2h_bytes, n);
+}
+
 ADSM__PRIVATE void adsm__count_to_device(adsm__runtime *rt, unsigned d, int from_device, size_t n) {
     if (from_device) {
         ADSM__ADD(&rt->stats.d2d_bytes, n);

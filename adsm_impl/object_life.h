@@ -83,7 +83,7 @@ ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, in
 /* Gives back the device room o took: with one device from its allocation, with several on the
  * devices holding it (capacity.h). */
 ADSM__PRIVATE void adsm__object_uncharge(adsm__runtime *rt, adsm__object *o) {
-    if (rt->ndev == 1 || o->device_only) {
+    if (rt->ndev == 1) {
         rt->device_used -= o->span;
         return;
     }

@@ -91,8 +91,7 @@ ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, unsigned from, uintptr_t 
     uint64_t t0 = adsm__now_ns();
     if (adsm__copy_home(&rt->fill, &ops, host, dev, n, prot, &count) != 0) return -1;
     adsm__trace(&rt->trace, ADSM__TR_FETCH, t0, host, n);
-    adsm__stats_d2h(&rt->stats, n);
-    ADSM__ADD(&rt->dev_stats[from].d2h_bytes, n);
+    adsm__count_from_device(rt, from, n);
     ADSM__ADD(&rt->stats.d2h_moved_bytes, count.moved);
     ADSM__ADD(&rt->stats.d2h_forced_bytes, count.forced);
     return 0;
