@@ -18,25 +18,20 @@
 
 #include "bench/tiles/plan.h"
 
-typedef struct chol_buffers {
-    const tiles_options *o;
-    tiles_buffers *tiles;
-} chol_buffers;
-
+/* A task on the buffers of its device. */
 static void chol_launch_on_buffers(void *ctx, const tiles_task *k) {
-    chol_buffers *c = (chol_buffers *)ctx;
-    chol_launch((double *const *)c->tiles->dev[k->dev], c->o->tile_size, k);
+    tiles_buffers *tb = (tiles_buffers *)ctx;
+    chol_launch((double *const *)tb->dev[k->dev], tb->tile_size, k);
 }
 
 /* One timed run on fresh host and device tiles; the factor goes into `dense` for the check. */
 static tiles_run chol_run_explicit(const tiles_options *o, double *dense) {
     size_t bytes = chol_tile_bytes(o);
     tiles_buffers tb = tiles_buffers_new(o, chol_tile_count(o), bytes);
-    chol_buffers c = {o, &tb};
 
     double t0 = tiles_now_ms();
     chol_fill(o, (double *const *)tb.host);
-    tiles_plan p = tiles_plan_execute(o, tiles_buffers_copy, &tb, chol_launch_on_buffers, &c);
+    tiles_plan p = tiles_plan_execute(o, tiles_buffers_copy, &tb, chol_launch_on_buffers, &tb);
     chol_gather(o, (double *const *)tb.host, dense);
     tiles_run run = {tiles_now_ms() - t0, p.h2d * bytes, p.d2h * bytes, p.d2d * bytes};
 

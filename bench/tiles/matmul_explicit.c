@@ -17,15 +17,10 @@
 
 #include "bench/tiles/plan.h"
 
-/* A's, B's and C's tiles (mm_walk's numbering) on the host and on every device. */
-typedef struct mm_buffers {
-    const tiles_options *o;
-    tiles_buffers *tiles;
-} mm_buffers;
-
+/* A task on the buffers of its device: A's, B's and C's tiles in mm_walk's numbering. */
 static void mm_launch_on_buffers(void *ctx, const tiles_task *k) {
-    mm_buffers *m = (mm_buffers *)ctx;
-    mm_launch((float *const *)m->tiles->dev[k->dev], m->o->tile_size, k);
+    tiles_buffers *tb = (tiles_buffers *)ctx;
+    mm_launch((float *const *)tb->dev[k->dev], tb->tile_size, k);
 }
 
 /* One timed run on fresh host and device tiles; C goes into `dense` for the check. */
@@ -33,7 +28,6 @@ static tiles_run mm_run_explicit(const tiles_options *o, float *dense) {
     int n = mm_tile_count(o);
     size_t bytes = mm_tile_bytes(o);
     tiles_buffers tb = tiles_buffers_new(o, 3 * n, bytes);
-    mm_buffers m = {o, &tb};
     float **host = (float **)tb.host;
 
     double t0 = tiles_now_ms();
@@ -42,7 +36,7 @@ static tiles_run mm_run_explicit(const tiles_options *o, float *dense) {
     for (int d = 0; d < o->devices; d++)
         for (int t = 2 * n; t < 3 * n; t++)
             if (adsm_memset(tb.dev[d][t], 0, bytes) != ADSM_OK) tiles_die(adsm_last_error());
-    tiles_plan p = tiles_plan_execute(o, tiles_buffers_copy, &tb, mm_launch_on_buffers, &m);
+    tiles_plan p = tiles_plan_execute(o, tiles_buffers_copy, &tb, mm_launch_on_buffers, &tb);
     mm_gather(o, host + 2 * n, dense);
     tiles_run run = {tiles_now_ms() - t0, p.h2d * bytes, p.d2h * bytes, p.d2d * bytes};
 

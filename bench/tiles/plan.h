@@ -125,14 +125,14 @@ static inline tiles_plan tiles_plan_execute(const tiles_options *o, tiles_copy_f
 /* Every tile on the host (one adsm_host_alloc block) and on every device (one adsm_dev_alloc_on
  * buffer per tile and device): host[t], dev[d][t]. */
 typedef struct tiles_buffers {
-    int count, devices;
+    int count, devices, tile_size; /* tile_size: elements per side, for the launchers */
     size_t bytes;
     void *host_block;
     void **host, ***dev;
 } tiles_buffers;
 
 static inline tiles_buffers tiles_buffers_new(const tiles_options *o, int count, size_t bytes) {
-    tiles_buffers b = {count, o->devices, bytes, adsm_host_alloc(bytes * (size_t)count),
+    tiles_buffers b = {count, o->devices, o->tile_size, bytes, adsm_host_alloc(bytes * (size_t)count),
                        calloc((size_t)count, sizeof(void *)), calloc((size_t)o->devices, sizeof(void **))};
     if (!b.host_block || !b.host || !b.dev) tiles_die("tiles: out of memory");
     for (int t = 0; t < count; t++) b.host[t] = (unsigned char *)b.host_block + (size_t)t * bytes;
