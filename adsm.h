@@ -412,6 +412,8 @@ typedef struct adsm_config {
                              in allocation order, B at a time; ADSM_CALL then runs a kernel on the
                              device its outputs belong to (0 = ADSM_AFFINITY_BLOCK or none: where
                              their bytes are) */
+    const char *devices;  /* cuda: the GPUs to drive, "all" or ordinals such as "0,2", device 0 first
+                             (NULL = ADSM_DEVICES, else the one GPU `device` names) */
 } adsm_config;
 
 /* ---- statistics --------------------------------------------------------------------------- */

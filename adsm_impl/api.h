@@ -52,11 +52,12 @@ ADSM__PRIVATE void adsm__devices_stop(adsm__runtime *rt) {
     rt->ndev = 0;
 }
 
-/* The backend's first context is device 0; emu starts ADSM_EMU_DEVICES - 1 more device processes,
- * each with its own memory at the same addresses. Several devices need a tracking protocol: the
+/* The backend's first context is device 0; the backend says how many it drives (emu starts
+ * ADSM_EMU_DEVICES - 1 more device processes, each with its own memory at the same addresses;
+ * cuda a context per GPU ADSM_DEVICES lists). Several devices need a tracking protocol: the
  * directory (directory.h) follows lazy's and rolling's units. */
 ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
-    unsigned want = rt->be == &adsm__backend_emu ? rt->cfg.emu_devices : 1;
+    unsigned want = rt->be->device_count ? rt->be->device_count(rt->be_ctx) : 1;
     rt->ndev = 1;
     rt->dev_ctx[0] = rt->be_ctx;
     rt->release_dev = -1;
@@ -64,12 +65,13 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
     memset(rt->dev_stats, 0, sizeof rt->dev_stats);
     memset(rt->dev_bytes, 0, sizeof rt->dev_bytes);
     rt->lru_clock = rt->objects_dealt = 0;
-    if (rt->cfg.emu_devices > 1 && want == 1)
-        adsm__log(ADSM_LOG_WARN, "ADSM_EMU_DEVICES=%u applies to the emu backend; %s drives one device",
-                  rt->cfg.emu_devices, rt->be->name);
+    if (rt->cfg.emu_devices > 1 && rt->be != &adsm__backend_emu)
+        adsm__log(ADSM_LOG_WARN, "ADSM_EMU_DEVICES=%u applies to the emu backend; %s drives %u device%s",
+                  rt->cfg.emu_devices, rt->be->name, want, want == 1 ? "" : "s");
     if (want > 1 && rt->cfg.protocol == ADSM_PROTOCOL_BATCH)
-        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_DEVICES=%u: the batch protocol drives one device; "
-                          "use lazy or rolling", want);
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "%s=%u devices: the batch protocol drives one device; "
+                          "use lazy or rolling", rt->be == &adsm__backend_emu ? "ADSM_EMU_DEVICES" : "ADSM_DEVICES",
+                          want);
     for (unsigned d = 1; d < want; d++) {
         adsm_result r = rt->be->init(rt, &rt->dev_ctx[d]);
         rt->be_ctx = rt->dev_ctx[0]; /* emu's init points it at the device it starts */
@@ -107,6 +109,8 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     adsm__tree_init(&rt->safe_dev);
     adsm__tree_init(&rt->host_buffers);
     rt->dev_delta = 0; /* a backend whose device addresses differ sets it */
+    rt->ndev = 0;      /* the index of the device whose context starts next (cuda reads it) */
+    rt->dev_granule = 0;
     if ((r = adsm__backend_start(rt)) != ADSM_OK) {
         adsm__release_memory(rt);
         return r;
@@ -467,7 +471,11 @@ ADSM__PRIVATE adsm_result adsm__module_load(const void *image, size_t size, int 
     if (!image) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: NULL %s", fn, source ? "source" : "image");
     if ((r = adsm__ensure()) != ADSM_OK) return r;
     if (!rt->be->module_load) return ADSM_OK; /* kernels run from their CPU bodies here */
-    return rt->be->module_load(rt->be_ctx, image, size, source, options);
+    for (unsigned d = 0; d < rt->ndev; d++) { /* a kernel may run on any device */
+        if (adsm__lost_devices(rt) & adsm__dev_bit(d)) continue;
+        if ((r = rt->be->module_load(rt->dev_ctx[d], image, size, source, options)) != ADSM_OK) return r;
+    }
+    return ADSM_OK;
 }
 
 ADSM__PRIVATE adsm_result adsm__module_load_image_unguarded(const void *image, size_t size) {
@@ -512,6 +520,17 @@ ADSM__PRIVATE adsm_result adsm__module_load_file_unguarded(const char *path) {
 }
 
 /* ---- launches ----------------------------------------------------------------------------- */
+/* Gets a kernel's device code ready on every live device (cuda compiles single-source kernels
+ * and loads them into each context), before placement picks one. No lock held. */
+ADSM__PRIVATE adsm_result adsm__prepare_everywhere(adsm__runtime *rt, const adsm_kernel_desc *k) {
+    for (unsigned d = 0; rt->be->prepare && d < rt->ndev; d++) {
+        if (adsm__lost_devices(rt) & adsm__dev_bit(d)) continue;
+        adsm_result r = rt->be->prepare(rt->dev_ctx[d], k);
+        if (r != ADSM_OK) return r;
+    }
+    return ADSM_OK;
+}
+
 ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc *k, adsm_grid grid,
                                                 const void *args) {
     adsm__runtime *rt = &adsm__rt;
@@ -529,7 +548,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
         return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': %zu bytes of arguments, the %s backend takes %zu",
                           k->name, k->args_size, rt->be->name, rt->be->max_args);
     if ((r = adsm__check_launch_shape(k, grid)) != ADSM_OK) return r;
-    if (rt->be->prepare && (r = rt->be->prepare(rt->be_ctx, k)) != ADSM_OK) return r;
+    if ((r = adsm__prepare_everywhere(rt, k)) != ADSM_OK) return r;
     size_t threads = adsm_grid_threads(grid); /* counted without overflow: checked above */
     grid.begin = 0;
     grid.end = threads;
@@ -601,7 +620,7 @@ ADSM__PRIVATE adsm_result adsm__kernel_prepare_unguarded(const adsm_kernel_desc 
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
     if ((r = adsm__ensure()) != ADSM_OK || (r = adsm__check_kernel_desc(k)) != ADSM_OK) return r;
-    return rt->be->prepare ? rt->be->prepare(rt->be_ctx, k) : ADSM_OK;
+    return adsm__prepare_everywhere(rt, k);
 }
 
 /* Waits for every device and returns the first error, naming its device when there are several.

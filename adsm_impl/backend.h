@@ -38,6 +38,9 @@ typedef struct adsm__backend_vtbl {
      * per device, and a fork from a process with threads is unsafe: the child inherits locks
      * held, and ThreadSanitizer refuses it) */
     adsm_result (*start)(void *ctx);
+    /* optional: how many devices the backend drives, asked of the first device's context (each
+     * later init finds its index in rt->ndev); NULL: one */
+    unsigned (*device_count)(void *ctx);
     void (*shutdown)(void *ctx);
     size_t (*capacity)(void *ctx);
     adsm_result (*dev_alloc)(void *ctx, uintptr_t dev, size_t span);
@@ -45,12 +48,22 @@ typedef struct adsm__backend_vtbl {
     /* optional: the memory behind [dev, dev + n) of a live range may go (its content is dropped,
      * the range stays usable); no copy or kernel uses it (the caller drained and waited) */
     void (*dev_discard)(void *ctx, uintptr_t dev, size_t n);
+    /* optional, signal-safe (cuda): with several devices a shared object has memory on a device
+     * only while it is resident there (capacity.h): dev_map backs [dev, dev + span), zeroed, when
+     * it becomes resident, dev_free gives it back when it leaves, and adsm_alloc calls neither.
+     * 0, 1 when the device has no memory left, -1 when it is lost. */
+    int (*dev_map)(void *ctx, uintptr_t dev, size_t span);
     /* signal-safe: host->device copy; async copies complete in order, before drain() returns.
      * after: the last launch on this device the copy must wait for (one that may use the range:
      * the copy changes what it reads); ADSM__EVERY_LAUNCH for every launch sent so far */
     int (*to_device)(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async, uint64_t after);
     /* signal-safe: device->host copy into writable host memory (copy.h fills protected pages) */
     int (*from_device)(void *ctx, uintptr_t host, uintptr_t dev, size_t n);
+    /* optional: [dev, dev + n) from device src's memory to device dst's, both at adsm's device
+     * address (each backend context translates its own side), after dst's earlier launches;
+     * returns once the copy landed, 0 or -1. Normal context, no lock needed. Without it device
+     * to device copies use device_view, or go through the host. */
+    int (*peer_copy)(void *dst, void *src, uintptr_t dev, size_t n);
     /* signal-safe: wait until every async to_device copy has landed */
     void (*drain)(void *ctx);
     adsm_result (*launch)(void *ctx, const adsm__launch *l);

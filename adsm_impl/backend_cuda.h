@@ -40,7 +40,9 @@ typedef struct adsm__nvrtc_api {
 } adsm__nvrtc_api;
 
 enum { ADSM__CMD_H2D = 1, ADSM__CMD_D2H, ADSM__CMD_D2D, ADSM__CMD_MEMSET, ADSM__CMD_LAUNCH, ADSM__CMD_MAP,
-       ADSM__CMD_UNMAP, ADSM__CMD_UNREGISTER };
+       ADSM__CMD_UNMAP, ADSM__CMD_UNREGISTER, ADSM__CMD_PEER };
+
+typedef struct adsm__cuda adsm__cuda;
 
 /* One engine command, a slot of the engine's queue. Its result (0, 1: refused, -1: failed) goes
  * to the pusher's own variable (copy_queue.h), not here. */
@@ -48,6 +50,7 @@ typedef struct adsm__cuda_cmd {
     int type, status, value; /* status: set to 1 by a refusal that is not a device error */
     uintptr_t dst, src; /* device addresses are adsm's (before translation) */
     size_t n;
+    adsm__cuda *peer; /* ADSM__CMD_PEER: the device whose memory is the source */
     uint64_t seq;
     const adsm_kernel_desc *kernel;
     adsm__cu_function fn;
@@ -82,8 +85,12 @@ ADSM__PRIVATE uint64_t adsm__cuda_kernel_key(const adsm_kernel_desc *k) {
     return (p & 0x7fffffffu) | (p >> 31 << 32);
 }
 
-typedef struct adsm__cuda {
+struct adsm__cuda {
     adsm__runtime *rt;
+    unsigned index;    /* adsm's number for this device (0: the first, which counts the others) */
+    unsigned ndevices; /* device 0: how many devices adsm drives (ADSM_DEVICES) */
+    adsm__cu_device peers[ADSM__MAX_DEVICES]; /* the other devices that may access this one's memory */
+    unsigned npeers;
     adsm__cu_api cu;
     void *lib;
     adsm__cu_device device;
@@ -127,6 +134,7 @@ typedef struct adsm__cuda {
     uint64_t last_kernel_done_ns;              /* ADSM_TRACE: when the completion thread saw the last end */
     const adsm_kernel_desc *last_kernel; /* engine thread: the newest launch, to name in faults */
     uint64_t issued_seq, completed_seq;
+    uint64_t sent_seq; /* the last launch the runtime sent this device (several devices: a subsequence) */
     int issued_gen, completion_gen, lost, quitting;
     adsm__device_error errors; /* the first device error since the last adsm_sync */
     pthread_mutex_t module_mutex;
@@ -152,7 +160,7 @@ typedef struct adsm__cuda {
     void *nvrtc_lib;
     adsm__nvrtc_api nvrtc;
     char nvrtc_name[4200]; /* which NVRTC was picked, and its version (for the log and tests) */
-} adsm__cuda;
+};
 
 /* ---- errors -------------------------------------------------------------------------------- */
 ADSM__PRIVATE const char *adsm__cu_name(const adsm__cuda *c, adsm__cu_result r) {
@@ -277,8 +285,16 @@ ADSM__PRIVATE adsm_result adsm__cuda_device(adsm__cuda *c, int ordinal) {
                           version / 1000, version % 1000 / 10);
     if (c->cu.cuDeviceGetCount(&count) != 0 || count == 0)
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "cuda backend: the CUDA driver sees no device");
-    if (ordinal >= count)
+    if (ordinal >= count && c->rt->cfg.cuda_devices == 1)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_DEVICE=%d: there are only %d CUDA devices", ordinal, count);
+    if (ordinal >= count)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_DEVICES lists GPU %d; there are only %d CUDA devices",
+                          ordinal, count);
+    if (c->index == 0) c->ndevices = c->rt->cfg.cuda_devices ? c->rt->cfg.cuda_devices
+                                                            : (unsigned)ADSM__MIN(count, ADSM__MAX_DEVICES);
+    if (c->index == 0 && c->rt->cfg.cuda_devices == 0 && count > ADSM__MAX_DEVICES)
+        adsm__log(ADSM_LOG_WARN, "ADSM_DEVICES=all: adsm drives the first %d of the %d CUDA devices", ADSM__MAX_DEVICES,
+                  count);
     if ((r = c->cu.cuDeviceGet(&c->device, ordinal)) != 0) return adsm__cu_fail(c, r, "cuDeviceGet");
     c->cu.cuDeviceGetName(c->device_name, (int)sizeof c->device_name, c->device);
     c->cu.cuDeviceGetAttribute(&c->cc_major, ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->device);
@@ -356,7 +372,9 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
     adsm__cu_result r;
     adsm__cu_deviceptr got = 0;
     size_t align = ADSM__MAX(c->granule, rt->cfg.block_size);
-    if (rt->cfg.cuda_same_address) {
+    /* one virtual address names one mapping in the whole process: only the first device can have
+     * the host's addresses, every other one takes a range of its own */
+    if (rt->cfg.cuda_same_address && c->index == 0) {
         r = c->cu.cuMemAddressReserve(&got, c->half, align, (adsm__cu_deviceptr)c->base, 0);
         if (r == 0 && got == c->base && adsm__cuda_probe(c)) {
             c->va = got;
@@ -391,21 +409,36 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
     c->va = got;
     c->va_size = c->half;
     c->delta = (intptr_t)(got - (adsm__cu_deviceptr)c->base);
-    adsm__log(rt->cfg.cuda_same_address ? ADSM_LOG_WARN : ADSM_LOG_INFO,
-              "cuda: device addresses differ from host addresses by %+lld bytes; pointer arguments are "
-              "translated at each launch, and kernels cannot follow pointers stored in shared memory",
-              (long long)c->delta);
+    adsm__log(rt->cfg.cuda_same_address && c->index == 0 ? ADSM_LOG_WARN : ADSM_LOG_INFO,
+              "cuda: device %u's addresses differ from host addresses by %+lld bytes; pointer arguments are "
+              "translated at each launch, and its kernels cannot follow pointers stored in shared memory",
+              c->index, (long long)c->delta);
     return ADSM_OK;
 }
 
 /* ---- device memory in runs of granules ------------------------------------------------------- */
+/* Who may use this device's memory: the device itself, and the other devices adsm drives that
+ * have peer access to it (they read it directly in device-to-device copies). */
+ADSM__PRIVATE size_t adsm__cuda_access(const adsm__cuda *c, adsm__cu_mem_access_desc *access) {
+    size_t n = 0;
+    memset(access, 0, (1 + c->npeers) * sizeof *access);
+    access[n].location.type = ADSM__CU_MEM_LOCATION_TYPE_DEVICE;
+    access[n].location.id = c->device;
+    access[n++].flags = ADSM__CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (unsigned p = 0; p < c->npeers; p++) {
+        access[n].location.type = ADSM__CU_MEM_LOCATION_TYPE_DEVICE;
+        access[n].location.id = c->peers[p];
+        access[n++].flags = ADSM__CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+    return n;
+}
+
 /* Backs `count` granules from granule g with one allocation: one cuMemCreate, cuMemMap and
  * cuMemSetAccess however large the run. */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_map_run(adsm__cuda *c, size_t g, size_t count, adsm__cu_mem_handle *handle) {
     adsm__cu_mem_alloc_prop prop = adsm__cuda_prop(c);
     adsm__cu_deviceptr at = adsm__cuda_dptr(c, c->base + g * c->granule);
     size_t size = count * c->granule;
-    adsm__cu_mem_access_desc access;
     adsm__cu_mem_handle h = 0;
     adsm__cu_result r = c->cu.cuMemCreate(&h, size, &prop, 0);
     if (r != 0) return r;
@@ -413,10 +446,9 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_map_run(adsm__cuda *c, size_t g, size_t
         c->cu.cuMemRelease(h);
         return r;
     }
-    memset(&access, 0, sizeof access);
-    access.location = prop.location;
-    access.flags = ADSM__CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if ((r = c->cu.cuMemSetAccess(at, size, &access, 1)) != 0) {
+    adsm__cu_mem_access_desc access[1 + ADSM__MAX_DEVICES];
+    size_t naccess = adsm__cuda_access(c, access);
+    if ((r = c->cu.cuMemSetAccess(at, size, access, naccess)) != 0) {
         c->cu.cuMemUnmap(at, size);
         c->cu.cuMemRelease(h);
         return r;
@@ -577,6 +609,20 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *c
     return r;
 }
 
+/* A device-to-device copy into this device, on its upload stream: after the kernels queued here
+ * before it (one may still read the old bytes), before the ones after it, landed when it returns
+ * (the source device may overwrite its side next). */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_do_peer(adsm__cuda *c, adsm__cuda_cmd *cmd) {
+    adsm__cuda *src = cmd->peer;
+    adsm__cu_result r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0);
+    if (r == 0)
+        r = c->cu.cuMemcpyPeerAsync(adsm__cuda_dptr(c, cmd->dst), c->ctx, adsm__cuda_dptr(src, cmd->src), src->ctx,
+                                    cmd->n, c->h2d);
+    if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
+    if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
+    return r;
+}
+
 /* Work on the kernel stream (launches, memsets, device copies) waits for earlier uploads. */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_kernel_stream_ready(adsm__cuda *c) {
     return c->cu.cuStreamWaitEvent(c->kstream, c->h2d_last, 0);
@@ -626,6 +672,10 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
             r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), (unsigned char)cmd->value, cmd->n, c->kstream);
         if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
         if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->kstream);
+        break;
+    case ADSM__CMD_PEER:
+        what = "cuMemcpyPeerAsync";
+        r = adsm__cuda_do_peer(c, cmd);
         break;
     case ADSM__CMD_MAP:
         what = "cuMemCreate/cuMemMap";
@@ -787,6 +837,38 @@ ADSM__PRIVATE void adsm__cuda_dev_free(void *ctx, uintptr_t dev, size_t span) {
     adsm__cuda_run(c, &cmd, 1);
 }
 
+/* Signal-safe (a queued command and a futex wait): backs a shared object on this device when it
+ * becomes resident here, with several devices. 0, 1 no memory, -1 lost. */
+ADSM__PRIVATE int adsm__cuda_dev_map(void *ctx, uintptr_t dev, size_t span) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (ADSM__LOAD(&c->lost)) return -1;
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_MAP, dev, 0, span);
+    return adsm__cuda_run(c, &cmd, 1);
+}
+
+ADSM__PRIVATE int adsm__cuda_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async, uint64_t after);
+ADSM__PRIVATE int adsm__cuda_from_device(void *ctx, uintptr_t host, uintptr_t dev, size_t n);
+
+/* Device to device, run by the destination's engine (after its earlier kernels, before its later
+ * ones); returns once the bytes landed. Without cuMemcpyPeerAsync in the driver, through host
+ * memory instead. Normal context. */
+ADSM__PRIVATE int adsm__cuda_peer_copy(void *dst_ctx, void *src_ctx, uintptr_t dev, size_t n) {
+    adsm__cuda *c = (adsm__cuda *)dst_ctx, *src = (adsm__cuda *)src_ctx;
+    if (ADSM__LOAD(&c->lost) || ADSM__LOAD(&src->lost)) return -1;
+    if (!c->cu.cuMemcpyPeerAsync) {
+        void *bounce = malloc(n);
+        int rc = !bounce || adsm__cuda_from_device(src, (uintptr_t)bounce, dev, n) != 0 ||
+                         adsm__cuda_to_device(c, dev, (uintptr_t)bounce, n, 0, ADSM__EVERY_LAUNCH) != 0
+                     ? -1
+                     : 0;
+        free(bounce);
+        return rc;
+    }
+    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_PEER, dev, dev, n);
+    cmd.peer = src;
+    return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
+}
+
 /* Normal context, runtime lock not held (object_life.h). Page-locks a shared object's host pages
  * (or adsm_host_alloc memory). Under shared addresses the driver refuses (the range is device
  * address space already); after the first refusal adsm stops asking and says so. */
@@ -861,6 +943,10 @@ ADSM__PRIVATE void adsm__cuda_drain(void *ctx) { adsm__queue_drain(&((adsm__cuda
 
 ADSM__PRIVATE int adsm__cuda_wait(void *ctx, uint64_t seq) {
     adsm__cuda *c = (adsm__cuda *)ctx;
+    /* with several devices, launch `seq` may have gone elsewhere: this device's launches up to it
+     * are done once the last one it was sent is (its completion thread passes every number) */
+    uint64_t sent = ADSM__LOAD(&c->sent_seq);
+    if (seq > sent) seq = sent;
     return adsm__wait_launch(&c->completed_seq, &c->completion_gen, &c->lost, seq);
 }
 
@@ -973,6 +1059,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
         memcpy(cmd->args + k->params[i].offset, &p, sizeof p);
         ADSM__ADD(&c->rt->stats.translated_args, 1);
     }
+    ADSM__STORE(&c->sent_seq, l->seq); /* before the push: a wait must not miss it */
     adsm__queue_push(&c->queue, cmd, offsetof(adsm__cuda_cmd, args) + k->args_size, NULL);
     free(cmd);
     return ADSM_OK;
@@ -1407,6 +1494,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     adsm__cu_result cr;
     if (!c) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
     c->rt = rt;
+    c->index = rt->ndev; /* devices start in order: this one's number is the count so far */
     c->base = rt->base;
     c->half = rt->half;
     c->stage_size = rt->cfg.cuda_staging;
@@ -1414,7 +1502,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     adsm__tree_init(&c->locked);
     adsm__device_error_init(&c->errors);
     pthread_mutex_init(&c->module_mutex, NULL);
-    if ((r = adsm__cuda_open(c, rt->cfg.cuda_driver)) != ADSM_OK || (r = adsm__cuda_device(c, rt->cfg.device)) != ADSM_OK)
+    if ((r = adsm__cuda_open(c, rt->cfg.cuda_driver)) != ADSM_OK ||
+        (r = adsm__cuda_device(c, rt->cfg.cuda_devices ? rt->cfg.cuda_ordinals[c->index] : (int)c->index)) != ADSM_OK)
         goto fail;
     prop = adsm__cuda_prop(c);
     cr = c->cu.cuMemGetAllocationGranularity(&c->granule, &prop, ADSM__CU_MEM_ALLOC_GRANULARITY_MINIMUM);
@@ -1442,10 +1531,13 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
         r = adsm__fail(ADSM_ERROR_SYSTEM, "cuda backend: cannot start its threads");
         goto fail;
     }
-    adsm__log(ADSM_LOG_INFO, "cuda: device %d (%s, compute %d.%d), %zu MiB, %s addresses, %s staging of %zu KiB",
-              rt->cfg.device, c->device_name, c->cc_major, c->cc_minor, c->capacity >> 20,
+    adsm__log(ADSM_LOG_INFO, "cuda: device %u is GPU %d (%s, compute %d.%d), %zu MiB, %s addresses, %s staging of "
+              "%zu KiB", c->index, (int)c->device, c->device_name, c->cc_major, c->cc_minor, c->capacity >> 20,
               c->delta ? "translated" : "same", c->pinned ? "pinned" : "pageable", c->stage_size >> 10);
-    rt->dev_delta = c->delta; /* adsm_safe, adsm_dev_alloc and device-pointer arguments */
+    /* the addresses adsm_safe and adsm_dev_alloc hand out are device 0's; the others translate
+     * them in their own verbs */
+    if (c->index == 0) rt->dev_delta = c->delta;
+    if (c->index == 0) rt->dev_granule = c->granule; /* what an object takes on a device (directory.h) */
     adsm__cuda_leave(c, c->init_prev);
     *ctx = c;
     return ADSM_OK;
@@ -1467,17 +1559,41 @@ fail:
     return r;
 }
 
+/* Once every device's context exists: the devices that may reach this one's memory directly
+ * (cuDeviceCanAccessPeer) get access to everything mapped here from now on, so device-to-device
+ * copies from it go peer to peer. */
+ADSM__PRIVATE adsm_result adsm__cuda_start(void *ctx) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    c->npeers = 0;
+    for (unsigned d = 0; d < c->rt->ndev && c->cu.cuDeviceCanAccessPeer; d++) {
+        adsm__cuda *other = (adsm__cuda *)c->rt->dev_ctx[d];
+        int can = 0;
+        if (other == c || other->device == c->device) continue;
+        if (c->cu.cuDeviceCanAccessPeer(&can, other->device, c->device) == 0 && can) c->peers[c->npeers++] = other->device;
+    }
+    if (c->rt->ndev > 1)
+        adsm__log(ADSM_LOG_INFO, "cuda: device %u: %u of the other %u devices have peer access to its memory", c->index,
+                  c->npeers, c->rt->ndev - 1);
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE unsigned adsm__cuda_device_count(void *ctx) { return ((adsm__cuda *)ctx)->ndevices; }
+
 static const adsm__backend_vtbl adsm__backend_cuda = {
     .name = "cuda",
     .moves_data = 1,
     .max_args = ADSM__CUDA_MAX_ARGS,
     .init = adsm__cuda_init,
+    .start = adsm__cuda_start,
+    .device_count = adsm__cuda_device_count,
     .shutdown = adsm__cuda_shutdown,
     .capacity = adsm__cuda_capacity,
     .dev_alloc = adsm__cuda_dev_alloc,
     .dev_free = adsm__cuda_dev_free,
+    .dev_map = adsm__cuda_dev_map,
     .to_device = adsm__cuda_to_device,
     .from_device = adsm__cuda_from_device,
+    .peer_copy = adsm__cuda_peer_copy,
     .drain = adsm__cuda_drain,
     .launch = adsm__cuda_launch,
     .wait = adsm__cuda_wait,

@@ -616,6 +616,9 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
 
 /* The DMA and completion threads, once every device process is forked (backend.h, start). Until
  * then copies are synchronous and nothing is launched. */
+/* ADSM_EMU_DEVICES: the device processes the runtime starts. */
+ADSM__PRIVATE unsigned adsm__emu_device_count(void *ctx) { return ((adsm__emu *)ctx)->rt->cfg.emu_devices; }
+
 ADSM__PRIVATE adsm_result adsm__emu_start(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__queue_start(&e->queue, sizeof(adsm__dma_job), ADSM__DMA_RING, adsm__emu_dma_job_run, adsm__emu_dma_begin,
@@ -633,6 +636,7 @@ static const adsm__backend_vtbl adsm__backend_emu = {
     .max_args = ADSM__EMU_MAX_ARGS,
     .init = adsm__emu_init,
     .start = adsm__emu_start,
+    .device_count = adsm__emu_device_count,
     .shutdown = adsm__emu_shutdown,
     .capacity = adsm__emu_capacity,
     .dev_alloc = adsm__emu_dev_alloc,

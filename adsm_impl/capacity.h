@@ -40,7 +40,7 @@ ADSM__PRIVATE size_t adsm__free_after_evictions(const adsm__runtime *rt, unsigne
                                                 size_t nused) {
     size_t bytes = adsm__dev_free_bytes(rt, d);
     for (adsm__object *o = rt->first_object; o; o = o->next)
-        if (adsm__evictable(o, d, used, nused)) bytes += o->span;
+        if (adsm__evictable(o, d, used, nused)) bytes += adsm__footprint(rt, o);
     return bytes;
 }
 
@@ -99,7 +99,7 @@ ADSM__PRIVATE int adsm__evict(adsm__runtime *rt, adsm__object *o, unsigned d) {
     for (size_t b = 0; b < o->nblocks; b += unit) o->blocks[b].dev_valid &= (uint8_t)~adsm__dev_bit(d);
     if (rt->be->dev_discard) rt->be->dev_discard(rt->dev_ctx[d], o->dev, o->span);
     ADSM__ADD(&rt->dev_stats[d].evictions, 1);
-    ADSM__ADD(&rt->dev_stats[d].evicted_bytes, o->span);
+    ADSM__ADD(&rt->dev_stats[d].evicted_bytes, adsm__footprint(rt, o));
     adsm__discharge(rt, o, d);
     return 0;
 }
@@ -143,7 +143,7 @@ ADSM__PRIVATE adsm_result adsm__room_for_launch(adsm__runtime *rt, adsm__object 
     if (rt->ndev == 1) return ADSM_OK;
     size_t need = 0;
     for (size_t i = 0; i < nused; i++)
-        if (!used[i]->device_only && !(used[i]->dev_resident & adsm__dev_bit(d))) need += used[i]->span;
+        if (!used[i]->device_only && !(used[i]->dev_resident & adsm__dev_bit(d))) need += adsm__footprint(rt, used[i]);
     char what[160];
     snprintf(what, sizeof what, "kernel '%.100s'", kernel);
     return adsm__make_room(rt, d, need, used, nused, what, again);

@@ -31,7 +31,9 @@ typedef struct adsm__settings {
     unsigned emu_streams;    /* emu: kernels one device may run at once (ADSM_EMU_STREAMS); 0: 4 with
                                 several devices, 1 with one (backend_emu.h) */
     adsm_log_level log_level;
-    int device;              /* cuda device ordinal */
+    int device;              /* cuda device ordinal (one device) */
+    unsigned cuda_devices;   /* cuda: how many ordinals cuda_ordinals lists; 0: every visible GPU */
+    int cuda_ordinals[8];    /* cuda: the GPUs adsm drives, device 0 first (ADSM_DEVICES) */
     size_t cuda_staging;     /* bytes per pinned staging buffer */
     int cuda_same_address;   /* 0: always translate device addresses (ADSM_CUDA_SAME_ADDRESS=0) */
     char cuda_driver[256];   /* driver library to dlopen; empty: libcuda.so.1, then libcuda.so */
@@ -170,7 +172,45 @@ ADSM__PRIVATE adsm_result adsm__env_path(const char *var, char *out, size_t cap)
     return ADSM_OK;
 }
 
-/* The cuda backend's settings: ADSM_DEVICE, ADSM_CUDA_STAGING, ADSM_CUDA_SAME_ADDRESS,
+/* "all", or a list of distinct CUDA ordinals such as "0,2": the GPUs adsm drives. */
+ADSM__PRIVATE adsm_result adsm__parse_devices(const char *what, const char *v, adsm__settings *s) {
+    const char *why = "expected all, or distinct device numbers such as 0,1 (at most 8)";
+    if (strcmp(v, "all") == 0) {
+        s->cuda_devices = 0;
+        return ADSM_OK;
+    }
+    s->cuda_devices = 0;
+    for (const char *p = v;;) {
+        char *end;
+        if (*p < '0' || *p > '9') return adsm__bad_env(what, v, why);
+        unsigned long n = strtoul(p, &end, 10);
+        if (n > 1023 || s->cuda_devices == ADSM__MAX_DEVICES) return adsm__bad_env(what, v, why);
+        for (unsigned i = 0; i < s->cuda_devices; i++)
+            if (s->cuda_ordinals[i] == (int)n) return adsm__bad_env(what, v, why);
+        s->cuda_ordinals[s->cuda_devices++] = (int)n;
+        if (*end == 0) return ADSM_OK;
+        if (*end != ',') return adsm__bad_env(what, v, why);
+        p = end + 1;
+    }
+}
+
+/* Which GPUs: adsm_config.devices, else adsm_config.device, else ADSM_DEVICES or ADSM_DEVICE
+ * (not both), else GPU 0 alone. */
+ADSM__PRIVATE adsm_result adsm__cuda_device_list(const adsm_config *c, adsm__settings *s) {
+    const char *list = getenv("ADSM_DEVICES"), *one = getenv("ADSM_DEVICE");
+    if (c->devices) return adsm__parse_devices("adsm_config.devices", c->devices, s);
+    if (c->device == 0 && list && *list) {
+        if (one && *one)
+            return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_DEVICES=%s and ADSM_DEVICE=%s are both set; set one",
+                              list, one);
+        return adsm__parse_devices("ADSM_DEVICES", list, s);
+    }
+    s->cuda_devices = 1;
+    s->cuda_ordinals[0] = s->device;
+    return ADSM_OK;
+}
+
+/* The cuda backend's settings: ADSM_DEVICE(S), ADSM_CUDA_STAGING, ADSM_CUDA_SAME_ADDRESS,
  * ADSM_CUDA_DRIVER and ADSM_NVRTC_LIBRARY. */
 ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settings *s) {
     adsm_result r;
@@ -182,6 +222,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settin
         return adsm__bad_env("ADSM_DEVICE", v, "expected a device number such as 0 or 1");
     if ((r = adsm__env_size("ADSM_CUDA_STAGING", &staging, 0)) != ADSM_OK) return r;
     s->device = device > 1023 ? 1024 : (int)device;
+    if ((r = adsm__cuda_device_list(c, s)) != ADSM_OK) return r;
     s->cuda_staging = staging ? staging : ADSM__DEFAULT_CUDA_STAGING;
     s->cuda_same_address = 1;
     v = getenv("ADSM_CUDA_SAME_ADDRESS");

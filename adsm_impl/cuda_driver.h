@@ -144,6 +144,7 @@ enum {
     X(cuDeviceGetAttribute, 2000, 1, adsm__cu_result,                                                            \
       (int *value, adsm__cu_device_attribute attrib, adsm__cu_device dev))                                       \
     X(cuDeviceTotalMem, 3020, 1, adsm__cu_result, (size_t * bytes, adsm__cu_device dev))                        \
+    X(cuDeviceCanAccessPeer, 4000, 0, adsm__cu_result, (int *can, adsm__cu_device dev, adsm__cu_device peer))  \
     X(cuDevicePrimaryCtxRetain, 7000, 1, adsm__cu_result, (adsm__cu_context * ctx, adsm__cu_device dev))        \
     X(cuDevicePrimaryCtxRelease, 11000, 1, adsm__cu_result, (adsm__cu_device dev))                               \
     X(cuCtxSetCurrent, 4000, 1, adsm__cu_result, (adsm__cu_context ctx))                                         \
@@ -168,6 +169,9 @@ enum {
       (void *dst, adsm__cu_deviceptr src, size_t bytes, adsm__cu_stream stream))                                \
     X(cuMemcpyDtoDAsync, 3020, 1, adsm__cu_result,                                                               \
       (adsm__cu_deviceptr dst, adsm__cu_deviceptr src, size_t bytes, adsm__cu_stream stream))                   \
+    X(cuMemcpyPeerAsync, 4000, 0, adsm__cu_result,                                                               \
+      (adsm__cu_deviceptr dst, adsm__cu_context dst_ctx, adsm__cu_deviceptr src, adsm__cu_context src_ctx,      \
+       size_t bytes, adsm__cu_stream stream))                                                                    \
     X(cuMemsetD8Async, 3020, 1, adsm__cu_result,                                                                 \
       (adsm__cu_deviceptr dst, unsigned char value, size_t bytes, adsm__cu_stream stream))                      \
     X(cuMemAddressReserve, 10020, 1, adsm__cu_result,                                                            \

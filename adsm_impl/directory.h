@@ -83,15 +83,32 @@ ADSM__PRIVATE void adsm__stamp_copy(adsm__runtime *rt, adsm__object *o, size_t f
     for (size_t k = 0; k < heads; k++) o->blocks[first + k].flush_ticket = ticket;
 }
 
-/* Signal-safe (it only counts). Device d's memory will hold (part of) o: counted in d's bytes,
- * once, and o becomes d's most recently used object. Rolling's evictions in the fault handler
- * may take d past its capacity; the next launch there evicts back under it (capacity.h). */
-ADSM__PRIVATE void adsm__charge(adsm__runtime *rt, adsm__object *o, unsigned d) {
-    if (rt->ndev == 1) return; /* one device holds every object from adsm_alloc on */
+/* Whether shared objects have memory on a device only while resident there (the backend maps it
+ * when one is charged and frees it when one is discharged: cuda), rather than on every device
+ * from adsm_alloc on (emu, whose untouched pages cost nothing). */
+ADSM__PRIVATE int adsm__mapped_on_charge(const adsm__runtime *rt) { return rt->ndev > 1 && rt->be->dev_map; }
+
+/* Signal-safe. The device memory o takes on a device: its span, in whole granules where the
+ * backend's device memory comes in units larger than pages (cuda maps 2 MiB granules; one a
+ * neighbour shares counts for both, so the count errs on the side of evicting early). */
+ADSM__PRIVATE size_t adsm__footprint(const adsm__runtime *rt, const adsm__object *o) {
+    uintptr_t g = rt->dev_granule;
+    if (g <= 1) return o->span;
+    return (size_t)(ADSM__ALIGN_UP(o->dev + o->span, g) - (o->dev & ~(g - 1)));
+}
+
+/* Signal-safe. Device d's memory will hold (part of) o: counted in d's bytes, once (and mapped
+ * there when memory follows residence), and o becomes d's most recently used object. Rolling's
+ * evictions in the fault handler may take d past its capacity; the next launch there evicts back
+ * under it (capacity.h). 0, or -1 when d has no memory for o (or is lost). */
+ADSM__PRIVATE int adsm__charge(adsm__runtime *rt, adsm__object *o, unsigned d) {
+    if (rt->ndev == 1) return 0; /* one device holds every object from adsm_alloc on */
     o->dev_stamp[d] = ++rt->lru_clock;
-    if (o->dev_resident & adsm__dev_bit(d)) return;
+    if (o->dev_resident & adsm__dev_bit(d)) return 0;
+    if (adsm__mapped_on_charge(rt) && rt->be->dev_map(rt->dev_ctx[d], o->dev, o->span) != 0) return -1;
     o->dev_resident |= adsm__dev_bit(d);
-    rt->dev_bytes[d] += o->span;
+    rt->dev_bytes[d] += adsm__footprint(rt, o);
+    return 0;
 }
 
 /* Signal-safe. The last launch on device d a copy of o to d must wait for. With several devices a
@@ -107,11 +124,13 @@ ADSM__PRIVATE void adsm__note_users(adsm__object *const *used, size_t nused, uns
     for (size_t i = 0; i < nused; i++) used[i]->dev_launch[d] = seq;
 }
 
-/* Device d's memory holds nothing of o any more. */
+/* Device d's memory holds nothing of o any more (and gives it back when memory follows
+ * residence; nothing may use it: the caller drained and waited, or o is being freed). */
 ADSM__PRIVATE void adsm__discharge(adsm__runtime *rt, adsm__object *o, unsigned d) {
     if (!(o->dev_resident & adsm__dev_bit(d))) return;
     o->dev_resident &= (uint8_t)~adsm__dev_bit(d);
-    rt->dev_bytes[d] -= o->span;
+    rt->dev_bytes[d] -= adsm__footprint(rt, o);
+    if (adsm__mapped_on_charge(rt)) rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
 }
 
 /* Waits for the last kernel that may write o, on the device it ran on. Signal-safe. */
@@ -189,6 +208,11 @@ ADSM__PRIVATE int adsm__copy_peer(adsm__runtime *rt, adsm__object *o, size_t fir
     size_t off = first << rt->cfg.block_shift, len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->size);
     if (len == 0) return 0;
     (void)adsm__dev_wait_writer(rt, o); /* a lost writer never finishes: its memory as it stands */
+    if (rt->be->peer_copy) { /* the backend's own device-to-device path (cuda) */
+        if (rt->be->peer_copy(rt->dev_ctx[d], rt->dev_ctx[s], o->dev + off, len) != 0) return -1;
+        adsm__count_to_device(rt, d, 1, len);
+        return 0;
+    }
     const void *src = rt->be->device_view ? rt->be->device_view(rt->dev_ctx[s], o->dev + off, len) : NULL;
     if (!src || rt->be->to_device(rt->dev_ctx[d], o->dev + off, (uintptr_t)src, len, 0, adsm__copy_after(rt, o, d)) != 0)
         return -1;
@@ -234,7 +258,10 @@ ADSM__PRIVATE adsm_result adsm__gather(adsm__runtime *rt, adsm__object *const *u
                               "runs on device %u", (void *)used[i]->dev, used[i]->home_dev, d);
         }
         used[i]->home_dev = d;
-        adsm__charge(rt, used[i], d); /* capacity.h made room for it */
+        if (adsm__charge(rt, used[i], d) != 0) /* capacity.h made room for it: the driver refused */
+            return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "device %u has no memory left for a %zu-byte object "
+                              "at %p (its driver refused it, though adsm counted room for it)", d, used[i]->size,
+                              (void *)used[i]->host);
         if (adsm__gather_object(rt, used[i], d) != 0)
             return adsm__fail(ADSM_ERROR_SYSTEM, "copying a %zu-byte object at %p to device %u failed (its only "
                               "current copy is on a device that cannot be read)", used[i]->size,

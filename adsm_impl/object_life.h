@@ -45,16 +45,19 @@ ADSM__PRIVATE void adsm__object_unlist(adsm__runtime *rt, adsm__object *o, int s
     }
 }
 
-/* Releases o's memory on devices [0, ndev). */
+/* Releases a shared object's memory on devices [0, ndev), where adsm_alloc backed it (memory
+ * that follows residence goes at discharge instead). */
 ADSM__PRIVATE void adsm__object_dev_free(adsm__runtime *rt, adsm__object *o, unsigned ndev) {
+    if (adsm__mapped_on_charge(rt)) return;
     for (unsigned d = 0; d < ndev; d++) rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
 }
 
 /* Memory for o on every live device (each holds every object at the same address); on failure
  * none. With several devices a device found lost here is marked and skipped, and the new
- * object's units are current on the live devices only (fresh memory is zeroed, as the host's). */
+ * object's units are current on the live devices only (fresh memory is zeroed, as the host's);
+ * where memory follows residence, it is mapped (zeroed) only once a device holds the object. */
 ADSM__PRIVATE adsm_result adsm__object_dev_alloc(adsm__runtime *rt, adsm__object *o) {
-    for (unsigned d = 0; d < rt->ndev; d++) {
+    for (unsigned d = 0; d < rt->ndev && !adsm__mapped_on_charge(rt); d++) {
         if (adsm__lost_devices(rt) & adsm__dev_bit(d)) continue;
         adsm_result r = rt->be->dev_alloc(rt->dev_ctx[d], o->dev, o->span);
         if (r == ADSM_ERROR_DEVICE_LOST && rt->ndev > 1 && adsm__live_devices(rt) != adsm__dev_bit(d)) {

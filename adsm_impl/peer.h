@@ -49,10 +49,14 @@ ADSM__PRIVATE adsm_result adsm__peer_copies(adsm__runtime *rt, adsm__object *con
         for (size_t b = 0; b < o->nblocks; b += unit)
             if (adsm__needs_peer(&o->blocks[b], d)) stbds_arrput(heads, b);
         if (!heads) continue;
+        if (adsm__charge(rt, o, d) != 0) { /* its room was made: the driver refused */
+            stbds_arrfree(heads);
+            return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "device %u has no memory left for a %zu-byte object "
+                              "at %p (its driver refused it)", d, o->size, (void *)o->host);
+        }
         size_t n = (size_t)stbds_arrlen(heads);
         for (size_t k = 0; k < n; k++) o->blocks[heads[k]].busy = 1;
         o->busy_units++;
-        adsm__charge(rt, o, d); /* its room was made */
         adsm__unlock(&rt->lock);
         adsm__tls_passthrough++;
         int rc = adsm__copy_units_peer(rt, o, heads, n, unit, d);

@@ -147,12 +147,14 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->size);
     if (len == 0) return 0;
     size_t heads = rt->proto->whole_object ? 1 : count;
-    if (async) adsm__stamp_copy(rt, o, first, count);
     /* at a call, to the launch's device; an eviction, to the object's home device (directory.h) */
     unsigned d = rt->release_dev >= 0 ? (unsigned)rt->release_dev : o->home_dev;
+    /* a call's device has room (capacity.h); an eviction to a device with none leaves the unit
+     * ReadOnly, current on the host only, for the next launch there to send (several devices) */
+    if (adsm__charge(rt, o, d) != 0) return rt->release_dev >= 0 ? -1 : 0;
+    if (async) adsm__stamp_copy(rt, o, first, count);
     if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, o->host + off, len, async, adsm__copy_after(rt, o, d)) != 0)
         return -1;
-    adsm__charge(rt, o, d);
     for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
     adsm__stats_h2d(&rt->stats, len);
     ADSM__ADD(&rt->dev_stats[d].h2d_bytes, len);

@@ -30,6 +30,7 @@ typedef struct adsm__runtime {
     size_t half;
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */
+    size_t dev_granule; /* device memory comes in units this large (cuda's granule); 0: pages */
     adsm__arena va_shared, va_safe;
 
     adsm__lock_t lock;

@@ -130,13 +130,29 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
     cfg.rolling_size = rolling_size;
     cfg.rolling_step = rolling_step;
     cfg.block_exact = test_block_exact;
+#ifndef TEST_ON_CUDA_DOUBLE
     cfg.emu_devices = test_devices;
+#endif
     cfg.write_through = test_write_through;
     cfg.drop_replicas = test_drop_replicas;
     cfg.affinity_block = test_affinity_block;
     cfg.emu_streams = test_emu_streams;
     cfg.emu_memory = test_emu_memory ? test_emu_memory : (size_t)256 << 20;
     cfg.emu_workers = 2;
+#ifdef TEST_ON_CUDA_DOUBLE
+    /* several GPUs of the double, each with test_emu_memory bytes (read at its cuInit, once per
+     * test process) */
+    char count[16], bytes[32];
+    if (test_devices > 1) {
+        snprintf(count, sizeof count, "%u", test_devices);
+        setenv("CUDADOUBLE_DEVICES", count, 1);
+        cfg.devices = "all";
+    }
+    if (test_emu_memory) {
+        snprintf(bytes, sizeof bytes, "%zu", test_emu_memory);
+        setenv("CUDADOUBLE_MEMORY", bytes, 1);
+    }
+#endif
     adsm_result r = adsm_init(&cfg);
     cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());
     if (backend == ADSM_BACKEND_CUDA) attach_test_kernels();

@@ -1,5 +1,9 @@
 /* tests/test_devices.c -- several emulated devices (ADSM_EMU_DEVICES): where kernels run, what the
- * directory copies, and from where (adsm_impl/directory.h).
+ * directory copies, and from where (adsm_impl/directory.h). Built a second time with
+ * -DTEST_ON_CUDA_DOUBLE (test_devices_cuda): the same programs on several GPUs of the driver
+ * double, with the same byte counts (device-to-device copies are cuMemcpyPeerAsync there, and
+ * device memory is mapped only where an object is resident); the tests that watch the emulated
+ * device's processes or its streams stay on emu.
  *
  * Each test counts the bytes every device received and sent (adsm_get_device_stats) and checks
  * them exactly, then checks every value: a replica used after the data changed elsewhere, or a
@@ -30,10 +34,16 @@ static adsm_device_stats dev_stats(int d) {
     return s;
 }
 
+ADSM_KERNEL(k_stamp, ADSM_INOUT(int64_t, t), ADSM_IN(int64_t, in), ADSM_VALUE(int, ms), ADSM_VALUE(int, slot));
+
 static void init_devices(unsigned devices, adsm_protocol_kind protocol) {
     test_devices = devices;
-    init(ADSM_BACKEND_EMU, protocol, 64 * KIB, 0);
+    init(TEST_DEVICE_BACKEND, protocol, 64 * KIB, 0);
     cr_assert_eq(adsm_device_count(), (int)devices);
+#ifdef TEST_ON_CUDA_DOUBLE
+    const adsm_kernel_desc *const more[] = {adsm__kernel_k_stamp()};
+    cr_assert_eq(cuda_double_attach(more, 1), 0, "%s", adsm_last_error());
+#endif
 }
 
 #define CALL_ON_OK(dev, ...)                                                                 \
@@ -185,6 +195,7 @@ Test(devices, evictions_go_to_the_objects_device) {
     adsm_shutdown();
 }
 
+#ifndef TEST_ON_CUDA_DOUBLE
 Test(devices, configuration) {
     clear_adsm_env();
     cr_assert_eq(adsm_device_count(), 0, "not initialised");
@@ -215,6 +226,7 @@ Test(devices, configuration) {
     cr_assert(strstr(adsm_last_error(), "batch"), "%s", adsm_last_error());
     cr_assert_eq(adsm_device_count(), 0, "the refused start left nothing running");
 }
+#endif
 
 /* Bad device numbers are refused before anything moves; the explicit path's buffers live on
  * device 0 only. */
@@ -242,6 +254,7 @@ Test(devices, misuse) {
     adsm_shutdown();
 }
 
+#ifndef TEST_ON_CUDA_DOUBLE
 /* White-box: the process of emulated device d dies; the runtime notices. */
 static void kill_device(unsigned d) {
     adsm__emu *e = (adsm__emu *)adsm__rt.dev_ctx[d];
@@ -281,6 +294,7 @@ Test(devices, one_device_lost_of_two) {
     cr_assert_eq(adsm_free(fresh), ADSM_OK);
     adsm_shutdown();
 }
+#endif
 
 /* ---- policies (the multi-GPU paper's versions) ------------------------------------------------ */
 /* Write-through: a kernel's output comes home before the next call (or at sync) without the CPU
@@ -477,7 +491,6 @@ Test(devices, block_cyclic_affinity_places_kernels) {
 /* ---- ordering: a kernel waits only for the earlier kernels it conflicts with ----------------- */
 /* Stamps when it ran into t[2 * slot] (start) and t[2 * slot + 1] (end), CLOCK_MONOTONIC (one clock
  * for the program and the device processes), sleeping ms in between; reads `in`. */
-ADSM_KERNEL(k_stamp, ADSM_INOUT(int64_t, t), ADSM_IN(int64_t, in), ADSM_VALUE(int, ms), ADSM_VALUE(int, slot));
 void k_stamp(adsm_grid g, int64_t *t, const int64_t *in, int ms, int slot) {
     if (g.begin > 0 || g.end == 0) return;
     struct timespec ts, nap = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -492,6 +505,7 @@ void k_stamp(adsm_grid g, int64_t *t, const int64_t *in, int ms, int slot) {
 
 static int64_t rd64(const int64_t *p) { return *(const volatile int64_t *)p; }
 
+#ifndef TEST_ON_CUDA_DOUBLE /* emu's streams; cuda runs one kernel stream per device */
 ParameterizedTestParameters(devices, independent_kernels_overlap_on_one_device) {
     static unsigned streams[] = {1, 4};
     return cr_make_param_array(unsigned, streams, 2);
@@ -541,6 +555,7 @@ Test(devices, a_copy_waits_only_for_kernels_using_its_object) {
     cr_assert_geq(rd64(&c[2]), rd64(&a[3]), "a copy overwrote what a running kernel reads");
     adsm_shutdown();
 }
+#endif
 
 /* ---- device-to-device copies outside the runtime lock (adsm_impl/peer.h) ------------------- */
 typedef struct cpu_writer {
@@ -572,7 +587,7 @@ Test(devices, a_peer_copy_does_not_hold_up_other_faults) {
     CALL_ON_OK(1, k_stamp, one, c, x, 0, 0); /* x device to device, after the kernel on device 0 */
     pthread_join(t, NULL);
     sync_ok();
-    cr_assert_lt(w.done_ns, rd64(&x[1]), "the fault waited for the kernel the peer copy waited for");
+    cr_assert_lt(w.done_ns, rd64(&x[1]), "the fault waited for the kernel the peer copy waited for (fault done %.1f ms after the kernel started, kernel end %.1f ms)", (w.done_ns - rd64(&x[0])) / 1e6, (rd64(&x[1]) - rd64(&x[0])) / 1e6);
     cr_assert_geq(rd64(&c[0]), rd64(&x[1]), "the kernel on device 1 ran before its input was written");
     cr_assert_eq(stats().d2d_bytes, 4096);
     cr_assert_eq(rd(&w.y[0]), 1);
@@ -616,3 +631,96 @@ Test(devices, explicit_buffers_live_on_their_device) {
     cr_assert_eq(adsm_host_free(host), ADSM_OK);
     adsm_shutdown();
 }
+
+/* ---- several GPUs (the driver double) ------------------------------------------------------- */
+#ifdef TEST_ON_CUDA_DOUBLE
+static adsm_result init_gpus(const char *devices_env, const char *devices_cfg, adsm_protocol_kind protocol) {
+    clear_adsm_env();
+    unsetenv("ADSM_DEVICE");
+    if (devices_env) setenv("ADSM_DEVICES", devices_env, 1);
+    else unsetenv("ADSM_DEVICES");
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.protocol = protocol;
+    cfg.devices = devices_cfg;
+    return adsm_init(&cfg);
+}
+
+/* One GPU unless told: ADSM_DEVICES (or adsm_config.devices) lists them, or says all; bad lists,
+ * GPUs that do not exist, both variables at once and the batch protocol on several are refused
+ * with a message naming the setting, and leave nothing running. */
+Test(devices, cuda_configuration) {
+    setenv("CUDADOUBLE_DEVICES", "3", 1);
+    cr_assert_eq(init_gpus(NULL, NULL, ADSM_PROTOCOL_LAZY), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 1, "one GPU by default");
+    adsm_shutdown();
+    cr_assert_eq(init_gpus("all", NULL, ADSM_PROTOCOL_LAZY), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 3);
+    adsm_shutdown();
+    cr_assert_eq(init_gpus("2,0", NULL, ADSM_PROTOCOL_ROLLING), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 2);
+    adsm_shutdown();
+    cr_assert_eq(init_gpus("0,1,2", "1", ADSM_PROTOCOL_LAZY), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 1, "adsm_config.devices wins over ADSM_DEVICES");
+    adsm_shutdown();
+    static const char *const bad[] = {"0,0", "x", "1,", "0;1", "-1", "0,1,2,3,4,5,6,7,8"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(init_gpus(bad[i], NULL, ADSM_PROTOCOL_LAZY), ADSM_ERROR_INVALID_CONFIG, "ADSM_DEVICES=%s", bad[i]);
+        cr_assert(strstr(adsm_last_error(), "ADSM_DEVICES"), "%s", adsm_last_error());
+    }
+    cr_assert_eq(init_gpus(NULL, "1,x", ADSM_PROTOCOL_LAZY), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "adsm_config.devices"), "%s", adsm_last_error());
+    cr_assert_eq(init_gpus("0,3", NULL, ADSM_PROTOCOL_LAZY), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "GPU 3") && strstr(adsm_last_error(), "only 3"), "%s", adsm_last_error());
+    setenv("ADSM_DEVICE", "1", 1);
+    setenv("ADSM_DEVICES", "0,1", 1);
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "both set"), "%s", adsm_last_error());
+    cr_assert_eq(init_gpus("all", NULL, ADSM_PROTOCOL_BATCH), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "batch") && strstr(adsm_last_error(), "ADSM_DEVICES"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 0, "the refused start left nothing running");
+}
+
+ParameterizedTestParameters(devices, cuda_peer_copies) {
+    static int peer_access[] = {1, 0};
+    return cr_make_param_array(int, peer_access, 2);
+}
+
+/* Data a kernel wrote on GPU 0 and a kernel on GPU 1 reads goes GPU to GPU (cuMemcpyPeerAsync),
+ * directly where the GPUs have peer access (adsm grants it on what it maps), staged by the driver
+ * where they do not; GPU 1 runs on translated addresses (one address names one mapping in the
+ * process), GPU 0 on the host's; device memory is mapped only on the GPUs that hold an object,
+ * and given back when it leaves. */
+ParameterizedTest(int *peer_access, devices, cuda_peer_copies) {
+    if (!*peer_access) setenv("CUDADOUBLE_NO_PEER", "1", 1);
+    test_devices = 2;
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    cudadouble_counters c0 = cuda_double_counters();
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE);
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped, c0.device_bytes_mapped, "mapped at adsm_alloc");
+    reset();
+    CALL_ON_OK(0, k_fill, grid_for(N), x, N, 11);
+    cr_assert_eq(stats().translated_args, 0, "GPU 0 has the host's addresses");
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped - c0.device_bytes_mapped, SIZE, "x on GPU 0 only");
+    CALL_ON_OK(1, k_add, grid_for(N), y, x, x, N);
+    cr_assert_eq(stats().translated_args, 3, "GPU 1's pointer arguments");
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped - c0.device_bytes_mapped, 3 * SIZE,
+                 "x on both GPUs, y on GPU 1: %llu bytes mapped",
+                 cuda_double_counters().device_bytes_mapped - c0.device_bytes_mapped);
+    EXPECT_DEVICE(1, 0, 0, SIZE);
+    cudadouble_counters c1 = cuda_double_counters();
+    cr_assert_eq(c1.peer_bytes - c0.peer_bytes, SIZE);
+    cr_assert_eq(c1.peer_direct_bytes - c0.peer_direct_bytes, *peer_access ? SIZE : 0);
+    sync_ok();
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&y[i]), 2 * (11 + (int32_t)i), "[%zu]", i);
+    expect_ramp(x, 11);
+    cr_assert_eq(adsm_free(x), ADSM_OK);
+    cr_assert_eq(adsm_free(y), ADSM_OK);
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped, c0.device_bytes_mapped, "freed objects stay mapped");
+    adsm_shutdown();
+}
+#endif

@@ -8,7 +8,8 @@
  * with host ones) plus a private "shadow" range where the double itself sees the mapped granules.
  * Kernels are host functions registered by PTX entry name (driver_double.h). Environment knobs,
  * read at cuInit: CUDADOUBLE_DEVICES (default 1; 0 = no device), CUDADOUBLE_DRIVER_VERSION
- * (12080), CUDADOUBLE_MEMORY (device bytes, 1 GiB), CUDADOUBLE_NO_PARAM_INFO=1 (cuFuncGetParamInfo
+ * (12080), CUDADOUBLE_MEMORY (bytes per device, 1 GiB), CUDADOUBLE_NO_PEER=1 (no pair of devices
+ * can access each other's memory: cuDeviceCanAccessPeer answers 0), CUDADOUBLE_NO_PARAM_INFO=1 (cuFuncGetParamInfo
  * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
  * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
  * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
@@ -22,6 +23,15 @@
  *
  * Contexts: cuCtxSetCurrent/cuCtxGetCurrent keep one current context per thread, as the driver
  * does, so a test can check that a runtime leaves the application's context current.
+ *
+ * Several devices: each has its own pool of granules (cuMemCreate takes them from the device the
+ * allocation property names; cuMemGetInfo answers for the current context's device). Access is
+ * per device, as with the VMM API: cuMemSetAccess grants it to the devices it lists (a device
+ * other than the memory's own only where cuDeviceCanAccessPeer allows), and copies, memsets and
+ * kernels on a device's streams may touch only memory that device has access to (else
+ * CUDA_ERROR_INVALID_VALUE at the call, or a sticky ILLEGAL_ADDRESS in a kernel).
+ * cuMemcpyPeerAsync copies between two contexts' memory whatever the access: directly when the
+ * destination device may read the source (counted in peer_direct_bytes), else staged.
  *
  * Page-locked memory: cuMemAllocHost memory and ranges registered with cuMemHostRegister are
  * "pinned": copies to and from them are asynchronous, and the device side of a copy (the stream
@@ -81,7 +91,7 @@ struct adsm__cu_ctx_st {
     CUresult sticky; /* nonzero after a kernel fault */
 };
 
-enum op_kind { OP_H2D, OP_D2H, OP_D2D, OP_MEMSET, OP_LAUNCH, OP_RECORD, OP_WAIT };
+enum op_kind { OP_H2D, OP_D2H, OP_D2D, OP_PEER, OP_MEMSET, OP_LAUNCH, OP_RECORD, OP_WAIT };
 
 struct launch_rec {
     char *name;
@@ -102,6 +112,7 @@ struct op {
     void *owned;      /* freed with the op */
     size_t n;
     unsigned char value;
+    int dst_dev, src_dev; /* OP_PEER: the devices whose access the two sides need */
     struct launch_rec *launch;
     unsigned long long wserial, wseq; /* OP_WAIT: wait until that stream has done that op */
 };
@@ -137,6 +148,7 @@ struct adsm__cu_mod_st {
 struct phys {
     struct phys *next;
     adsm__cu_mem_handle id;
+    int dev;      /* the device whose memory it is */
     size_t size, ngran;
     size_t *gran; /* memfd granule index of each granule */
     int maps;
@@ -158,7 +170,7 @@ struct resv {
     bool placeholder; /* base..base+size is held by a PROT_NONE host mapping of ours */
     struct mapping *maps;
     struct mapping **gm; /* per granule: the mapping covering it, or NULL */
-    unsigned char *gp;   /* per granule: 0 none, 1 read, 3 read-write */
+    unsigned long long *gr, *gw; /* per granule: the devices that may read it, and write it */
 };
 
 struct pinned {
@@ -189,7 +201,7 @@ static struct {
     int ndev;
     int driver_version;
     size_t memory;
-    bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets;
+    bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets, no_peer;
     CUresult param_info_error;
     void (*address_hook)(int reserved, unsigned long long base, size_t size, void *user);
     void *address_hook_user;
@@ -202,9 +214,9 @@ static struct {
     size_t nreg, capreg;
     unsigned long long next_serial;
     int memfd;
-    size_t ngran;
+    size_t ngran;             /* granules per device; device d's are [d * ngran, (d + 1) * ngran) */
     unsigned char *gran_used;
-    size_t gran_free;
+    size_t *gran_free;        /* per device */
     adsm__cu_mem_handle next_handle;
     struct phys *phys;
     struct resv *resv;
@@ -324,17 +336,23 @@ static struct resv *resv_containing(dptr_t d, size_t n) {
     return NULL;
 }
 
-/* Shadow pointer of device range [d, d+n) when every byte is mapped with at least `prot`
- * (1 read, 3 read-write); NULL otherwise. n == 0 checks the byte at d. */
-static char *dev_view(dptr_t d, size_t n, unsigned prot) {
+/* Shadow pointer of device range [d, d+n) when every byte is mapped and device `dev` has at
+ * least `prot` access to it (1 read, 3 read-write; dev -1: some device has); NULL otherwise.
+ * n == 0 checks the byte at d. */
+static char *dev_view(int dev, dptr_t d, size_t n, unsigned prot) {
     if (n == 0) n = 1;
     struct resv *r = resv_containing(d, n);
     if (!r) return NULL;
+    unsigned long long who = dev < 0 ? ~0ull : 1ull << dev;
     size_t first = (d - r->base) / GRAN, last = (d + n - 1 - r->base) / GRAN;
-    for (size_t i = first; i <= last; i++)
-        if (!r->gm[i] || (r->gp[i] & prot) != prot) return NULL;
+    for (size_t i = first; i <= last; i++) {
+        if (!r->gm[i] || !(r->gr[i] & who)) return NULL;
+        if ((prot & 2) && !(r->gw[i] & who)) return NULL;
+    }
     return r->shadow + (d - r->base);
 }
+
+static bool can_access_peer(int dev, int peer) { return dev != peer && !g.no_peer; }
 
 static bool host_in_resv(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
@@ -408,12 +426,16 @@ static void run_op(struct adsm__cu_ctx_st *ctx, struct op *op) {
     cudadouble_kernel_fn fn = NULL;
     void *user = NULL;
     switch (op->kind) {
-    case OP_H2D: ok = (d = dev_view(op->dst, op->n, 3)) != NULL; break;
-    case OP_D2H: ok = (s = dev_view(op->src, op->n, 1)) != NULL; break;
+    case OP_H2D: ok = (d = dev_view(ctx->dev, op->dst, op->n, 3)) != NULL; break;
+    case OP_D2H: ok = (s = dev_view(ctx->dev, op->src, op->n, 1)) != NULL; break;
     case OP_D2D:
-        ok = (d = dev_view(op->dst, op->n, 3)) != NULL && (s = dev_view(op->src, op->n, 1)) != NULL;
+        ok = (d = dev_view(ctx->dev, op->dst, op->n, 3)) != NULL && (s = dev_view(ctx->dev, op->src, op->n, 1)) != NULL;
         break;
-    case OP_MEMSET: ok = (d = dev_view(op->dst, op->n, 3)) != NULL; break;
+    case OP_PEER:
+        ok = (d = dev_view(op->dst_dev, op->dst, op->n, 3)) != NULL &&
+             (s = dev_view(op->src_dev, op->src, op->n, 1)) != NULL;
+        break;
+    case OP_MEMSET: ok = (d = dev_view(ctx->dev, op->dst, op->n, 3)) != NULL; break;
     case OP_LAUNCH:
         for (struct kernel_reg *k = g.kernels; k; k = k->next)
             if (strcmp(k->name, op->launch->name) == 0) {
@@ -436,7 +458,8 @@ static void run_op(struct adsm__cu_ctx_st *ctx, struct op *op) {
         switch (op->kind) {
         case OP_H2D: memcpy(d, op->hsrc, op->n); break;
         case OP_D2H: dma_write(op->hdst, s, op->n); break;
-        case OP_D2D: memmove(d, s, op->n); break;
+        case OP_D2D:
+        case OP_PEER: memmove(d, s, op->n); break;
         case OP_MEMSET: memset(d, op->value, op->n); break;
         case OP_LAUNCH: {
             cudadouble_launch l;
@@ -561,22 +584,29 @@ CUresult cuInit(unsigned int flags) {
     g.kernel_max_threads = env_ull("CUDADOUBLE_KERNEL_MAX_THREADS", 1024);
     g.param_info_error = (CUresult)env_ull("CUDADOUBLE_PARAM_INFO_ERROR", 0);
     g.lose_null_memsets = env_flag("CUDADOUBLE_LOSE_NULL_MEMSETS");
+    g.no_peer = env_flag("CUDADOUBLE_NO_PEER");
     g.ngran = g.memory / GRAN;
-    g.gran_free = g.ngran;
-    g.gran_used = calloc(g.ngran ? g.ngran : 1, 1);
+    size_t all = g.ngran * (size_t)g.ndev;
+    g.gran_used = calloc(all ? all : 1, 1);
+    g.gran_free = calloc((size_t)g.ndev, sizeof *g.gran_free);
     g.ctxs = calloc((size_t)g.ndev, sizeof *g.ctxs);
     g.memfd = memfd_create("cudadouble-device-memory", MFD_CLOEXEC);
-    if (!g.gran_used || !g.ctxs || g.memfd < 0 || ftruncate(g.memfd, (off_t)(g.ngran * GRAN)) != 0) {
+    if (!g.gran_used || !g.gran_free || !g.ctxs || g.memfd < 0 || ftruncate(g.memfd, (off_t)(all * GRAN)) != 0) {
         free(g.gran_used);
+        free(g.gran_free);
         free(g.ctxs);
         g.gran_used = NULL;
+        g.gran_free = NULL;
         g.ctxs = NULL;
         if (g.memfd >= 0) close(g.memfd);
         g.memfd = -1;
         r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }
-    for (int i = 0; i < g.ndev; i++) g.ctxs[i].dev = i;
+    for (int i = 0; i < g.ndev; i++) {
+        g.ctxs[i].dev = i;
+        g.gran_free[i] = g.ngran;
+    }
     g.next_handle = 0x1000;
     g.next_serial = 1;
     g.initialized = true;
@@ -751,6 +781,17 @@ CUresult cuDeviceGetAttribute(int *value, adsm__cu_device_attribute attrib, adsm
         default: r = ADSM__CUDA_ERROR_INVALID_VALUE; break;
         }
     }
+    unlock();
+    return note(r);
+}
+
+CUresult cuDeviceCanAccessPeer(int *can, adsm__cu_device dev, adsm__cu_device peer) {
+    lock();
+    CUresult r = check_init();
+    if (!r && !can) r = ADSM__CUDA_ERROR_INVALID_VALUE;
+    if (!r) r = check_dev(dev);
+    if (!r) r = check_dev(peer);
+    if (!r) *can = can_access_peer(dev, peer);
     unlock();
     return note(r);
 }
@@ -1116,7 +1157,7 @@ CUresult cuMemcpyHtoDAsync(adsm__cu_deviceptr dst, const void *src, size_t bytes
     struct adsm__cu_stream_st *s = NULL;
     CUresult r = copy_prologue(stream, &ctx, &s);
     if (r || bytes == 0) goto out;
-    if (!src || !range_ok((uintptr_t)src, bytes) || !dev_view(dst, bytes, 3) || host_in_resv(src, bytes)) {
+    if (!src || !range_ok((uintptr_t)src, bytes) || !dev_view(ctx->dev, dst, bytes, 3) || host_in_resv(src, bytes)) {
         r = ADSM__CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
@@ -1141,7 +1182,7 @@ CUresult cuMemcpyHtoDAsync(adsm__cu_deviceptr dst, const void *src, size_t bytes
         lock();
         if (!op->owned) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
         else r = copy_prologue(stream, &ctx, &s);
-        if (!r && !dev_view(dst, bytes, 3)) r = ADSM__CUDA_ERROR_INVALID_VALUE;
+        if (!r && !dev_view(ctx->dev, dst, bytes, 3)) r = ADSM__CUDA_ERROR_INVALID_VALUE;
         if (r) {
             free_op(op);
             goto out;
@@ -1162,7 +1203,7 @@ CUresult cuMemcpyDtoHAsync(void *dst, adsm__cu_deviceptr src, size_t bytes, adsm
     struct adsm__cu_stream_st *s = NULL;
     CUresult r = copy_prologue(stream, &ctx, &s);
     if (r || bytes == 0) goto out;
-    if (!dst || !range_ok((uintptr_t)dst, bytes) || !dev_view(src, bytes, 1) || host_in_resv(dst, bytes)) {
+    if (!dst || !range_ok((uintptr_t)dst, bytes) || !dev_view(ctx->dev, src, bytes, 1) || host_in_resv(dst, bytes)) {
         r = ADSM__CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
@@ -1212,7 +1253,7 @@ CUresult cuMemcpyDtoDAsync(adsm__cu_deviceptr dst, adsm__cu_deviceptr src, size_
     struct adsm__cu_stream_st *s = NULL;
     CUresult r = copy_prologue(stream, &ctx, &s);
     if (r || bytes == 0) goto out;
-    if (!dev_view(dst, bytes, 3) || !dev_view(src, bytes, 1)) {
+    if (!dev_view(ctx->dev, dst, bytes, 3) || !dev_view(ctx->dev, src, bytes, 1)) {
         r = ADSM__CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
@@ -1231,13 +1272,52 @@ out:
     return note(r);
 }
 
+static bool ctx_known(adsm__cu_context c) {
+    for (int i = 0; i < g.ndev; i++)
+        if (c == &g.ctxs[i]) return c->refs > 0;
+    return false;
+}
+
+/* Between two contexts' memory, on a stream of the current context. Each side needs only its own
+ * device's access; the copy is direct when the destination device may read the source, else the
+ * driver stages it through the host (counted apart). */
+CUresult cuMemcpyPeerAsync(adsm__cu_deviceptr dst, adsm__cu_context dst_ctx, adsm__cu_deviceptr src,
+                           adsm__cu_context src_ctx, size_t bytes, adsm__cu_stream stream) {
+    lock();
+    struct adsm__cu_ctx_st *ctx = NULL;
+    struct adsm__cu_stream_st *s = NULL;
+    CUresult r = copy_prologue(stream, &ctx, &s);
+    if (!r && (!ctx_known(dst_ctx) || !ctx_known(src_ctx))) r = ADSM__CUDA_ERROR_INVALID_CONTEXT;
+    if (r || bytes == 0) goto out;
+    if (!dev_view(dst_ctx->dev, dst, bytes, 3) || !dev_view(src_ctx->dev, src, bytes, 1)) {
+        r = ADSM__CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    struct op *op = new_op(OP_PEER);
+    if (!op) {
+        r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    op->dst = dst;
+    op->src = src;
+    op->n = bytes;
+    op->dst_dev = dst_ctx->dev;
+    op->src_dev = src_ctx->dev;
+    g.counters.peer_bytes += bytes;
+    if (dst_ctx->dev == src_ctx->dev || dev_view(dst_ctx->dev, src, bytes, 1)) g.counters.peer_direct_bytes += bytes;
+    r = submit(ctx, s, op, NULL, NULL);
+out:
+    unlock();
+    return note(r);
+}
+
 CUresult cuMemsetD8Async(adsm__cu_deviceptr dst, unsigned char value, size_t bytes, adsm__cu_stream stream) {
     lock();
     struct adsm__cu_ctx_st *ctx = NULL;
     struct adsm__cu_stream_st *s = NULL;
     CUresult r = copy_prologue(stream, &ctx, &s);
     if (r || bytes == 0) goto out;
-    if (!dev_view(dst, bytes, 3)) {
+    if (!dev_view(ctx->dev, dst, bytes, 3)) {
         r = ADSM__CUDA_ERROR_INVALID_VALUE;
         goto out;
     }
@@ -1279,10 +1359,11 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const adsm__cu_mem_a
 
 CUresult cuMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     lock();
-    CUresult r = check_ctx(NULL);
+    struct adsm__cu_ctx_st *ctx = NULL;
+    CUresult r = check_ctx(&ctx);
     if (!r && (!free_bytes || !total_bytes)) r = ADSM__CUDA_ERROR_INVALID_VALUE;
     if (!r) {
-        *free_bytes = g.gran_free * GRAN;
+        *free_bytes = g.gran_free[ctx->dev] * GRAN;
         *total_bytes = g.ngran * GRAN;
     }
     unlock();
@@ -1306,9 +1387,10 @@ CUresult cuMemAddressReserve(adsm__cu_deviceptr *ptr, size_t size, size_t alignm
     size_t ng = size / GRAN;
     if (v) {
         v->gm = calloc(ng, sizeof *v->gm);
-        v->gp = calloc(ng, 1);
+        v->gr = calloc(ng, sizeof *v->gr);
+        v->gw = calloc(ng, sizeof *v->gw);
     }
-    if (!v || !v->gm || !v->gp) goto oom;
+    if (!v || !v->gm || !v->gr || !v->gw) goto oom;
     void *base = MAP_FAILED;
     bool placeholder = true;
     bool free_here = true;
@@ -1354,7 +1436,8 @@ CUresult cuMemAddressReserve(adsm__cu_deviceptr *ptr, size_t size, size_t alignm
 oom:
     if (v) {
         free(v->gm);
-        free(v->gp);
+        free(v->gr);
+        free(v->gw);
         free(v);
     }
     r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
@@ -1382,7 +1465,8 @@ CUresult cuMemAddressFree(adsm__cu_deviceptr ptr, size_t size) {
     if (v->placeholder) munmap((void *)(uintptr_t)v->base, v->size);
     munmap(v->shadow, v->size);
     free(v->gm);
-    free(v->gp);
+    free(v->gr);
+    free(v->gw);
     free(v);
     g.counters.reservations--;
     r = tl_ctx->sticky;
@@ -1401,7 +1485,7 @@ static void phys_free(struct phys *h) {
     *pp = h->next;
     for (size_t i = 0; i < h->ngran; i++) {
         g.gran_used[h->gran[i]] = 0;
-        g.gran_free++;
+        g.gran_free[h->dev]++;
         fallocate(g.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(h->gran[i] * GRAN), (off_t)GRAN);
     }
     free(h->gran);
@@ -1419,8 +1503,9 @@ CUresult cuMemCreate(adsm__cu_mem_handle *handle, size_t size, const adsm__cu_me
     lock();
     CUresult r = check_ctx(NULL);
     if (!r && (!handle || size == 0 || size % GRAN || !prop_ok(prop) || flags != 0)) r = ADSM__CUDA_ERROR_INVALID_VALUE;
-    if (!r && size / GRAN > g.gran_free) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
+    if (!r && size / GRAN > g.gran_free[prop->location.id]) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
     if (r) goto out;
+    int dev = prop->location.id;
     struct phys *h = calloc(1, sizeof *h);
     size_t ng = size / GRAN;
     if (h) h->gran = malloc(ng * sizeof *h->gran);
@@ -1430,7 +1515,8 @@ CUresult cuMemCreate(adsm__cu_mem_handle *handle, size_t size, const adsm__cu_me
         goto out;
     }
     size_t k = 0;
-    for (size_t i = 0; i < g.ngran && k < ng; i++)
+    h->dev = dev;
+    for (size_t i = (size_t)dev * g.ngran; i < (size_t)(dev + 1) * g.ngran && k < ng; i++)
         if (!g.gran_used[i]) {
             /* fresh device memory holds garbage, not zeros */
             void *p = mmap(NULL, GRAN, PROT_READ | PROT_WRITE, MAP_SHARED, g.memfd, (off_t)(i * GRAN));
@@ -1440,7 +1526,7 @@ CUresult cuMemCreate(adsm__cu_mem_handle *handle, size_t size, const adsm__cu_me
             g.gran_used[i] = 1;
             h->gran[k++] = i;
         }
-    g.gran_free -= k;
+    g.gran_free[dev] -= k;
     h->ngran = k;
     if (k < ng) {
         h->next = g.phys;
@@ -1510,7 +1596,7 @@ CUresult cuMemMap(adsm__cu_deviceptr ptr, size_t size, size_t offset, adsm__cu_m
     v->maps = m;
     for (size_t i = 0; i < ng; i++) {
         v->gm[first + i] = m;
-        v->gp[first + i] = 0;
+        v->gr[first + i] = v->gw[first + i] = 0;
     }
     h->maps++;
     g.counters.device_bytes_mapped += size;
@@ -1544,7 +1630,7 @@ CUresult cuMemUnmap(adsm__cu_deviceptr ptr, size_t size) {
             size_t f = (m->d - v->base) / GRAN;
             for (size_t i = 0; i < m->size / GRAN; i++) {
                 v->gm[f + i] = NULL;
-                v->gp[f + i] = 0;
+                v->gr[f + i] = v->gw[f + i] = 0;
             }
             g.counters.device_bytes_mapped -= m->size;
             if (--m->h->maps == 0 && m->h->released) phys_free(m->h);
@@ -1560,34 +1646,68 @@ out:
     return note(r);
 }
 
+/* Whether setting `desc` on granule i only adds access (nothing a running operation may be using
+ * goes away). Under mu. */
+static bool access_only_grows(const struct resv *v, size_t i, const adsm__cu_mem_access_desc *desc, size_t count) {
+    for (size_t k = 0; k < count; k++) {
+        unsigned long long bit = 1ull << desc[k].location.id;
+        if (((v->gr[i] & bit) && !(desc[k].flags & 1)) || ((v->gw[i] & bit) && !(desc[k].flags & 2))) return false;
+    }
+    return true;
+}
+
+/* Sets the access of each listed device to every granule of [ptr, ptr + size) (others keep
+ * theirs); a device other than a granule's owner only where cuDeviceCanAccessPeer allows. The
+ * double's own view of a granule is writable while any device may touch it. A call that only
+ * grants access does not wait for queued operations elsewhere (they cannot be using what it
+ * adds), as a GPU's does not wait for kernels on other memory; one that takes access away does. */
 CUresult cuMemSetAccess(adsm__cu_deviceptr ptr, size_t size, const adsm__cu_mem_access_desc *desc, size_t count) {
-    pthread_rwlock_wrlock(&g.maplock);
+    bool exclusive = false;
+again:
+    if (exclusive) pthread_rwlock_wrlock(&g.maplock);
+    else pthread_rwlock_rdlock(&g.maplock);
     lock();
     CUresult r = check_ctx(NULL);
     struct resv *v = NULL;
     if (!r && (!desc || count == 0 || size == 0 || ptr % GRAN || size % GRAN || !(v = resv_containing(ptr, size))))
         r = ADSM__CUDA_ERROR_INVALID_VALUE;
-    int prot = -1;
-    for (size_t i = 0; !r && i < count; i++) {
+    for (size_t i = 0; !r && i < count; i++)
         if (desc[i].location.type != ADSM__CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
             desc[i].location.id >= g.ndev || (desc[i].flags != 0 && desc[i].flags != 1 && desc[i].flags != 3))
             r = ADSM__CUDA_ERROR_INVALID_VALUE;
-        else
-            prot = desc[i].flags; /* one memory for all devices: the last descriptor wins */
-    }
     if (r) goto out;
     size_t first = (ptr - v->base) / GRAN, ng = size / GRAN;
-    for (size_t i = 0; i < ng; i++)
-        if (!v->gm[first + i]) {
+    for (size_t i = 0; i < ng; i++) {
+        struct mapping *m = v->gm[first + i];
+        if (!m) {
             r = ADSM__CUDA_ERROR_INVALID_VALUE;
             goto out;
         }
-    int mprot = prot == 3 ? PROT_READ | PROT_WRITE : prot == 1 ? PROT_READ : PROT_NONE;
-    if (mprotect(v->shadow + first * GRAN, size, mprot) != 0) {
-        r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
-        goto out;
+        for (size_t k = 0; k < count; k++)
+            if (desc[k].location.id != m->h->dev && desc[k].flags && !can_access_peer(desc[k].location.id, m->h->dev)) {
+                r = ADSM__CUDA_ERROR_INVALID_DEVICE;
+                goto out;
+            }
+        if (!exclusive && !access_only_grows(v, first + i, desc, count)) {
+            unlock();
+            pthread_rwlock_unlock(&g.maplock);
+            exclusive = true;
+            goto again;
+        }
     }
-    for (size_t i = 0; i < ng; i++) v->gp[first + i] = (unsigned char)prot;
+    for (size_t i = 0; i < ng; i++) {
+        unsigned long long *gr = &v->gr[first + i], *gw = &v->gw[first + i];
+        for (size_t k = 0; k < count; k++) {
+            unsigned long long bit = 1ull << desc[k].location.id;
+            *gr = desc[k].flags & 1 ? *gr | bit : *gr & ~bit;
+            *gw = desc[k].flags & 2 ? *gw | bit : *gw & ~bit;
+        }
+        int mprot = v->gw[first + i] ? PROT_READ | PROT_WRITE : v->gr[first + i] ? PROT_READ : PROT_NONE;
+        if (mprotect(v->shadow + (first + i) * GRAN, GRAN, mprot) != 0) {
+            r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
+            goto out;
+        }
+    }
     g.counters.mem_set_access++;
 out:
     unlock();
@@ -1971,7 +2091,8 @@ EXPORT int cudadouble_register_kernel(const char *name, cudadouble_kernel_fn fn,
 
 EXPORT void *cudadouble_host_view(unsigned long long dptr, size_t n) {
     lock();
-    void *p = g.initialized ? dev_view(dptr, n, 3) : NULL;
+    /* a kernel sees what its device may access; a test's own look, what any device may */
+    void *p = g.initialized ? dev_view(tl_exec_ctx ? tl_exec_ctx->dev : -1, dptr, n, 3) : NULL;
     unlock();
     return p;
 }

@@ -28,7 +28,8 @@ typedef void (*cudadouble_kernel_fn)(const cudadouble_launch *launch, void *user
 int cudadouble_register_kernel(const char *name, cudadouble_kernel_fn fn, void *user);
 
 /* Host view of device memory [dptr, dptr + n): NULL unless the whole range is valid device memory
- * (mapped and read-write). The pointer stays usable while the range stays mapped. */
+ * (mapped and read-write; from a kernel, for the kernel's device). The pointer stays usable while
+ * the range stays mapped. */
 void *cudadouble_host_view(unsigned long long dptr, size_t n);
 
 /* Called by a kernel (on the stream worker) to fail like a GPU fault: makes `code` sticky on the
@@ -53,6 +54,9 @@ typedef struct cudadouble_counters {
     unsigned long long spin_waits;
     /* cuMemHostRegister calls pinning pages right now (CUDADOUBLE_REGISTER_US_PER_MIB) */
     unsigned long long registers_in_flight;
+    /* cuMemcpyPeerAsync bytes, and those of them the destination device read directly (it had
+     * access to the source: peer access), not staged through the host */
+    unsigned long long peer_bytes, peer_direct_bytes;
 } cudadouble_counters;
 
 void cudadouble_get_counters(cudadouble_counters *out);
