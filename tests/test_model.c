@@ -648,7 +648,6 @@ static void run_model(const variant *v) {
     cfg.protocol = v->protocol;
     cfg.block_size = v->block_size;
     cfg.rolling_size = v->rolling_size;
-    cfg.emu_devices = v->devices;
     cfg.write_through = v->write_through;
     cfg.drop_replicas = v->drop_replicas;
     cfg.emu_memory = v->emu_memory;
@@ -656,6 +655,15 @@ static void run_model(const variant *v) {
     cuda_double_use();
     /* every stream operation of the double late: a missing event dependency shows as a wrong byte */
     if (strstr(v->name, "delayed")) setenv("CUDADOUBLE_DELAY_US", "200", 1);
+    /* several GPUs of the double, each of emu_memory bytes; "nopeer": without peer access */
+    char count[16], bytes[32];
+    snprintf(count, sizeof count, "%u", v->devices ? v->devices : 1);
+    setenv("CUDADOUBLE_DEVICES", count, 1);
+    if (v->devices > 1) cfg.devices = "all";
+    if (v->emu_memory) snprintf(bytes, sizeof bytes, "%zu", v->emu_memory), setenv("CUDADOUBLE_MEMORY", bytes, 1);
+    if (strstr(v->name, "nopeer")) setenv("CUDADOUBLE_NO_PEER", "1", 1);
+#else
+    cfg.emu_devices = v->devices;
 #endif
     adsm_result r = adsm_init(&cfg);
     cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());
@@ -756,6 +764,21 @@ MODEL_TEST(cuda_rolling_4k_rs3, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 4 * KI
 MODEL_TEST(cuda_rolling_64k, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 10000)
 MODEL_TEST(cuda_rolling_4k_rs3_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 3000)
 MODEL_TEST(cuda_lazy_64k_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 3000)
+/* several GPUs of the double: kernels on random GPUs, replicas, peer copies; every policy; GPUs
+ * of 16 MiB (8 granules: objects take whole granules there) that must evict */
+#define MODEL_TEST_GPUS(tname, protocol, bs, rs, ops, devices, through, drop, memory)                \
+    Test(model, tname) {                                                                            \
+        static const variant v = {#tname, ADSM_BACKEND_CUDA, protocol, bs, rs, ops, devices, through, drop, memory}; \
+        run_model(&v);                                                                              \
+    }
+MODEL_TEST_GPUS(cuda3_lazy_64k, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 5000, 3, 0, 0, 0)
+MODEL_TEST_GPUS(cuda2_rolling_4k_rs3, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 5000, 2, 0, 0, 0)
+MODEL_TEST_GPUS(cuda2_rolling_64k_nopeer, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 4000, 2, 0, 0, 0)
+MODEL_TEST_GPUS(cuda3_rolling_64k_through_drop, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 4000, 3, 1, 1, 0)
+MODEL_TEST_GPUS(cuda2_lazy_4k_through, ADSM_PROTOCOL_LAZY, 4 * KIB, 0, 4000, 2, 1, 0, 0)
+MODEL_TEST_GPUS(cuda3_lazy_64k_16m, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 5000, 3, 0, 0, 16 * MIB)
+MODEL_TEST_GPUS(cuda2_rolling_4k_rs3_16m_drop, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 5000, 2, 0, 1, 16 * MIB)
+MODEL_TEST_GPUS(cuda2_lazy_64k_delayed, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 2000, 2, 0, 0, 0)
 #else
 /* ~100k operations per protocol: 3 x 34k for batch and lazy, 4 x 25k for rolling */
 MODEL_TEST(emu_batch_4k, ADSM_BACKEND_EMU, ADSM_PROTOCOL_BATCH, 4 * KIB, 0, 34000)
