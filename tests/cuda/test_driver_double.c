@@ -9,6 +9,7 @@
 #include "tests/cuda/driver_double.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <criterion/redirect.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -1142,4 +1143,119 @@ Test(threads, concurrent_streams) {
     }
     cr_assert_eq(cu.cuCtxSynchronize(), 0);
     dfree(m);
+}
+
+/* ---- several devices: memory pools, access, peer copies ---------------------------------------- */
+/* reserve + create on device `dev` + map; access as `access` lists (devices, read-write) */
+static struct devmem dalloc_on(int dev, size_t size, const int *access, size_t naccess) {
+    struct devmem m = {0, size, 0};
+    adsm__cu_mem_alloc_prop p = prop0();
+    p.location.id = dev;
+    adsm__cu_mem_access_desc a[4];
+    for (size_t i = 0; i < naccess; i++) {
+        a[i] = rw0();
+        a[i].location.id = access[i];
+    }
+    cr_assert_eq(cu.cuMemAddressReserve(&m.d, size, 0, 0, 0), 0);
+    cr_assert_eq(cu.cuMemCreate(&m.h, size, &p, 0), 0);
+    cr_assert_eq(cu.cuMemMap(m.d, size, 0, m.h, 0), 0);
+    cr_assert_eq(cu.cuMemSetAccess(m.d, size, a, naccess), 0);
+    return m;
+}
+
+static adsm__cu_context up_two(void) {
+    setenv("CUDADOUBLE_DEVICES", "2", 1);
+    setenv("CUDADOUBLE_MEMORY", "8388608", 1); /* 4 granules per device */
+    up();
+    adsm__cu_context c1;
+    cr_assert_eq(cu.cuDevicePrimaryCtxRetain(&c1, 1), 0);
+    return c1;
+}
+
+/* Each device has its own granules: one device full leaves the other's memory, and cuMemGetInfo
+ * answers for the current context's device. */
+Test(several_devices, each_device_has_its_own_memory) {
+    adsm__cu_context c1 = up_two();
+    adsm__cu_mem_alloc_prop p = prop0();
+    adsm__cu_mem_handle h0, h1, more;
+    cr_assert_eq(cu.cuMemCreate(&h0, 4 * GRAN, &p, 0), 0);
+    cr_assert_eq(cu.cuMemCreate(&more, GRAN, &p, 0), ADSM__CUDA_ERROR_OUT_OF_MEMORY);
+    size_t free_bytes, total;
+    cr_assert_eq(cu.cuMemGetInfo(&free_bytes, &total), 0);
+    cr_assert(free_bytes == 0 && total == 4 * GRAN, "device 0: %zu of %zu free", free_bytes, total);
+    p.location.id = 1;
+    cr_assert_eq(cu.cuMemCreate(&h1, GRAN, &p, 0), 0);
+    cr_assert_eq(cu.cuCtxSetCurrent(c1), 0);
+    cr_assert_eq(cu.cuMemGetInfo(&free_bytes, &total), 0);
+    cr_assert_eq(free_bytes, 3 * GRAN, "device 1: %zu free", free_bytes);
+    cr_assert_eq(cu.cuMemRelease(h1), 0);
+    cr_assert_eq(cu.cuMemRelease(h0), 0);
+}
+
+/* A device touches another device's memory only once cuMemSetAccess grants it, which needs peer
+ * capability: copies on its streams are refused before, accepted after. */
+Test(several_devices, access_is_per_device) {
+    adsm__cu_context c1 = up_two();
+    int can = -1;
+    cr_assert_eq(cu.cuDeviceCanAccessPeer(&can, 1, 0), 0);
+    cr_assert_eq(can, 1);
+    cr_assert_eq(cu.cuDeviceCanAccessPeer(&can, 0, 0), 0);
+    cr_assert_eq(can, 0, "a device is not its own peer");
+    int only0[] = {0}, both[] = {0, 1};
+    struct devmem m = dalloc_on(0, GRAN, only0, 1);
+    char buf[64];
+    cr_assert_eq(cu.cuCtxSetCurrent(c1), 0);
+    cr_assert_eq(cu.cuMemcpyDtoHAsync(buf, m.d, sizeof buf, NULL), ADSM__CUDA_ERROR_INVALID_VALUE,
+                 "device 1 read device 0's memory without access");
+    adsm__cu_mem_access_desc a[2] = {rw0(), rw0()};
+    a[1].location.id = both[1];
+    cr_assert_eq(cu.cuMemSetAccess(m.d, m.size, a, 2), 0);
+    cr_assert_eq(cu.cuMemcpyDtoHAsync(buf, m.d, sizeof buf, NULL), 0);
+    cr_assert_eq(cu.cuCtxSetCurrent(ctx), 0);
+    dfree(m);
+}
+
+Test(several_devices, no_peer_access_when_told) {
+    setenv("CUDADOUBLE_NO_PEER", "1", 1);
+    up_two();
+    int can = -1;
+    cr_assert_eq(cu.cuDeviceCanAccessPeer(&can, 1, 0), 0);
+    cr_assert_eq(can, 0);
+    int only0[] = {0};
+    struct devmem m = dalloc_on(0, GRAN, only0, 1);
+    adsm__cu_mem_access_desc a = rw0();
+    a.location.id = 1;
+    cr_assert_eq(cu.cuMemSetAccess(m.d, m.size, &a, 1), ADSM__CUDA_ERROR_INVALID_DEVICE);
+    dfree(m);
+}
+
+ParameterizedTestParameters(several_devices, peer_copies) {
+    static int granted[] = {1, 0};
+    return cr_make_param_array(int, granted, 2);
+}
+
+/* cuMemcpyPeerAsync copies between two devices' memory whatever the access (each side needs its
+ * own device's); it is direct when the destination device may read the source, else staged. */
+ParameterizedTest(int *granted, several_devices, peer_copies) {
+    adsm__cu_context c1 = up_two();
+    int src_access[] = {0, 1}, dst_access[] = {1};
+    struct devmem src = dalloc_on(0, GRAN, src_access, *granted ? 2 : 1);
+    struct devmem dst = dalloc_on(1, GRAN, dst_access, 1);
+    unsigned char *s = host_view(src.d, GRAN);
+    cr_assert_not_null(s);
+    for (size_t i = 0; i < 4096; i++) s[i] = (unsigned char)(i * 7);
+    cudadouble_counters before, after;
+    get_counters(&before);
+    cr_assert_eq(cu.cuCtxSetCurrent(c1), 0);
+    cr_assert_eq(cu.cuMemcpyPeerAsync(dst.d, c1, src.d, ctx, 4096, NULL), 0);
+    cr_assert_eq(cu.cuMemcpyPeerAsync(dst.d, ctx, src.d, ctx, 4096, NULL), ADSM__CUDA_ERROR_INVALID_VALUE,
+                 "device 0 may not write device 1's memory");
+    get_counters(&after);
+    cr_assert_eq(after.peer_bytes - before.peer_bytes, 4096);
+    cr_assert_eq(after.peer_direct_bytes - before.peer_direct_bytes, *granted ? 4096u : 0u);
+    unsigned char *d = host_view(dst.d, GRAN);
+    for (size_t i = 0; i < 4096; i++) cr_assert_eq(d[i], (unsigned char)(i * 7), "[%zu]", i);
+    cr_assert_eq(cu.cuCtxSetCurrent(ctx), 0);
+    dfree(dst);
+    dfree(src);
 }
