@@ -109,7 +109,9 @@
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
        ADSM_AFFINITY_BLOCK B >= 1: objects belong to devices B at a time in allocation order (0: none)
        ADSM_LOG           error | warn | info | debug                  (warn)
-       ADSM_DEVICE        cuda device number                           (0)
+       ADSM_DEVICE        cuda: the one GPU to drive                   (0)
+       ADSM_DEVICES       cuda: several GPUs, "all" or ordinals such as 0,2, device 0 first,
+                          at most 8                                    (one GPU: ADSM_DEVICE)
        ADSM_CUDA_STAGING  bytes per pinned staging buffer (2 per direction), 64K..1G  (8M)
        ADSM_CUDA_SAME_ADDRESS  1: device addresses equal host addresses where the driver allows,
                           0: always translate (diagnostic)              (1)
@@ -183,8 +185,12 @@
              ADSM_ERROR_KERNEL_CRASHED, after which the device is lost (ADSM_ERROR_DEVICE_LOST),
              as CUDA contexts do not recover; host copies stay readable.
 
-   SEVERAL DEVICES (emu today: ADSM_EMU_DEVICES=N, N device processes with their own memory at
-   the same addresses; cuda and host drive one). adsm_device_count() says how many.
+   SEVERAL DEVICES (emu: ADSM_EMU_DEVICES=N, N device processes with their own memory at the same
+   addresses; cuda: ADSM_DEVICES=all or a list of GPUs, else one; host drives one).
+   adsm_device_count() says how many. On cuda, GPUs other than device 0 cannot have the host's
+   addresses (one address names one mapping in the process): adsm translates their kernels'
+   pointer arguments, and pointers stored inside objects are followed only on a GPU whose objects
+   sit at their host addresses (device 0, unless ADSM_LOG=info says it translates too).
    ADSM_CALL_ON(dev, name, grid, args...) runs a kernel on device dev; ADSM_CALL lets adsm choose
    the device holding most of the bytes the kernel writes (owner computes). Before a launch on a
    device, every object the kernel names (IN, OUT, INOUT) is made current there: from the host
@@ -395,7 +401,7 @@ typedef struct adsm_config {
     size_t emu_memory;   /* bytes; 0 = ADSM_EMU_MEMORY or the default */
     unsigned emu_workers;
     adsm_log_level log_level;
-    int device;          /* cuda: device ordinal + 1 (0 = ADSM_DEVICE or the first device) */
+    int device;          /* cuda: device ordinal + 1 (0 = ADSM_DEVICE or the first device); one GPU */
     size_t cuda_staging; /* cuda: bytes per pinned staging buffer; 0 = ADSM_CUDA_STAGING or 8M */
     const char *trace;   /* file for a Chrome/Perfetto trace of adsm's work; NULL = ADSM_TRACE or none */
     int block_exact;     /* rolling: 1 = one block per fault, no huge-page fetches or write-ahead

@@ -62,7 +62,7 @@ typedef struct adsm__backend_vtbl {
     /* optional: [dev, dev + n) from device src's memory to device dst's, both at adsm's device
      * address (each backend context translates its own side), after dst's earlier launches;
      * returns once the copy landed, 0 or -1. Normal context, no lock needed. Without it device
-     * to device copies use device_view, or go through the host. */
+     * to device copies read the source through device_view (emu). */
     int (*peer_copy)(void *dst, void *src, uintptr_t dev, size_t n);
     /* signal-safe: wait until every async to_device copy has landed */
     void (*drain)(void *ctx);

@@ -6,7 +6,10 @@
  * driver lets the device range sit where the host range is (or the host range move onto the
  * device range, as GMAC did); otherwise device addresses are host addresses plus one constant,
  * and pointer arguments are translated at each launch. Device memory is VMM memory mapped in
- * granules on demand. Copies go through pinned staging buffers, two per direction, so the CPU
+ * granules on demand. With several GPUs (ADSM_DEVICES) each has its own context of this kind:
+ * device 0 may keep the host's addresses, the others translate; an object's memory is mapped on a
+ * GPU only while it is resident there (dev_map), and GPU-to-GPU copies are cuMemcpyPeerAsync on
+ * the destination's engine (peer_copy), with peer access granted on every mapping. Copies go through pinned staging buffers, two per direction, so the CPU
  * copy of one chunk overlaps the DMA of the next.
  *
  * Contexts: to_device/from_device/drain/wait run in the SIGSEGV handler (from_device with the

@@ -9,8 +9,10 @@
  * launch that needs more than its device has left first evicts objects the kernel does not name,
  * the least recently used on that device first: their units held only there (Modified) are
  * written back to the host, the other units (clean replicas) are dropped, and the device memory
- * goes back (the dev_discard verb). Objects a copy is moving outside the lock (busy) are not
- * evicted. The limit is the backend's capacity per device (emu: ADSM_EMU_MEMORY).
+ * goes back (emu's dev_discard verb; cuda unmaps it, directory.h adsm__discharge). Objects a copy
+ * is moving outside the lock (busy) are not evicted. The limit is the backend's capacity per
+ * device (emu: ADSM_EMU_MEMORY; cuda: the GPU's free memory at start), counted in footprints
+ * (adsm__footprint: whole granules on cuda).
  *
  * Context: normal thread context, runtime lock held, in a launch (rt->launch_mutex held) or in
  * adsm_dev_alloc. A write-back is a CPU fetch (the protocol's on_access) and may let the lock go:

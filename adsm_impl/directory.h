@@ -1,5 +1,5 @@
 /* adsm_impl/directory.h -- which devices hold a current copy of each unit, when the runtime drives
- * several (ADSM_EMU_DEVICES), and the moves a launch on one device needs.
+ * several (ADSM_EMU_DEVICES, ADSM_DEVICES), and the moves a launch on one device needs.
  *
  * The host's view of a unit stays its block state (Invalid / ReadOnly / Dirty, protocol.h); each
  * unit head adds `dev_valid`, one bit per device holding a current copy. Together they are the

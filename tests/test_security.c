@@ -136,7 +136,7 @@ Test(security, exec_inherits_no_adsm_descriptor) {
 Test(security, environment_values_are_bounded) {
     static const char *const size_vars[] = {"ADSM_BLOCK_SIZE", "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP",
                                             "ADSM_EMU_MEMORY", "ADSM_EMU_WORKERS", "ADSM_CUDA_STAGING",
-                                            "ADSM_DEVICE"};
+                                            "ADSM_DEVICE", "ADSM_DEVICES"};
     static const char *const bad_values[] = {"99999999999999999999999999", "18446744073709551616", "16E",
                                              "-1", "0x10", "4K4", "1TiBB", " 4096"};
     for (size_t v = 0; v < sizeof size_vars / sizeof *size_vars; v++) {
