@@ -638,7 +638,8 @@ ADSM__PRIVATE adsm_result adsm__devices_synchronize(adsm__runtime *rt) {
             if (rt->ndev > 1) snprintf(text, sizeof text, "device %u: %.480s", d, adsm_last_error());
             else snprintf(text, sizeof text, "%s", adsm_last_error());
         }
-        if (r == ADSM_ERROR_DEVICE_LOST) adsm__mark_lost(rt, d);
+        /* lost, or a crash its device does not recover from (a CUDA context's; wait says lost) */
+        if (r == ADSM_ERROR_DEVICE_LOST || rt->be->wait(rt->dev_ctx[d], 0) != 0) adsm__mark_lost(rt, d);
     }
     if (first == ADSM_OK && rt->ndev > 1 && adsm__live_devices(rt) == 0) {
         first = ADSM_ERROR_DEVICE_LOST;

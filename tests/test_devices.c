@@ -685,6 +685,54 @@ Test(devices, cuda_configuration) {
     cr_assert_eq(adsm_device_count(), 0, "the refused start left nothing running");
 }
 
+/* A kernel that faults like a GPU (illegal address): its context is lost for good. */
+ADSM_KERNEL(k_crash, ADSM_OUT(int32_t, x), ADSM_VALUE(size_t, n));
+void k_crash(adsm_grid g, int32_t *x, size_t n) { (void)g, (void)x, (void)n; }
+static void crash_body(const cudadouble_launch *l, void *user) {
+    (void)l, (void)user;
+    cuda_double.kernel_fault(700); /* CUDA_ERROR_ILLEGAL_ADDRESS */
+}
+
+/* One GPU of two crashes: the next sync reports it once, naming it; launches there fail with
+ * DEVICE_LOST; the other GPU keeps working, new objects live there, and the CPU's data stays
+ * readable. A CUDA context does not recover, so what only the lost GPU held cannot be read: a
+ * launch that needs it fails naming the object, and freeing it works. */
+Test(devices, cuda_one_gpu_lost_of_two) {
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    const adsm_kernel_desc *const more[] = {adsm__kernel_k_crash()};
+    cr_assert_eq(cuda_double_attach(more, 1), 0, "%s", adsm_last_error());
+    cr_assert_eq(cuda_double.register_kernel("k_crash", crash_body, NULL), 0);
+    int32_t *x = alloc(SIZE), *w = alloc(SIZE), *y = alloc(SIZE), *host = alloc(SIZE);
+    CALL_ON_OK(1, k_fill, grid_for(N), x, N, 40); /* x's only current copy: GPU 1 */
+    CALL_ON_OK(0, k_fill, grid_for(N), w, N, 50);
+    write_ramp(host, 70); /* Dirty on the host */
+    sync_ok();
+    CALL_ON_OK(1, k_crash, grid_for(1), y, 1);
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_KERNEL_CRASHED);
+    cr_assert(strstr(adsm_last_error(), "device 1") && strstr(adsm_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS"), "%s",
+              adsm_last_error());
+    sync_ok(); /* reported once: the other GPU is fine */
+    cr_assert_eq(ADSM_CALL_ON(1, k_incr, grid_for(N), w, N), ADSM_ERROR_DEVICE_LOST);
+    cr_assert(strstr(adsm_last_error(), "device 1 is lost"), "%s", adsm_last_error());
+    CALL_OK(k_incr, grid_for(N), w, N); /* adsm's choice: GPU 0 */
+    int32_t *fresh = alloc(SIZE);
+    CALL_OK(k_fill, grid_for(N), fresh, N, 60);
+    int32_t *z = alloc(SIZE);
+    CALL_ON_OK(0, k_add, grid_for(N), z, host, w, N);
+    cr_assert_neq(ADSM_CALL_ON(0, k_incr, grid_for(N), x, N), ADSM_OK, "x's only copy was on the lost GPU");
+    cr_assert(strstr(adsm_last_error(), "cannot be read"), "%s", adsm_last_error());
+    sync_ok();
+    expect_ramp(w, 51);
+    expect_ramp(fresh, 60);
+    expect_ramp(host, 70);
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&z[i]), 121 + 2 * (int32_t)i);
+    cr_assert_eq(dev_stats(1).launches, 2, "nothing more ran on the lost GPU");
+    cr_assert_eq(adsm_free(x), ADSM_OK);
+    cr_assert_eq(adsm_free(y), ADSM_OK);
+    cr_assert_eq(adsm_free(fresh), ADSM_OK);
+    adsm_shutdown();
+}
+
 ParameterizedTestParameters(devices, cuda_peer_copies) {
     static int peer_access[] = {1, 0};
     return cr_make_param_array(int, peer_access, 2);
