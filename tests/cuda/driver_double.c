@@ -429,8 +429,6 @@ static void run_op(struct adsm__cu_ctx_st *ctx, struct op *op) {
     case OP_H2D: ok = (d = dev_view(ctx->dev, op->dst, op->n, 3)) != NULL; break;
     case OP_D2H: ok = (s = dev_view(ctx->dev, op->src, op->n, 1)) != NULL; break;
     case OP_D2D:
-        ok = (d = dev_view(ctx->dev, op->dst, op->n, 3)) != NULL && (s = dev_view(ctx->dev, op->src, op->n, 1)) != NULL;
-        break;
     case OP_PEER:
         ok = (d = dev_view(op->dst_dev, op->dst, op->n, 3)) != NULL &&
              (s = dev_view(op->src_dev, op->src, op->n, 1)) != NULL;
@@ -1247,27 +1245,31 @@ out:
     return note(r);
 }
 
+/* Queues a copy between device ranges: dst must be writable by device dst_dev, src readable by
+ * src_dev (under mu). */
+static CUresult queue_device_copy(struct adsm__cu_ctx_st *ctx, struct adsm__cu_stream_st *s, enum op_kind kind,
+                                  dptr_t dst, int dst_dev, dptr_t src, int src_dev, size_t bytes) {
+    if (!dev_view(dst_dev, dst, bytes, 3) || !dev_view(src_dev, src, bytes, 1)) return ADSM__CUDA_ERROR_INVALID_VALUE;
+    struct op *op = new_op(kind);
+    if (!op) return ADSM__CUDA_ERROR_OUT_OF_MEMORY;
+    op->dst = dst;
+    op->src = src;
+    op->n = bytes;
+    op->dst_dev = dst_dev;
+    op->src_dev = src_dev;
+    return submit(ctx, s, op, NULL, NULL);
+}
+
+/* Both sides in the memory the current context's device may access. */
 CUresult cuMemcpyDtoDAsync(adsm__cu_deviceptr dst, adsm__cu_deviceptr src, size_t bytes, adsm__cu_stream stream) {
     lock();
     struct adsm__cu_ctx_st *ctx = NULL;
     struct adsm__cu_stream_st *s = NULL;
     CUresult r = copy_prologue(stream, &ctx, &s);
-    if (r || bytes == 0) goto out;
-    if (!dev_view(ctx->dev, dst, bytes, 3) || !dev_view(ctx->dev, src, bytes, 1)) {
-        r = ADSM__CUDA_ERROR_INVALID_VALUE;
-        goto out;
+    if (!r && bytes > 0) {
+        r = queue_device_copy(ctx, s, OP_D2D, dst, ctx->dev, src, ctx->dev, bytes);
+        if (!r) g.counters.d2d_bytes += bytes;
     }
-    struct op *op = new_op(OP_D2D);
-    if (!op) {
-        r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
-        goto out;
-    }
-    op->dst = dst;
-    op->src = src;
-    op->n = bytes;
-    g.counters.d2d_bytes += bytes;
-    r = submit(ctx, s, op, NULL, NULL);
-out:
     unlock();
     return note(r);
 }
@@ -1288,25 +1290,12 @@ CUresult cuMemcpyPeerAsync(adsm__cu_deviceptr dst, adsm__cu_context dst_ctx, ads
     struct adsm__cu_stream_st *s = NULL;
     CUresult r = copy_prologue(stream, &ctx, &s);
     if (!r && (!ctx_known(dst_ctx) || !ctx_known(src_ctx))) r = ADSM__CUDA_ERROR_INVALID_CONTEXT;
-    if (r || bytes == 0) goto out;
-    if (!dev_view(dst_ctx->dev, dst, bytes, 3) || !dev_view(src_ctx->dev, src, bytes, 1)) {
-        r = ADSM__CUDA_ERROR_INVALID_VALUE;
-        goto out;
+    bool direct = !r && (dst_ctx->dev == src_ctx->dev || dev_view(dst_ctx->dev, src, bytes, 1));
+    if (!r && bytes > 0) {
+        r = queue_device_copy(ctx, s, OP_PEER, dst, dst_ctx->dev, src, src_ctx->dev, bytes);
+        if (!r) g.counters.peer_bytes += bytes;
+        if (!r && direct) g.counters.peer_direct_bytes += bytes;
     }
-    struct op *op = new_op(OP_PEER);
-    if (!op) {
-        r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
-        goto out;
-    }
-    op->dst = dst;
-    op->src = src;
-    op->n = bytes;
-    op->dst_dev = dst_ctx->dev;
-    op->src_dev = src_ctx->dev;
-    g.counters.peer_bytes += bytes;
-    if (dst_ctx->dev == src_ctx->dev || dev_view(dst_ctx->dev, src, bytes, 1)) g.counters.peer_direct_bytes += bytes;
-    r = submit(ctx, s, op, NULL, NULL);
-out:
     unlock();
     return note(r);
 }
