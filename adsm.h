@@ -104,7 +104,7 @@
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, at most 32G)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device, 1..256 (CPU count, <= 64)
        ADSM_EMU_DEVICES   emulated devices, 1..8, each its own process and memory (1)
-       ADSM_EMU_STREAMS   kernels one emulated device runs at once, 1..16 (4 with several devices, 1 with one)
+       ADSM_STREAMS       kernels one device (emu or GPU) runs at once, 1..16 (4 with several devices, 1 with one)
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
        ADSM_AFFINITY_BLOCK B >= 1: objects belong to devices B at a time in allocation order (0: none)
@@ -176,7 +176,7 @@
              allows it; otherwise pointer arguments are translated at each launch
              (adsm_stats.translated_args counts them) and adsm_safe() gives the device address,
              but kernels cannot follow pointers stored in shared memory. Copies run on their own
-             streams, ordered with events against the kernel stream. Where the driver page-locks
+             streams, ordered with events against the kernel streams. Where the driver page-locks
              the objects' host pages (translated addresses; under shared addresses those pages
              are device address space and it refuses) they are DMA on those pages; otherwise they
              go through pinned staging buffers (adsm_stats.staged_bytes, ADSM_LOG=info says which).
@@ -200,10 +200,10 @@
    from there; a CPU write makes every device copy stale. A call sends the CPU's changes to the
    objects its kernel names only when there are several devices (the others wait on the host for
    a kernel that names them), so a kernel may then follow stored pointers only into objects it is
-   given. Kernels on different devices run at the same time, and each emulated device runs up to
-   ADSM_EMU_STREAMS (default 4) kernels at once: a kernel waits for the copies of its own objects and the
-   earlier kernels whose objects conflict with its own (one writes what the other reads or
-   writes). One device runs kernels in issue order unless ADSM_EMU_STREAMS asks for more (then a
+   given. Kernels on different devices run at the same time, and each device runs up to
+   ADSM_STREAMS (default 4) kernels at once (emu: threads; cuda: CUDA streams): a kernel waits for
+   the copies of its own objects and the earlier kernels whose objects conflict with its own (one
+   writes what the other reads or writes). One device runs kernels in issue order unless ADSM_STREAMS asks for more (then a
    kernel that reads through a stored pointer an object an earlier kernel writes must name it).
    adsm_dev_alloc_on(dev, size) gives a device buffer on a chosen device (adsm_dev_alloc: device
    0), for explicit multi-device programs; adsm_memcpy between buffers of two devices copies
@@ -407,7 +407,7 @@ typedef struct adsm_config {
     int block_exact;     /* rolling: 1 = one block per fault, no huge-page fetches or write-ahead
                             (0 = ADSM_BLOCK_EXACT or off) */
     unsigned emu_devices; /* emu: emulated devices, 1..8 (0 = ADSM_EMU_DEVICES or 1) */
-    unsigned emu_streams; /* emu: kernels one device may run at once, 1..16 (0 = ADSM_EMU_STREAMS, else 4
+    unsigned streams; /* kernels one device may run at once, 1..16 (0 = ADSM_STREAMS, else 4
                              with several devices, 1 with one): a kernel waits only for the earlier
                              ones its objects conflict with */
     int write_through;    /* 1: a kernel's output comes home before the next call or sync, as the

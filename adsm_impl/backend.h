@@ -17,6 +17,15 @@ typedef struct adsm__range {
     const char *param; /* parameter name, for error messages */
 } adsm__range;
 
+/* Whether a range of a[] overlaps a range of b[] (kernels' accesses: backends that run kernels at
+ * once order those whose accesses conflict, emu_streams.h and backend_cuda.h). */
+ADSM__PRIVATE int adsm__ranges_meet(const adsm__range *a, size_t na, const adsm__range *b, size_t nb) {
+    for (size_t i = 0; i < na; i++)
+        for (size_t j = 0; j < nb; j++)
+            if (a[i].addr < b[j].addr + b[j].len && b[j].addr < a[i].addr + a[i].len) return 1;
+    return 0;
+}
+
 /* A launch as the runtime hands it to a backend: arguments already translated to device
  * addresses, plus the device ranges the kernel may write and those it may only read. */
 typedef struct adsm__launch {

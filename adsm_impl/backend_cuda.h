@@ -29,6 +29,7 @@
 #define ADSM__CUDA_RING 64    /* queued engine commands */
 #define ADSM__CUDA_EVENTS 256 /* launches in flight */
 #define ADSM__CUDA_SLOTS 2    /* staging buffers per direction */
+#define ADSM__CUDA_MAX_STREAMS 16
 
 typedef struct adsm__cu_api {
 #define ADSM__CU_FIELD(name, version, required, ret, params) adsm__pfn_##name name;
@@ -47,6 +48,13 @@ enum { ADSM__CMD_H2D = 1, ADSM__CMD_D2H, ADSM__CMD_D2D, ADSM__CMD_MEMSET, ADSM__
 
 typedef struct adsm__cuda adsm__cuda;
 
+/* What a launch may write and what it only reads (adsm's device addresses): kernels on different
+ * streams are ordered by it. */
+typedef struct adsm__cuda_launch_access {
+    uint32_t nwritable, ninputs;
+    adsm__range writable[ADSM__MAX_PARAMS], inputs[ADSM__MAX_PARAMS];
+} adsm__cuda_launch_access;
+
 /* One engine command, a slot of the engine's queue. Its result (0, 1: refused, -1: failed) goes
  * to the pusher's own variable (copy_queue.h), not here. */
 typedef struct adsm__cuda_cmd {
@@ -54,10 +62,11 @@ typedef struct adsm__cuda_cmd {
     uintptr_t dst, src; /* device addresses are adsm's (before translation) */
     size_t n;
     adsm__cuda *peer; /* ADSM__CMD_PEER: the device whose memory is the source */
-    uint64_t seq;
+    uint64_t seq; /* a launch's number; an upload's `after` (the last launch it must follow) */
     const adsm_kernel_desc *kernel;
     adsm__cu_function fn;
     unsigned grid[3], block[3];
+    adsm__cuda_launch_access access; /* a launch's */
     ADSM__ALIGNAS(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
 } adsm__cuda_cmd;
 
@@ -119,8 +128,12 @@ struct adsm__cuda {
     uint32_t *granule_refs, *granule_run;
     adsm__cu_mem_handle *granule_handles;
 
-    adsm__cu_stream kstream, h2d, d2h;
-    adsm__cu_event h2d_last, k_last, ops_last, h2d_slot_ev[ADSM__CUDA_SLOTS], d2h_slot_ev[ADSM__CUDA_SLOTS];
+    /* kernel streams, the stream of memsets, device copies and maps' zeroing, and the upload and
+     * download streams; ks_last: the last launch queued on each kernel stream */
+    adsm__cu_stream ks[ADSM__CUDA_MAX_STREAMS], ops, h2d, d2h;
+    unsigned nstreams, next_stream;
+    adsm__cu_event h2d_last, ops_last, ks_last[ADSM__CUDA_MAX_STREAMS];
+    adsm__cu_event h2d_slot_ev[ADSM__CUDA_SLOTS], d2h_slot_ev[ADSM__CUDA_SLOTS];
     adsm__cu_event drained; /* engine only: waits for a whole stream (adsm__cuda_stream_wait) */
     unsigned char *h2d_stage[ADSM__CUDA_SLOTS], *d2h_stage[ADSM__CUDA_SLOTS];
     size_t stage_size;
@@ -133,6 +146,10 @@ struct adsm__cuda {
     /* launches: the engine records kernel events, the completion thread waits for them */
     adsm__cu_event kev[ADSM__CUDA_EVENTS];
     const adsm_kernel_desc *kev_kernel[ADSM__CUDA_EVENTS];
+    /* engine: the launch each event slot holds, its stream and (several streams) its accesses */
+    uint64_t kev_seq[ADSM__CUDA_EVENTS];
+    unsigned char kev_stream[ADSM__CUDA_EVENTS];
+    adsm__cuda_launch_access *kev_access;
     uint64_t kev_issued_ns[ADSM__CUDA_EVENTS]; /* ADSM_TRACE: when each launch was issued */
     uint64_t last_kernel_done_ns;              /* ADSM_TRACE: when the completion thread saw the last end */
     const adsm_kernel_desc *last_kernel; /* engine thread: the newest launch, to name in faults */
@@ -547,13 +564,47 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_stream_wait(adsm__cuda *c, adsm__cu_str
     return r == 0 ? c->cu.cuEventSynchronize(c->drained) : r;
 }
 
+/* Engine: calls fn for each launch on this device still in flight (issued, not yet seen done)
+ * numbered up to `upto`, oldest first. At most ADSM__CUDA_EVENTS of them (the launch guard). */
+ADSM__PRIVATE void adsm__cuda_in_flight(adsm__cuda *c, uint64_t upto, void (*fn)(adsm__cuda *c, unsigned slot, void *arg),
+                                        void *arg) {
+    uint64_t last = ADSM__MIN(upto, ADSM__LOAD(&c->issued_seq));
+    for (uint64_t seq = ADSM__LOAD(&c->completed_seq) + 1; seq <= last; seq++) {
+        unsigned slot = (unsigned)(seq % ADSM__CUDA_EVENTS);
+        if (c->kev_seq[slot] == seq) fn(c, slot, arg);
+    }
+}
+
+/* The newest in-flight launch on each stream, by event slot (-1: none). */
+ADSM__PRIVATE void adsm__cuda_newest_per_stream(adsm__cuda *c, unsigned slot, void *arg) {
+    ((int *)arg)[c->kev_stream[slot]] = (int)slot;
+}
+
+/* Engine: makes `stream` (the upload stream) wait for the memsets, device copies and maps queued
+ * so far and for the launches numbered up to `after` (an upload changes what they may read):
+ * every launch queued so far for ADSM__EVERY_LAUNCH or with one kernel stream; with several, the
+ * newest such launch on each stream (a stream runs in order). */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_after_launches(adsm__cuda *c, adsm__cu_stream stream, uint64_t after) {
+    adsm__cu_result r = c->cu.cuStreamWaitEvent(stream, c->ops_last, 0);
+    if (after == ADSM__EVERY_LAUNCH || c->nstreams == 1) {
+        for (unsigned i = 0; r == 0 && i < c->nstreams; i++) r = c->cu.cuStreamWaitEvent(stream, c->ks_last[i], 0);
+        return r;
+    }
+    int newest[ADSM__CUDA_MAX_STREAMS];
+    for (unsigned i = 0; i < c->nstreams; i++) newest[i] = -1;
+    adsm__cuda_in_flight(c, after, adsm__cuda_newest_per_stream, newest);
+    for (unsigned i = 0; r == 0 && i < c->nstreams; i++)
+        if (newest[i] >= 0) r = c->cu.cuStreamWaitEvent(stream, c->kev[newest[i]], 0);
+    return r;
+}
+
 /* A direct copy: the driver's DMA reads or writes the host pages themselves, whatever their page
  * protection. The engine waits for it before it retires the command, so a drain still means "no
  * copy reads host pages any more" (the protocols rely on it before a CPU write). */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, adsm__cuda_cmd *cmd, int to_device) {
     adsm__cu_result r;
     if (to_device) {
-        r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0); /* after the kernels queued before */
+        r = adsm__cuda_after_launches(c, c->h2d, cmd->seq);
         if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->dst), (const void *)cmd->src, cmd->n, c->h2d);
         if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
@@ -570,7 +621,7 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, adsm__cuda_cmd *c
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     if (adsm__cuda_is_locked(c, cmd->src, cmd->n)) return adsm__cuda_direct(c, cmd, 1);
     ADSM__ADD(&c->rt->stats.staged_bytes, cmd->n);
-    adsm__cu_result r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0); /* after the kernels queued before */
+    adsm__cu_result r = adsm__cuda_after_launches(c, c->h2d, cmd->seq);
     for (size_t off = 0; r == 0 && off < cmd->n; off += c->stage_size) {
         size_t len = ADSM__MIN(c->stage_size, cmd->n - off);
         int s = c->h2d_next;
@@ -617,7 +668,7 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *c
  * (the source device may overwrite its side next). */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_peer(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     adsm__cuda *src = cmd->peer;
-    adsm__cu_result r = c->cu.cuStreamWaitEvent(c->h2d, c->k_last, 0);
+    adsm__cu_result r = adsm__cuda_after_launches(c, c->h2d, ADSM__EVERY_LAUNCH);
     if (r == 0)
         r = c->cu.cuMemcpyPeerAsync(adsm__cuda_dptr(c, cmd->dst), c->ctx, adsm__cuda_dptr(src, cmd->src), src->ctx,
                                     cmd->n, c->h2d);
@@ -626,20 +677,63 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_peer(adsm__cuda *c, adsm__cuda_cmd *
     return r;
 }
 
-/* Work on the kernel stream (launches, memsets, device copies) waits for earlier uploads. */
-ADSM__PRIVATE adsm__cu_result adsm__cuda_kernel_stream_ready(adsm__cuda *c) {
-    return c->cu.cuStreamWaitEvent(c->kstream, c->h2d_last, 0);
+/* Work on a kernel stream (launches, memsets, device copies) waits for earlier uploads, memsets,
+ * device copies and maps. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_kernel_stream_ready(adsm__cuda *c, adsm__cu_stream stream) {
+    adsm__cu_result r = c->cu.cuStreamWaitEvent(stream, c->h2d_last, 0);
+    return r == 0 ? c->cu.cuStreamWaitEvent(stream, c->ops_last, 0) : r;
 }
 
-ADSM__PRIVATE adsm__cu_result adsm__cuda_do_launch(adsm__cuda *c, adsm__cuda_cmd *cmd, char *text, size_t size) {
+/* Memsets and device copies run on the ops stream, after the earlier ones (stream order) and
+ * after every upload and launch queued before them (they carry no accesses to order them more
+ * finely). */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_ops_ready(adsm__cuda *c) {
+    adsm__cu_result r = c->cu.cuStreamWaitEvent(c->ops, c->h2d_last, 0);
+    for (unsigned i = 0; r == 0 && i < c->nstreams; i++) r = c->cu.cuStreamWaitEvent(c->ops, c->ks_last[i], 0);
+    return r;
+}
+
+/* Whether launch a writes anything launch b reads or writes. */
+ADSM__PRIVATE int adsm__cuda_writes_into(const adsm__cuda_launch_access *a, const adsm__cuda_launch_access *b) {
+    return adsm__ranges_meet(a->writable, a->nwritable, b->writable, b->nwritable) ||
+           adsm__ranges_meet(a->writable, a->nwritable, b->inputs, b->ninputs);
+}
+
+typedef struct adsm__cuda_ordering {
+    const adsm__cuda_launch_access *access;
+    unsigned stream;
+    adsm__cu_result r;
+} adsm__cuda_ordering;
+
+/* A launch on another stream whose accesses conflict with the new one's: the new one waits. */
+ADSM__PRIVATE void adsm__cuda_order_after(adsm__cuda *c, unsigned slot, void *arg) {
+    adsm__cuda_ordering *o = (adsm__cuda_ordering *)arg;
+    const adsm__cuda_launch_access *earlier = &c->kev_access[slot];
+    if (o->r != 0 || c->kev_stream[slot] == o->stream) return; /* same stream: in order anyway */
+    if (adsm__cuda_writes_into(earlier, o->access) || adsm__cuda_writes_into(o->access, earlier))
+        o->r = c->cu.cuStreamWaitEvent(c->ks[o->stream], c->kev[slot], 0);
+}
+
+/* Engine: the stream a launch runs on (in turn), made to wait for the earlier launches in flight
+ * whose accesses conflict with its own (read after write, write after read, write after write). */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_launch_stream(adsm__cuda *c, adsm__cuda_cmd *cmd, unsigned *stream) {
+    *stream = c->next_stream;
+    c->next_stream = (c->next_stream + 1) % c->nstreams;
+    adsm__cu_result r = adsm__cuda_kernel_stream_ready(c, c->ks[*stream]);
+    if (r != 0 || c->nstreams == 1) return r;
+    adsm__cuda_ordering o = {&cmd->access, *stream, 0};
+    adsm__cuda_in_flight(c, cmd->seq, adsm__cuda_order_after, &o);
+    return o.r;
+}
+
+ADSM__PRIVATE adsm__cu_result adsm__cuda_do_launch(adsm__cuda *c, adsm__cuda_cmd *cmd, unsigned stream, char *text,
+                                                   size_t size) {
     const adsm_kernel_desc *k = cmd->kernel;
     void *params[ADSM__MAX_PARAMS + 1];
     for (unsigned i = 0; i < k->nparams; i++) params[i] = cmd->args + k->params[i].offset;
     params[k->nparams] = NULL;
-    adsm__cu_result r = adsm__cuda_kernel_stream_ready(c);
-    if (r == 0)
-        r = c->cu.cuLaunchKernel(cmd->fn, cmd->grid[0], cmd->grid[1], cmd->grid[2], cmd->block[0], cmd->block[1],
-                                 cmd->block[2], 0, c->kstream, params, NULL);
+    adsm__cu_result r = c->cu.cuLaunchKernel(cmd->fn, cmd->grid[0], cmd->grid[1], cmd->grid[2], cmd->block[0],
+                                             cmd->block[1], cmd->block[2], 0, c->ks[stream], params, NULL);
     if (r != 0) {
         char what[160];
         snprintf(what, sizeof what, "kernel '%s': cuLaunchKernel", k->name);
@@ -668,13 +762,12 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     case ADSM__CMD_D2D:
     case ADSM__CMD_MEMSET:
         what = cmd->type == ADSM__CMD_D2D ? "cuMemcpyDtoDAsync" : "cuMemsetD8Async";
-        r = adsm__cuda_kernel_stream_ready(c);
+        r = adsm__cuda_ops_ready(c);
         if (r == 0 && cmd->type == ADSM__CMD_D2D)
-            r = c->cu.cuMemcpyDtoDAsync(adsm__cuda_dptr(c, cmd->dst), adsm__cuda_dptr(c, cmd->src), cmd->n, c->kstream);
+            r = c->cu.cuMemcpyDtoDAsync(adsm__cuda_dptr(c, cmd->dst), adsm__cuda_dptr(c, cmd->src), cmd->n, c->ops);
         else if (r == 0)
-            r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), (unsigned char)cmd->value, cmd->n, c->kstream);
-        if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
-        if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->kstream);
+            r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), (unsigned char)cmd->value, cmd->n, c->ops);
+        if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->ops);
         break;
     case ADSM__CMD_PEER:
         what = "cuMemcpyPeerAsync";
@@ -683,10 +776,9 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     case ADSM__CMD_MAP:
         what = "cuMemCreate/cuMemMap";
         r = adsm__cuda_map(c, cmd->dst, cmd->n);
-        if (r == 0) r = adsm__cuda_kernel_stream_ready(c);
-        if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), 0, cmd->n, c->kstream); /* starts zeroed */
-        if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
-        if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->kstream);
+        /* starts zeroed; nothing else can use a range just mapped, so this waits for nothing */
+        if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), 0, cmd->n, c->ops);
+        if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->ops);
         cmd->status = r == ADSM__CUDA_ERROR_OUT_OF_MEMORY ? 1 : 0;
         if (r == ADSM__CUDA_ERROR_OUT_OF_MEMORY) return -1; /* not fatal: the allocation fails */
         break;
@@ -695,7 +787,8 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         /* copies in flight may still use the range; then nothing does */
         r = adsm__cuda_stream_wait(c, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
-        if (r == 0) r = adsm__cuda_stream_wait(c, c->kstream);
+        if (r == 0) r = adsm__cuda_stream_wait(c, c->ops);
+        for (unsigned i = 0; r == 0 && i < c->nstreams; i++) r = adsm__cuda_stream_wait(c, c->ks[i]);
         if (r == 0) adsm__cuda_unmap(c, cmd->dst, cmd->n);
         break;
     case ADSM__CMD_UNREGISTER:
@@ -712,16 +805,24 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
             if (seq - ADSM__LOAD(&c->completed_seq) <= ADSM__CUDA_EVENTS || ADSM__LOAD(&c->lost)) break;
             adsm__futex_wait(&c->completion_gen, gen);
         }
-        r = adsm__cuda_do_launch(c, cmd, text, sizeof text);
+        unsigned stream = 0;
+        r = adsm__cuda_launch_stream(c, cmd, &stream);
+        if (r == 0)
+            r = adsm__cuda_do_launch(c, cmd, stream, text, sizeof text);
+        else
+            adsm__cu_describe(c, r, "cuStreamWaitEvent before a launch", text, sizeof text);
         if (r != 0 && adsm__cu_code(r) != ADSM_ERROR_KERNEL_CRASHED) { /* refused, context still fine */
             adsm__cuda_record_error(c, ADSM_ERROR_LAUNCH_FAILED, text, 0);
             r = 0;
         }
         c->kev_kernel[slot] = cmd->kernel;
+        c->kev_seq[slot] = seq;
+        c->kev_stream[slot] = (unsigned char)stream;
+        if (c->kev_access) c->kev_access[slot] = cmd->access;
         c->kev_issued_ns[slot] = adsm__now_ns();
         c->last_kernel = cmd->kernel;
-        if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->kstream);
-        if (r == 0) r = c->cu.cuEventRecord(c->k_last, c->kstream);
+        if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->ks[stream]);
+        if (r == 0) r = c->cu.cuEventRecord(c->ks_last[stream], c->ks[stream]);
         ADSM__STORE(&c->issued_seq, seq);
         ADSM__ADD(&c->issued_gen, 1);
         adsm__futex_wake_all(&c->issued_gen);
@@ -781,11 +882,12 @@ ADSM__PRIVATE adsm__cuda_cmd adsm__cuda_range_cmd(int type, uintptr_t dst, uintp
 
 /* ---- completion thread --------------------------------------------------------------------- */
 /* ADSM_TRACE's kernel span on cuda: the events carry no timing (blocking waits need them without),
- * so a kernel runs, as far as the trace knows, from its launch or the previous kernel's end,
- * whichever is later, to when this thread saw it finish. */
+ * so a kernel runs, as far as the trace knows, from its launch or (one stream) the previous
+ * kernel's end, whichever is later, to when this thread saw it finish. */
 ADSM__PRIVATE void adsm__cuda_trace_kernel(adsm__cuda *c, unsigned slot, uint64_t seq) {
     if (!c->rt->trace.events) return;
-    uint64_t now = adsm__now_ns(), from = ADSM__MAX(c->kev_issued_ns[slot], c->last_kernel_done_ns);
+    uint64_t now = adsm__now_ns(), from = c->kev_issued_ns[slot];
+    if (c->nstreams == 1) from = ADSM__MAX(from, c->last_kernel_done_ns);
     adsm__trace_on(&c->rt->trace, ADSM__TRACE_DEVICE_TID, ADSM__TR_KERNEL, from, now, 0, seq);
     c->last_kernel_done_ns = now;
 }
@@ -923,14 +1025,14 @@ ADSM__PRIVATE void adsm__cuda_host_unlock(void *ctx, uintptr_t host, size_t n) {
     free(node);
 }
 
-/* Copies follow every launch before them in stream order, whatever `after` says (one stream of
- * kernels, one device). */
+/* An upload follows the launches up to `after` queued on this device (all of them with one kernel
+ * stream), and the memsets, device copies and maps before it. */
 ADSM__PRIVATE int adsm__cuda_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async,
                                        uint64_t after) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    (void)after;
     if (ADSM__LOAD(&c->lost)) return -1;
     adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_H2D, dev, host, n);
+    cmd.seq = after;
     return adsm__cuda_run(c, &cmd, !async) == 0 ? 0 : -1;
 }
 
@@ -1053,6 +1155,10 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
     cmd->grid[0] = l->grid.grid.x, cmd->grid[1] = l->grid.grid.y, cmd->grid[2] = l->grid.grid.z;
     cmd->block[0] = l->grid.block.x, cmd->block[1] = l->grid.block.y, cmd->block[2] = l->grid.block.z;
     memcpy(cmd->args, l->args, k->args_size);
+    cmd->access.nwritable = (uint32_t)l->nwritable;
+    cmd->access.ninputs = (uint32_t)l->ninputs;
+    memcpy(cmd->access.writable, l->writable, l->nwritable * sizeof *l->writable);
+    memcpy(cmd->access.inputs, l->inputs, l->ninputs * sizeof *l->inputs);
     for (unsigned i = 0; c->delta && i < k->nparams; i++) { /* adsm addresses -> device addresses */
         uintptr_t p;
         if (!adsm__access_is_pointer(k->params[i].access)) continue;
@@ -1381,11 +1487,25 @@ ADSM__PRIVATE adsm_result adsm__cuda_prepare(void *ctx, const adsm_kernel_desc *
 }
 
 /* ---- lifetime -------------------------------------------------------------------------------- */
+/* How many kernels this GPU runs at once: ADSM_STREAMS, else 4 with several GPUs and 1 with one
+ * (where a kernel may follow stored pointers into objects it does not name, so only issue order
+ * is safe). Several streams remember each launch's accesses, to order the conflicting ones. */
+ADSM__PRIVATE adsm_result adsm__cuda_stream_count(adsm__cuda *c) {
+    unsigned devices = c->index == 0 ? c->ndevices : ((adsm__cuda *)c->rt->dev_ctx[0])->ndevices;
+    c->nstreams = c->rt->cfg.streams ? c->rt->cfg.streams : devices > 1 ? ADSM__DEFAULT_STREAMS : 1;
+    c->nstreams = ADSM__MIN(c->nstreams, ADSM__CUDA_MAX_STREAMS);
+    if (c->nstreams == 1) return ADSM_OK;
+    c->kev_access = (adsm__cuda_launch_access *)calloc(ADSM__CUDA_EVENTS, sizeof *c->kev_access);
+    return c->kev_access ? ADSM_OK : adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
+}
+
 ADSM__PRIVATE adsm_result adsm__cuda_streams(adsm__cuda *c) {
     adsm__cu_result r = 0;
-    adsm__cu_stream *streams[] = {&c->kstream, &c->h2d, &c->d2h};
-    for (size_t i = 0; r == 0 && i < 3; i++) r = c->cu.cuStreamCreate(streams[i], ADSM__CU_STREAM_NON_BLOCKING);
-    adsm__cu_event *events[4 + 2 * ADSM__CUDA_SLOTS] = {&c->h2d_last, &c->k_last, &c->ops_last, &c->drained};
+    r = c->cu.cuStreamCreate(&c->h2d, ADSM__CU_STREAM_NON_BLOCKING);
+    if (r == 0) r = c->cu.cuStreamCreate(&c->d2h, ADSM__CU_STREAM_NON_BLOCKING);
+    if (r == 0) r = c->cu.cuStreamCreate(&c->ops, ADSM__CU_STREAM_NON_BLOCKING);
+    for (unsigned i = 0; r == 0 && i < c->nstreams; i++) r = c->cu.cuStreamCreate(&c->ks[i], ADSM__CU_STREAM_NON_BLOCKING);
+    adsm__cu_event *events[4 + 2 * ADSM__CUDA_SLOTS] = {&c->h2d_last, &c->ops_last, &c->drained, &c->ks_last[0]};
     for (int s = 0; s < ADSM__CUDA_SLOTS; s++) {
         events[4 + 2 * s] = &c->h2d_slot_ev[s];
         events[5 + 2 * s] = &c->d2h_slot_ev[s];
@@ -1395,6 +1515,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_streams(adsm__cuda *c) {
     unsigned flags = ADSM__CU_EVENT_DISABLE_TIMING | ADSM__CU_EVENT_BLOCKING_SYNC;
     for (size_t i = 0; r == 0 && i < sizeof events / sizeof *events; i++) r = c->cu.cuEventCreate(events[i], flags);
     for (size_t i = 0; r == 0 && i < ADSM__CUDA_EVENTS; i++) r = c->cu.cuEventCreate(&c->kev[i], flags);
+    for (unsigned i = 1; r == 0 && i < c->nstreams; i++) r = c->cu.cuEventCreate(&c->ks_last[i], flags);
     return r == 0 ? ADSM_OK : adsm__cu_fail(c, r, "creating streams and events");
 }
 
@@ -1445,7 +1566,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     }
     if (c->ctx_retained) {
         adsm__cu_context prev = adsm__cuda_enter(c);
-        if (c->kstream) c->cu.cuCtxSynchronize();
+        if (c->ks[0]) c->cu.cuCtxSynchronize();
         for (size_t g = 0; c->granule_run && g < c->half / c->granule; g++)
             if (c->granule_run[g]) adsm__cuda_unmap_run(c, g, c->granule_run[g], c->granule_handles[g]);
         for (ptrdiff_t m = 0; m < stbds_arrlen(c->modules); m++) c->cu.cuModuleUnload(c->modules[m]);
@@ -1460,11 +1581,14 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
         for (size_t i = 0; i < ADSM__CUDA_EVENTS; i++)
             if (c->kev[i]) c->cu.cuEventDestroy(c->kev[i]);
         if (c->h2d_last) c->cu.cuEventDestroy(c->h2d_last);
-        if (c->k_last) c->cu.cuEventDestroy(c->k_last);
+        for (unsigned i = 0; i < ADSM__CUDA_MAX_STREAMS; i++) {
+            if (c->ks_last[i]) c->cu.cuEventDestroy(c->ks_last[i]);
+            if (c->ks[i]) c->cu.cuStreamDestroy(c->ks[i]);
+        }
         if (c->ops_last) c->cu.cuEventDestroy(c->ops_last);
         if (c->drained) c->cu.cuEventDestroy(c->drained);
-        if (c->kstream) c->cu.cuStreamDestroy(c->kstream);
         if (c->h2d) c->cu.cuStreamDestroy(c->h2d);
+        if (c->ops) c->cu.cuStreamDestroy(c->ops);
         if (c->d2h) c->cu.cuStreamDestroy(c->d2h);
         if (c->va && c->va_moved_host) {
             adsm__cuda_give_back(c, c->va, c->va_size);
@@ -1485,6 +1609,7 @@ ADSM__PRIVATE void adsm__cuda_shutdown(void *ctx) {
     free(c->granule_refs);
     free(c->granule_run);
     free(c->granule_handles);
+    free(c->kev_access);
     adsm__device_error_destroy(&c->errors);
     pthread_mutex_destroy(&c->module_mutex);
     free(c);
@@ -1526,7 +1651,9 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: out of memory");
         goto fail;
     }
-    if ((r = adsm__cuda_streams(c)) != ADSM_OK || (r = adsm__cuda_staging(c)) != ADSM_OK) goto fail;
+    if ((r = adsm__cuda_stream_count(c)) != ADSM_OK || (r = adsm__cuda_streams(c)) != ADSM_OK ||
+        (r = adsm__cuda_staging(c)) != ADSM_OK)
+        goto fail;
     adsm__queue_start(&c->queue, sizeof(adsm__cuda_cmd), ADSM__CUDA_RING, adsm__cuda_engine_step,
                       adsm__cuda_engine_begin, c);
     c->completion_started = pthread_create(&c->completion, NULL, adsm__cuda_completion_main, c) == 0;

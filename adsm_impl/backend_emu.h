@@ -573,7 +573,7 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     e->workers = rt->cfg.emu_workers;
     /* one device: kernels may follow stored pointers into objects they do not name, so they keep
      * their issue order unless the program asks for streams (emu_streams.h) */
-    e->streams = rt->cfg.emu_streams ? rt->cfg.emu_streams : rt->cfg.emu_devices > 1 ? ADSM__DEFAULT_EMU_STREAMS : 1;
+    e->streams = rt->cfg.streams ? rt->cfg.streams : rt->cfg.emu_devices > 1 ? ADSM__DEFAULT_STREAMS : 1;
     e->sock = -1;
     adsm__device_error_init(&e->errors);
     e->devfd = adsm__memfd("adsm-emu-device", e->half);

@@ -28,8 +28,8 @@ typedef struct adsm__settings {
     int emu_memory_given; /* set by the program (config or ADSM_EMU_MEMORY), not defaulted */
     unsigned emu_workers;
     unsigned emu_devices;    /* emu: emulated devices (ADSM_EMU_DEVICES) */
-    unsigned emu_streams;    /* emu: kernels one device may run at once (ADSM_EMU_STREAMS); 0: 4 with
-                                several devices, 1 with one (backend_emu.h) */
+    unsigned streams;        /* kernels one device may run at once (ADSM_STREAMS); 0: 4 with several
+                                devices, 1 with one (backend_emu.h, backend_cuda.h) */
     adsm_log_level log_level;
     int device;              /* cuda device ordinal (one device) */
     unsigned cuda_devices;   /* cuda: how many ordinals cuda_ordinals lists; 0: every visible GPU */
@@ -62,8 +62,8 @@ static const adsm__name_value adsm__log_names[] = {
 #define ADSM__MAX_ROLLING_SIZE ((size_t)1 << 24)
 #define ADSM__MAX_ROLLING_STEP ((size_t)4096)
 #define ADSM__MAX_EMU_WORKERS 256
-#define ADSM__MAX_EMU_STREAMS 16
-#define ADSM__DEFAULT_EMU_STREAMS 4
+#define ADSM__MAX_STREAMS 16
+#define ADSM__DEFAULT_STREAMS 4
 #define ADSM__MAX_AFFINITY_BLOCK (1 << 20)
 #define ADSM__MAX_DEVICES 8 /* a unit's device copies are one byte of flags (directory.h) */
 
@@ -290,11 +290,11 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         return r;
     if (c.emu_devices == 0 && (r = adsm__env_count("ADSM_EMU_DEVICES", &devices, 1, ADSM__MAX_DEVICES, 0)))
         return r;
-    if (c.emu_streams == 0 && (r = adsm__env_count("ADSM_EMU_STREAMS", &streams, 1, ADSM__MAX_EMU_STREAMS, 0)))
+    if (c.streams == 0 && (r = adsm__env_count("ADSM_STREAMS", &streams, 1, ADSM__MAX_STREAMS, 0)))
         return r;
-    if (c.emu_streams > ADSM__MAX_EMU_STREAMS)
-        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.emu_streams: %u; expected a count from 1 to %d",
-                          c.emu_streams, ADSM__MAX_EMU_STREAMS);
+    if (c.streams > ADSM__MAX_STREAMS)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.streams: %u; expected a count from 1 to %d",
+                          c.streams, ADSM__MAX_STREAMS);
     if (c.emu_devices > ADSM__MAX_DEVICES)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.emu_devices: %u; expected a count from 1 to %d",
                           c.emu_devices, ADSM__MAX_DEVICES);
@@ -335,7 +335,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     else if (workers) s->emu_workers = (unsigned)workers;
     else s->emu_workers = (unsigned)ADSM__MIN(adsm__cpu_count(), 64);
     s->emu_devices = c.emu_devices ? c.emu_devices : devices ? (unsigned)devices : 1;
-    s->emu_streams = c.emu_streams ? c.emu_streams : (unsigned)streams; /* 0: by device count (emu) */
+    s->streams = c.streams ? c.streams : (unsigned)streams; /* 0: by device count (emu) */
     return adsm__validate(s, page);
 }
 

@@ -7,7 +7,7 @@
  * kernels that conflict never overlap; two that do not may. Each stream is a thread with its own
  * worker pool (started at its first kernel), so kernels of different streams share the cores.
  * Completions are reported in issue order (a task's DONE waits for the earlier ones), so the
- * parent's "this device's launches up to seq are done" stays one number. ADSM_EMU_STREAMS=1 runs
+ * parent's "this device's launches up to seq are done" stays one number. ADSM_STREAMS=1 runs
  * kernels one at a time, in issue order.
  *
  * Context: the device process only: its main thread (adsm__emu_submit) and the stream threads,
@@ -40,7 +40,7 @@ typedef struct adsm__emu_stream {
 typedef struct adsm__emu_sched {
     pthread_mutex_t mutex;
     adsm__emu_task **tasks; /* stb_ds array: tasks not yet reported done, in issue order */
-    adsm__emu_stream streams[ADSM__MAX_EMU_STREAMS];
+    adsm__emu_stream streams[ADSM__MAX_STREAMS];
     unsigned nstreams, workers;
     adsm__chunk_runner runner;
     /* the backend's: runs a task's kernel on a pool (protections, timing, status), and reports a
@@ -54,13 +54,6 @@ typedef struct adsm__emu_sched {
 ADSM__PRIVATE const void *adsm__emu_pool_launch(adsm__pool *p) {
     adsm__emu_stream *s = ADSM__CONTAINER_OF(p, adsm__emu_stream, pool);
     return s->task ? s->task->launch : NULL;
-}
-
-ADSM__PRIVATE int adsm__ranges_meet(const adsm__range *a, uint32_t na, const adsm__range *b, uint32_t nb) {
-    for (uint32_t i = 0; i < na; i++)
-        for (uint32_t j = 0; j < nb; j++)
-            if (a[i].addr < b[j].addr + b[j].len && b[j].addr < a[i].addr + a[i].len) return 1;
-    return 0;
 }
 
 /* Whether w writes anything o reads or writes. */

@@ -102,7 +102,7 @@ static inline void clear_adsm_env(void) {
                                        "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
                                        "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT",
                                        "ADSM_EMU_DEVICES",  "ADSM_WRITE_THROUGH", "ADSM_DROP_REPLICAS",
-                                       "ADSM_AFFINITY_BLOCK", "ADSM_EMU_STREAMS"};
+                                       "ADSM_AFFINITY_BLOCK", "ADSM_STREAMS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
@@ -114,9 +114,9 @@ static unsigned test_devices;
 static int test_write_through, test_drop_replicas;
 /* adsm_config.emu_memory for the next init (0: 256 MiB) */
 static size_t test_emu_memory;
-/* adsm_config.affinity_block and .emu_streams for the next init */
+/* adsm_config.affinity_block and .streams for the next init */
 static size_t test_affinity_block;
-static unsigned test_emu_streams;
+static unsigned test_streams;
 
 static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
                              size_t rolling_size, size_t rolling_step) {
@@ -136,7 +136,7 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
     cfg.write_through = test_write_through;
     cfg.drop_replicas = test_drop_replicas;
     cfg.affinity_block = test_affinity_block;
-    cfg.emu_streams = test_emu_streams;
+    cfg.streams = test_streams;
     cfg.emu_memory = test_emu_memory ? test_emu_memory : (size_t)256 << 20;
     cfg.emu_workers = 2;
 #ifdef TEST_ON_CUDA_DOUBLE

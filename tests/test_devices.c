@@ -2,8 +2,8 @@
  * directory copies, and from where (adsm_impl/directory.h). Built a second time with
  * -DTEST_ON_CUDA_DOUBLE (test_devices_cuda): the same programs on several GPUs of the driver
  * double, with the same byte counts (device-to-device copies are cuMemcpyPeerAsync there, and
- * device memory is mapped only where an object is resident); the tests that watch the emulated
- * device's processes or its streams stay on emu.
+ * device memory is mapped only where an object is resident, and kernels run on ADSM_STREAMS CUDA
+ * streams per GPU); the tests that watch the emulated device's processes stay on emu.
  *
  * Each test counts the bytes every device received and sent (adsm_get_device_stats) and checks
  * them exactly, then checks every value: a replica used after the data changed elsewhere, or a
@@ -505,17 +505,16 @@ void k_stamp(adsm_grid g, int64_t *t, const int64_t *in, int ms, int slot) {
 
 static int64_t rd64(const int64_t *p) { return *(const volatile int64_t *)p; }
 
-#ifndef TEST_ON_CUDA_DOUBLE /* emu's streams; cuda runs one kernel stream per device */
 ParameterizedTestParameters(devices, independent_kernels_overlap_on_one_device) {
     static unsigned streams[] = {1, 4};
     return cr_make_param_array(unsigned, streams, 2);
 }
 
-/* One device, ADSM_EMU_STREAMS 1 or 4: two kernels that touch disjoint objects (both only read
+/* One device, ADSM_STREAMS 1 or 4: two kernels that touch disjoint objects (both only read
  * c) overlap when the device has streams to spare; kernels that conflict never do, whatever
  * the streams: read after write, write after read, write after write. */
 ParameterizedTest(unsigned *streams, devices, independent_kernels_overlap_on_one_device) {
-    test_emu_streams = *streams;
+    test_streams = *streams;
     init_devices(1, ADSM_PROTOCOL_LAZY);
     int64_t *a = alloc(4096), *b = alloc(4096), *c = alloc(4096), *d = alloc(4096);
     adsm_grid one = adsm_grid_1d(1, 1);
@@ -555,7 +554,6 @@ Test(devices, a_copy_waits_only_for_kernels_using_its_object) {
     cr_assert_geq(rd64(&c[2]), rd64(&a[3]), "a copy overwrote what a running kernel reads");
     adsm_shutdown();
 }
-#endif
 
 /* ---- device-to-device copies outside the runtime lock (adsm_impl/peer.h) ------------------- */
 typedef struct cpu_writer {
