@@ -1332,6 +1332,44 @@ ADSM__PRIVATE adsm_result adsm__cuda_module_add(adsm__cuda *c, const void *image
     return ADSM_OK;
 }
 
+/* What a compiled source's PTX depends on, as one string (malloc'ed, or NULL): the architecture,
+ * the options, the text. */
+ADSM__PRIVATE char *adsm__cuda_source_key(const adsm__cuda *c, const char *source, const char *const *options) {
+    size_t n = strlen(source) + 32;
+    for (const char *const *o = options; o && *o; o++) n += strlen(*o) + 1;
+    char *key = (char *)malloc(n), *at = key;
+    if (!key) return NULL;
+    at += sprintf(at, "compute_%d%d\n", c->cc_major, c->cc_minor);
+    for (const char *const *o = options; o && *o; o++) at += sprintf(at, "%s\n", *o);
+    sprintf(at, "\n%s", source);
+    return key;
+}
+
+/* CUDA C -> PTX, once per architecture, options and text in the process: a second GPU of the same
+ * generation (adsm_module_load_source loads into every GPU) or a later adsm_init reuses it. */
+ADSM__PRIVATE adsm_result adsm__cuda_source_ptx(adsm__cuda *c, const char *source, const char *const *options,
+                                                char **ptx) {
+    char *key = adsm__cuda_source_key(c, source, options);
+    if (!key) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_module_load_source: out of memory");
+    adsm__lock(&c->rt->lock);
+    /* the map keeps copies of its keys (set before the first lookup, which creates the map) */
+    if (!c->rt->source_images) stbds_sh_new_strdup(c->rt->source_images);
+    ptrdiff_t at = stbds_shgeti(c->rt->source_images, key);
+    *ptx = at >= 0 ? strdup(c->rt->source_images[at].value) : NULL;
+    adsm__unlock(&c->rt->lock);
+    adsm_result r = ADSM_OK;
+    if (!*ptx) r = adsm__nvrtc_compile(c, source, options, "adsm_module.cu", "adsm_module_load_source", ptx);
+    char *kept = r == ADSM_OK && at < 0 ? strdup(*ptx) : NULL;
+    if (kept) {
+        adsm__lock(&c->rt->lock);
+        if (stbds_shgeti(c->rt->source_images, key) < 0) stbds_shput(c->rt->source_images, key, kept);
+        else free(kept); /* another thread compiled it meanwhile */
+        adsm__unlock(&c->rt->lock);
+    }
+    free(key);
+    return r;
+}
+
 ADSM__PRIVATE adsm_result adsm__cuda_module_load(void *ctx, const void *image, size_t size, int source,
                                                  const char *const *options) {
     adsm__cuda *c = (adsm__cuda *)ctx;
@@ -1339,8 +1377,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_module_load(void *ctx, const void *image, s
     adsm_result r = ADSM_OK;
     (void)size;
     pthread_mutex_lock(&c->module_mutex); /* NVRTC runs outside the runtime lock: it takes seconds */
-    if (source)
-        r = adsm__nvrtc_compile(c, (const char *)image, options, "adsm_module.cu", "adsm_module_load_source", &ptx);
+    if (source) r = adsm__cuda_source_ptx(c, (const char *)image, options, &ptx);
     if (r == ADSM_OK) {
         adsm__lock(&c->rt->lock);
         r = adsm__cuda_module_add(c, ptx ? ptx : image);
@@ -1435,15 +1472,24 @@ ADSM__PRIVATE adsm_result adsm__cuda_single_add(adsm__cuda *c, const adsm_kernel
     return ADSM_OK;
 }
 
+/* The key of a kernel's PTX in rt->kernel_images: its descriptor and the architecture it was
+ * compiled for (PTX for compute_90 does not load on a compute 8.x GPU, so a node with GPUs of two
+ * generations compiles once for each). Bits 48-61 are free in a descriptor's key. */
+ADSM__PRIVATE uint64_t adsm__cuda_image_key(const adsm__cuda *c, const adsm_kernel_desc *k) {
+    uint64_t arch = (uint64_t)(c->cc_major * 10 + c->cc_minor) & 0x3fff;
+    return adsm__cuda_kernel_key(k) | arch << 48;
+}
+
 /* NVRTC, with unannotated functions (the ADSM_SHARED helpers) compiled for the device. */
 ADSM__PRIVATE adsm_result adsm__cuda_single_compile(adsm__cuda *c, const adsm_kernel_desc *k) {
     static const char *const options[] = {"--device-as-default-execution-space", NULL};
     char file[300], what[300];
     snprintf(file, sizeof file, "%s.cu", k->name);
     snprintf(what, sizeof what, "kernel '%s' (ADSM_KERNEL_DEF)", k->name);
-    uint64_t key = adsm__cuda_kernel_key(k);
+    uint64_t key = adsm__cuda_image_key(c, k);
     adsm__lock(&c->rt->lock);
-    ptrdiff_t at = stbds_hmgeti(c->rt->kernel_images, key); /* compiled under an earlier adsm_init */
+    /* compiled for another GPU of this architecture, or under an earlier adsm_init */
+    ptrdiff_t at = stbds_hmgeti(c->rt->kernel_images, key);
     char *ptx = at >= 0 ? strdup(c->rt->kernel_images[at].value) : NULL;
     adsm__unlock(&c->rt->lock);
     adsm_result r = ADSM_OK;
@@ -1456,7 +1502,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_single_compile(adsm__cuda *c, const adsm_ke
     if (r == ADSM_OK) {
         adsm__lock(&c->rt->lock);
         r = adsm__cuda_single_add(c, k, ptx);
-        char *kept = r == ADSM_OK && at < 0 ? strdup(ptx) : NULL;
+        char *kept = r == ADSM_OK && stbds_hmgeti(c->rt->kernel_images, key) < 0 ? strdup(ptx) : NULL;
         if (kept) stbds_hmput(c->rt->kernel_images, key, kept);
         adsm__unlock(&c->rt->lock);
     }

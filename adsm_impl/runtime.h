@@ -17,6 +17,12 @@ typedef struct adsm__kernel_image {
     char *value;
 } adsm__kernel_image;
 
+/* A compiled adsm_module_load_source: architecture, options and CUDA C -> its PTX (cuda). */
+typedef struct adsm__source_image {
+    char *key;
+    char *value;
+} adsm__source_image;
+
 typedef struct adsm__runtime {
     int state;                  /* ADSM__RT_*, read atomically by the fault handler */
     pthread_mutex_t init_mutex; /* serialises adsm_init / adsm_shutdown */
@@ -83,9 +89,11 @@ typedef struct adsm__runtime {
     adsm__stats stats;
     adsm__filler fill;   /* brings device data into protected host pages (copy.h) */
     adsm__tracer trace;  /* ADSM_TRACE's event buffer (trace.h); events NULL when not tracing */
-    adsm__kernel_image *kernel_images; /* stb_ds map: single-source kernels NVRTC compiled, kept for
-                                          the life of the process (a new adsm_init does not compile
+    adsm__kernel_image *kernel_images; /* stb_ds map: single-source kernels NVRTC compiled, per
+                                          architecture, kept for the life of the process (another GPU
+                                          of the same generation or a new adsm_init does not compile
                                           them again); under lock */
+    adsm__source_image *source_images; /* stb_ds string map: the same for adsm_module_load_source */
     void **io_bounce;    /* stb_ds array: idle I/O bounce buffers, reused (io.h); under lock */
     struct adsm__object **through; /* stb_ds array: objects kernels wrote, to bring home before the
                                       next call or sync (ADSM_WRITE_THROUGH, directory.h); under lock */

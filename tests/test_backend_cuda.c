@@ -1112,6 +1112,50 @@ Test(cuda_single_source, prepared_ahead_and_compiled_once_per_process) {
     adsm_shutdown();
 }
 
+/* Two GPUs of the double: NVRTC compiles a single-source kernel, and a module's CUDA C, once per
+ * architecture. GPUs of one generation share the PTX; a compute 8.0 GPU next to a 9.0 one gets
+ * PTX of its own (the 9.0 PTX would not load there: the double refuses it as the JIT does) and
+ * runs the kernel right. */
+typedef struct two_gpus {
+    char compute[16]; /* CUDADOUBLE_COMPUTE */
+    int compiles_on_second;
+} two_gpus;
+
+ParameterizedTestParameters(cuda_single_source, several_gpus_compile_once_per_architecture) {
+    static two_gpus cases[] = {{"90,90", 0}, {"90,80", 1}};
+    return cr_make_param_array(two_gpus, cases, 2);
+}
+
+ParameterizedTest(two_gpus *gpus, cuda_single_source, several_gpus_compile_once_per_architecture) {
+    clear_env();
+    cuda_double_use();
+    setenv("CUDADOUBLE_DEVICES", "2", 1);
+    setenv("CUDADOUBLE_COMPUTE", gpus->compute, 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.devices = "all";
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 2);
+    cr_assert_eq(cuda_double_open(), 0);
+    cr_assert_eq(cuda_double.register_kernel("ss_axpb", cuda_double_run_body, (void *)adsm__kernel_ss_axpb()), 0);
+    cr_assert_eq(adsm_module_load_source(vadd_cuda, NULL), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_PREPARE(ss_axpb), ADSM_OK, "%s", adsm_last_error());
+    adsm__cuda *first = (adsm__cuda *)adsm__rt.dev_ctx[0], *second = (adsm__cuda *)adsm__rt.dev_ctx[1];
+    cr_assert_eq(first->nvrtc_compiles, 2);
+    cr_assert_eq(second->nvrtc_compiles, 2 * (uint64_t)gpus->compiles_on_second, "GPU 1 (%d.%d) compiled %llu times",
+                 second->cc_major, second->cc_minor, (unsigned long long)second->nvrtc_compiles);
+    size_t n = 3000;
+    float *x = adsm_alloc(n * sizeof *x), *y = adsm_alloc(n * sizeof *y);
+    cr_assert(x && y, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) x[i] = (float)i;
+    scale s = {3.0f, -1.0f};
+    adsm_result r = ADSM_CALL_ON(1, ss_axpb, adsm_grid_1d((uint32_t)((n + 127) / 128), 128), y, x, s, (uint32_t)n);
+    cr_assert_eq(r, ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(y[i], 3.0f * (float)i - 1.0f, "y[%zu] = %f", i, (double)y[i]);
+    adsm_shutdown();
+}
+
 /* On emu ADSM_PREPARE has nothing to do and says so with ADSM_OK; a bad descriptor is refused. */
 Test(cuda_single_source, prepare_on_emu_and_bad_descriptors) {
     clear_env();

@@ -9,7 +9,10 @@
  * Kernels are host functions registered by PTX entry name (driver_double.h). Environment knobs,
  * read at cuInit: CUDADOUBLE_DEVICES (default 1; 0 = no device), CUDADOUBLE_DRIVER_VERSION
  * (12080), CUDADOUBLE_MEMORY (bytes per device, 1 GiB), CUDADOUBLE_NO_PEER=1 (no pair of devices
- * can access each other's memory: cuDeviceCanAccessPeer answers 0), CUDADOUBLE_NO_PARAM_INFO=1 (cuFuncGetParamInfo
+ * can access each other's memory: cuDeviceCanAccessPeer answers 0), CUDADOUBLE_COMPUTE (each
+ * device's compute capability as major*10+minor, comma-separated, e.g. "90,80"; 90 for those not
+ * listed: a module whose PTX .target is newer than its context's device is refused, as the JIT
+ * refuses it), CUDADOUBLE_NO_PARAM_INFO=1 (cuFuncGetParamInfo
  * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
  * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
  * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
@@ -199,6 +202,7 @@ static struct {
     pthread_rwlock_t maplock;
     bool initialized;
     int ndev;
+    int compute[64]; /* per device: major*10 + minor (CUDADOUBLE_COMPUTE) */
     int driver_version;
     size_t memory;
     bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets, no_peer;
@@ -553,6 +557,17 @@ static unsigned long long env_ull(const char *name, unsigned long long dflt) {
     return x;
 }
 
+/* Each device's compute capability from a comma-separated list; 9.0 where the list says nothing. */
+static void env_compute(const char *name) {
+    const char *v = getenv(name);
+    for (int d = 0; d < 64; d++) {
+        char *end = NULL;
+        long cc = v && *v ? strtol(v, &end, 10) : 0;
+        g.compute[d] = cc > 0 ? (int)cc : 90;
+        v = end && *end == ',' ? end + 1 : NULL;
+    }
+}
+
 static bool env_flag(const char *name) {
     const char *v = getenv(name);
     return v && strcmp(v, "1") == 0;
@@ -570,6 +585,7 @@ CUresult cuInit(unsigned int flags) {
     }
     if (ndev > 64) ndev = 64;
     g.ndev = (int)ndev;
+    env_compute("CUDADOUBLE_COMPUTE");
     g.driver_version = (int)env_ull("CUDADOUBLE_DRIVER_VERSION", 12080);
     g.memory = (size_t)env_ull("CUDADOUBLE_MEMORY", (size_t)1 << 30);
     g.no_param_info = env_flag("CUDADOUBLE_NO_PARAM_INFO");
@@ -773,8 +789,8 @@ CUresult cuDeviceGetAttribute(int *value, adsm__cu_device_attribute attrib, adsm
         case ADSM__CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *value = 2147483647; break;
         case ADSM__CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *value = 2; break;
         case ADSM__CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
-        case ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
-        case ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
+        case ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = g.compute[dev] / 10; break;
+        case ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = g.compute[dev] % 10; break;
         case ADSM__CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; break;
         default: r = ADSM__CUDA_ERROR_INVALID_VALUE; break;
         }
@@ -1835,6 +1851,17 @@ static const char *parse_params(struct lexer *lx, struct adsm__cu_func_st *f) {
     return NULL;
 }
 
+/* PTX for an architecture newer than the device's (.target sm_XY, XY above its capability) is
+ * refused, as the JIT refuses it. */
+static const char *check_ptx_target(const char *text, int compute) {
+    const char *t = strstr(text, ".target");
+    const char *sm = t ? strstr(t, "sm_") : NULL;
+    const char *eol = strchr(t, '\n');
+    if (!sm || (eol && eol < sm)) return NULL; /* a target the double cannot read: not checked */
+    int target = atoi(sm + 3);
+    return target > compute ? "PTX .target is newer than the device's compute capability" : NULL;
+}
+
 static const char *parse_ptx(const char *text, struct adsm__cu_mod_st *m) {
     if (!strstr(text, ".version") || !strstr(text, ".target")) return "not PTX: no .version or .target directive";
     struct lexer lx = {text};
@@ -1870,8 +1897,10 @@ static const char *parse_ptx(const char *text, struct adsm__cu_mod_st *m) {
 CUresult cuModuleLoadDataEx(adsm__cu_module *module, const void *image, unsigned int noptions,
                             adsm__cu_jit_option *options, void **values) {
     lock();
-    CUresult r = check_ctx(NULL);
+    struct adsm__cu_ctx_st *ctx = NULL;
+    CUresult r = check_ctx(&ctx);
     if (!r && (!module || !image || (noptions && (!options || !values)))) r = ADSM__CUDA_ERROR_INVALID_VALUE;
+    int compute = ctx ? g.compute[ctx->dev] : 90;
     if (r) {
         unlock();
         return note(r);
@@ -1890,6 +1919,7 @@ CUresult cuModuleLoadDataEx(adsm__cu_module *module, const void *image, unsigned
     struct adsm__cu_mod_st *m = calloc(1, sizeof *m);
     if (!m) return note(ADSM__CUDA_ERROR_OUT_OF_MEMORY);
     const char *err = parse_ptx(image, m);
+    if (!err) err = check_ptx_target(image, compute);
     if (err) {
         r = strstr(err, "not PTX") ? ADSM__CUDA_ERROR_INVALID_IMAGE : ADSM__CUDA_ERROR_INVALID_PTX;
         if (strcmp(err, "out of memory") == 0) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;

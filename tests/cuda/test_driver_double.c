@@ -1172,6 +1172,27 @@ static adsm__cu_context up_two(void) {
     return c1;
 }
 
+/* Each device has its own compute capability (CUDADOUBLE_COMPUTE), and a module whose PTX targets
+ * a newer architecture than its context's device is refused there, as the JIT refuses it. */
+Test(several_devices, compute_capability_per_device) {
+    setenv("CUDADOUBLE_COMPUTE", "90,80", 1);
+    adsm__cu_context c1 = up_two();
+    int major[2], minor[2];
+    for (int d = 0; d < 2; d++) {
+        cr_assert_eq(cu.cuDeviceGetAttribute(&major[d], ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d), 0);
+        cr_assert_eq(cu.cuDeviceGetAttribute(&minor[d], ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d), 0);
+    }
+    cr_assert(major[0] == 9 && minor[0] == 0 && major[1] == 8 && minor[1] == 0, "%d.%d and %d.%d", major[0],
+              minor[0], major[1], minor[1]);
+    static const char sm90[] = ".version 8.0\n.target sm_90\n.address_size 64\n";
+    static const char sm80[] = ".version 8.0\n.target sm_80\n.address_size 64\n";
+    adsm__cu_module mod;
+    cr_assert_eq(cu.cuModuleLoadDataEx(&mod, sm90, 0, NULL, NULL), 0, "device 0 (9.0) takes sm_90");
+    cr_assert_eq(cu.cuCtxSetCurrent(c1), 0);
+    cr_assert_eq(cu.cuModuleLoadDataEx(&mod, sm90, 0, NULL, NULL), ADSM__CUDA_ERROR_INVALID_PTX);
+    cr_assert_eq(cu.cuModuleLoadDataEx(&mod, sm80, 0, NULL, NULL), 0, "device 1 (8.0) takes sm_80");
+}
+
 /* Each device has its own granules: one device full leaves the other's memory, and cuMemGetInfo
  * answers for the current context's device. */
 Test(several_devices, each_device_has_its_own_memory) {
