@@ -144,6 +144,8 @@ typedef struct variant {
     unsigned devices; /* emu: ADSM_EMU_DEVICES (0: one); kernels then run on random devices */
     int write_through, drop_replicas; /* adsm_config's copy policies */
     size_t emu_memory; /* emu: each device's capacity (0: the default); small, launches evict */
+    unsigned streams;  /* ADSM_STREAMS (0: the default, 1 with one device); the model's kernels name
+                          every object they touch, so one device may run them at once too */
 } variant;
 
 typedef struct object {
@@ -651,6 +653,7 @@ static void run_model(const variant *v) {
     cfg.write_through = v->write_through;
     cfg.drop_replicas = v->drop_replicas;
     cfg.emu_memory = v->emu_memory;
+    cfg.streams = v->streams;
 #ifdef TEST_ON_CUDA_DOUBLE
     cuda_double_use();
     /* every stream operation of the double late: a missing event dependency shows as a wrong byte */
@@ -754,6 +757,13 @@ static void run_model(const variant *v) {
         run_model(&v);                                                                              \
     }
 
+/* one device running ADSM_STREAMS kernels at once, ordered by the kernels' conflicts */
+#define MODEL_TEST_STREAMS(tname, backend, protocol, bs, rs, ops, streams)                          \
+    Test(model, tname) {                                                                            \
+        static const variant v = {#tname, backend, protocol, bs, rs, ops, 0, 0, 0, 0, streams};       \
+        run_model(&v);                                                                              \
+    }
+
 #ifdef TEST_ON_CUDA_DOUBLE
 /* the cuda backend over the driver double: ~20k operations per protocol */
 MODEL_TEST(cuda_batch_4k, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_BATCH, 4 * KIB, 0, 10000)
@@ -779,6 +789,9 @@ MODEL_TEST_GPUS(cuda2_lazy_4k_through, ADSM_PROTOCOL_LAZY, 4 * KIB, 0, 4000, 2, 
 MODEL_TEST_GPUS(cuda3_lazy_64k_16m, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 5000, 3, 0, 0, 16 * MIB)
 MODEL_TEST_GPUS(cuda2_rolling_4k_rs3_16m_drop, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 5000, 2, 0, 1, 16 * MIB)
 MODEL_TEST_GPUS(cuda2_lazy_64k_delayed, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 2000, 2, 0, 0, 0)
+/* one GPU running 4 kernels at once (CUDA streams) */
+MODEL_TEST_STREAMS(cuda_lazy_64k_streams4, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 5000, 4)
+MODEL_TEST_STREAMS(cuda_rolling_4k_rs3_streams4_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 2000, 4)
 #else
 /* ~100k operations per protocol: 3 x 34k for batch and lazy, 4 x 25k for rolling */
 MODEL_TEST(emu_batch_4k, ADSM_BACKEND_EMU, ADSM_PROTOCOL_BATCH, 4 * KIB, 0, 34000)
@@ -793,6 +806,9 @@ MODEL_TEST(emu_rolling_64k_rs3, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 64 * KI
 MODEL_TEST(emu_rolling_64k, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 25000)
 MODEL_TEST(emu_rolling_2m, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 2 * MIB, 0, 25000)
 MODEL_TEST(host, ADSM_BACKEND_HOST, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0, 20000)
+/* one emulated device running 4 kernels at once */
+MODEL_TEST_STREAMS(emu_lazy_64k_streams4, ADSM_BACKEND_EMU, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 15000, 4)
+MODEL_TEST_STREAMS(emu_rolling_4k_rs3_streams4, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 15000, 4)
 /* several emulated devices: kernels on random devices, replicas, device-to-device copies */
 #define MODEL_TEST_DEVICES(tname, protocol, bs, rs, ops, devices)                                   \
     MODEL_TEST_POLICY(tname, protocol, bs, rs, ops, devices, 0, 0)
