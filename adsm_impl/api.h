@@ -64,6 +64,7 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
     rt->dev_lost = 0;
     memset(rt->dev_stats, 0, sizeof rt->dev_stats);
     memset(rt->dev_bytes, 0, sizeof rt->dev_bytes);
+    memset(rt->dev_done_seq, 0, sizeof rt->dev_done_seq);
     rt->lru_clock = rt->objects_dealt = 0;
     if (rt->cfg.emu_devices > 1 && rt->be != &adsm__backend_emu)
         adsm__log(ADSM_LOG_WARN, "ADSM_EMU_DEVICES=%u applies to the emu backend; %s drives %u device%s",

@@ -53,6 +53,7 @@ typedef struct adsm__backend_vtbl {
     void (*shutdown)(void *ctx);
     size_t (*capacity)(void *ctx);
     adsm_result (*dev_alloc)(void *ctx, uintptr_t dev, size_t span);
+    /* no kernel uses the range any more (the caller waited for those that did); copies may */
     void (*dev_free)(void *ctx, uintptr_t dev, size_t span);
     /* optional: the memory behind [dev, dev + n) of a live range may go (its content is dropped,
      * the range stays usable); no copy or kernel uses it (the caller drained and waited) */

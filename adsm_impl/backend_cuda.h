@@ -784,11 +784,11 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         break;
     case ADSM__CMD_UNMAP:
         what = "cuMemUnmap";
-        /* copies in flight may still use the range; then nothing does */
+        /* copies in flight may still use the range; no kernel does (dev_free's callers waited
+         * for those using it), and the kernels using other objects keep running */
         r = adsm__cuda_stream_wait(c, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->ops);
-        for (unsigned i = 0; r == 0 && i < c->nstreams; i++) r = adsm__cuda_stream_wait(c, c->ks[i]);
         if (r == 0) adsm__cuda_unmap(c, cmd->dst, cmd->n);
         break;
     case ADSM__CMD_UNREGISTER:

@@ -10,13 +10,15 @@
  * the least recently used on that device first: their units held only there (Modified) are
  * written back to the host, the other units (clean replicas) are dropped, and the device memory
  * goes back (emu's dev_discard verb; cuda unmaps it, directory.h adsm__discharge). Objects a copy
- * is moving outside the lock (busy) are not evicted. The limit is the backend's capacity per
+ * is moving outside the lock (busy) are not evicted. Before evicting, the launch waits for the
+ * kernels on that device that use what goes, and only for them, with the lock let go (kernels
+ * using other objects keep running; other threads' faults are not held up). The limit is the backend's capacity per
  * device (emu: ADSM_EMU_MEMORY; cuda: the GPU's free memory at start), counted in footprints
  * (adsm__footprint: whole granules on cuda).
  *
  * Context: normal thread context, runtime lock held, in a launch (rt->launch_mutex held) or in
- * adsm_dev_alloc. A write-back is a CPU fetch (the protocol's on_access) and may let the lock go:
- * then the caller looks everything up again (ADSM__AGAIN). */
+ * adsm_dev_alloc. Waiting for kernels lets the lock go, and so may a write-back (a CPU fetch, the
+ * protocol's on_access): then the caller looks everything up again (ADSM__AGAIN). */
 #ifndef ADSM__CAPACITY_INCLUDED
 #define ADSM__CAPACITY_INCLUDED
 
@@ -46,16 +48,52 @@ ADSM__PRIVATE size_t adsm__free_after_evictions(const adsm__runtime *rt, unsigne
     return bytes;
 }
 
-/* The object device d used least recently among those it holds that the launch does not name;
- * NULL when there is none. */
-ADSM__PRIVATE adsm__object *adsm__lru_victim(const adsm__runtime *rt, unsigned d, adsm__object *const *used,
-                                             size_t nused) {
-    adsm__object *best = NULL;
+/* One object device d may evict and when d last used it. */
+typedef struct adsm__eviction {
+    uint64_t stamp;
+    adsm__object *o;
+} adsm__eviction;
+
+ADSM__PRIVATE int adsm__older_eviction(const void *a, const void *b) {
+    uint64_t x = ((const adsm__eviction *)a)->stamp, y = ((const adsm__eviction *)b)->stamp;
+    return x < y ? -1 : x > y;
+}
+
+/* The objects device d evicts to have `need` bytes free, those it used least recently first,
+ * from those it holds that the launch does not name (an stb_ds array the caller frees); *last
+ * is the last launch on d that named any of them. The caller checked that they are enough. */
+ADSM__PRIVATE adsm__eviction *adsm__eviction_plan(const adsm__runtime *rt, unsigned d, size_t need,
+                                                  adsm__object *const *used, size_t nused, uint64_t *last) {
+    adsm__eviction *plan = NULL;
     for (adsm__object *o = rt->first_object; o; o = o->next) {
-        if (!adsm__evictable(o, d, used, nused)) continue;
-        if (!best || o->dev_stamp[d] < best->dev_stamp[d]) best = o;
+        adsm__eviction e = {o->dev_stamp[d], o};
+        if (adsm__evictable(o, d, used, nused)) stbds_arrput(plan, e);
     }
-    return best;
+    size_t candidates = (size_t)stbds_arrlen(plan);
+    if (candidates > 1) qsort(plan, candidates, sizeof *plan, adsm__older_eviction);
+    size_t free_bytes = adsm__dev_free_bytes(rt, d), n = 0;
+    *last = 0;
+    while (free_bytes < need && n < candidates) {
+        free_bytes += adsm__footprint(rt, plan[n].o);
+        *last = ADSM__MAX(*last, plan[n].o->dev_launch[d]);
+        n++;
+    }
+    stbds_arrsetlen(plan, n);
+    return plan;
+}
+
+/* Waits, with the runtime lock let go, for launches on device d up to `last` (those that use
+ * what d is about to evict), unless they are known finished: other threads' faults and copies
+ * go on meanwhile, and kernels on d that use other objects are not waited for. 0 when nothing
+ * was waited for, ADSM__AGAIN when the lock was let go, -1 when d is lost. */
+ADSM__PRIVATE int adsm__await_evicted_users(adsm__runtime *rt, unsigned d, uint64_t last) {
+    if (last <= rt->dev_done_seq[d]) return 0;
+    adsm__unlock(&rt->lock);
+    int rc = rt->be->wait(rt->dev_ctx[d], last);
+    adsm__lock(&rt->lock);
+    if (rc != 0) return -1;
+    rt->dev_done_seq[d] = ADSM__MAX(rt->dev_done_seq[d], last);
+    return ADSM__AGAIN;
 }
 
 /* Bytes of o's host-Invalid units among blocks [first, first + count). */
@@ -110,7 +148,6 @@ ADSM__PRIVATE int adsm__evict(adsm__runtime *rt, adsm__object *o, unsigned d) {
  * ADSM_OK, or an error saying what did not fit; *again is set when the lock was let go. */
 ADSM__PRIVATE adsm_result adsm__make_room(adsm__runtime *rt, unsigned d, size_t need, adsm__object *const *used,
                                           size_t nused, const char *what, int *again) {
-    int waited = 0;
     *again = 0;
     if (adsm__dev_free_bytes(rt, d) >= need) return ADSM_OK;
     if (adsm__free_after_evictions(rt, d, used, nused) < need) /* evict nothing in vain */
@@ -118,24 +155,21 @@ ADSM__PRIVATE adsm_result adsm__make_room(adsm__runtime *rt, unsigned d, size_t 
                           "%s needs %zu bytes on device %u, which has %zu of its %zu bytes free, %zu once it evicted "
                           "every object it may", what, need, d, adsm__dev_free_bytes(rt, d),
                           rt->be->capacity(rt->dev_ctx[d]), adsm__free_after_evictions(rt, d, used, nused));
-    while (adsm__dev_free_bytes(rt, d) < need) {
-        adsm__object *victim = adsm__lru_victim(rt, d, used, nused);
-        if (!victim) /* a copy made the rest busy meanwhile */
-            return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "%s needs %zu bytes on device %u, which has %zu free "
-                              "and is copying what it could evict", what, need, d, adsm__dev_free_bytes(rt, d));
-        if (!waited && rt->be->wait(rt->dev_ctx[d], ADSM__LOAD(&rt->launch_seq)) != 0) /* kernels using it */
-            return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: device %u is lost", what, d);
-        waited = 1;
-        int rc = adsm__evict(rt, victim, d);
+    uint64_t last;
+    adsm__eviction *plan = adsm__eviction_plan(rt, d, need, used, nused, &last);
+    adsm_result r = ADSM_OK;
+    int rc = adsm__await_evicted_users(rt, d, last); /* kernels using what goes */
+    if (rc < 0) r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: device %u is lost", what, d);
+    for (size_t i = 0; rc == 0 && i < (size_t)stbds_arrlen(plan); i++) {
+        adsm__object *victim = plan[i].o;
+        rc = adsm__evict(rt, victim, d);
         if (rc < 0)
-            return adsm__fail(ADSM_ERROR_SYSTEM, "%s: writing a %zu-byte object at %p back from device %u to evict "
-                              "it failed", what, victim->size, (void *)victim->host, d);
-        if (rc == ADSM__AGAIN) {
-            *again = 1;
-            return ADSM_OK;
-        }
+            r = adsm__fail(ADSM_ERROR_SYSTEM, "%s: writing a %zu-byte object at %p back from device %u to evict it "
+                           "failed", what, victim->size, (void *)victim->host, d);
     }
-    return ADSM_OK;
+    stbds_arrfree(plan);
+    *again = rc == ADSM__AGAIN; /* objects may have come or gone meanwhile: the caller looks again */
+    return r;
 }
 
 /* Room on device d for every object a launch there names that d does not hold yet. */

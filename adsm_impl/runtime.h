@@ -73,6 +73,8 @@ typedef struct adsm__runtime {
      * (capacity.h; device_used then counts adsm_dev_alloc buffers, device 0's); under lock */
     size_t dev_bytes[ADSM__MAX_DEVICES];
     uint64_t lru_clock;
+    uint64_t dev_done_seq[ADSM__MAX_DEVICES]; /* launches on each device up to this one are known
+                                                  finished (capacity.h waited for them); under lock */
     uint64_t objects_dealt; /* shared objects given an affinity by ADSM_AFFINITY_BLOCK so far */
     uint8_t dev_lost; /* devices found lost, when there are several (atomic): reported once at a
                          sync, then left alone; the others keep working (directory.h) */

@@ -35,14 +35,15 @@ static adsm_device_stats dev_stats(int d) {
 }
 
 ADSM_KERNEL(k_stamp, ADSM_INOUT(int64_t, t), ADSM_IN(int64_t, in), ADSM_VALUE(int, ms), ADSM_VALUE(int, slot));
+ADSM_KERNEL(k_copy_late, ADSM_IN(int32_t, in), ADSM_OUT(int32_t, out), ADSM_VALUE(size_t, n), ADSM_VALUE(int, ms));
 
 static void init_devices(unsigned devices, adsm_protocol_kind protocol) {
     test_devices = devices;
     init(TEST_DEVICE_BACKEND, protocol, 64 * KIB, 0);
     cr_assert_eq(adsm_device_count(), (int)devices);
 #ifdef TEST_ON_CUDA_DOUBLE
-    const adsm_kernel_desc *const more[] = {adsm__kernel_k_stamp()};
-    cr_assert_eq(cuda_double_attach(more, 1), 0, "%s", adsm_last_error());
+    const adsm_kernel_desc *const more[] = {adsm__kernel_k_stamp(), adsm__kernel_k_copy_late()};
+    cr_assert_eq(cuda_double_attach(more, 2), 0, "%s", adsm_last_error());
 #endif
 }
 
@@ -589,6 +590,85 @@ Test(devices, a_peer_copy_does_not_hold_up_other_faults) {
     cr_assert_geq(rd64(&c[0]), rd64(&x[1]), "the kernel on device 1 ran before its input was written");
     cr_assert_eq(stats().d2d_bytes, 4096);
     cr_assert_eq(rd(&w.y[0]), 1);
+    adsm_shutdown();
+}
+
+/* ---- evictions wait only for the kernels using what goes (adsm_impl/capacity.h) ------------ */
+#ifndef TEST_ON_CUDA_DOUBLE
+/* Device 1 holds four objects: v and w, whose kernel is done, and a and in, whose kernel runs
+ * for STAMP_MS. A launch that needs room for two more evicts v and w without waiting for that
+ * kernel, so its own kernel starts while the first still runs; what v held survives. Emu only:
+ * on cuda the evicted memory is unmapped, and cuMemUnmap is synchronous with the GPU's running
+ * kernels (the driver double models it so), so there the launch does wait. */
+Test(devices, an_eviction_waits_only_for_kernels_using_what_goes) {
+    test_emu_memory = 4 * SIZE;
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int64_t *v = alloc(SIZE), *w = alloc(SIZE), *a = alloc(SIZE), *in = alloc(SIZE), *c = alloc(SIZE),
+            *x = alloc(SIZE);
+    adsm_grid one = adsm_grid_1d(1, 1);
+    CALL_ON_OK(1, k_stamp, one, v, w, 0, 0);
+    sync_ok();
+    CALL_ON_OK(1, k_stamp, one, a, in, STAMP_MS, 0);
+    CALL_ON_OK(1, k_stamp, one, c, x, 0, 0); /* evicts v and w */
+    sync_ok();
+    EXPECT_EVICTIONS(1, 2, SIZE, 4 * SIZE); /* v written back; w, zeros the host holds, dropped */
+    cr_assert_lt(rd64(&c[0]), rd64(&a[1]), "the eviction waited for a kernel that uses neither v nor w");
+    cr_assert(rd64(&v[0]) > 0 && rd64(&v[1]) >= rd64(&v[0]), "v's stamps were lost in its eviction");
+    adsm_shutdown();
+}
+#endif
+
+/* Copies in to out after sleeping ms: reads its input long after it started. */
+void k_copy_late(adsm_grid g, const int32_t *in, int32_t *out, size_t n, int ms) {
+    if (g.begin == 0 && g.end > 0) {
+        struct timespec nap = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&nap, NULL);
+    }
+    ADSM_FOR_EACH_THREAD(g, i) if (i < n) out[i] = in[i];
+}
+
+/* A running kernel still reads the object a launch evicts: the eviction waits for it before the
+ * memory goes, so the kernel reads what the object held, not what the device was given back. */
+Test(devices, an_eviction_waits_for_a_kernel_reading_what_goes) {
+    test_emu_memory = 2 * SIZE;
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int32_t *in = alloc(SIZE), *out = alloc(SIZE), *c = alloc(SIZE);
+    write_ramp(in, 30);
+    CALL_ON_OK(1, k_copy_late, grid_for(N), in, out, N, STAMP_MS); /* device 1 full */
+    CALL_ON_OK(1, k_add, grid_for(N), c, out, out, N);              /* room for c: in goes */
+    sync_ok();
+    EXPECT_EVICTIONS(1, 1, 0, 2 * SIZE); /* in, which the host holds, dropped */
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&c[i]), 2 * (30 + (int32_t)i), "[%zu]", i);
+    expect_ramp(out, 30);
+    expect_ramp(in, 30);
+    adsm_shutdown();
+}
+
+/* The kernel using what must go still runs: the launch waits for it with the runtime lock let go,
+ * so another thread's fault on another object is resolved before that kernel ends, and the
+ * evicted object comes home with what the kernel wrote. */
+Test(devices, an_eviction_waiting_for_a_kernel_does_not_hold_up_other_faults) {
+    test_emu_memory = 4 * SIZE;
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int64_t *v = alloc(SIZE), *in = alloc(SIZE), *p = alloc(SIZE), *q = alloc(SIZE), *c = alloc(SIZE),
+            *x = alloc(SIZE);
+    cpu_writer cw = {alloc(4096), 0};
+    adsm_grid one = adsm_grid_1d(1, 1);
+    CALL_ON_OK(1, k_stamp, one, v, in, STAMP_MS, 0);
+    CALL_ON_OK(1, k_stamp, one, p, q, 0, 0); /* device 1 full; v and in used least recently */
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, write_after_a_while, &cw), 0);
+    CALL_ON_OK(1, k_stamp, one, c, x, 0, 0); /* evicts v and in: waits for the first kernel */
+    pthread_join(t, NULL);
+    sync_ok();
+    cr_assert_lt(cw.done_ns, rd64(&v[1]), "the fault waited for the kernel the eviction waited for (fault done "
+                 "%.1f ms after the kernel started, kernel end %.1f ms)", (cw.done_ns - rd64(&v[0])) / 1e6,
+                 (rd64(&v[1]) - rd64(&v[0])) / 1e6);
+    cr_assert_geq(rd64(&c[0]), rd64(&v[1]), "the kernel ran before the eviction it needed");
+    EXPECT_EVICTIONS(1, 2, SIZE, 4 * SIZE);
+    cr_assert(rd64(&v[0]) > 0 && rd64(&v[1]) - rd64(&v[0]) >= (int64_t)STAMP_MS * 900000, "v came home without "
+              "what its kernel wrote");
+    cr_assert_eq(rd(&cw.y[0]), 1);
     adsm_shutdown();
 }
 
