@@ -31,10 +31,29 @@ ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
 /* Why a fault in adsm's range could not be resolved. */
 enum { ADSM__FAULT_NO_OBJECT = -2, ADSM__FAULT_DEVICE_BUFFER = -3, ADSM__FAULT_SYSTEM = -1 };
 
+/* What a fault that adsm could not resolve was about, for the message before the process dies. */
+typedef struct adsm__fault_info {
+    uintptr_t object; /* the object's start (0: none found) */
+    size_t size;
+    unsigned dev;     /* the device its data was to come from */
+    int dev_lost;     /* that device was found lost */
+    int err;          /* errno after the protocol's attempt */
+} adsm__fault_info;
+
+/* Notes which object and device a failed fault concerned. Signal-safe. */
+ADSM__PRIVATE void adsm__note_fault(const adsm__runtime *rt, const adsm__object *o, size_t block,
+                                    adsm__fault_info *info) {
+    size_t head = rt->proto->whole_object ? 0 : block;
+    info->object = o->host;
+    info->size = o->size;
+    info->dev = adsm__dev_source(rt, &o->blocks[head]);
+    info->dev_lost = rt->ndev > 1 && (adsm__lost_devices(rt) & adsm__dev_bit(info->dev)) != 0;
+}
+
 /* Resolves a fault at address a; 0 when the access may be retried, else one of the reasons
  * above. When the protocol let the runtime lock go (a copy ran, or this thread waited for
  * another thread's copy), the object is looked up again: it may have been freed meanwhile. */
-ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_write, int *err) {
+ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_write, adsm__fault_info *info) {
     int rc = ADSM__AGAIN, decided = is_write >= 0;
     adsm__lock(&rt->lock);
     while (rc == ADSM__AGAIN) {
@@ -50,7 +69,8 @@ ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_wri
         if (!decided) is_write = o->blocks[block].state != ADSM__INVALID;
         decided = 1;
         rc = rt->proto->on_access(rt, o, block, is_write, 0);
-        *err = errno;
+        info->err = errno;
+        if (rc < 0) adsm__note_fault(rt, o, block, info);
     }
     adsm__unlock(&rt->lock);
     return rc < 0 && rc != ADSM__FAULT_NO_OBJECT && rc != ADSM__FAULT_DEVICE_BUFFER ? ADSM__FAULT_SYSTEM : rc;
@@ -64,7 +84,7 @@ ADSM__PRIVATE int adsm__program_handles_segv(void) {
 
 /* Says on stderr why a fault in adsm's range kills the process, before it dies. A mistake of the
  * program's (no live object there) is left to its own SIGSEGV handler when it has one. */
-ADSM__PRIVATE void adsm__explain_fault(uintptr_t a, int reason, int err) {
+ADSM__PRIVATE void adsm__explain_fault(uintptr_t a, int reason, const adsm__fault_info *info) {
     char msg[512] = "adsm: segmentation fault at ";
     if (reason != ADSM__FAULT_SYSTEM && adsm__program_handles_segv()) return;
     adsm__append_hex(msg, sizeof msg, a);
@@ -74,11 +94,20 @@ ADSM__PRIVATE void adsm__explain_fault(uintptr_t a, int reason, int err) {
     else if (reason == ADSM__FAULT_DEVICE_BUFFER)
         adsm__append(msg, sizeof msg, ": a device buffer from adsm_dev_alloc, which the CPU cannot touch "
                                       "(copy it with adsm_copy_from_device)\n");
-    else if (err == ENOMEM)
+    else if (info->err == ENOMEM)
         adsm__append(msg, sizeof msg, ": adsm could not change the page protection (ENOMEM): the process has "
                                       "reached vm.max_map_count mappings; raise it (sysctl vm.max_map_count) "
                                       "or use larger blocks (ADSM_BLOCK_SIZE)\n");
-    else
+    else if (info->dev_lost) {
+        adsm__append(msg, sizeof msg, ", in the object at ");
+        adsm__append_hex(msg, sizeof msg, info->object);
+        adsm__append(msg, sizeof msg, " (");
+        adsm__append_dec(msg, sizeof msg, info->size);
+        adsm__append(msg, sizeof msg, " bytes): its only current copy is on device ");
+        adsm__append_dec(msg, sizeof msg, info->dev);
+        adsm__append(msg, sizeof msg, ", which is lost, so the CPU cannot read it (adsm_sync said why the "
+                                      "device was lost)\n");
+    } else
         adsm__append(msg, sizeof msg, ": adsm could not bring the data to the CPU (a copy from the device or "
                                       "a protection change failed; is the device lost?)\n");
     adsm__write_stderr(msg);
@@ -98,11 +127,12 @@ ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, uintptr_t a, void
                            "(shared memory touched from a signal handler?)\n");
         return -1;
     }
-    int is_write = adsm__fault_is_write(context), err = 0;
+    int is_write = adsm__fault_is_write(context);
+    adsm__fault_info info = {0, 0, 0, 0, 0};
     uint64_t t0 = adsm__now_ns();
-    int rc = adsm__resolve_fault(rt, a, is_write, &err);
+    int rc = adsm__resolve_fault(rt, a, is_write, &info);
     if (rc != 0) {
-        adsm__explain_fault(a, rc, err);
+        adsm__explain_fault(a, rc, &info);
         return -1;
     }
     ADSM__ADD(is_write == 0 ? &rt->stats.read_faults : &rt->stats.write_faults, 1);

@@ -195,6 +195,19 @@ ADSM__PRIVATE void adsm__append_hex(char *buf, size_t n, uintptr_t v) {
     buf[used] = 0;
 }
 
+/* Appends v in decimal to the string in buf (of size n); signal-safe. */
+ADSM__PRIVATE void adsm__append_dec(char *buf, size_t n, uint64_t v) {
+    char digits[21];
+    size_t len = 0, used = strlen(buf);
+    do {
+        digits[len++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (used + len + 1 > n) return;
+    while (len > 0) buf[used++] = digits[--len];
+    buf[used] = 0;
+}
+
 /* Appends s to the string in buf (of size n), truncating; signal-safe. */
 ADSM__PRIVATE void adsm__append(char *buf, size_t n, const char *s) {
     size_t used = strlen(buf);

@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "tests/death.h"
 #include "tests/protocol_common.h"
 
 TestSuite(devices, .timeout = 30);
@@ -775,11 +776,15 @@ static void crash_body(const cudadouble_launch *l, void *user) {
  * DEVICE_LOST; the other GPU keeps working, new objects live there, and the CPU's data stays
  * readable. A CUDA context does not recover, so what only the lost GPU held cannot be read: a
  * launch that needs it fails naming the object, and freeing it works. */
-Test(devices, cuda_one_gpu_lost_of_two) {
-    init_devices(2, ADSM_PROTOCOL_ROLLING);
+static void attach_crash_kernel(void) {
     const adsm_kernel_desc *const more[] = {adsm__kernel_k_crash()};
     cr_assert_eq(cuda_double_attach(more, 1), 0, "%s", adsm_last_error());
     cr_assert_eq(cuda_double.register_kernel("k_crash", crash_body, NULL), 0);
+}
+
+Test(devices, cuda_one_gpu_lost_of_two) {
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    attach_crash_kernel();
     int32_t *x = alloc(SIZE), *w = alloc(SIZE), *y = alloc(SIZE), *host = alloc(SIZE);
     CALL_ON_OK(1, k_fill, grid_for(N), x, N, 40); /* x's only current copy: GPU 1 */
     CALL_ON_OK(0, k_fill, grid_for(N), w, N, 50);
@@ -809,6 +814,22 @@ Test(devices, cuda_one_gpu_lost_of_two) {
     cr_assert_eq(adsm_free(y), ADSM_OK);
     cr_assert_eq(adsm_free(fresh), ADSM_OK);
     adsm_shutdown();
+}
+
+/* The CPU reads data whose only copy was on a GPU that crashed: adsm cannot bring it home, and
+ * says which object and which lost device before the process dies. */
+static void read_what_only_a_lost_gpu_held(void) {
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    attach_crash_kernel();
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE);
+    CALL_ON_OK(1, k_fill, grid_for(N), x, N, 40); /* x's only current copy: GPU 1 */
+    CALL_ON_OK(1, k_crash, grid_for(1), y, 1);
+    if (adsm_sync() != ADSM_ERROR_KERNEL_CRASHED) _exit(3); /* GPU 1 is lost from here on */
+    (void)rd(&x[7]);
+}
+
+Test(devices, cuda_reading_what_only_a_lost_gpu_held_says_why_before_dying) {
+    expect_death_message(read_what_only_a_lost_gpu_held, "device 1, which is lost");
 }
 
 ParameterizedTestParameters(devices, cuda_peer_copies) {

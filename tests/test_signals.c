@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/death.h"
+
 ADSM_KERNEL(fill, ADSM_OUT(int, c), ADSM_VALUE(int, v), ADSM_VALUE(size_t, n));
 
 void fill(adsm_grid g, int *c, int v, size_t n) {
@@ -175,30 +177,6 @@ Test(signals, handler_with_full_mask_touching_shared_memory, .timeout = 20) {
 }
 
 /* ---- faults adsm cannot resolve say why (issue 11, item 6) --------------------------------- */
-/* Runs fn in a forked child that initialises adsm itself (the parent never does), and returns
- * what the child wrote on stderr; the child must die of SIGSEGV. */
-static void expect_death_message(void (*fn)(void), const char *expected) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], STDERR_FILENO);
-        close(fds[0]);
-        fn();
-        _exit(0);
-    }
-    close(fds[1]);
-    char text[2048] = {0};
-    size_t used = 0;
-    ssize_t n;
-    while (used < sizeof text - 1 && (n = read(fds[0], text + used, sizeof text - 1 - used)) > 0) used += (size_t)n;
-    close(fds[0]);
-    int status = 0;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV, "child status %d, stderr [%s]", status, text);
-    cr_assert(strstr(text, expected) != NULL, "stderr [%s] does not say [%s]", text, expected);
-}
-
 static void touch_after_free(void) {
     init();
     int *p = adsm_alloc(N * sizeof(int));
