@@ -9,16 +9,17 @@
  * launch that needs more than its device has left first evicts objects the kernel does not name,
  * the least recently used on that device first: their units held only there (Modified) are
  * written back to the host, the other units (clean replicas) are dropped, and the device memory
- * goes back (emu's dev_discard verb; cuda unmaps it, directory.h adsm__discharge). Objects a copy
- * is moving outside the lock (busy) are not evicted. Before evicting, the launch waits for the
- * kernels on that device that use what goes, and only for them, with the lock let go (kernels
- * using other objects keep running; other threads' faults are not held up). The limit is the backend's capacity per
- * device (emu: ADSM_EMU_MEMORY; cuda: the GPU's free memory at start), counted in footprints
- * (adsm__footprint: whole granules on cuda).
+ * goes back (emu's dev_discard verb; cuda unmaps it with the lock let go, adsm__give_back).
+ * Objects a copy is moving outside the lock (busy) are not evicted. Before evicting, the launch
+ * waits for the kernels on that device that use what goes, and only for them, with the lock let
+ * go (kernels using other objects keep running; other threads' faults are not held up). The
+ * limit is the backend's capacity per device (emu: ADSM_EMU_MEMORY; cuda: the GPU's free memory
+ * at start), counted in footprints (adsm__footprint: whole granules on cuda).
  *
  * Context: normal thread context, runtime lock held, in a launch (rt->launch_mutex held) or in
- * adsm_dev_alloc. Waiting for kernels lets the lock go, and so may a write-back (a CPU fetch, the
- * protocol's on_access): then the caller looks everything up again (ADSM__AGAIN). */
+ * adsm_dev_alloc. Waiting for kernels lets the lock go, and so do cuda's unmaps and a write-back
+ * (a CPU fetch, the protocol's on_access): then the caller looks everything up again
+ * (ADSM__AGAIN). */
 #ifndef ADSM__CAPACITY_INCLUDED
 #define ADSM__CAPACITY_INCLUDED
 
@@ -130,8 +131,9 @@ ADSM__PRIVATE int adsm__write_back(adsm__runtime *rt, adsm__object *o, unsigned 
 }
 
 /* Evicts o from device d once nothing of it is held only there: d's bits go from its units, its
- * memory there goes back. 0, ADSM__AGAIN (the lock was let go: start over), or -1. */
-ADSM__PRIVATE int adsm__evict(adsm__runtime *rt, adsm__object *o, unsigned d) {
+ * memory there goes back, at once or (cuda: an unmap) once the lock is let go, o then added to
+ * *leaving (adsm__give_back). 0, ADSM__AGAIN (the lock was let go: start over), or -1. */
+ADSM__PRIVATE int adsm__evict(adsm__runtime *rt, adsm__object *o, unsigned d, adsm__object ***leaving) {
     int rc = adsm__write_back(rt, o, d);
     if (rc != 0) return rc;
     rt->be->drain(rt->dev_ctx[d]); /* a flush queued to d meanwhile may still be landing */
@@ -140,8 +142,28 @@ ADSM__PRIVATE int adsm__evict(adsm__runtime *rt, adsm__object *o, unsigned d) {
     if (rt->be->dev_discard) rt->be->dev_discard(rt->dev_ctx[d], o->dev, o->span);
     ADSM__ADD(&rt->dev_stats[d].evictions, 1);
     ADSM__ADD(&rt->dev_stats[d].evicted_bytes, adsm__footprint(rt, o));
-    adsm__discharge(rt, o, d);
+    if (adsm__uncount(rt, o, d)) { /* nothing maps it on d again, nor frees it, until it is unmapped */
+        o->dev_leaving |= adsm__dev_bit(d);
+        o->busy_units++;
+        stbds_arrput(*leaving, o);
+    }
     return 0;
+}
+
+/* Gives back device d's memory behind the evicted objects in `leaving` with the runtime lock let
+ * go: unmapping waits for the GPU's running kernels (cuMemUnmap is synchronous), and other
+ * threads' faults need not wait with it. Frees the array. */
+ADSM__PRIVATE void adsm__give_back(adsm__runtime *rt, unsigned d, adsm__object **leaving) {
+    size_t n = (size_t)stbds_arrlen(leaving);
+    adsm__unlock(&rt->lock); /* they are busy: not freed meanwhile */
+    for (size_t i = 0; i < n; i++) rt->be->dev_free(rt->dev_ctx[d], leaving[i]->dev, leaving[i]->span);
+    adsm__lock(&rt->lock);
+    for (size_t i = 0; i < n; i++) {
+        leaving[i]->dev_leaving &= (uint8_t)~adsm__dev_bit(d);
+        leaving[i]->busy_units--;
+    }
+    adsm__copies_done(rt); /* a free may be waiting for one of them */
+    stbds_arrfree(leaving);
 }
 
 /* Makes `need` bytes free on device d, evicting what the launch does not name (used, nused).
@@ -160,14 +182,19 @@ ADSM__PRIVATE adsm_result adsm__make_room(adsm__runtime *rt, unsigned d, size_t 
     adsm_result r = ADSM_OK;
     int rc = adsm__await_evicted_users(rt, d, last); /* kernels using what goes */
     if (rc < 0) r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: device %u is lost", what, d);
+    adsm__object **leaving = NULL;
     for (size_t i = 0; rc == 0 && i < (size_t)stbds_arrlen(plan); i++) {
         adsm__object *victim = plan[i].o;
-        rc = adsm__evict(rt, victim, d);
+        rc = adsm__evict(rt, victim, d, &leaving);
         if (rc < 0)
             r = adsm__fail(ADSM_ERROR_SYSTEM, "%s: writing a %zu-byte object at %p back from device %u to evict it "
                            "failed", what, victim->size, (void *)victim->host, d);
     }
     stbds_arrfree(plan);
+    if (leaving) {
+        adsm__give_back(rt, d, leaving);
+        if (rc == 0) rc = ADSM__AGAIN;
+    }
     *again = rc == ADSM__AGAIN; /* objects may have come or gone meanwhile: the caller looks again */
     return r;
 }

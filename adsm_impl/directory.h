@@ -103,6 +103,7 @@ ADSM__PRIVATE size_t adsm__footprint(const adsm__runtime *rt, const adsm__object
  * under it (capacity.h). 0, or -1 when d has no memory for o (or is lost). */
 ADSM__PRIVATE int adsm__charge(adsm__runtime *rt, adsm__object *o, unsigned d) {
     if (rt->ndev == 1) return 0; /* one device holds every object from adsm_alloc on */
+    if (o->dev_leaving & adsm__dev_bit(d)) return -1; /* its memory there is being unmapped */
     o->dev_stamp[d] = ++rt->lru_clock;
     if (o->dev_resident & adsm__dev_bit(d)) return 0;
     if (adsm__mapped_on_charge(rt) && rt->be->dev_map(rt->dev_ctx[d], o->dev, o->span) != 0) return -1;
@@ -124,13 +125,19 @@ ADSM__PRIVATE void adsm__note_users(adsm__object *const *used, size_t nused, uns
     for (size_t i = 0; i < nused; i++) used[i]->dev_launch[d] = seq;
 }
 
-/* Device d's memory holds nothing of o any more (and gives it back when memory follows
- * residence; nothing may use it: the caller drained and waited, or o is being freed). */
-ADSM__PRIVATE void adsm__discharge(adsm__runtime *rt, adsm__object *o, unsigned d) {
-    if (!(o->dev_resident & adsm__dev_bit(d))) return;
+/* Device d's memory holds nothing of o any more: its bytes there no longer count. Returns
+ * whether the memory itself is still to be given back (memory follows residence: cuda). */
+ADSM__PRIVATE int adsm__uncount(adsm__runtime *rt, adsm__object *o, unsigned d) {
+    if (!(o->dev_resident & adsm__dev_bit(d))) return 0;
     o->dev_resident &= (uint8_t)~adsm__dev_bit(d);
     rt->dev_bytes[d] -= adsm__footprint(rt, o);
-    if (adsm__mapped_on_charge(rt)) rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
+    return adsm__mapped_on_charge(rt);
+}
+
+/* Device d's memory holds nothing of o any more, and gives it back at once (nothing may use it:
+ * the caller drained and waited, or o is being freed). */
+ADSM__PRIVATE void adsm__discharge(adsm__runtime *rt, adsm__object *o, unsigned d) {
+    if (adsm__uncount(rt, o, d)) rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
 }
 
 /* Waits for the last kernel that may write o, on the device it ran on. Signal-safe. */

@@ -48,6 +48,8 @@ typedef struct adsm__object {
                                  ADSM_AFFINITY_BLOCK), -1: none (placement goes by its bytes) */
     uint8_t dev_resident;     /* several devices: those whose memory holds something of it, and
                                  counts it in rt->dev_bytes (capacity.h) */
+    uint8_t dev_leaving;      /* devices an eviction is unmapping it from with the runtime lock let
+                                 go: nothing maps it there again until that is done (capacity.h) */
     uint64_t dev_stamp[ADSM__MAX_DEVICES]; /* when each device last used it (rt->lru_clock) */
     uint64_t dev_launch[ADSM__MAX_DEVICES]; /* the last launch on each device that named it: a
                                                copy to that device waits for it (directory.h) */

@@ -619,6 +619,35 @@ Test(devices, an_eviction_waits_only_for_kernels_using_what_goes) {
 }
 #endif
 
+/* Device 1 holds four objects; a launch evicts v and w, whose kernel is done, while the kernel
+ * using a and in still runs. On cuda their memory is unmapped, which waits for the GPU's running
+ * kernels (cuMemUnmap is synchronous; the double waits for running kernel bodies): that happens
+ * with the runtime lock let go, so another thread's fault is resolved before the running kernel
+ * ends. (Emu gives the memory back at once.) */
+Test(devices, giving_evicted_memory_back_does_not_hold_up_other_faults) {
+    test_emu_memory = 4 * SIZE;
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int64_t *v = alloc(SIZE), *w = alloc(SIZE), *a = alloc(SIZE), *in = alloc(SIZE), *c = alloc(SIZE),
+            *x = alloc(SIZE);
+    cpu_writer cw = {alloc(4096), 0};
+    adsm_grid one = adsm_grid_1d(1, 1);
+    CALL_ON_OK(1, k_stamp, one, v, w, 0, 0);
+    sync_ok();
+    CALL_ON_OK(1, k_stamp, one, a, in, STAMP_MS, 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, write_after_a_while, &cw), 0);
+    CALL_ON_OK(1, k_stamp, one, c, x, 0, 0); /* evicts v and w */
+    pthread_join(t, NULL);
+    sync_ok();
+    cr_assert_lt(cw.done_ns, rd64(&a[1]), "the fault waited for a kernel that uses no evicted object (fault done "
+                 "%.1f ms after it started, kernel end %.1f ms)", (cw.done_ns - rd64(&a[0])) / 1e6,
+                 (rd64(&a[1]) - rd64(&a[0])) / 1e6);
+    EXPECT_EVICTIONS(1, 2, SIZE, 4 * SIZE);
+    cr_assert(rd64(&v[0]) > 0 && rd64(&v[1]) >= rd64(&v[0]), "v's stamps were lost in its eviction");
+    cr_assert_eq(rd(&cw.y[0]), 1);
+    adsm_shutdown();
+}
+
 /* Copies in to out after sleeping ms: reads its input long after it started. */
 void k_copy_late(adsm_grid g, const int32_t *in, int32_t *out, size_t n, int ms) {
     if (g.begin == 0 && g.end > 0) {
