@@ -84,7 +84,7 @@ ADSM__PRIVATE void adsm__stamp_copy(adsm__runtime *rt, adsm__object *o, size_t f
 }
 
 /* Whether shared objects have memory on a device only while resident there (the backend maps it
- * when one is charged and frees it when one is discharged: cuda), rather than on every device
+ * when one is charged and frees it when it leaves or is freed: cuda), rather than on every device
  * from adsm_alloc on (emu, whose untouched pages cost nothing). */
 ADSM__PRIVATE int adsm__mapped_on_charge(const adsm__runtime *rt) { return rt->ndev > 1 && rt->be->dev_map; }
 
@@ -126,18 +126,14 @@ ADSM__PRIVATE void adsm__note_users(adsm__object *const *used, size_t nused, uns
 }
 
 /* Device d's memory holds nothing of o any more: its bytes there no longer count. Returns
- * whether the memory itself is still to be given back (memory follows residence: cuda). */
+ * whether the memory itself is still to be given back (memory follows residence: cuda), which
+ * the caller does with the runtime lock let go (capacity.h, object_life.h: unmapping waits for
+ * the GPU). */
 ADSM__PRIVATE int adsm__uncount(adsm__runtime *rt, adsm__object *o, unsigned d) {
     if (!(o->dev_resident & adsm__dev_bit(d))) return 0;
     o->dev_resident &= (uint8_t)~adsm__dev_bit(d);
     rt->dev_bytes[d] -= adsm__footprint(rt, o);
     return adsm__mapped_on_charge(rt);
-}
-
-/* Device d's memory holds nothing of o any more, and gives it back at once (nothing may use it:
- * the caller drained and waited, or o is being freed). */
-ADSM__PRIVATE void adsm__discharge(adsm__runtime *rt, adsm__object *o, unsigned d) {
-    if (adsm__uncount(rt, o, d)) rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
 }
 
 /* Waits for the last kernel that may write o, on the device it ran on. Signal-safe. */

@@ -45,11 +45,13 @@ ADSM__PRIVATE void adsm__object_unlist(adsm__runtime *rt, adsm__object *o, int s
     }
 }
 
-/* Releases a shared object's memory on devices [0, ndev), where adsm_alloc backed it (memory
- * that follows residence goes at discharge instead). */
+/* Releases a shared object's memory on devices [0, ndev): where adsm_alloc backed it, or, where
+ * memory follows residence (cuda, several GPUs), on the devices holding it (its bytes there stop
+ * counting in adsm__object_uncharge). */
 ADSM__PRIVATE void adsm__object_dev_free(adsm__runtime *rt, adsm__object *o, unsigned ndev) {
-    if (adsm__mapped_on_charge(rt)) return;
-    for (unsigned d = 0; d < ndev; d++) rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
+    for (unsigned d = 0; d < ndev; d++)
+        if (!adsm__mapped_on_charge(rt) || (o->dev_resident & adsm__dev_bit(d)))
+            rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
 }
 
 /* Memory for o on every live device (each holds every object at the same address); on failure
@@ -83,14 +85,14 @@ ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, in
     }
 }
 
-/* Gives back the device room o took: with one device from its allocation, with several on the
- * devices holding it (capacity.h). */
+/* Gives back the device room o took (its memory went in adsm__object_dev_free): with one device
+ * from its allocation, with several on the devices holding it (capacity.h). */
 ADSM__PRIVATE void adsm__object_uncharge(adsm__runtime *rt, adsm__object *o) {
     if (rt->ndev == 1) {
         rt->device_used -= o->span;
         return;
     }
-    for (unsigned d = 0; d < rt->ndev; d++) adsm__discharge(rt, o, d);
+    for (unsigned d = 0; d < rt->ndev; d++) (void)adsm__uncount(rt, o, d);
 }
 
 /* Returns the address range to its arena (and the device room), then frees the bookkeeping. */

@@ -899,4 +899,26 @@ ParameterizedTest(int *peer_access, devices, cuda_peer_copies) {
     cr_assert_eq(cuda_double_counters().device_bytes_mapped, c0.device_bytes_mapped, "freed objects stay mapped");
     adsm_shutdown();
 }
+/* Freeing an object GPU 1 holds unmaps its memory there, which waits for the GPU (the double's
+ * unmap takes 600 ms): adsm does it with the runtime lock let go, so another thread's fault on
+ * another object is resolved long before the free returns. */
+Test(devices, cuda_freeing_does_not_hold_up_other_faults) {
+    setenv("CUDADOUBLE_UNMAP_US", "600000", 1);
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int32_t *v = alloc(SIZE);
+    cpu_writer cw = {alloc(4096), 0};
+    CALL_ON_OK(1, k_fill, grid_for(N), v, N, 40);
+    sync_ok();
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, write_after_a_while, &cw), 0);
+    cr_assert_eq(adsm_free(v), ADSM_OK, "%s", adsm_last_error());
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t freed_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    pthread_join(t, NULL);
+    cr_assert_lt(cw.done_ns, freed_ns - 200 * 1000000L, "the fault waited for the unmap (fault done %.1f ms before "
+                 "the free returned)", (freed_ns - cw.done_ns) / 1e6);
+    cr_assert_eq(rd(&cw.y[0]), 1);
+    adsm_shutdown();
+}
 #endif

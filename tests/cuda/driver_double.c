@@ -17,7 +17,9 @@
  * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
  * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
  * driver out of lockable memory does), CUDADOUBLE_REGISTER_US_PER_MIB (microseconds a successful
- * cuMemHostRegister spends pinning each MiB, outside the double's lock; 0), CUDADOUBLE_KERNEL_MAX_THREADS (threads per block a kernel
+ * cuMemHostRegister spends pinning each MiB, outside the double's lock; 0), CUDADOUBLE_UNMAP_US
+ * (microseconds each cuMemUnmap takes, outside the double's locks, as a real unmap waits for the
+ * GPU; 0), CUDADOUBLE_KERNEL_MAX_THREADS (threads per block a kernel
  * can launch with, 1024; more fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as a kernel that uses
  * many registers does on a real device), CUDADOUBLE_PARAM_INFO_ERROR=<code> (cuFuncGetParamInfo
  * answers that CUresult for every index, as a driver that cannot tell answers NOT_SUPPORTED),
@@ -212,6 +214,7 @@ static struct {
     int procmem; /* /proc/self/mem: DMA into registered pages whatever their protection */
     unsigned long delay_us;
     unsigned long register_us_per_mib; /* time cuMemHostRegister takes to pin, per MiB */
+    unsigned long unmap_us; /* time cuMemUnmap takes (a real one waits for the GPU) */
     unsigned long long kernel_max_threads;
     struct adsm__cu_ctx_st *ctxs;
     struct handle_ent *reg;
@@ -595,6 +598,7 @@ CUresult cuInit(unsigned int flags) {
     g.no_placeholder = env_flag("CUDADOUBLE_NO_PLACEHOLDER");
     g.delay_us = (unsigned long)env_ull("CUDADOUBLE_DELAY_US", 0);
     g.register_us_per_mib = (unsigned long)env_ull("CUDADOUBLE_REGISTER_US_PER_MIB", 0);
+    g.unmap_us = (unsigned long)env_ull("CUDADOUBLE_UNMAP_US", 0);
     g.kernel_max_threads = env_ull("CUDADOUBLE_KERNEL_MAX_THREADS", 1024);
     g.param_info_error = (CUresult)env_ull("CUDADOUBLE_PARAM_INFO_ERROR", 0);
     g.lose_null_memsets = env_flag("CUDADOUBLE_LOSE_NULL_MEMSETS");
@@ -1612,6 +1616,7 @@ out:
 }
 
 CUresult cuMemUnmap(adsm__cu_deviceptr ptr, size_t size) {
+    if (g.unmap_us) usleep(g.unmap_us); /* outside the double's locks, as the GPU is */
     pthread_rwlock_wrlock(&g.maplock);
     lock();
     CUresult r = check_init();
