@@ -859,8 +859,12 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/backend_emu.h"
 #include "adsm_impl/backend_cuda.h"
 #include "adsm_impl/fault.h"
+#include "adsm_impl/memops.h"
 #include "adsm_impl/io.h"
 #include "adsm_impl/object_life.h"
+#include "adsm_impl/lifecycle.h"
+#include "adsm_impl/explicit.h"
+#include "adsm_impl/module.h"
 #include "adsm_impl/launch.h"
 #include "adsm_impl/api.h"
 #ifdef __cplusplus

@@ -1,9 +1,15 @@
-/* adsm_impl/launch.h -- turning an ADSM_CALL into a backend launch: the object behind every
- * pointer argument (safe objects translated to their device addresses), the device ranges the
- * kernel may write and those it may only read.
+/* adsm_impl/launch.h -- an ADSM_CALL from the call to the backend, and adsm_sync.
  *
- * Normal thread context, runtime lock held (adsm_launch in api.h takes it); nothing here
- * allocates or calls a backend. */
+ * Binding: the object behind every pointer argument (safe objects translated to their device
+ * addresses), the device ranges the kernel may write and those it may only read. The launch:
+ * its device (the program's, or placement's: directory.h), room there (capacity.h), its inputs
+ * brought there from other devices (peer.h) and from the host (directory.h), the protocol's
+ * release of what the CPU wrote, then the backend's launch. Sync waits for every device and lets
+ * the protocol acquire.
+ *
+ * Normal thread context. A launch holds launch_mutex (launches and evictions take turns) and the
+ * runtime lock, which the eviction and copy steps let go and take again, looking everything up
+ * again afterwards; binding runs with the lock held and neither allocates nor calls a backend. */
 #ifndef ADSM__LAUNCH_INCLUDED
 #define ADSM__LAUNCH_INCLUDED
 
@@ -83,6 +89,131 @@ ADSM__PRIVATE int adsm__any_busy(adsm__object *const *objects, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (objects[i]->busy_units) return 1;
     return 0;
+}
+
+/* ---- the launch: binding, placement, room, copies, release, the backend's launch ------------ */
+ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc *k, adsm_grid grid,
+                                                const void *args) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm_result r;
+    if ((r = adsm__ensure()) != ADSM_OK) return r;
+    if (dev != ADSM_ANY_DEVICE && (dev < 0 || (unsigned)dev >= rt->ndev))
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': device %d; adsm drives %u (0..%u)",
+                          k ? k->name : "?", dev, rt->ndev, rt->ndev - 1);
+    if ((r = adsm__check_kernel_desc(k)) != ADSM_OK) return r;
+    if (!k->body && !rt->be->module_load) /* cuda finds kernels in modules instead */
+        return adsm__fail(ADSM_ERROR_NO_KERNEL_BODY, "kernel '%s' has no body: define void %s(adsm_grid, ...)",
+                          k->name, k->name);
+    if (!args) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': NULL argument block", k->name);
+    if (rt->be->max_args && k->args_size > rt->be->max_args) /* refused before anything moves */
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': %zu bytes of arguments, the %s backend takes %zu",
+                          k->name, k->args_size, rt->be->name, rt->be->max_args);
+    if ((r = adsm__check_launch_shape(k, grid)) != ADSM_OK) return r;
+    if ((r = adsm__prepare_everywhere(rt, k)) != ADSM_OK) return r;
+    size_t threads = adsm_grid_threads(grid); /* counted without overflow: checked above */
+    grid.begin = 0;
+    grid.end = threads;
+    unsigned char *buf = (unsigned char *)malloc(k->args_size ? k->args_size : 1);
+    if (!buf) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': out of memory", k->name);
+    adsm__launch l;
+    adsm__object *writes[ADSM__MAX_PARAMS], *used[ADSM__MAX_PARAMS];
+    uint64_t writer_before[ADSM__MAX_PARAMS];
+    unsigned writer_dev_before[ADSM__MAX_PARAMS];
+    size_t nwrites = 0, nused = 0;
+    unsigned d = 0;
+    pthread_mutex_lock(&rt->launch_mutex);
+    adsm__lock(&rt->lock);
+    if (adsm__bring_outputs_home(rt) != 0) /* write-through: the last calls' outputs first */
+        r = adsm__fail(ADSM_ERROR_SYSTEM, "write-through: bringing a kernel's output home failed");
+    for (; r == ADSM_OK;) {
+        memcpy(buf, args, k->args_size); /* binding translates pointers in place */
+        memset(&l, 0, sizeof l);
+        l.kernel = k;
+        l.grid = grid;
+        l.args = buf;
+        l.seq = rt->launch_seq + 1;
+        nwrites = nused = 0;
+        r = adsm__prepare_launch(rt, &l, buf, writes, writer_before, &nwrites, used, &nused);
+        if (r != ADSM_OK) break;
+        if (adsm__any_busy(writes, nwrites)) {
+            adsm__await_copies(rt); /* a fault is fetching an object this kernel writes: let it finish */
+            continue;
+        }
+        d = dev == ADSM_ANY_DEVICE ? adsm__place(rt, writes, nwrites, used, nused) : (unsigned)dev;
+        if (adsm__lost_devices(rt) & adsm__dev_bit(d)) {
+            r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': device %u is lost", k->name, d);
+            break;
+        }
+        int again = 0; /* an eviction or a peer copy let the lock go: look everything up again */
+        r = adsm__room_for_launch(rt, used, nused, d, k->name, &again);
+        if (r == ADSM_OK && !again) r = adsm__peer_copies(rt, used, nused, d, &again);
+        if (r != ADSM_OK || !again) break;
+    }
+    for (size_t i = 0; i < nwrites; i++) writer_dev_before[i] = writes[i]->writer_dev;
+    rt->release_dev = (int)d; /* flushes at this call go to d */
+    if (r == ADSM_OK) r = adsm__gather(rt, used, nused, d);
+    if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, used, nused, l.seq);
+    rt->release_dev = -1;
+    if (r == ADSM_OK && (r = rt->be->launch(rt->dev_ctx[d], &l)) == ADSM_ERROR_DEVICE_LOST) adsm__mark_lost(rt, d);
+    if (r == ADSM_OK) {
+        ADSM__STORE(&rt->launch_seq, l.seq);
+        adsm__note_users(used, nused, d, l.seq);
+        ADSM__ADD(&rt->stats.launches, 1);
+        ADSM__ADD(&rt->dev_stats[d].launches, 1);
+        if (adsm__tracking(rt)) {
+            adsm__drop_replicas(rt, used, nused, writes, nwrites, d);
+            adsm__note_outputs(rt, writes, nwrites);
+        }
+    } else {
+        /* this launch will not write them; an earlier one still may */
+        for (size_t i = 0; i < nwrites; i++) {
+            writes[i]->writer_seq = writer_before[i];
+            writes[i]->writer_dev = writer_dev_before[i];
+        }
+    }
+    adsm__unlock(&rt->lock);
+    pthread_mutex_unlock(&rt->launch_mutex);
+    free(buf);
+    return r;
+}
+
+/* ---- waiting for launches (adsm_sync) ------------------------------------------------------ */
+/* Waits for every device and returns the first error, naming its device when there are several.
+ * With several devices a lost one is reported once and then left alone, so the others keep
+ * working; with one (or once every device is lost) the loss is reported at every sync. */
+ADSM__PRIVATE adsm_result adsm__devices_synchronize(adsm__runtime *rt) {
+    adsm_result first = ADSM_OK;
+    char text[512] = "";
+    for (unsigned d = 0; d < rt->ndev; d++) {
+        if (adsm__lost_devices(rt) & adsm__dev_bit(d)) continue; /* reported already */
+        adsm_result r = rt->be->synchronize(rt->dev_ctx[d]);
+        if (r == ADSM_OK) continue;
+        if (first == ADSM_OK) {
+            first = r;
+            if (rt->ndev > 1) snprintf(text, sizeof text, "device %u: %.480s", d, adsm_last_error());
+            else snprintf(text, sizeof text, "%s", adsm_last_error());
+        }
+        /* lost, or a crash its device does not recover from (a CUDA context's; wait says lost) */
+        if (r == ADSM_ERROR_DEVICE_LOST || rt->be->wait(rt->dev_ctx[d], 0) != 0) adsm__mark_lost(rt, d);
+    }
+    if (first == ADSM_OK && rt->ndev > 1 && adsm__live_devices(rt) == 0) {
+        first = ADSM_ERROR_DEVICE_LOST;
+        snprintf(text, sizeof text, "every device is lost");
+    }
+    if (first != ADSM_OK) adsm__fail(first, "%s", text);
+    return first;
+}
+
+ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
+    adsm__runtime *rt = &adsm__rt;
+    if (!adsm__ready()) return ADSM_OK;
+    adsm_result r = adsm__devices_synchronize(rt);
+    adsm__lock(&rt->lock);
+    if (adsm__bring_outputs_home(rt) != 0 && r == ADSM_OK)
+        r = adsm__fail(ADSM_ERROR_SYSTEM, "write-through: bringing a kernel's output home failed");
+    adsm_result a = rt->proto->acquire(rt);
+    adsm__unlock(&rt->lock);
+    return r != ADSM_OK ? r : a;
 }
 
 #endif /* ADSM__LAUNCH_INCLUDED */

@@ -1,0 +1,194 @@
+/* adsm_impl/lifecycle.h -- starting and stopping the runtime: settings, the address
+ * reservation, the backend (cuda if a GPU answers, else the emulator, unless told) and its
+ * devices, the protocol, the fault handler; and at shutdown everything in the reverse order.
+ *
+ * Normal thread context. adsm__start and adsm__stop run under the initialisation mutex
+ * (adsm_init, adsm_shutdown and adsm__ensure in api.h take it); adsm__stop first waits until no
+ * call is using the runtime (runtime.h), then takes the runtime lock to drop the objects. */
+#ifndef ADSM__LIFECYCLE_INCLUDED
+#define ADSM__LIFECYCLE_INCLUDED
+
+/* The address reservation, the fetch staging slots and the trace buffer, made by adsm__start
+ * (the trace file is written here, after the backend's threads stopped). */
+ADSM__PRIVATE void adsm__release_memory(adsm__runtime *rt) {
+    adsm__release_reservation(rt);
+    adsm__filler_release(&rt->fill);
+    adsm__trace_close(&rt->trace);
+}
+
+ADSM__PRIVATE const adsm__protocol_vtbl *adsm__protocol_for(adsm_protocol_kind kind) {
+    switch (kind) {
+    case ADSM_PROTOCOL_BATCH: return &adsm__protocol_batch;
+    case ADSM_PROTOCOL_LAZY: return &adsm__protocol_lazy;
+    default: return &adsm__protocol_rolling;
+    }
+}
+
+ADSM__PRIVATE adsm_result adsm__backend_start(adsm__runtime *rt) {
+    const adsm__backend_vtbl *choice;
+    switch (rt->cfg.backend) {
+    case ADSM_BACKEND_HOST: choice = &adsm__backend_host; break;
+    case ADSM_BACKEND_CUDA: choice = &adsm__backend_cuda; break;
+    case ADSM_BACKEND_EMU: choice = &adsm__backend_emu; break;
+    default: /* auto: a GPU if one answers, else the emulator */
+        if (adsm__backend_cuda.init(rt, &rt->be_ctx) == ADSM_OK) {
+            rt->be = &adsm__backend_cuda;
+            return ADSM_OK;
+        }
+        adsm__log(ADSM_LOG_INFO, "no CUDA device (%s); using the emulated device", adsm__tls_error);
+        choice = &adsm__backend_emu;
+        break;
+    }
+    adsm_result r = choice->init(rt, &rt->be_ctx);
+    if (r == ADSM_OK) rt->be = choice;
+    return r;
+}
+
+/* Ends every device's context (each backend's shutdown runs what is still queued first). */
+ADSM__PRIVATE void adsm__devices_stop(adsm__runtime *rt) {
+    for (unsigned d = rt->ndev; d-- > 1;) rt->be->shutdown(rt->dev_ctx[d]);
+    rt->be->shutdown(rt->dev_ctx[0]);
+    memset(rt->dev_ctx, 0, sizeof rt->dev_ctx);
+    rt->ndev = 0;
+}
+
+/* The backend's first context is device 0; the backend says how many it drives (emu starts
+ * ADSM_EMU_DEVICES - 1 more device processes, each with its own memory at the same addresses;
+ * cuda a context per GPU ADSM_DEVICES lists). Several devices need a tracking protocol: the
+ * directory (directory.h) follows lazy's and rolling's units. */
+ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
+    unsigned want = rt->be->device_count ? rt->be->device_count(rt->be_ctx) : 1;
+    rt->ndev = 1;
+    rt->dev_ctx[0] = rt->be_ctx;
+    rt->release_dev = -1;
+    rt->dev_lost = 0;
+    memset(rt->dev_stats, 0, sizeof rt->dev_stats);
+    memset(rt->dev_bytes, 0, sizeof rt->dev_bytes);
+    memset(rt->dev_done_seq, 0, sizeof rt->dev_done_seq);
+    rt->lru_clock = rt->objects_dealt = 0;
+    if (rt->cfg.emu_devices > 1 && rt->be != &adsm__backend_emu)
+        adsm__log(ADSM_LOG_WARN, "ADSM_EMU_DEVICES=%u applies to the emu backend; %s drives %u device%s",
+                  rt->cfg.emu_devices, rt->be->name, want, want == 1 ? "" : "s");
+    if (want > 1 && rt->cfg.protocol == ADSM_PROTOCOL_BATCH)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "%s=%u devices: the batch protocol drives one device; "
+                          "use lazy or rolling", rt->be == &adsm__backend_emu ? "ADSM_EMU_DEVICES" : "ADSM_DEVICES",
+                          want);
+    for (unsigned d = 1; d < want; d++) {
+        adsm_result r = rt->be->init(rt, &rt->dev_ctx[d]);
+        rt->be_ctx = rt->dev_ctx[0]; /* emu's init points it at the device it starts */
+        if (r != ADSM_OK) return r;
+        rt->ndev++;
+    }
+    for (unsigned d = 0; d < rt->ndev && rt->be->start; d++) { /* threads after every fork */
+        adsm_result r = rt->be->start(rt->dev_ctx[d]);
+        if (r != ADSM_OK) return r;
+    }
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm_result r;
+    rt->page = (size_t)sysconf(_SC_PAGESIZE);
+    if ((r = adsm__settings_resolve(cfg, rt->page, &rt->cfg)) != ADSM_OK) return r;
+    if ((r = adsm__reserve(rt)) != ADSM_OK) {
+        adsm__release_memory(rt);
+        return r;
+    }
+    if (adsm__filler_init(&rt->fill, rt->page) != 0) {
+        r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot map %zu MiB of staging for fetches: %s",
+                       ADSM__FILL_BYTES >> 20, strerror(errno));
+        adsm__release_memory(rt);
+        return r;
+    }
+    if (adsm__trace_open(&rt->trace, rt->cfg.trace_path) != 0) {
+        r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "ADSM_TRACE: cannot map the event buffer: %s", strerror(errno));
+        adsm__release_memory(rt);
+        return r;
+    }
+    adsm__tree_init(&rt->objects);
+    adsm__tree_init(&rt->safe_dev);
+    adsm__tree_init(&rt->host_buffers);
+    rt->dev_delta = 0; /* a backend whose device addresses differ sets it */
+    rt->ndev = 0;      /* the index of the device whose context starts next (cuda reads it) */
+    rt->dev_granule = 0;
+    if ((r = adsm__backend_start(rt)) != ADSM_OK) {
+        adsm__release_memory(rt);
+        return r;
+    }
+    if ((r = adsm__devices_start(rt)) != ADSM_OK) {
+        adsm__devices_stop(rt);
+        adsm__release_memory(rt);
+        return r;
+    }
+    rt->proto = rt->be->moves_data ? adsm__protocol_for(rt->cfg.protocol) : &adsm__protocol_untracked;
+    if ((r = adsm__fault_install(rt)) != ADSM_OK) {
+        adsm__devices_stop(rt);
+        adsm__release_memory(rt);
+        return r;
+    }
+    adsm__log(ADSM_LOG_INFO, "backend %s, protocol %s, block size %zu", rt->be->name, adsm__protocol_for(rt->cfg.protocol)->name,
+              rt->cfg.block_size);
+    ADSM__ADD(&rt->generation, 1);
+    ADSM__STORE(&rt->state, ADSM__RT_READY);
+    return ADSM_OK;
+}
+
+/* Initialises on first use. The caller's uses are let go meanwhile: a shutdown in progress holds
+ * the initialisation mutex and waits for them. */
+ADSM__PRIVATE adsm_result adsm__ensure(void) {
+    while (!ADSM__LIKELY(adsm__ready())) { /* again if another thread shut it down meanwhile */
+        int held = adsm__uses_drop();
+        pthread_mutex_lock(&adsm__rt.init_mutex);
+        adsm_result r = adsm__ready() ? ADSM_OK : adsm__start(NULL);
+        pthread_mutex_unlock(&adsm__rt.init_mutex);
+        adsm__uses_take(held);
+        if (r != ADSM_OK) return r;
+    }
+    return ADSM_OK;
+}
+
+/* Stops a running runtime: new calls see it off, calls in flight finish, the devices finish what
+ * they were given, then every object, buffer and thread goes. Initialisation mutex held. */
+ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
+    ADSM__STORE(&rt->state, ADSM__RT_OFF); /* new calls see it shut down */
+    adsm__await_no_users();                /* calls in flight finish first */
+    for (unsigned d = 0; d < rt->ndev; d++) rt->be->synchronize(rt->dev_ctx[d]);
+    adsm__lock(&rt->lock);
+    /* device buffers first: the tree also links safe objects, which the list below frees */
+    for (adsm__tree_node *n; (n = adsm__tree_first(&rt->safe_dev)) != NULL;) {
+        adsm__tree_remove(&rt->safe_dev, n); /* unlinked before freeing: no walk through freed nodes */
+        adsm__object *o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
+        if (o->device_only) free(o);
+    }
+    for (adsm__object *o = rt->first_object, *next; o; o = next) {
+        next = o->next;
+        adsm__object_destroy(o);
+    }
+    for (adsm__tree_node *n; (n = adsm__tree_first(&rt->host_buffers)) != NULL;) {
+        adsm__tree_remove(&rt->host_buffers, n); /* the memory stays the program's; the cuda */
+        free(ADSM__CONTAINER_OF(n, adsm__host_buffer, node)); /* backend unlocks it at shutdown */
+    }
+    rt->first_object = rt->last_object = NULL;
+    adsm__tree_init(&rt->objects); /* its nodes were in the objects just destroyed */
+    rt->fifo_head = rt->fifo_tail = NULL;
+    rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = rt->tracked_blocks = 0;
+    rt->rolling_limit = 0;
+    rt->evict_clock = rt->epoch_clock = rt->epoch_regrets = rt->epoch_touched = 0;
+    rt->flushes_queued = rt->flushes_settled = 0;
+    rt->ahead_sum = 0;
+    rt->ahead_epoch++; /* objects are gone, but runs must never outlive a runtime */
+    stbds_arrfree(rt->batch_sends);
+    stbds_arrfree(rt->through);
+    adsm__bounce_release_all(rt);
+    adsm__unlock(&rt->lock);
+    adsm__devices_stop(rt);
+    rt->be = NULL;
+    rt->be_ctx = NULL;
+    adsm__fault_uninstall(rt);
+    adsm__release_memory(rt);
+    rt->launch_seq = 0;
+    adsm__stats_reset(&rt->stats);
+}
+
+#endif /* ADSM__LIFECYCLE_INCLUDED */
