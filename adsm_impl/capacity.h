@@ -84,10 +84,11 @@ ADSM__PRIVATE adsm__eviction *adsm__eviction_plan(const adsm__runtime *rt, unsig
 }
 
 /* Waits, with the runtime lock let go, for launches on device d up to `last` (those that use
- * what d is about to evict), unless they are known finished: other threads' faults and copies
- * go on meanwhile, and kernels on d that use other objects are not waited for. 0 when nothing
- * was waited for, ADSM__AGAIN when the lock was let go, -1 when d is lost. */
-ADSM__PRIVATE int adsm__await_evicted_users(adsm__runtime *rt, unsigned d, uint64_t last) {
+ * what d is about to evict, or what is being freed), unless they are known finished: other
+ * threads' faults and copies go on meanwhile, and kernels on d that use other objects are not
+ * waited for. 0 when nothing was waited for, ADSM__AGAIN when the lock was let go, -1 when d is
+ * lost. */
+ADSM__PRIVATE int adsm__await_users_on(adsm__runtime *rt, unsigned d, uint64_t last) {
     if (last <= rt->dev_done_seq[d]) return 0;
     adsm__unlock(&rt->lock);
     int rc = rt->be->wait(rt->dev_ctx[d], last);
@@ -95,6 +96,19 @@ ADSM__PRIVATE int adsm__await_evicted_users(adsm__runtime *rt, unsigned d, uint6
     if (rc != 0) return -1;
     rt->dev_done_seq[d] = ADSM__MAX(rt->dev_done_seq[d], last);
     return ADSM__AGAIN;
+}
+
+/* Waits, with the runtime lock let go, for the kernels that named o on any device (several
+ * devices: kernels use only what they name), so freeing it waits for them and for nothing else.
+ * 0 when none was left to wait for, ADSM__AGAIN when the lock was let go (look o up again). */
+ADSM__PRIVATE int adsm__await_users(adsm__runtime *rt, const adsm__object *o) {
+    for (unsigned d = 0; d < rt->ndev; d++) {
+        int rc = adsm__await_users_on(rt, d, o->dev_launch[d]);
+        if (rc < 0) /* lost: nothing of it runs any more */
+            rt->dev_done_seq[d] = ADSM__MAX(rt->dev_done_seq[d], o->dev_launch[d]);
+        if (rc != 0) return ADSM__AGAIN;
+    }
+    return 0;
 }
 
 /* Bytes of o's host-Invalid units among blocks [first, first + count). */
@@ -180,7 +194,7 @@ ADSM__PRIVATE adsm_result adsm__make_room(adsm__runtime *rt, unsigned d, size_t 
     uint64_t last;
     adsm__eviction *plan = adsm__eviction_plan(rt, d, need, used, nused, &last);
     adsm_result r = ADSM_OK;
-    int rc = adsm__await_evicted_users(rt, d, last); /* kernels using what goes */
+    int rc = adsm__await_users_on(rt, d, last); /* kernels using what goes */
     if (rc < 0) r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: device %u is lost", what, d);
     adsm__object **leaving = NULL;
     for (size_t i = 0; rc == 0 && i < (size_t)stbds_arrlen(plan); i++) {

@@ -648,6 +648,31 @@ Test(devices, giving_evicted_memory_back_does_not_hold_up_other_faults) {
     adsm_shutdown();
 }
 
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Several devices: kernels use only what they name, so freeing an object waits for the kernels
+ * that named it and for no other. A kernel on device 1 writes a for STAMP_MS reading in: freeing
+ * v (written by the CPU only) returns while it runs; freeing in returns after it ended. */
+Test(devices, a_free_waits_only_for_kernels_using_the_object) {
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    int64_t *a = alloc(4096), *in = alloc(4096), *v = alloc(4096);
+    v[0] = 1;
+    CALL_ON_OK(1, k_stamp, adsm_grid_1d(1, 1), a, in, STAMP_MS, 0);
+    cr_assert_eq(adsm_free(v), ADSM_OK, "%s", adsm_last_error());
+    int64_t v_freed = now_ns();
+    cr_assert_eq(adsm_free(in), ADSM_OK, "%s", adsm_last_error());
+    int64_t in_freed = now_ns();
+    sync_ok();
+    cr_assert_lt(v_freed, rd64(&a[1]), "freeing an object no kernel uses waited for a running kernel (%.1f ms "
+                 "after it ended)", (v_freed - rd64(&a[1])) / 1e6);
+    cr_assert_geq(in_freed, rd64(&a[1]), "the kernel reading in was still running when in was freed");
+    adsm_shutdown();
+}
+
 /* Copies in to out after sleeping ms: reads its input long after it started. */
 void k_copy_late(adsm_grid g, const int32_t *in, int32_t *out, size_t n, int ms) {
     if (g.begin == 0 && g.end > 0) {
