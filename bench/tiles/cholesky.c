@@ -53,8 +53,7 @@ int main(int argc, char **argv) {
         ok &= chol_check(&o, got, want);
     }
     int rc = tiles_report(&o, adsm_protocol_name(), chol_shape(&o), chol_tile_bytes(&o), tiles_median(runs, o.runs), ok);
-    tiles_plan plan = tiles_plan_count(&o);
-    tiles_plan_report(&plan);
+    tiles_plan_report(&o);
     free(want);
     free(got);
     adsm_shutdown();

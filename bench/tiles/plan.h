@@ -29,6 +29,10 @@ typedef struct tiles_plan {
     int skip_h2d, skip_d2d; /* copies of these kinds are counted, not made (another pass makes them) */
     tiles_task_fn launch;   /* the explicit programs' launcher, after a task's tiles are in place */
     void *launch_ctx;
+    /* the runtime versions' rules, for counting what a hand-written program following them moves
+     * (tiles_plan_count_rules): every output copied home right after its task; after a task,
+     * its device drops the tiles it only read where another copy holds them */
+    int write_through, drop_replicas;
 } tiles_plan;
 
 static inline tiles_plan tiles_plan_new(int count, unsigned initial) {
@@ -77,7 +81,15 @@ static inline void tiles_plan_task(void *ctx, const tiles_task *k) {
     tiles_plan_need(p, k->in1, k->dev);
     tiles_plan_need(p, k->in2, k->dev);
     if (p->launch) p->launch(p->launch_ctx, k);
-    p->valid[k->out] = 1u << k->dev;
+    unsigned bit = 1u << k->dev;
+    p->valid[k->out] = bit;
+    if (p->write_through) {
+        p->d2h++;
+        p->valid[k->out] |= PLAN_HOST;
+    }
+    int read[] = {k->in1, k->in2};
+    for (int i = 0; i < 2 && p->drop_replicas; i++)
+        if (read[i] >= 0 && read[i] != k->out && (p->valid[read[i]] & ~bit)) p->valid[read[i]] &= ~bit;
 }
 
 static inline void tiles_plan_walk(const tiles_options *o, tiles_plan *p) {
@@ -100,6 +112,17 @@ static inline void tiles_plan_finish(tiles_plan *p) {
 /* The copies only, counted. */
 static inline tiles_plan tiles_plan_count(const tiles_options *o) {
     tiles_plan p = tiles_plan_for(o);
+    tiles_plan_walk(o, &p);
+    tiles_plan_finish(&p);
+    return p;
+}
+
+/* The copies a hand-written program makes that follows the version's rules too (write-through for
+ * v1-v3, dropped replicas for v1-v2), counted: what each version is held to. */
+static inline tiles_plan tiles_plan_count_rules(const tiles_options *o) {
+    tiles_plan p = tiles_plan_for(o);
+    p.write_through = tiles_version(o) <= 3;
+    p.drop_replicas = tiles_version(o) <= 2;
     tiles_plan_walk(o, &p);
     tiles_plan_finish(&p);
     return p;
@@ -163,10 +186,14 @@ static inline void tiles_buffers_copy(void *ctx, int t, int from, int to) {
     if (r != ADSM_OK) tiles_die(adsm_last_error());
 }
 
-/* One line under the adsm programs' table: the plan's tile counts. */
-static inline void tiles_plan_report(const tiles_plan *p) {
+/* Two lines under the adsm programs' table: the tiles the plan moves, and those a program
+ * following the version's rules moves (the same fields, for bench/tiles/run.sh's awk). */
+static inline void tiles_plan_report(const tiles_options *o) {
+    tiles_plan p = tiles_plan_count(o), r = tiles_plan_count_rules(o);
     printf("explicit plan (same placement, counted): h2d_tiles %llu d2h_tiles %llu d2d_tiles %llu\n",
-           (unsigned long long)p->h2d, (unsigned long long)p->d2h, (unsigned long long)p->d2d);
+           (unsigned long long)p.h2d, (unsigned long long)p.d2h, (unsigned long long)p.d2d);
+    printf("explicit rules (version's too, counted): h2d_tiles %llu d2h_tiles %llu d2d_tiles %llu\n",
+           (unsigned long long)r.h2d, (unsigned long long)r.d2h, (unsigned long long)r.d2d);
 }
 
 #endif /* BENCH_TILES_PLAN_H */

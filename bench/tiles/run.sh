@@ -3,7 +3,8 @@
 # and adsm (lazy and rolling) on 1, 2 and 4 emulated devices with each task on the block-cyclic
 # owner of the tile it writes; then the multi-GPU paper's four runtime versions
 # (--policy v1..v4) on 4 devices, next to what a hand-written program with the same placement
-# would move (bench/tiles/plan.h, counted); then 8 x 8 Cholesky on devices smaller than the
+# would move, and one that also follows the version's rules (write-through, dropped replicas)
+# (bench/tiles/plan.h, counted); then 8 x 8 Cholesky on devices smaller than the
 # matrix (ADSM_EMU_MEMORY 2M .. 512K: evictions). Prints markdown tables: median time and tile
 # transfers host-to-device, device-to-host and device-to-device. About half a minute on 2 cores.
 #
@@ -22,7 +23,8 @@ bazel build -c opt //:bench_tiles_cholesky //:bench_tiles_cholesky_explicit //:b
 bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 
 # row LABEL PROTOCOL DEVICES BINARY ARGS...: one table row from the program's own table line
-# (with PLAN=1 in the environment, plus the explicit plan's tiles, bench/tiles/plan.h).
+# (with PLAN=1 in the environment, plus the explicit plan's tiles and those of an explicit program
+# following the version's rules too, bench/tiles/plan.h).
 row() {
     local label=$1 protocol=$2 devices=$3 out
     shift 3
@@ -32,7 +34,7 @@ row() {
     [[ $out == *"check: ok"* ]] || { echo "$out" >&2; echo "wrong result" >&2; exit 1; }
     echo "$out" | awk -v l="$label" -v p="$protocol" -v d="$devices" -v plan="${PLAN:-0}" '
         NR == 3 { line = sprintf("| %s | %s | %s | %.1f | %.0f | %.0f | %.0f |", l, p, d, $3, $7, $8, $9) }
-        /^explicit plan/ && plan == 1 { line = line sprintf(" %s / %s / %s |", $7, $9, $11) }
+        /^explicit (plan|rules)/ && plan == 1 { line = line sprintf(" %s / %s / %s |", $7, $9, $11) }
         END { print line }'
 }
 
@@ -62,8 +64,9 @@ versions() {
     echo "**$name, the multi-GPU paper's runtime versions**, 4 devices, $tiles x $tiles tiles of $size x $size," \
         "rolling, median of $runs runs:"
     echo
-    echo "| version | protocol | devices | ms | tiles h2d | tiles d2h | tiles d2d | explicit plan h2d / d2h / d2d |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| version | protocol | devices | ms | tiles h2d | tiles d2h | tiles d2d | explicit plan h2d / d2h / d2d |" \
+        "explicit, the version's rules too |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for v in v1 v2 v3 v4; do
         PLAN=1 row "$v" rolling 4 "$bin/bench_tiles_$name" --tiles "$tiles" --tile-size "$size" --devices 4 --policy "$v"
     done
