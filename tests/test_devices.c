@@ -654,21 +654,30 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Several devices: kernels use only what they name, so freeing an object waits for the kernels
- * that named it and for no other. A kernel on device 1 writes a for STAMP_MS reading in: freeing
- * v (written by the CPU only) returns while it runs; freeing in returns after it ended. */
-Test(devices, a_free_waits_only_for_kernels_using_the_object) {
+/* Several devices: kernels use only what they name, so freeing an object or a device buffer
+ * waits for the kernels that named it and for no other. A kernel on device 1 writes a for
+ * STAMP_MS reading in: freeing v (which no kernel uses) returns while it runs; freeing in returns
+ * after it ended. v and in are shared objects, or device buffers on device 1. */
+ParameterizedTestParameters(devices, a_free_waits_only_for_kernels_using_it) {
+    static int buffers[] = {0, 1};
+    return cr_make_param_array(int, buffers, 2);
+}
+
+ParameterizedTest(int *buffers, devices, a_free_waits_only_for_kernels_using_it) {
     init_devices(2, ADSM_PROTOCOL_LAZY);
-    int64_t *a = alloc(4096), *in = alloc(4096), *v = alloc(4096);
-    v[0] = 1;
+    int64_t *a = alloc(4096);
+    int64_t *in = *buffers ? adsm_dev_alloc_on(1, 4096) : alloc(4096);
+    int64_t *v = *buffers ? adsm_dev_alloc_on(1, 4096) : alloc(4096);
+    cr_assert(in && v, "%s", adsm_last_error());
+    if (!*buffers) v[0] = 1;
     CALL_ON_OK(1, k_stamp, adsm_grid_1d(1, 1), a, in, STAMP_MS, 0);
-    cr_assert_eq(adsm_free(v), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(*buffers ? adsm_dev_free(v) : adsm_free(v), ADSM_OK, "%s", adsm_last_error());
     int64_t v_freed = now_ns();
-    cr_assert_eq(adsm_free(in), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(*buffers ? adsm_dev_free(in) : adsm_free(in), ADSM_OK, "%s", adsm_last_error());
     int64_t in_freed = now_ns();
     sync_ok();
-    cr_assert_lt(v_freed, rd64(&a[1]), "freeing an object no kernel uses waited for a running kernel (%.1f ms "
-                 "after it ended)", (v_freed - rd64(&a[1])) / 1e6);
+    cr_assert_lt(v_freed, rd64(&a[1]), "freeing what no kernel uses waited for a running kernel (%.1f ms after it "
+                 "ended)", (v_freed - rd64(&a[1])) / 1e6);
     cr_assert_geq(in_freed, rd64(&a[1]), "the kernel reading in was still running when in was freed");
     adsm_shutdown();
 }
