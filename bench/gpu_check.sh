@@ -11,9 +11,12 @@
 #   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads;
 #   6. the application study, bench/apps/run.sh (the kernels' CUDA C twins through NVRTC).
 # Exit status: 0 when every example and test passed, 1 otherwise (the report is written either
-# way). Needs only a C compiler; Bazel is used by sweep.sh when it is there.
+# way). Needs only a C compiler; Bazel is used by sweep.sh when it is there. A machine without
+# stb and Criterion (and no package archive to get them from) takes them from .gpu_kit/, which
+# bench/gpu_kit.sh fills elsewhere: the packages are unpacked into $out/kit, not installed.
 #
-#   bench/gpu_check.sh            about 5-10 minutes
+#   bench/gpu_check.sh              about 5-10 minutes
+#   bench/gpu_check.sh --build-only builds the examples and the tests, runs nothing (any machine)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${ADSM_BENCH_OUT:-bench/results}
@@ -23,6 +26,29 @@ report=$out/gpu_check.md
 export ADSM_BACKEND=cuda ADSM_LOG=info
 status=0
 CC=${CC:-cc}
+build_only=0
+[[ ${1:-} == --build-only ]] && build_only=1
+
+# .gpu_kit/ (bench/gpu_kit.sh): headers and libraries from Debian packages, unpacked here and
+# found through the compiler's search paths; the test binaries find the libraries by their rpath.
+test_link=()
+kit_note="stb and Criterion: the system's"
+if compgen -G ".gpu_kit/*.deb" > /dev/null; then
+    kit=$PWD/$out/kit
+    rm -rf "$kit" && mkdir -p "$kit"
+    for deb in .gpu_kit/*.deb; do
+        dpkg-deb -x "$deb" "$kit" 2> /dev/null && continue
+        # no dpkg: a .deb is an ar archive holding data.tar.{xz,gz,zst}
+        data=$(ar t "$deb" | grep '^data\.tar')
+        case $data in *.xz) z=-J ;; *.gz) z=-z ;; *.zst) z=--zstd ;; *) z= ;; esac
+        ar p "$deb" "$data" | tar -x $z -C "$kit" -f - || echo "gpu_check: cannot unpack $deb" >&2
+    done
+    libs=$kit/usr/lib/x86_64-linux-gnu:$kit/lib/x86_64-linux-gnu
+    export CPATH=$kit/usr/include${CPATH:+:$CPATH}
+    export LIBRARY_PATH=$libs${LIBRARY_PATH:+:$LIBRARY_PATH}
+    test_link=(-L"$kit/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$libs" -Wl,-rpath-link,"$libs")
+    kit_note="stb and Criterion: from .gpu_kit ($(ls .gpu_kit/*.deb | wc -l) packages)"
+fi
 
 say() { printf '%s\n' "$*" >> "$report"; }
 block() { say '```'; cat "$1" >> "$report"; say '```'; }
@@ -40,6 +66,7 @@ else
     say "nvidia-smi not found"
 fi
 say "kernel: $(uname -sr), CPUs: $(nproc), commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say "$kit_note"
 say '```'
 
 # ---- examples -----------------------------------------------------------------------------------
@@ -55,6 +82,7 @@ for src in examples/*.c; do
         status=1
         continue
     fi
+    if [[ $build_only -eq 1 ]]; then say "- $name: built"; continue; fi
     (cd "$out" && timeout 300 "./gpu_bin/$name") > "$log" 2>&1
     rc=$?
     if [[ $first -eq 1 ]]; then
@@ -72,14 +100,19 @@ done
 # ---- tests against the real driver ------------------------------------------------------------
 say ""
 say "## Protocol and copy tests on the real driver"
-if [[ -f /usr/include/criterion/criterion.h ]]; then
+if echo '#include <criterion/criterion.h>' | "$CC" -E -x c - > /dev/null 2>&1; then
     for t in test_protocol_batch test_protocol_lazy test_protocol_rolling test_copy; do
         log=$out/gpu_$t.log
         if ! "$CC" -std=c11 -O1 -g -D_GNU_SOURCE -DTEST_ON_REAL_CUDA -I. "tests/$t.c" -pthread -ldl -lcriterion \
-            -o "$bin/$t" > "$log" 2>&1; then
+            "${test_link[@]}" -o "$bin/$t" > "$log" 2>&1; then
             say "- $t: BUILD FAILED"
             block "$log"
             status=1
+            continue
+        fi
+        if [[ $build_only -eq 1 ]]; then
+            "$bin/$t" --list > "$log" 2>&1 && say "- $t: built, $(grep -c '──\|├\|└' "$log") tests listed" ||
+                { say "- $t: built but does not start"; block "$log"; status=1; }
             continue
         fi
         timeout 600 "$bin/$t" --jobs 1 > "$log" 2>&1
@@ -90,8 +123,15 @@ if [[ -f /usr/include/criterion/criterion.h ]]; then
         block "$log.summary"
     done
 else
-    say "Criterion is not installed here (libcriterion-dev): the tests were not run."
+    say "Criterion is not installed here (libcriterion-dev; or run bench/gpu_kit.sh elsewhere and bring .gpu_kit/):" \
+        "the tests were not run."
     status=1
+fi
+if [[ $build_only -eq 1 ]]; then
+    say ""
+    say "Built only (--build-only): $([[ $status -eq 0 ]] && echo 'everything built' || echo 'FAILURES above')."
+    echo "report: $report" >&2
+    exit $status
 fi
 
 # ---- benchmarks -------------------------------------------------------------------------------
