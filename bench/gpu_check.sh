@@ -34,7 +34,7 @@ build_only=0
 test_link=()
 kit_note="stb and Criterion: the system's"
 if compgen -G ".gpu_kit/*.deb" > /dev/null; then
-    kit=$PWD/$out/kit
+    kit=$(cd "$out" && pwd)/kit
     rm -rf "$kit" && mkdir -p "$kit"
     for deb in .gpu_kit/*.deb; do
         dpkg-deb -x "$deb" "$kit" 2> /dev/null && continue
