@@ -15,7 +15,8 @@
 # stb and Criterion (and no package archive to get them from) takes them from .gpu_kit/, which
 # bench/gpu_kit.sh fills elsewhere: the packages are unpacked into $out/kit, not installed.
 #
-#   bench/gpu_check.sh              about 5-10 minutes
+#   bench/gpu_check.sh              about 5-10 minutes (each example may take 2, each suite 3)
+# The report grows as each part ends, so one cut short still says what ran.
 #   bench/gpu_check.sh --build-only builds the examples and the tests, runs nothing (any machine)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -83,7 +84,7 @@ for src in examples/*.c; do
         continue
     fi
     if [[ $build_only -eq 1 ]]; then say "- $name: built"; continue; fi
-    (cd "$out" && timeout 300 "./gpu_bin/$name") > "$log" 2>&1
+    (cd "$out" && timeout 120 "./gpu_bin/$name") > "$log" 2>&1 # a hang must not eat a lent GPU's time
     rc=$?
     if [[ $first -eq 1 ]]; then
         say ""
@@ -115,7 +116,7 @@ if echo '#include <criterion/criterion.h>' | "$CC" -E -x c - > /dev/null 2>&1; t
                 { say "- $t: built but does not start"; block "$log"; status=1; }
             continue
         fi
-        timeout 600 "$bin/$t" --jobs 1 > "$log" 2>&1
+        timeout 180 "$bin/$t" --jobs 1 > "$log" 2>&1
         rc=$?
         if [[ $rc -eq 0 ]]; then say "- $t: passed ($(grep -o 'Tested: [0-9]*' "$log" | head -1))"
         else say "- $t: FAILED (exit $rc)"; status=1; fi
