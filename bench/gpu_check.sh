@@ -54,6 +54,21 @@ fi
 say() { printf '%s\n' "$*" >> "$report"; }
 block() { say '```'; cat "$1" >> "$report"; say '```'; }
 
+# NVRTC (single-source kernels): adsm dlopens libnvrtc.so.<the driver's major>. Where the loader
+# does not know one, point LD_LIBRARY_PATH at a toolkit's copy or a Python wheel's.
+nvrtc_note="found by the loader"
+if ! ldconfig -p 2> /dev/null | grep -q 'libnvrtc\.so\.' &&
+    ! compgen -G "$(echo "${LD_LIBRARY_PATH:-/nonexistent}" | sed 's|:|/libnvrtc.so.* |g')/libnvrtc.so.*" > /dev/null; then
+    nvrtc=$(find -H /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib /opt /usr/local/lib -name 'libnvrtc.so.[0-9]*' \
+        2> /dev/null | sort -V | tail -1)
+    if [[ -n $nvrtc ]]; then
+        export LD_LIBRARY_PATH=$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        nvrtc_note="$nvrtc (its folder added to LD_LIBRARY_PATH)"
+    else
+        nvrtc_note="none found: single-source kernels will fail (set ADSM_NVRTC_LIBRARY)"
+    fi
+fi
+
 : > "$report"
 say "# adsm GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
 say ""
@@ -68,6 +83,7 @@ else
 fi
 say "kernel: $(uname -sr), CPUs: $(nproc), commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 say "$kit_note"
+say "NVRTC: $nvrtc_note"
 say '```'
 
 # ---- examples -----------------------------------------------------------------------------------
