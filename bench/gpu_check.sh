@@ -69,6 +69,21 @@ if ! ldconfig -p 2> /dev/null | grep -q 'libnvrtc\.so\.' &&
     fi
 fi
 
+# The driver: adsm dlopens libcuda.so.1; where the loader does not know it, ADSM_CUDA_DRIVER names
+# the first real one found (never the toolkit's link-time stub).
+driver_note="libcuda.so.1 found by the loader"
+if ! ldconfig -p 2> /dev/null | grep -q 'libcuda\.so\.1' &&
+    ! compgen -G "$(echo "${LD_LIBRARY_PATH:-/nonexistent}" | sed 's|:|/libcuda.so.1 |g')/libcuda.so.1" > /dev/null; then
+    driver=$(find -H /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib -maxdepth 3 -name 'libcuda.so.1' \
+        -not -path '*stubs*' 2> /dev/null | head -1)
+    if [[ -n $driver ]]; then
+        export ADSM_CUDA_DRIVER=$driver
+        driver_note="$driver (ADSM_CUDA_DRIVER)"
+    else
+        driver_note="no libcuda.so.1 found: the cuda backend will say so"
+    fi
+fi
+
 : > "$report"
 say "# adsm GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
 say ""
@@ -84,6 +99,7 @@ fi
 say "kernel: $(uname -sr), CPUs: $(nproc), commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 say "$kit_note"
 say "NVRTC: $nvrtc_note"
+say "driver: $driver_note"
 say '```'
 
 # ---- examples -----------------------------------------------------------------------------------
