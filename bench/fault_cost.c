@@ -3,7 +3,7 @@
  * (mprotect + SIGSEGV) as used by the adsm runtime, to choose the default
  * block size and host memory kind.
  *
- * Build: gcc -std=c11 -O2 -D_GNU_SOURCE bench/fault_cost.c -o /tmp/fc
+ * Build: gcc -std=c11 -O2 -D_GNU_SOURCE -I. bench/fault_cost.c -o /tmp/fc
  * Run:   /tmp/fc            (prints markdown tables, < 60 s)
  *
  * Memory kinds:
@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/common.h"
+
 #define KiB (1024UL)
 #define MiB (1024UL * 1024UL)
 #define REGION (64 * MiB)
@@ -50,20 +52,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    double t[REPS * 4];
-    memcpy(t, v, sizeof(double) * (size_t)n);
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return (n & 1) ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 static void die(const char *what)
@@ -256,7 +244,7 @@ static void test12(enum kind k, size_t bs, struct t12 *out)
         g_len = 0;
         region_free(&r);
     }
-    double mw = median(tw, REPS), mr = median(tr, REPS);
+    double mw = bench_median_of(tw, REPS), mr = bench_median_of(tr, REPS);
     long nblocks = (long)(REGION / bs);
     out->faults = faults;
     out->us_fault = mw * 1e6 / (double)faults;
@@ -336,7 +324,7 @@ static void test3(enum kind k, size_t bs, enum fetch_method m, const char *src, 
     out->thp_after = huge_kb(r.base, REGION);
     out->verified = 0;
     if (out->gbs >= 0) {
-        out->gbs = (double)REGION / median(t, REPS) / 1e9;
+        out->gbs = (double)REGION / bench_median_of(t, REPS) / 1e9;
         /* verify content and that the range is still inaccessible-by-protection */
         if (mprotect(r.base, REGION, PROT_READ))
             die("mprotect verify");
@@ -398,7 +386,7 @@ int main(void)
         tm[rep] = now() - t0;
         __asm__ volatile("" ::"r"(dst) : "memory");
     }
-    double memcpy_gbs = (double)REGION / median(tm, REPS) / 1e9;
+    double memcpy_gbs = (double)REGION / bench_median_of(tm, REPS) / 1e9;
 
     /* ---- test 1 + 2 ---- */
     static struct t12 res12[NKINDS][NBS];

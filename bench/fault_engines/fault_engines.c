@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/common.h"
+
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1 /* Linux 5.11 */
 #endif
@@ -105,30 +107,6 @@ static void uffd_release(unsigned char *p, size_t size) {
 }
 
 /* ---- the measurement ------------------------------------------------------------------------- */
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* K distinct page indices below npages, spread evenly and shuffled (xorshift, fixed seed). */
-static size_t make_order(size_t *order, size_t npages, size_t most, uint64_t seed) {
-    size_t k = npages < most ? npages : most;
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < k; i++) order[i] = npages <= most ? i : (size_t)((double)i * (double)npages / (double)k);
-    for (size_t i = k; i > 1; i--) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        size_t j = (size_t)(x % i), t = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = t;
-    }
-    return k;
-}
-
 /* One run: us per write, us in the handler per write, us to protect the object. -1 on failure. */
 static int run_once(const engine *e, size_t npages, const size_t *order, size_t k, double out[3]) {
     size_t size = npages * PAGE;
@@ -155,15 +133,15 @@ static void row(const engine *e, size_t npages, size_t most, int runs) {
     double per_write[MAX_RUNS], in_handler[MAX_RUNS], protect_all[MAX_RUNS], r[3];
     size_t k = 0;
     for (int i = 0; i < runs; i++) {
-        k = make_order(order, npages, most, (uint64_t)i + 1);
+        k = bench_random_order(order, npages, most, (uint64_t)i + 1);
         if (run_once(e, npages, order, k, r) != 0) {
             printf("| %s | %zu | %zu | failed | | |\n", e->name, npages, k);
             return;
         }
         per_write[i] = r[0], in_handler[i] = r[1], protect_all[i] = r[2];
     }
-    printf("| %s | %zu | %zu | %.2f | %.2f | %.0f |\n", e->name, npages, k, median(per_write, runs),
-           median(in_handler, runs), median(protect_all, runs));
+    printf("| %s | %zu | %zu | %.2f | %.2f | %.0f |\n", e->name, npages, k, bench_median(per_write, runs),
+           bench_median(in_handler, runs), bench_median(protect_all, runs));
     fflush(stdout);
 }
 

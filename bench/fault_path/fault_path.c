@@ -32,6 +32,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bench/common.h"
+
 #define BLOCK ((size_t)4096)
 #define MAX_WRITES 16384
 #define MAX_RUNS 25
@@ -40,30 +42,6 @@ static double now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* K distinct block indices below nblocks, in a random order (xorshift, fixed seed). */
-static size_t make_order(size_t *order, size_t nblocks, size_t most, uint64_t seed) {
-    size_t k = nblocks < most ? nblocks : most;
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < k; i++) order[i] = nblocks <= most ? i : (size_t)((double)i * nblocks / k);
-    for (size_t i = k; i > 1; i--) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        size_t j = (size_t)(x % i), t = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = t;
-    }
-    return k;
 }
 
 #define SMALL_OBJECTS 1024 /* one-block objects the 1-block row writes */
@@ -137,16 +115,16 @@ static void print_row(size_t nblocks, size_t most, int runs) {
     double bare[MAX_RUNS], ours[MAX_RUNS], bare_in[MAX_RUNS], ours_in[MAX_RUNS];
     size_t k = 0, n = nblocks == 1 ? SMALL_OBJECTS : 1;
     for (int r = 0; r < runs; r++) {
-        k = make_order(order, nblocks, most, (uint64_t)r + 1);
+        k = bench_random_order(order, nblocks, most, (uint64_t)r + 1);
         /* adsm owns SIGSEGV; the bare runs swap in their own handler and put adsm's back */
         sigaction(SIGSEGV, &sa, &old);
         bare[r] = bare_run(nblocks, n, order, k, &bare_in[r]);
         sigaction(SIGSEGV, &old, NULL);
         ours[r] = adsm_run(nblocks, n, order, k, &ours_in[r]);
     }
-    double b = median(bare, runs), a = median(ours, runs);
+    double b = bench_median(bare, runs), a = bench_median(ours, runs);
     printf("| %zu%s | %zu | %.2f | %.2f | %.2f | %.2f | %.2f |\n", nblocks, n > 1 ? " (x1024 objects)" : "", k * n, b,
-           a, a / b, median(bare_in, runs), median(ours_in, runs));
+           a, a / b, bench_median(bare_in, runs), bench_median(ours_in, runs));
     fflush(stdout);
 }
 

@@ -51,6 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/common.h"
+
 /* ---- kernels (unsigned, not uint32_t: NVRTC has no stdint.h) -------------------------------- */
 /* All single-source (pat_sum's atomic through adsm_atomic_add_ull): on cuda, start compiles them
  * with ADSM_PREPARE, before any clock. */
@@ -126,16 +128,6 @@ static double now_ns(void) {
 static void die(const char *what, const char *where) {
     fprintf(stderr, "patterns: %s failed (%s): %s\n", what, where, adsm_last_error());
     exit(1);
-}
-
-static int cmp_double(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void size_label(size_t bytes, char *buf, size_t len) {
@@ -353,8 +345,8 @@ static point run_point(pattern p, variant v, size_t block, unsigned *host, const
         rg[r] = (double)s.regrets;
         rs[r] = (double)s.rolling_size;
     }
-    point pt = {p, v, block, median(ms, runs), median(h2d, runs), median(d2h, runs), median(f, runs),
-                median(ev, runs), median(rg, runs), median(rs, runs)};
+    point pt = {p, v, block, bench_median(ms, runs), bench_median(h2d, runs), bench_median(d2h, runs), bench_median(f, runs),
+                bench_median(ev, runs), bench_median(rg, runs), bench_median(rs, runs)};
     return pt;
 }
 

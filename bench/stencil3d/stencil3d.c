@@ -47,6 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/common.h"
+
 /* ---- the kernel ----------------------------------------------------------------------------- */
 ADSM_KERNEL(stencil_step, ADSM_OUT(float, next), ADSM_IN(float, cur), ADSM_VALUE(uint32_t, nx),
             ADSM_VALUE(uint32_t, ny), ADSM_VALUE(uint32_t, nz));
@@ -130,11 +132,6 @@ static const char *size_name(size_t b, char *buf, size_t len) {
     else if (b >= 1024 && b % 1024 == 0) snprintf(buf, len, "%zuK", b >> 10);
     else snprintf(buf, len, "%zu", b);
     return buf;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* ---- variants ------------------------------------------------------------------------------- */
@@ -370,7 +367,7 @@ int main(int argc, char **argv) {
                 if (r == runs - 1) {
                     double t[64];
                     for (int k = 0; k < runs; k++) t[k] = results[e][v][k].ms;
-                    qsort(t, (size_t)runs, sizeof t[0], cmp_double);
+                    qsort(t, (size_t)runs, sizeof t[0], bench_cmp_double);
                     char label[48], h[32], d[32];
                     const adsm_stats *s = &results[e][v][r].st;
                     variant_label(&variants[v], label, sizeof label);
@@ -426,7 +423,7 @@ int main(int argc, char **argv) {
         for (size_t v = 0; v < NVARIANTS; v++) {
             double t[64];
             for (int k = 0; k < runs; k++) t[k] = results[e][v][k].ms;
-            qsort(t, (size_t)runs, sizeof t[0], cmp_double);
+            qsort(t, (size_t)runs, sizeof t[0], bench_cmp_double);
             med[v] = runs % 2 ? t[runs / 2] : (t[runs / 2 - 1] + t[runs / 2]) / 2;
             med_run[v] = 0; /* the run whose time is the (lower) median */
             for (int k = 0; k < runs; k++)

@@ -26,6 +26,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/common.h"
+
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 #define MAX_THREADS 8
@@ -43,16 +45,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static void die(const char *what) {
@@ -154,7 +146,7 @@ static double small_faults(unsigned char *const *small, int *during, const large
         us[i] = (now_s() - t0) * 1e6;
     }
     if (during) *during = l && !__atomic_load_n(&l->done, __ATOMIC_ACQUIRE);
-    return median(us, SMALL_FAULTS);
+    return bench_median(us, SMALL_FAULTS);
 }
 
 static void new_small(unsigned char **small) {
@@ -197,7 +189,7 @@ int main(int argc, char **argv) {
         for (int write = 1; write >= 0; write--) {
             double v[MAX_RUNS];
             for (int r = 0; r < runs; r++) v[r] = throughput(t, write, blocks, block);
-            rate[write] = median(v, runs);
+            rate[write] = bench_median(v, runs);
             if (t == 1) base[write] = rate[write];
         }
         printf("| %d | %.0f | %.2f | %.0f | %.2f |\n", t, rate[1], rate[1] / base[1], rate[0], rate[0] / base[0]);
@@ -231,7 +223,7 @@ int main(int argc, char **argv) {
         }
         adsm_free((void *)l.obj);
     }
-    double a = median(alone, runs), w = median(with, runs);
+    double a = bench_median(alone, runs), w = bench_median(with, runs);
     printf("\nPart 2: one thread's write faults (64 KiB blocks) alone and while another thread fetches %zu MiB.\n\n",
            large / MiB);
     printf("| fault alone us | during the fetch us | ratio | runs where all %d faults ended before the fetch |\n",

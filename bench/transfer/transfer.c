@@ -62,6 +62,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/common.h"
+
 /* ---- kernels (unsigned, not uint32_t: NVRTC has no stdint.h) -------------------------------- */
 /* The value of element i after a write with `seed`: a stale, zero or misplaced block shows. */
 #define PATTERN(i, seed) ((unsigned)(i) ^ (seed))
@@ -156,18 +158,6 @@ static void wrong(const char *where, const char *fmt, unsigned long long a, unsi
     fprintf(stderr, fmt, a, b);
     fprintf(stderr, "\n");
     exit(1);
-}
-
-static int cmp_double(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double median(const double *in, int n) {
-    double v[MAX_RUNS];
-    memcpy(v, in, (size_t)n * sizeof *v);
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void size_label(size_t bytes, char *buf, size_t len) {
@@ -344,18 +334,18 @@ static point summarise(const sample *smp, int nruns) {
     }
     point p;
     memset(&p, 0, sizeof p);
-    p.write_ms = median(w, nruns) / 1e6;
-    p.up_ms = median(u, nruns) / 1e6;
-    p.down_ms = median(d, nruns) / 1e6;
-    p.copy_down_ms = median(cd, nruns) / 1e6;
-    p.h2d_copy_gbps = median(hb, nruns);
-    p.d2h_copy_gbps = median(db, nruns);
-    p.early = median(e, nruns);
-    p.faults = median(f, nruns);
-    p.evictions = median(ev, nruns);
-    p.h2d = (uint64_t)median(h2d, nruns);
-    p.d2h = (uint64_t)median(d2h, nruns);
-    p.staged_per_byte = median(sb, nruns);
+    p.write_ms = bench_median_of(w, nruns) / 1e6;
+    p.up_ms = bench_median_of(u, nruns) / 1e6;
+    p.down_ms = bench_median_of(d, nruns) / 1e6;
+    p.copy_down_ms = bench_median_of(cd, nruns) / 1e6;
+    p.h2d_copy_gbps = bench_median_of(hb, nruns);
+    p.d2h_copy_gbps = bench_median_of(db, nruns);
+    p.early = bench_median_of(e, nruns);
+    p.faults = bench_median_of(f, nruns);
+    p.evictions = bench_median_of(ev, nruns);
+    p.h2d = (uint64_t)bench_median_of(h2d, nruns);
+    p.d2h = (uint64_t)bench_median_of(d2h, nruns);
+    p.staged_per_byte = bench_median_of(sb, nruns);
     return p;
 }
 

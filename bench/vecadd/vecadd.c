@@ -41,6 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/common.h"
+
 /* One body for every backend: the CPU runs it on emu and host; on cuda NVRTC compiles the same
  * text at the first launch after each adsm_init (see measure: before the clock starts). */
 ADSM_KERNEL_DEF(vecadd, (ADSM_OUT(float, c), ADSM_IN(float, a), ADSM_IN(float, b), ADSM_VALUE(size_t, n)), g, {
@@ -95,16 +97,6 @@ static inline float init_b(size_t i) { return 0.25f * (float)((i >> 10) & 0x3fff
 static void die(const char *what, const char *where) {
     fprintf(stderr, "vecadd: %s failed (%s): %s\n", what, where, adsm_last_error());
     exit(1);
-}
-
-static int cmp_double(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void size_label(size_t bytes, char *buf, size_t len) {
@@ -216,17 +208,17 @@ static point run_point(variant v, size_t block_size, int runs) {
         faults[r] = (double)(s.st.read_faults + s.st.write_faults);
         evict[r] = (double)s.st.evictions;
     }
-    p.wall_ms = median(wall, runs) / 1e6;
+    p.wall_ms = bench_median(wall, runs) / 1e6;
     p.wall_min_ms = lo / 1e6;
     p.wall_max_ms = hi / 1e6;
-    p.h2d_ms = median(h2d_ns, runs) / 1e6;
-    p.d2h_ms = median(d2h_ns, runs) / 1e6;
-    p.h2d_gbps = median(h2d_bw, runs);
-    p.d2h_gbps = median(d2h_bw, runs);
-    p.h2d_bytes = (uint64_t)median(h2d_b, runs);
-    p.d2h_bytes = (uint64_t)median(d2h_b, runs);
-    p.faults = (uint64_t)median(faults, runs);
-    p.evictions = (uint64_t)median(evict, runs);
+    p.h2d_ms = bench_median(h2d_ns, runs) / 1e6;
+    p.d2h_ms = bench_median(d2h_ns, runs) / 1e6;
+    p.h2d_gbps = bench_median(h2d_bw, runs);
+    p.d2h_gbps = bench_median(d2h_bw, runs);
+    p.h2d_bytes = (uint64_t)bench_median(h2d_b, runs);
+    p.d2h_bytes = (uint64_t)bench_median(d2h_b, runs);
+    p.faults = (uint64_t)bench_median(faults, runs);
+    p.evictions = (uint64_t)bench_median(evict, runs);
     return p;
 }
 

@@ -1,0 +1,46 @@
+/* bench/common.h -- what the benchmarks share: the median each table reports (ratios of medians
+ * of variants measured in one run), and a fixed-seed random order of distinct indices for the
+ * fault benchmarks. Header-only, main thread; include as "bench/common.h" (build with -I.). */
+#ifndef BENCH_COMMON_H
+#define BENCH_COMMON_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* qsort order of doubles, ascending. */
+static inline int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n), n >= 1; sorts v. */
+static inline double bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The median of in[0..n), 1 <= n <= 256, leaving in as it is. */
+static inline double bench_median_of(const double *in, int n) {
+    double v[256];
+    if (n > 256) n = 256;
+    memcpy(v, in, (size_t)n * sizeof *v);
+    return bench_median(v, n);
+}
+
+/* K = min(n, most) distinct indices below n, spread evenly over [0, n) and shuffled (xorshift,
+ * the same order for the same seed). Returns K. */
+static inline size_t bench_random_order(size_t *order, size_t n, size_t most, uint64_t seed) {
+    size_t k = n < most ? n : most;
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < k; i++) order[i] = n <= most ? i : (size_t)((double)i * (double)n / (double)k);
+    for (size_t i = k; i > 1; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t j = (size_t)(x % i), t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+    return k;
+}
+
+#endif /* BENCH_COMMON_H */
