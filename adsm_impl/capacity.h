@@ -98,9 +98,11 @@ ADSM__PRIVATE int adsm__await_users_on(adsm__runtime *rt, unsigned d, uint64_t l
     return ADSM__AGAIN;
 }
 
-/* Waits, with the runtime lock let go, for the kernels that named o on any device (several
- * devices: kernels use only what they name), so freeing it waits for them and for nothing else.
- * 0 when none was left to wait for, ADSM__AGAIN when the lock was let go (look o up again). */
+/* Waits, with the runtime lock let go, for the kernels that named o on any device, so freeing
+ * it waits for them (with several devices, where kernels use only what they name, for nothing
+ * else; with one, the free waited for every launch before, and this catches those that named o
+ * meanwhile). 0 when none was left to wait for, ADSM__AGAIN when the lock was let go (look o up
+ * again). */
 ADSM__PRIVATE int adsm__await_users(adsm__runtime *rt, const adsm__object *o) {
     for (unsigned d = 0; d < rt->ndev; d++) {
         int rc = adsm__await_users_on(rt, d, o->dev_launch[d]);

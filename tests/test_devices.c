@@ -691,6 +691,38 @@ void k_copy_late(adsm_grid g, const int32_t *in, int32_t *out, size_t n, int ms)
     ADSM_FOR_EACH_THREAD(g, i) if (i < n) out[i] = in[i];
 }
 
+/* One device: adsm_free first waits for every launch so far (kernels may follow stored
+ * pointers), with the runtime lock let go; a kernel another thread launches on the object
+ * meanwhile must be waited for too. Here the free waits for a 400 ms kernel; 100 ms in, another
+ * thread launches a kernel that writes the object 200 ms after it starts (it runs after the
+ * first). Freeing the object under it made that kernel fault on freed device memory. */
+typedef struct late_launch {
+    int32_t *src, *dst;
+    adsm_result got;
+} late_launch;
+
+static void *launch_after_a_while(void *arg) {
+    late_launch *l = (late_launch *)arg;
+    struct timespec nap = {0, 100 * 1000000L};
+    nanosleep(&nap, NULL);
+    l->got = ADSM_CALL(k_copy_late, grid_for(N), l->src, l->dst, N, 200);
+    return NULL;
+}
+
+Test(devices, a_free_waits_for_kernels_naming_the_object_launched_meanwhile) {
+    init_devices(1, ADSM_PROTOCOL_LAZY);
+    int64_t *a = alloc(4096), *in = alloc(4096);
+    late_launch l = {alloc(SIZE), alloc(SIZE), ADSM_ERROR_INVALID_VALUE};
+    CALL_OK(k_stamp, adsm_grid_1d(1, 1), a, in, STAMP_MS, 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, launch_after_a_while, &l), 0);
+    cr_assert_eq(adsm_free(l.dst), ADSM_OK, "%s", adsm_last_error());
+    pthread_join(t, NULL);
+    cr_assert_eq(l.got, ADSM_OK, "the second launch: %s", adsm_result_string(l.got));
+    cr_assert_eq(adsm_sync(), ADSM_OK, "the second kernel ran on freed memory: %s", adsm_last_error());
+    adsm_shutdown();
+}
+
 /* A running kernel still reads the object a launch evicts: the eviction waits for it before the
  * memory goes, so the kernel reads what the object held, not what the device was given back. */
 Test(devices, an_eviction_waits_for_a_kernel_reading_what_goes) {
