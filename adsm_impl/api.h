@@ -65,16 +65,14 @@ ADSM__PRIVATE adsm_result adsm__free_unguarded(void *ptr) {
     if (!adsm__ready())
         return adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_free(%p): adsm is not initialised, so this is no shared object",
                           ptr);
-    /* A kernel in flight may use the object: with one device, where kernels may follow stored
-     * pointers, every launch so far finishes first (errors stay queued for adsm_sync); on any
-     * device, the kernels that named it, also those launched by another thread meanwhile */
-    if (rt->ndev == 1) (void)adsm__wait_all(rt);
+    /* kernels in flight may use the object (adsm__await_users; errors stay queued for adsm_sync) */
+    uint64_t before = ADSM__LOAD(&rt->launch_seq);
     adsm__lock(&rt->lock);
     adsm__object *o;
     for (;;) { /* the waits below let the lock go: look it up again after each */
         o = adsm__object_of(adsm__tree_find(&rt->objects, a));
         if (o && o->busy_units) adsm__await_copies(rt); /* a fault's copy of it runs outside the lock */
-        else if (!o || a != o->host || adsm__await_users(rt, o) == 0) break;
+        else if (!o || a != o->host || adsm__await_users(rt, o, before) == 0) break;
     }
     adsm_result r = ADSM_OK;
     if (!o) r = adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_free(%p): not a live shared object (freed twice?)", ptr);

@@ -98,16 +98,18 @@ ADSM__PRIVATE int adsm__await_users_on(adsm__runtime *rt, unsigned d, uint64_t l
     return ADSM__AGAIN;
 }
 
-/* Waits, with the runtime lock let go, for the kernels that named o on any device, so freeing
- * it waits for them (with several devices, where kernels use only what they name, for nothing
- * else; with one, the free waited for every launch before, and this catches those that named o
- * meanwhile). 0 when none was left to wait for, ADSM__AGAIN when the lock was let go (look o up
- * again). */
-ADSM__PRIVATE int adsm__await_users(adsm__runtime *rt, const adsm__object *o) {
+/* Waits, with the runtime lock let go, for the kernels that may use o before it is freed: on each
+ * device the last launch that named it, and with one device (kernels may follow stored
+ * pointers) every launch up to `before`, the last one issued when the free began (a bound fixed
+ * then, so launches of other objects issued meanwhile are not chased). A launch another thread
+ * made on o while the free waited is seen here, under the lock. 0 when nothing was left to wait
+ * for, ADSM__AGAIN when the lock was let go (look o up again). */
+ADSM__PRIVATE int adsm__await_users(adsm__runtime *rt, const adsm__object *o, uint64_t before) {
     for (unsigned d = 0; d < rt->ndev; d++) {
-        int rc = adsm__await_users_on(rt, d, o->dev_launch[d]);
+        uint64_t last = rt->ndev == 1 ? ADSM__MAX(o->dev_launch[d], before) : o->dev_launch[d];
+        int rc = adsm__await_users_on(rt, d, last);
         if (rc < 0) /* lost: nothing of it runs any more */
-            rt->dev_done_seq[d] = ADSM__MAX(rt->dev_done_seq[d], o->dev_launch[d]);
+            rt->dev_done_seq[d] = ADSM__MAX(rt->dev_done_seq[d], last);
         if (rc != 0) return ADSM__AGAIN;
     }
     return 0;

@@ -98,10 +98,8 @@ ADSM__PRIVATE adsm_result adsm__dev_free_unguarded(void *dev) {
     adsm__runtime *rt = &adsm__rt;
     if (!dev) return ADSM_OK;
     if (!adsm__ready()) return adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_dev_free(%p): adsm is not initialised", dev);
-    /* a kernel in flight may use it: with one device any launch so far (stored pointers), on any
-     * device those that named it, also meanwhile (adsm__await_users lets the lock go: look it up
-     * again) */
-    if (rt->ndev == 1) (void)adsm__wait_all(rt);
+    /* kernels in flight may use it (adsm__await_users lets the lock go: look it up again) */
+    uint64_t before = ADSM__LOAD(&rt->launch_seq);
     adsm__lock(&rt->lock);
     adsm__object *o;
     adsm_result r;
@@ -112,7 +110,7 @@ ADSM__PRIVATE adsm_result adsm__dev_free_unguarded(void *dev) {
             r = adsm__fail(ADSM_ERROR_NOT_OBJECT_START, "adsm_dev_free(%p): not the start of its buffer", dev);
             o = NULL;
         }
-    } while (o && adsm__await_users(rt, o) != 0);
+    } while (o && adsm__await_users(rt, o, before) != 0);
     if (o) {
         adsm__tree_remove(&rt->safe_dev, &o->dev_node);
         adsm__unlock(&rt->lock); /* cuda: unmapping waits for the device; the range stays taken */
