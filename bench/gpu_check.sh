@@ -54,11 +54,20 @@ fi
 say() { printf '%s\n' "$*" >> "$report"; }
 block() { say '```'; cat "$1" >> "$report"; say '```'; }
 
+# Whether the dynamic loader finds a library whose file name matches the glob $1 unaided: in its
+# cache (ldconfig) or in a folder of LD_LIBRARY_PATH.
+loader_finds() {
+    local name _ dir
+    while read -r name _; do [[ $name == $1 ]] && return 0; done < <(ldconfig -p 2> /dev/null | tail -n +2)
+    IFS=: read -ra dirs <<< "${LD_LIBRARY_PATH:-}"
+    for dir in "${dirs[@]}"; do compgen -G "$dir/$1" > /dev/null && return 0; done
+    return 1
+}
+
 # NVRTC (single-source kernels): adsm dlopens libnvrtc.so.<the driver's major>. Where the loader
 # does not know one, point LD_LIBRARY_PATH at a toolkit's copy or a Python wheel's.
 nvrtc_note="found by the loader"
-if ! ldconfig -p 2> /dev/null | grep -q 'libnvrtc\.so\.' &&
-    ! compgen -G "$(echo "${LD_LIBRARY_PATH:-/nonexistent}" | sed 's|:|/libnvrtc.so.* |g')/libnvrtc.so.*" > /dev/null; then
+if ! loader_finds 'libnvrtc.so.[0-9]*'; then
     nvrtc=$(find -H /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib /opt /usr/local/lib -name 'libnvrtc.so.[0-9]*' \
         2> /dev/null | sort -V | tail -1)
     if [[ -n $nvrtc ]]; then
@@ -72,8 +81,7 @@ fi
 # The driver: adsm dlopens libcuda.so.1; where the loader does not know it, ADSM_CUDA_DRIVER names
 # the first real one found (never the toolkit's link-time stub).
 driver_note="libcuda.so.1 found by the loader"
-if ! ldconfig -p 2> /dev/null | grep -q 'libcuda\.so\.1' &&
-    ! compgen -G "$(echo "${LD_LIBRARY_PATH:-/nonexistent}" | sed 's|:|/libcuda.so.1 |g')/libcuda.so.1" > /dev/null; then
+if ! loader_finds 'libcuda.so.1'; then
     driver=$(find -H /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib -maxdepth 3 -name 'libcuda.so.1' \
         -not -path '*stubs*' 2> /dev/null | head -1)
     if [[ -n $driver ]]; then
