@@ -563,13 +563,18 @@ typedef struct cpu_writer {
     int64_t done_ns; /* when its write fault was resolved */
 } cpu_writer;
 
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void *write_after_a_while(void *arg) {
     cpu_writer *w = (cpu_writer *)arg;
-    struct timespec nap = {0, 100 * 1000000L}, ts;
+    struct timespec nap = {0, 100 * 1000000L};
     nanosleep(&nap, NULL); /* the main thread is in its launch by now, its copy waiting for the kernel */
     w->y[0] = 1;           /* a write fault: needs the runtime lock */
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    w->done_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    w->done_ns = now_ns();
     return NULL;
 }
 
@@ -646,12 +651,6 @@ Test(devices, giving_evicted_memory_back_does_not_hold_up_other_faults) {
     cr_assert(rd64(&v[0]) > 0 && rd64(&v[1]) >= rd64(&v[0]), "v's stamps were lost in its eviction");
     cr_assert_eq(rd(&cw.y[0]), 1);
     adsm_shutdown();
-}
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* Several devices: kernels use only what they name, so freeing an object or a device buffer
@@ -978,9 +977,7 @@ Test(devices, cuda_freeing_does_not_hold_up_other_faults) {
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, write_after_a_while, &cw), 0);
     cr_assert_eq(adsm_free(v), ADSM_OK, "%s", adsm_last_error());
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t freed_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    int64_t freed_ns = now_ns();
     pthread_join(t, NULL);
     cr_assert_lt(cw.done_ns, freed_ns - 200 * 1000000L, "the fault waited for the unmap (fault done %.1f ms before "
                  "the free returned)", (freed_ns - cw.done_ns) / 1e6);
