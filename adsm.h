@@ -501,6 +501,10 @@ ADSM_API void adsm_shutdown(void);
 ADSM_API void *adsm_alloc(size_t size);
 ADSM_API void *adsm_safe_alloc(size_t size);
 ADSM_API void *adsm_safe(const void *host_ptr);
+/* Frees a shared object once no kernel may use it: with one device it waits for every kernel
+   issued before the call (kernels may follow stored pointers), with several for those that
+   named the object; either way also for one another thread launched on it meanwhile.
+   adsm_dev_free waits the same way for a device buffer. */
 ADSM_API adsm_result adsm_free(void *ptr);
 
 ADSM_API adsm_result adsm_sync(void);
