@@ -108,6 +108,11 @@
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
        ADSM_AFFINITY_BLOCK B >= 1: objects belong to devices B at a time in allocation order (0: none)
+       ADSM_FAULT_ENGINE  auto | mprotect | userfaultfd (auto: userfaultfd on the emu backend with
+                          blocks below 2M where the kernel grants it, Linux 6.4+; else mprotect).
+                          userfaultfd write-protects ReadOnly pages one by one instead of
+                          splitting mappings, so a write fault costs the same in small and huge
+                          objects; it raises SIGBUS, which adsm handles as it does SIGSEGV
        ADSM_LOG           error | warn | info | debug                  (warn)
        ADSM_DEVICE        cuda: the one GPU to drive                   (0)
        ADSM_DEVICES       cuda: several GPUs, "all" or ordinals such as 0,2, device 0 first,
@@ -126,7 +131,8 @@
    4. PROTOCOLS
    ============
    Block states (CPU view): Invalid (device copy only, PROT_NONE), ReadOnly (both valid,
-   PROT_READ), Dirty (host newer, PROT_READ|PROT_WRITE).
+   PROT_READ; with the userfaultfd engine, readable and write-protected), Dirty (host newer,
+   PROT_READ|PROT_WRITE).
        batch    no tracking: every object goes to the device at each call; at sync the objects
                 kernels were given as OUT/INOUT come back (and only those). adsm_memcpy,
                 adsm_memset and the I/O calls bring such an object home first.
@@ -392,6 +398,14 @@ typedef enum adsm_log_level {
     ADSM_LOG_DEBUG
 } adsm_log_level;
 
+/* How adsm sees a CPU write to data the device has a copy of (docs/design.md section 4). */
+typedef enum adsm_fault_engine_kind {
+    ADSM_FAULT_ENGINE_DEFAULT = 0, /* environment, else auto */
+    ADSM_FAULT_ENGINE_AUTO,        /* userfaultfd where it is the better one and the kernel grants it */
+    ADSM_FAULT_ENGINE_MPROTECT,    /* ReadOnly is PROT_READ; a write raises SIGSEGV */
+    ADSM_FAULT_ENGINE_USERFAULTFD  /* ReadOnly is write-protected page by page; a write raises SIGBUS */
+} adsm_fault_engine_kind;
+
 typedef struct adsm_config {
     adsm_backend_kind backend;
     adsm_protocol_kind protocol;
@@ -420,6 +434,7 @@ typedef struct adsm_config {
                              their bytes are) */
     const char *devices;  /* cuda: the GPUs to drive, "all" or ordinals such as "0,2", device 0 first
                              (NULL = ADSM_DEVICES, else the one GPU `device` names) */
+    adsm_fault_engine_kind fault_engine; /* 0 = ADSM_FAULT_ENGINE or auto */
 } adsm_config;
 
 /* ---- statistics --------------------------------------------------------------------------- */
@@ -588,6 +603,8 @@ ADSM_API adsm_result adsm_last_result(void);
    state of the block holding ptr ('I', 'R', 'D', or 0 when ptr is not shared). */
 ADSM_API const char *adsm_protocol_name(void);
 ADSM_API const char *adsm_backend_name(void);
+/* "mprotect" or "userfaultfd": the engine that sees CPU writes (ADSM_FAULT_ENGINE). */
+ADSM_API const char *adsm_fault_engine_name(void);
 ADSM_API size_t adsm_block_size(void);
 ADSM_API char adsm_block_state(const void *ptr);
 
@@ -843,6 +860,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/stats.h"
 #include "adsm_impl/config.h"
 #include "adsm_impl/object.h"
+#include "adsm_impl/protection.h"
 #include "adsm_impl/copy.h"
 #include "adsm_impl/copy_queue.h"
 #include "adsm_impl/trace.h"

@@ -140,6 +140,11 @@ ADSM__PRIVATE const char *adsm__backend_name_unguarded(void) {
     return adsm__rt.be->name;
 }
 
+ADSM__PRIVATE const char *adsm__fault_engine_name_unguarded(void) {
+    if (adsm__ensure() != ADSM_OK) return "none";
+    return adsm__protection_name(&adsm__rt.protection);
+}
+
 ADSM__PRIVATE size_t adsm__block_size_unguarded(void) {
     if (adsm__ensure() != ADSM_OK) return 0;
     return adsm__rt.cfg.block_size;
@@ -278,6 +283,10 @@ ADSM_API adsm_result adsm_get_stats(adsm_stats *out) { ADSM__GUARDED(adsm_result
 ADSM_API const char *adsm_protocol_name(void) { ADSM__GUARDED(const char *, adsm__protocol_name_unguarded()); }
 
 ADSM_API const char *adsm_backend_name(void) { ADSM__GUARDED(const char *, adsm__backend_name_unguarded()); }
+
+ADSM_API const char *adsm_fault_engine_name(void) {
+    ADSM__GUARDED(const char *, adsm__fault_engine_name_unguarded());
+}
 
 ADSM_API size_t adsm_block_size(void) { ADSM__GUARDED(size_t, adsm__block_size_unguarded()); }
 

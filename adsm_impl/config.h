@@ -42,6 +42,7 @@ typedef struct adsm__settings {
     int block_exact;         /* rolling: one block per fault (protocol.h, adsm__write_run) */
     int write_through, drop_replicas; /* copy policies (directory.h) */
     size_t affinity_block;   /* objects per device, dealt in turn (directory.h); 0: none */
+    adsm_fault_engine_kind fault_engine; /* AUTO, MPROTECT or USERFAULTFD (protection.h) */
 } adsm__settings;
 
 typedef struct adsm__name_value {
@@ -58,6 +59,9 @@ static const adsm__name_value adsm__protocol_names[] = {
 static const adsm__name_value adsm__log_names[] = {
     {"error", ADSM_LOG_ERROR}, {"warn", ADSM_LOG_WARN}, {"info", ADSM_LOG_INFO},
     {"debug", ADSM_LOG_DEBUG}, {NULL, 0}};
+static const adsm__name_value adsm__engine_names[] = {
+    {"auto", ADSM_FAULT_ENGINE_AUTO}, {"mprotect", ADSM_FAULT_ENGINE_MPROTECT},
+    {"userfaultfd", ADSM_FAULT_ENGINE_USERFAULTFD}, {"uffd", ADSM_FAULT_ENGINE_USERFAULTFD}, {NULL, 0}};
 
 #define ADSM__MAX_ROLLING_SIZE ((size_t)1 << 24)
 #define ADSM__MAX_ROLLING_STEP ((size_t)4096)
@@ -277,10 +281,12 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     size_t workers = 0, devices = 0, streams = 0;
     if (cfg) c = *cfg;
     else memset(&c, 0, sizeof c);
-    int backend = (int)c.backend, protocol = (int)c.protocol, log = (int)c.log_level;
+    int backend = (int)c.backend, protocol = (int)c.protocol, log = (int)c.log_level, engine = (int)c.fault_engine;
     if ((r = adsm__env_name("ADSM_BACKEND", adsm__backend_names, &backend, "expected auto, emu, host or cuda")) ||
         (r = adsm__env_name("ADSM_PROTOCOL", adsm__protocol_names, &protocol, "expected batch, lazy or rolling")) ||
         (r = adsm__env_name("ADSM_LOG", adsm__log_names, &log, "expected error, warn, info or debug")) ||
+        (r = adsm__env_name("ADSM_FAULT_ENGINE", adsm__engine_names, &engine,
+                            "expected auto, mprotect or userfaultfd")) ||
         (r = adsm__env_size("ADSM_BLOCK_SIZE", &c.block_size, 0)) ||
         (r = adsm__env_count("ADSM_ROLLING_SIZE", &c.rolling_size, 2, ADSM__MAX_ROLLING_SIZE, 1)) ||
         (r = adsm__env_count("ADSM_ROLLING_STEP", &c.rolling_step, 1, ADSM__MAX_ROLLING_STEP, 0)) ||
@@ -317,11 +323,13 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         return r;
     }
     if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_ROLLING ||
-        log < 0 || log > ADSM_LOG_DEBUG)
-        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config: backend, protocol or log_level out of range");
+        log < 0 || log > ADSM_LOG_DEBUG || engine < 0 || engine > ADSM_FAULT_ENGINE_USERFAULTFD)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG,
+                          "adsm_config: backend, protocol, log_level or fault_engine out of range");
     s->backend = backend ? (adsm_backend_kind)backend : ADSM_BACKEND_AUTO;
     s->protocol = protocol ? (adsm_protocol_kind)protocol : ADSM_PROTOCOL_ROLLING;
     s->log_level = log ? (adsm_log_level)log : ADSM_LOG_WARN;
+    s->fault_engine = engine ? (adsm_fault_engine_kind)engine : ADSM_FAULT_ENGINE_AUTO;
     s->block_size = c.block_size ? c.block_size : ADSM_DEFAULT_BLOCK_SIZE;
     s->rolling_size = c.rolling_size;
     s->rolling_step = c.rolling_step ? c.rolling_step : ADSM__DEFAULT_ROLLING_STEP;

@@ -1,5 +1,6 @@
-/* adsm_impl/fault.h -- the fault engine: a SIGSEGV handler that turns CPU accesses to protected
- * shared memory into protocol events, and passes every other fault on.
+/* adsm_impl/fault.h -- the fault engine: a SIGSEGV handler (and, with the userfaultfd engine of
+ * protection.h, a SIGBUS handler for writes to write-protected pages) that turns CPU accesses to
+ * protected shared memory into protocol events, and passes every other fault on.
  *
  * Runs in signal context. It allocates nothing, calls no stdio, and takes only the runtime's
  * futex lock, after checking that the interrupted thread does not hold it already (a fault while
@@ -10,9 +11,14 @@
 #ifndef ADSM__FAULT_INCLUDED
 #define ADSM__FAULT_INCLUDED
 
+/* The disposition adsm passes the foreign faults of signal `sig` to. */
+ADSM__PRIVATE struct sigaction *adsm__prev_handler(int sig) {
+    return sig == SIGBUS ? &adsm__rt.prev_bus : &adsm__rt.prev_segv;
+}
+
 /* Hands the fault to whoever would have had it without adsm. */
 ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
-    const struct sigaction *prev = &adsm__rt.prev_segv;
+    const struct sigaction *prev = adsm__prev_handler(sig);
     if (prev->sa_flags & SA_SIGINFO) {
         if (prev->sa_sigaction) {
             prev->sa_sigaction(sig, si, context);
@@ -23,7 +29,7 @@ ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
         return;
     }
     /* Default action: restore it and let the fault happen again (a real fault re-executes the
-     * instruction; a raised signal is raised again), so the process dies with SIGSEGV. */
+     * instruction; a raised signal is raised again), so the process dies of the signal. */
     adsm__default_action(sig);
     if (si->si_code <= 0) raise(sig);
 }
@@ -76,17 +82,20 @@ ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_wri
     return rc < 0 && rc != ADSM__FAULT_NO_OBJECT && rc != ADSM__FAULT_DEVICE_BUFFER ? ADSM__FAULT_SYSTEM : rc;
 }
 
-ADSM__PRIVATE int adsm__program_handles_segv(void) {
-    const struct sigaction *prev = &adsm__rt.prev_segv;
+ADSM__PRIVATE int adsm__program_handles(int sig) {
+    const struct sigaction *prev = adsm__prev_handler(sig);
     return (prev->sa_flags & SA_SIGINFO) ? prev->sa_sigaction != NULL
                                          : prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN;
 }
 
 /* Says on stderr why a fault in adsm's range kills the process, before it dies. A mistake of the
  * program's (no live object there) is left to its own SIGSEGV handler when it has one. */
-ADSM__PRIVATE void adsm__explain_fault(uintptr_t a, int reason, const adsm__fault_info *info) {
-    char msg[512] = "adsm: segmentation fault at ";
-    if (reason != ADSM__FAULT_SYSTEM && adsm__program_handles_segv()) return;
+ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const adsm__fault_info *info) {
+    char msg[512];
+    if (reason != ADSM__FAULT_SYSTEM && adsm__program_handles(sig)) return;
+    msg[0] = 0;
+    adsm__append(msg, sizeof msg, sig == SIGBUS ? "adsm: bus error (a write to write-protected memory) at "
+                                                : "adsm: segmentation fault at ");
     adsm__append_hex(msg, sizeof msg, a);
     if (reason == ADSM__FAULT_NO_OBJECT)
         adsm__append(msg, sizeof msg, ": shared memory that no live object holds (used after adsm_free, or "
@@ -114,8 +123,8 @@ ADSM__PRIVATE void adsm__explain_fault(uintptr_t a, int reason, const adsm__faul
 }
 
 /* A fault in adsm's range, with a use of the runtime held (shutdown waits for it): 0 when the
- * access may be retried, -1 when the fault is passed on. */
-ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, uintptr_t a, void *context) {
+ * access may be retried, -1 when the fault is passed on. is_write: 1, 0, or -1 (unknown). */
+ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, int sig, uintptr_t a, int is_write) {
     if (!adsm__ready()) return -1; /* shut down meanwhile: as a fault after shutdown */
     if (adsm__tls_copy_thread) { /* a copy thread of adsm's own: waiting here could never end */
         adsm__write_stderr("adsm: internal error: a copy thread faulted on shared memory that is protected "
@@ -127,12 +136,11 @@ ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, uintptr_t a, void
                            "(shared memory touched from a signal handler?)\n");
         return -1;
     }
-    int is_write = adsm__fault_is_write(context);
     adsm__fault_info info = {0, 0, 0, 0, 0};
     uint64_t t0 = adsm__now_ns();
     int rc = adsm__resolve_fault(rt, a, is_write, &info);
     if (rc != 0) {
-        adsm__explain_fault(a, rc, &info);
+        adsm__explain_fault(sig, a, rc, &info);
         return -1;
     }
     ADSM__ADD(is_write == 0 ? &rt->stats.read_faults : &rt->stats.write_faults, 1);
@@ -141,23 +149,27 @@ ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, uintptr_t a, void
     return 0;
 }
 
-static void adsm__segv_handler(int sig, siginfo_t *si, void *context) {
+/* Both signals: SIGSEGV for protection faults (the decoder says whether the access wrote), and,
+ * with the userfaultfd engine, SIGBUS for a write to a write-protected ReadOnly page. */
+static void adsm__fault_handler(int sig, siginfo_t *si, void *context) {
     adsm__runtime *rt = &adsm__rt;
     uintptr_t a = (uintptr_t)si->si_addr;
     int saved_errno = errno, rc = -1;
-    if (si->si_code > 0 && adsm__ready() && !adsm__outside_reservation(rt, a, 1)) {
+    if (si->si_code > 0 && adsm__ready() && !adsm__outside_reservation(rt, a, 1) &&
+        (sig == SIGSEGV || adsm__protection_uses_uffd(&rt->protection))) {
         adsm__use_begin();
-        rc = adsm__handle_shared_fault(rt, a, context);
+        rc = adsm__handle_shared_fault(rt, sig, a, sig == SIGBUS ? 1 : adsm__fault_is_write(context));
         adsm__use_end();
     }
     if (rc != 0) adsm__chain(sig, si, context);
     errno = saved_errno;
 }
 
+/* Installs the handler for SIGSEGV, and for SIGBUS when the userfaultfd engine runs. */
 ADSM__PRIVATE adsm_result adsm__fault_install(adsm__runtime *rt) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = adsm__segv_handler;
+    sa.sa_sigaction = adsm__fault_handler;
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     adsm__sigaction_fn real = adsm__real_sigaction();
@@ -169,41 +181,61 @@ ADSM__PRIVATE adsm_result adsm__fault_install(adsm__runtime *rt) {
     if (real(SIGSEGV, &sa, &rt->prev_segv) != 0)
         return adsm__fail(ADSM_ERROR_SYSTEM, "cannot install the SIGSEGV handler: %s", strerror(errno));
     ADSM__STORE(&rt->handler_installed, 1);
+    if (!adsm__protection_uses_uffd(&rt->protection)) return ADSM_OK;
+    if (real(SIGBUS, &sa, &rt->prev_bus) != 0)
+        return adsm__fail(ADSM_ERROR_SYSTEM, "cannot install the SIGBUS handler: %s", strerror(errno));
+    ADSM__STORE(&rt->bus_installed, 1);
     return ADSM_OK;
 }
 
-/* Puts back the previous handler unless somebody replaced ours in the meantime. */
+ADSM__PRIVATE int adsm__is_our_handler(const struct sigaction *sa) {
+    return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == adsm__fault_handler;
+}
+
+/* Puts back the previous handlers unless somebody replaced ours in the meantime. */
 ADSM__PRIVATE void adsm__fault_uninstall(adsm__runtime *rt) {
     struct sigaction cur;
+    adsm__sigaction_fn real = adsm__real_sigaction();
+    if (rt->bus_installed) {
+        ADSM__STORE(&rt->bus_installed, 0);
+        if (real(SIGBUS, NULL, &cur) == 0 && adsm__is_our_handler(&cur)) real(SIGBUS, &rt->prev_bus, NULL);
+    }
     if (!rt->handler_installed) return;
     ADSM__STORE(&rt->handler_installed, 0);
-    adsm__sigaction_fn real = adsm__real_sigaction();
-    if (real(SIGSEGV, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == adsm__segv_handler)
-        real(SIGSEGV, &rt->prev_segv, NULL);
+    if (real(SIGSEGV, NULL, &cur) == 0 && adsm__is_our_handler(&cur)) real(SIGSEGV, &rt->prev_segv, NULL);
 }
 
 #ifndef ADSM_NO_INTERPOSE_SIGNALS
-/* While adsm's handler is installed, a program (or library) setting a SIGSEGV disposition sets
- * the one adsm passes foreign faults to, and reads it back; adsm's handler stays first, so
- * shared memory keeps working and the program's handler keeps getting every other fault.
+/* While adsm's handler is installed, a program (or library) setting a SIGSEGV disposition (or
+ * SIGBUS, with the userfaultfd engine) sets the one adsm passes foreign faults to, and reads it
+ * back; adsm's handler stays first, so shared memory keeps working and the program's handler
+ * keeps getting every other fault.
  * Define ADSM_NO_INTERPOSE_SIGNALS to leave sigaction/signal alone (then install your SIGSEGV
  * handler before adsm_init). */
 static adsm__lock_t adsm__disposition_lock;
 
 /* Blocking SIGSEGV cannot work with adsm: the kernel delivers a fault's SIGSEGV anyway, with the
  * default action, so a thread that blocked it (thread pools often block every signal) would die
- * with no message on its first touch of shared memory. adsm keeps it deliverable: masks set
- * through these calls, and the masks of other signals' handlers, never contain SIGSEGV. */
-ADSM__PRIVATE const sigset_t *adsm__without_segv(const sigset_t *set, sigset_t *copy) {
-    if (!set || sigismember(set, SIGSEGV) != 1) return set;
+ * with no message on its first touch of shared memory; the same holds for the SIGBUS of the
+ * userfaultfd engine. adsm keeps both deliverable: masks set through these calls, and the masks
+ * of other signals' handlers, never contain SIGSEGV or SIGBUS. */
+ADSM__PRIVATE const sigset_t *adsm__without_faults(const sigset_t *set, sigset_t *copy) {
+    if (!set || (sigismember(set, SIGSEGV) != 1 && sigismember(set, SIGBUS) != 1)) return set;
     *copy = *set;
     sigdelset(copy, SIGSEGV);
+    sigdelset(copy, SIGBUS);
     return copy;
+}
+
+/* Whether adsm's handler holds signal `sig` now (a disposition set for it is recorded instead). */
+ADSM__PRIVATE int adsm__handler_holds(const adsm__runtime *rt, int sig) {
+    if (sig == SIGSEGV) return ADSM__LOAD(&rt->handler_installed);
+    return sig == SIGBUS && ADSM__LOAD(&rt->bus_installed);
 }
 
 ADSM__PRIVATE int adsm__set_mask(int which, int how, const sigset_t *set, sigset_t *old) {
     sigset_t copy;
-    if (how != SIG_UNBLOCK) set = adsm__without_segv(set, &copy);
+    if (how != SIG_UNBLOCK) set = adsm__without_faults(set, &copy);
     adsm__sigmask_fn real = adsm__real_sigmask(which);
     if (real) return real(how, set, old);
     int rc = (int)syscall(SYS_rt_sigprocmask, how, set, old, (size_t)(_NSIG / 8)); /* no libc symbol found */
@@ -216,15 +248,19 @@ int sigprocmask(int how, const sigset_t *set, sigset_t *old) ADSM__NOEXCEPT { re
 
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) ADSM__NOEXCEPT {
     adsm__runtime *rt = &adsm__rt;
-    if (sig != SIGSEGV && act && sigismember(&act->sa_mask, SIGSEGV) == 1) {
-        struct sigaction copy = *act; /* its handler may touch shared memory */
-        sigdelset(&copy.sa_mask, SIGSEGV);
-        return adsm__real_sigaction()(sig, &copy, old);
+    if (!adsm__handler_holds(rt, sig)) {
+        if (act && sig != SIGSEGV && sig != SIGBUS &&
+            (sigismember(&act->sa_mask, SIGSEGV) == 1 || sigismember(&act->sa_mask, SIGBUS) == 1)) {
+            struct sigaction copy = *act; /* its handler may touch shared memory */
+            sigdelset(&copy.sa_mask, SIGSEGV);
+            sigdelset(&copy.sa_mask, SIGBUS);
+            return adsm__real_sigaction()(sig, &copy, old);
+        }
+        return adsm__real_sigaction()(sig, act, old);
     }
-    if (sig != SIGSEGV || !ADSM__LOAD(&rt->handler_installed)) return adsm__real_sigaction()(sig, act, old);
     adsm__lock(&adsm__disposition_lock);
-    struct sigaction prev = rt->prev_segv;
-    if (act) rt->prev_segv = *act;
+    struct sigaction *slot = adsm__prev_handler(sig), prev = *slot;
+    if (act) *slot = *act;
     adsm__unlock(&adsm__disposition_lock);
     if (old) *old = prev;
     return 0;

@@ -14,6 +14,7 @@ ADSM__PRIVATE void adsm__release_memory(adsm__runtime *rt) {
     adsm__release_reservation(rt);
     adsm__filler_release(&rt->fill);
     adsm__trace_close(&rt->trace);
+    adsm__protection_close(&rt->protection); /* its registrations went with the reservation */
 }
 
 ADSM__PRIVATE const adsm__protocol_vtbl *adsm__protocol_for(adsm_protocol_kind kind) {
@@ -86,6 +87,30 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
     return ADSM_OK;
 }
 
+/* Which engine sees CPU writes (protection.h). auto takes userfaultfd where it pays and is safe:
+ * the emulated device (the cuda backend page-locks object pages and maps device memory, neither
+ * checked against write-protection on a real driver yet), a tracking protocol, and blocks below
+ * 2 MiB (with 2 MiB blocks huge pages keep mprotect cheap, and write-protecting untouched pages
+ * would keep them off huge pages). After the devices start: their processes are forked without
+ * the userfaultfd. */
+ADSM__PRIVATE adsm_result adsm__protection_start(adsm__runtime *rt) {
+    adsm_fault_engine_kind want = rt->cfg.fault_engine;
+    int tracks = rt->be->moves_data && rt->cfg.protocol != ADSM_PROTOCOL_BATCH;
+    const char *why = "";
+    if (want == ADSM_FAULT_ENGINE_USERFAULTFD && rt->be == &adsm__backend_cuda)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_FAULT_ENGINE=userfaultfd: the cuda backend uses mprotect "
+                          "(write-protection of page-locked object pages is not verified on a GPU yet)");
+    int uffd = tracks && (want == ADSM_FAULT_ENGINE_USERFAULTFD ||
+                          (want == ADSM_FAULT_ENGINE_AUTO && rt->be == &adsm__backend_emu &&
+                           rt->cfg.block_size < ADSM__HUGE_PAGE));
+    if (adsm__protection_open(&rt->protection, uffd, &why) == 0) return ADSM_OK;
+    if (want == ADSM_FAULT_ENGINE_USERFAULTFD)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_FAULT_ENGINE=userfaultfd: %s", why);
+    adsm__log(ADSM_LOG_INFO, "fault engine mprotect: userfaultfd unavailable (%s)", why);
+    (void)adsm__protection_open(&rt->protection, 0, &why); /* mprotect needs nothing: cannot fail */
+    return ADSM_OK;
+}
+
 ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
@@ -122,13 +147,14 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
         return r;
     }
     rt->proto = rt->be->moves_data ? adsm__protocol_for(rt->cfg.protocol) : &adsm__protocol_untracked;
-    if ((r = adsm__fault_install(rt)) != ADSM_OK) {
+    if ((r = adsm__protection_start(rt)) != ADSM_OK || (r = adsm__fault_install(rt)) != ADSM_OK) {
+        adsm__fault_uninstall(rt);
         adsm__devices_stop(rt);
         adsm__release_memory(rt);
         return r;
     }
-    adsm__log(ADSM_LOG_INFO, "backend %s, protocol %s, block size %zu", rt->be->name, adsm__protocol_for(rt->cfg.protocol)->name,
-              rt->cfg.block_size);
+    adsm__log(ADSM_LOG_INFO, "backend %s, protocol %s, block size %zu, fault engine %s", rt->be->name,
+              adsm__protocol_for(rt->cfg.protocol)->name, rt->cfg.block_size, adsm__protection_name(&rt->protection));
     ADSM__ADD(&rt->generation, 1);
     ADSM__STORE(&rt->state, ADSM__RT_READY);
     return ADSM_OK;

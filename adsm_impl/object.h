@@ -85,6 +85,4 @@ typedef struct adsm__host_buffer {
 
 static const char adsm__state_letters[3] = {'I', 'R', 'D'};
 
-static const int adsm__state_prot[3] = {PROT_NONE, PROT_READ, PROT_READ | PROT_WRITE};
-
 #endif /* ADSM__OBJECT_INCLUDED */

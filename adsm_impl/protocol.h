@@ -72,11 +72,14 @@ ADSM__PRIVATE int adsm__unit_busy(const adsm__runtime *rt, const adsm__object *o
     return o->blocks[first].busy;
 }
 
-/* Sets blocks [first, first+count) to `state`, changing the host protection first. */
+/* Sets blocks [first, first+count) to `state`, changing the host protection first (the engine,
+ * protection.h, needs the states the blocks leave). */
 ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state) {
     size_t off = first << rt->cfg.block_shift;
     size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->span);
-    if (adsm__protect(o->host + off, len, adsm__state_prot[state]) != 0) return -1;
+    unsigned from = 0;
+    for (size_t b = first; b < first + count && from != 7u; b++) from |= ADSM__HAS(o->blocks[b].state);
+    if (adsm__protect_state(&rt->protection, o->host + off, len, from, state) != 0) return -1;
     for (size_t b = first; b < first + count; b++) o->blocks[b].state = (uint8_t)state;
     if (state == ADSM__DIRTY) /* the CPU writes it: every device copy is stale (directory.h) */
         for (size_t b = first; b < first + count; b++) o->blocks[b].dev_valid = 0;

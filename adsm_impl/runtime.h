@@ -101,12 +101,14 @@ typedef struct adsm__runtime {
                                       next call or sync (ADSM_WRITE_THROUGH, directory.h); under lock */
     struct adsm__object **batch_sends; /* stb_ds array: batch's objects to send at a call, kept
                                           for reuse (protocol_batch.h); under rt->launch_mutex */
-    struct sigaction prev_segv;
-    int handler_installed;
+    adsm__protection protection; /* how block states become page protection (protection.h) */
+    struct sigaction prev_segv, prev_bus; /* handlers adsm passes foreign faults to (fault.h) */
+    int handler_installed, bus_installed;
 } adsm__runtime;
 
 static adsm__runtime adsm__rt = {
-    .init_mutex = PTHREAD_MUTEX_INITIALIZER, .launch_mutex = PTHREAD_MUTEX_INITIALIZER, .fill = {.procmem_fd = -1}};
+    .init_mutex = PTHREAD_MUTEX_INITIALIZER, .launch_mutex = PTHREAD_MUTEX_INITIALIZER,
+    .fill = {.procmem_fd = -1}, .protection = {.uffd = -1}};
 
 ADSM__PRIVATE int adsm__ready(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY; }
 

@@ -117,6 +117,8 @@ static size_t test_emu_memory;
 /* adsm_config.affinity_block and .streams for the next init */
 static size_t test_affinity_block;
 static unsigned test_streams;
+/* adsm_config.fault_engine for the next init (0: ADSM_FAULT_ENGINE, else auto) */
+static adsm_fault_engine_kind test_fault_engine;
 
 static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
                              size_t rolling_size, size_t rolling_step) {
@@ -137,6 +139,7 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
     cfg.drop_replicas = test_drop_replicas;
     cfg.affinity_block = test_affinity_block;
     cfg.streams = test_streams;
+    cfg.fault_engine = test_fault_engine;
     cfg.emu_memory = test_emu_memory ? test_emu_memory : (size_t)256 << 20;
     cfg.emu_workers = 2;
 #ifdef TEST_ON_CUDA_DOUBLE

@@ -1,0 +1,142 @@
+/* adsm_impl/protection.h -- the fault engine's half that sets host page protection: how a
+ * block state becomes what the CPU may do with its pages, so that the next access the state
+ * forbids traps into adsm.
+ *
+ * Two engines (docs/design.md section 4, "Two ways to see a write"):
+ * - mprotect: Invalid is PROT_NONE, ReadOnly PROT_READ, Dirty PROT_READ|PROT_WRITE. Every change
+ *   is an mprotect, and a block whose protection differs from its neighbours' is a mapping of its
+ *   own, so the kernel's cost of a change grows with the number of mappings (sparse writes to a
+ *   large object split it into many).
+ * - userfaultfd: Invalid is still PROT_NONE (write-protection cannot hide pages from reads), but
+ *   ReadOnly and Dirty are both PROT_READ|PROT_WRITE; ReadOnly pages are write-protected in their
+ *   page-table entries with UFFDIO_WRITEPROTECT (UFFD_FEATURE_SIGBUS: the writing thread gets
+ *   SIGBUS and handles its own fault, as with SIGSEGV; UFFD_USER_MODE_ONLY: no privilege needed;
+ *   UFFD_FEATURE_WP_UNPOPULATED, Linux 6.4: pages never touched are protected too). The common
+ *   change, ReadOnly -> Dirty, is one ioctl that splits no mapping. Its price: write-protecting
+ *   untouched memory fills page tables (about 5 ns a page, 2 MiB of tables per GiB) and keeps
+ *   those pages off transparent huge pages, which is why auto picks it only for blocks below
+ *   2 MiB (lifecycle.h), whose protection changes split huge pages anyway.
+ *   Write-protection bits live in page-table entries, so two rules keep them right: a range
+ *   leaving Invalid is registered again (a fill that moved staging pages over it with mremap,
+ *   copy.h, replaced its mapping with an unregistered one) and write-protected *before* it
+ *   becomes writable; a ReadOnly range turning Invalid loses its bits after it became PROT_NONE,
+ *   because the kernel refuses /proc/self/mem writes into write-protected pages (copy.h fills
+ *   small pieces that way).
+ *
+ * Context: adsm__protect_state is signal-safe (system calls only) and runs under the runtime
+ * lock, in the fault handler too. adsm__protection_open/_close run at start and stop. */
+#ifndef ADSM__PROTECTION_INCLUDED
+#define ADSM__PROTECTION_INCLUDED
+
+#include <errno.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1 /* Linux 5.11 */
+#endif
+#define ADSM__UFFD_WP_UNPOPULATED ((unsigned long long)1 << 13) /* UFFD_FEATURE_WP_UNPOPULATED, Linux 6.4 */
+
+typedef struct adsm__protection {
+    int uffd; /* the userfaultfd of the userfaultfd engine; -1: the mprotect engine */
+} adsm__protection;
+
+/* Which states a range of blocks holds, as a mask of bits (1 << state). */
+#define ADSM__HAS(state) (1u << (state))
+
+/* The userfaultfd the engine needs, or -1 with *why saying what the kernel refused. */
+ADSM__PRIVATE int adsm__uffd_open(const char **why) {
+#ifdef SYS_userfaultfd
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
+    if (fd < 0) {
+        *why = errno == ENOSYS ? "the kernel has no userfaultfd" : "userfaultfd(2) was refused";
+        return -1;
+    }
+    struct uffdio_api api;
+    memset(&api, 0, sizeof api);
+    api.api = UFFD_API;
+    api.features = UFFD_FEATURE_SIGBUS | ADSM__UFFD_WP_UNPOPULATED;
+    if (ioctl(fd, UFFDIO_API, &api) != 0) {
+        *why = "the kernel lacks write-protection of untouched pages with SIGBUS delivery (Linux 6.4+)";
+        close(fd);
+        return -1;
+    }
+    return fd;
+#else
+    *why = "built without userfaultfd";
+    return -1;
+#endif
+}
+
+/* Normal context: starts the engine (uffd: 1 for userfaultfd, 0 for mprotect). 0, or -1 with
+ * *why set when userfaultfd was asked for and the kernel refused it. */
+ADSM__PRIVATE int adsm__protection_open(adsm__protection *p, int uffd, const char **why) {
+    p->uffd = uffd ? adsm__uffd_open(why) : -1;
+    return uffd && p->uffd < 0 ? -1 : 0;
+}
+
+/* After the reservation is gone: the registrations went with its mappings. */
+ADSM__PRIVATE void adsm__protection_close(adsm__protection *p) {
+    if (p->uffd >= 0) close(p->uffd);
+    p->uffd = -1;
+}
+
+ADSM__PRIVATE int adsm__protection_uses_uffd(const adsm__protection *p) { return p->uffd >= 0; }
+
+ADSM__PRIVATE const char *adsm__protection_name(const adsm__protection *p) {
+    return p->uffd >= 0 ? "userfaultfd" : "mprotect";
+}
+
+/* ---- userfaultfd verbs (signal-safe) --------------------------------------------------------- */
+ADSM__PRIVATE int adsm__uffd_register(const adsm__protection *p, uintptr_t addr, size_t len) {
+    struct uffdio_register reg;
+    memset(&reg, 0, sizeof reg);
+    reg.range.start = addr;
+    reg.range.len = len;
+    reg.mode = UFFDIO_REGISTER_MODE_WP; /* registering a registered range again changes nothing */
+    return ioctl(p->uffd, UFFDIO_REGISTER, &reg);
+}
+
+ADSM__PRIVATE int adsm__uffd_write_protect(const adsm__protection *p, uintptr_t addr, size_t len, int on) {
+    struct uffdio_writeprotect wp;
+    memset(&wp, 0, sizeof wp);
+    wp.range.start = addr;
+    wp.range.len = len;
+    wp.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0;
+    return ioctl(p->uffd, UFFDIO_WRITEPROTECT, &wp);
+}
+
+/* userfaultfd engine: [addr, addr + len), whose blocks are in the states of mask `from`, goes to
+ * `state`. Every order below closes the window in which the CPU could write untracked. */
+ADSM__PRIVATE int adsm__uffd_protect_state(const adsm__protection *p, uintptr_t addr, size_t len, unsigned from,
+                                           int state) {
+    int leaving_invalid = (from & ADSM__HAS(ADSM__INVALID)) != 0;
+    switch (state) {
+    case ADSM__INVALID:
+        if (mprotect((void *)addr, len, PROT_NONE) != 0) return -1;
+        return (from & ADSM__HAS(ADSM__READONLY)) ? adsm__uffd_write_protect(p, addr, len, 0) : 0;
+    case ADSM__READONLY:
+        if (leaving_invalid && adsm__uffd_register(p, addr, len) != 0) return -1;
+        if (adsm__uffd_write_protect(p, addr, len, 1) != 0) return -1;
+        return leaving_invalid ? mprotect((void *)addr, len, PROT_READ | PROT_WRITE) : 0;
+    default: /* Dirty */
+        if ((from & ADSM__HAS(ADSM__READONLY)) && adsm__uffd_write_protect(p, addr, len, 0) != 0) return -1;
+        if (!leaving_invalid) return 0;
+        if (adsm__uffd_register(p, addr, len) != 0) return -1;
+        return mprotect((void *)addr, len, PROT_READ | PROT_WRITE);
+    }
+}
+
+/* Gives [addr, addr + len), whose blocks are now in the states of mask `from`, the protection
+ * of `state`. 0, or -1 with errno set (ENOMEM: the mapping limit, protocol.h). */
+ADSM__PRIVATE int adsm__protect_state(const adsm__protection *p, uintptr_t addr, size_t len, unsigned from,
+                                      int state) {
+    static const int prot[3] = {PROT_NONE, PROT_READ, PROT_READ | PROT_WRITE};
+    if (p->uffd >= 0) return adsm__uffd_protect_state(p, addr, len, from, state);
+    return mprotect((void *)addr, len, prot[state]);
+}
+
+#endif /* ADSM__PROTECTION_INCLUDED */
