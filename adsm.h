@@ -108,11 +108,11 @@
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
        ADSM_AFFINITY_BLOCK B >= 1: objects belong to devices B at a time in allocation order (0: none)
-       ADSM_FAULT_ENGINE  auto | mprotect | userfaultfd (auto: userfaultfd on the emu backend with
-                          blocks below 2M where the kernel grants it, Linux 6.4+; else mprotect).
-                          userfaultfd write-protects ReadOnly pages one by one instead of
-                          splitting mappings, so a write fault costs the same in small and huge
-                          objects; it raises SIGBUS, which adsm handles as it does SIGSEGV
+       ADSM_FAULT_ENGINE  auto | mprotect | userfaultfd                (auto = mprotect)
+                          userfaultfd (emu, Linux 6.4+) write-protects ReadOnly pages one by one
+                          instead of splitting mappings, so one thread's write faults cost the same
+                          in small and huge objects, but threads faulting at once scale worse;
+                          it raises SIGBUS, which adsm handles as it does SIGSEGV
        ADSM_LOG           error | warn | info | debug                  (warn)
        ADSM_DEVICE        cuda: the one GPU to drive                   (0)
        ADSM_DEVICES       cuda: several GPUs, "all" or ordinals such as 0,2, device 0 first,
@@ -401,7 +401,7 @@ typedef enum adsm_log_level {
 /* How adsm sees a CPU write to data the device has a copy of (docs/design.md section 4). */
 typedef enum adsm_fault_engine_kind {
     ADSM_FAULT_ENGINE_DEFAULT = 0, /* environment, else auto */
-    ADSM_FAULT_ENGINE_AUTO,        /* userfaultfd where it is the better one and the kernel grants it */
+    ADSM_FAULT_ENGINE_AUTO,        /* mprotect (docs/design.md section 4 says why) */
     ADSM_FAULT_ENGINE_MPROTECT,    /* ReadOnly is PROT_READ; a write raises SIGSEGV */
     ADSM_FAULT_ENGINE_USERFAULTFD  /* ReadOnly is write-protected page by page; a write raises SIGBUS */
 } adsm_fault_engine_kind;

@@ -87,27 +87,24 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
     return ADSM_OK;
 }
 
-/* Which engine sees CPU writes (protection.h). auto takes userfaultfd where it pays and is safe:
- * the emulated device (the cuda backend page-locks object pages and maps device memory, neither
- * checked against write-protection on a real driver yet), a tracking protocol, and blocks below
- * 2 MiB (with 2 MiB blocks huge pages keep mprotect cheap, and write-protecting untouched pages
- * would keep them off huge pages). After the devices start: their processes are forked without
- * the userfaultfd. */
+/* Which engine sees CPU writes (protection.h). auto is mprotect: userfaultfd keeps one thread's
+ * write faults flat in the object size, but un-protecting a page costs every other CPU running
+ * the process a TLB shootdown, so threads faulting at once scale worse than with mprotect
+ * (docs/design.md section 4 has the figures); the program asks for it (ADSM_FAULT_ENGINE) where
+ * that trade pays. Not on cuda: write-protection of page-locked object pages is not verified on
+ * a real driver. Opened after the devices start: their processes are forked without it. */
 ADSM__PRIVATE adsm_result adsm__protection_start(adsm__runtime *rt) {
-    adsm_fault_engine_kind want = rt->cfg.fault_engine;
     int tracks = rt->be->moves_data && rt->cfg.protocol != ADSM_PROTOCOL_BATCH;
     const char *why = "";
-    if (want == ADSM_FAULT_ENGINE_USERFAULTFD && rt->be == &adsm__backend_cuda)
+    if (rt->cfg.fault_engine != ADSM_FAULT_ENGINE_USERFAULTFD) {
+        (void)adsm__protection_open(&rt->protection, 0, &why); /* mprotect needs nothing: cannot fail */
+        return ADSM_OK;
+    }
+    if (rt->be == &adsm__backend_cuda)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_FAULT_ENGINE=userfaultfd: the cuda backend uses mprotect "
                           "(write-protection of page-locked object pages is not verified on a GPU yet)");
-    int uffd = tracks && (want == ADSM_FAULT_ENGINE_USERFAULTFD ||
-                          (want == ADSM_FAULT_ENGINE_AUTO && rt->be == &adsm__backend_emu &&
-                           rt->cfg.block_size < ADSM__HUGE_PAGE));
-    if (adsm__protection_open(&rt->protection, uffd, &why) == 0) return ADSM_OK;
-    if (want == ADSM_FAULT_ENGINE_USERFAULTFD)
+    if (adsm__protection_open(&rt->protection, tracks, &why) != 0)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_FAULT_ENGINE=userfaultfd: %s", why);
-    adsm__log(ADSM_LOG_INFO, "fault engine mprotect: userfaultfd unavailable (%s)", why);
-    (void)adsm__protection_open(&rt->protection, 0, &why); /* mprotect needs nothing: cannot fail */
     return ADSM_OK;
 }
 

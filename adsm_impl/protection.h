@@ -14,8 +14,9 @@
  *   UFFD_FEATURE_WP_UNPOPULATED, Linux 6.4: pages never touched are protected too). The common
  *   change, ReadOnly -> Dirty, is one ioctl that splits no mapping. Its price: write-protecting
  *   untouched memory fills page tables (about 5 ns a page, 2 MiB of tables per GiB) and keeps
- *   those pages off transparent huge pages, which is why auto picks it only for blocks below
- *   2 MiB (lifecycle.h), whose protection changes split huge pages anyway.
+ *   those pages off transparent huge pages, and every un-protect flushes the TLBs of the other
+ *   CPUs running the process, so threads faulting at once scale worse than with mprotect; it is
+ *   the program's choice (ADSM_FAULT_ENGINE, lifecycle.h), not the default.
  *   Write-protection bits live in page-table entries, so two rules keep them right: a range
  *   leaving Invalid is registered again (a fill that moved staging pages over it with mremap,
  *   copy.h, replaced its mapping with an unregistered one) and write-protected *before* it
