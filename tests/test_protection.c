@@ -138,6 +138,31 @@ static void init_case(const engine_case *c) {
     cr_assert_str_eq(adsm_fault_engine_name(), c->engine == ADSM_FAULT_ENGINE_USERFAULTFD ? "userfaultfd" : "mprotect");
 }
 
+/* x, the object the tests write, and what a kernel sums it into: sum = x + zero, so the sum
+ * shows what the device saw of x. */
+typedef struct operands {
+    int32_t *x, *zero, *sum;
+    size_t n;
+} operands;
+
+static operands operands_alloc(size_t n) {
+    operands o = {alloc(n * sizeof(int32_t)), alloc(n * sizeof(int32_t)), alloc(n * sizeof(int32_t)), n};
+    return o;
+}
+
+/* The device's view of x, brought into sum. */
+static void sum_on_device(const operands *o) {
+    CALL_OK(k_add, grid_for(o->n), o->sum, o->x, o->zero, o->n);
+    sync_ok();
+}
+
+static void operands_free(const operands *o) {
+    adsm_free(o->x);
+    adsm_free(o->zero);
+    adsm_free(o->sum);
+    adsm_shutdown();
+}
+
 ParameterizedTestParameters(protection, every_write_reaches_the_device) {
     return cr_make_param_array(engine_case, engine_cases, sizeof engine_cases / sizeof engine_cases[0]);
 }
@@ -149,18 +174,17 @@ ParameterizedTest(engine_case *c, protection, every_write_reaches_the_device) {
     if (!runnable(c)) return; /* asserted by an_asked_for_userfaultfd_starts_or_says_why */
     init_case(c);
     const size_t n = 3 * MIB / sizeof(int32_t) + 777; /* several huge pages and a ragged end */
-    int32_t *x = alloc(n * sizeof *x), *zero = alloc(n * sizeof *zero), *sum = alloc(n * sizeof *sum);
+    operands o = operands_alloc(n);
+    int32_t *x = o.x, *sum = o.sum;
     const size_t stride = 256;
     /* 1: a fresh object (ReadOnly from the start) */
     for (size_t i = 0; i < n; i += stride) wr(&x[i], (int32_t)i);
     expect_all(x, stride * sizeof *x, 'D');
-    CALL_OK(k_add, grid_for(n), sum, x, zero, n); /* flushes x: Dirty -> ReadOnly */
-    sync_ok();
+    sum_on_device(&o); /* flushes x: Dirty -> ReadOnly */
     for (size_t i = 0; i < n; i += stride) cr_assert_eq(rd(&sum[i]), (int32_t)i, "fresh: sum[%zu]", i);
     /* 2: written again after the flush made it ReadOnly */
     for (size_t i = 0; i < n; i += stride) wr(&x[i], 2 * (int32_t)i);
-    CALL_OK(k_add, grid_for(n), sum, x, zero, n);
-    sync_ok();
+    sum_on_device(&o);
     for (size_t i = 0; i < n; i += stride) cr_assert_eq(rd(&sum[i]), 2 * (int32_t)i, "after a flush: sum[%zu]", i);
     /* 3: a kernel writes x (ReadOnly -> Invalid), the CPU reads it back (a fetch: Invalid ->
      * ReadOnly), then writes it */
@@ -168,23 +192,18 @@ ParameterizedTest(engine_case *c, protection, every_write_reaches_the_device) {
     sync_ok();
     for (size_t i = 0; i < n; i += stride) cr_assert_eq(rd(&x[i]), 2 * (int32_t)i + 1, "fetched x[%zu]", i);
     for (size_t i = 0; i < n; i += stride) wr(&x[i], 3 * (int32_t)i);
-    CALL_OK(k_add, grid_for(n), sum, x, zero, n);
-    sync_ok();
+    sum_on_device(&o);
     for (size_t i = 0; i < n; i += stride) cr_assert_eq(rd(&sum[i]), 3 * (int32_t)i, "after a fetch: sum[%zu]", i);
     /* 4: written while Invalid (a write fault that fetches) */
     CALL_OK(k_incr, grid_for(n), x, n);
     sync_ok();
     for (size_t i = 0; i < n; i += stride) wr(&x[i], 4 * (int32_t)i);
-    CALL_OK(k_add, grid_for(n), sum, x, zero, n);
-    sync_ok();
+    sum_on_device(&o);
     for (size_t i = 0; i < n; i++) { /* the others were incremented twice from zero */
         int32_t want = i % stride == 0 ? 4 * (int32_t)i : 2;
         cr_assert_eq(rd(&sum[i]), want, "after a write to Invalid data: sum[%zu]", i);
     }
-    adsm_free(x);
-    adsm_free(zero);
-    adsm_free(sum);
-    adsm_shutdown();
+    operands_free(&o);
 }
 
 ParameterizedTestParameters(protection, writes_after_both_kinds_of_fetch_are_seen) {
@@ -198,7 +217,8 @@ ParameterizedTest(engine_case *c, protection, writes_after_both_kinds_of_fetch_a
     if (!runnable(c)) return;
     init_case(c);
     const size_t n = 4 * MIB / sizeof(int32_t) + 1024; /* two whole huge pages and a 4 KiB tail */
-    int32_t *x = alloc(n * sizeof *x), *zero = alloc(n * sizeof *zero), *sum = alloc(n * sizeof *sum);
+    operands o = operands_alloc(n);
+    int32_t *x = o.x, *sum = o.sum;
     CALL_OK(k_fill, grid_for(n), x, n, 5);
     sync_ok();
     reset();
@@ -213,16 +233,12 @@ ParameterizedTest(engine_case *c, protection, writes_after_both_kinds_of_fetch_a
     expect_all(x, n * sizeof *x, 'R');
     for (size_t i = 0; i < n; i += 1024) wr(&x[i], -(int32_t)i); /* every 4 KiB, both kinds of page */
     cr_assert_gt(stats().write_faults, 0);
-    CALL_OK(k_add, grid_for(n), sum, x, zero, n);
-    sync_ok();
+    sum_on_device(&o);
     for (size_t i = 0; i < n; i++) {
         int32_t want = i % 1024 == 0 ? -(int32_t)i : 5 + (int32_t)i;
         cr_assert_eq(rd(&sum[i]), want, "sum[%zu]", i);
     }
-    adsm_free(x);
-    adsm_free(zero);
-    adsm_free(sum);
-    adsm_shutdown();
+    operands_free(&o);
 }
 
 /* Rolling evicts the oldest Dirty blocks while the CPU goes on writing (Dirty -> ReadOnly with
@@ -235,19 +251,16 @@ ParameterizedTest(engine_case *c, protection, writes_after_an_eviction_are_seen)
     if (!runnable(c) || c->protocol != ADSM_PROTOCOL_ROLLING) return; /* lazy does not evict */
     test_fault_engine = c->engine;
     init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, c->block_size, 2);
-    const size_t per_block = c->block_size / sizeof(int32_t), blocks = 8, n = per_block * blocks;
-    int32_t *x = alloc(n * sizeof *x), *zero = alloc(n * sizeof *zero), *sum = alloc(n * sizeof *sum);
+    const size_t per_block = c->block_size / sizeof(int32_t), blocks = 8;
+    operands o = operands_alloc(per_block * blocks);
+    int32_t *x = o.x, *sum = o.sum;
     for (int round = 1; round <= 3; round++)
         for (size_t b = 0; b < blocks; b++) wr(&x[b * per_block + 7], round * 100 + (int32_t)b);
     cr_assert_gt(stats().evictions, 0, "rolling size 2 with 8 blocks written: nothing was evicted");
-    CALL_OK(k_add, grid_for(n), sum, x, zero, n);
-    sync_ok();
+    sum_on_device(&o);
     for (size_t b = 0; b < blocks; b++)
         cr_assert_eq(rd(&sum[b * per_block + 7]), 300 + (int32_t)b, "block %zu lost its last write", b);
-    adsm_free(x);
-    adsm_free(zero);
-    adsm_free(sum);
-    adsm_shutdown();
+    operands_free(&o);
 }
 
 /* ---- SIGBUS belongs to the program too ---------------------------------------------------------- */
