@@ -209,8 +209,10 @@
    given. Kernels on different devices run at the same time, and each device runs up to
    ADSM_STREAMS (default 4) kernels at once (emu: threads; cuda: CUDA streams): a kernel waits for
    the copies of its own objects and the earlier kernels whose objects conflict with its own (one
-   writes what the other reads or writes). One device runs kernels in issue order unless ADSM_STREAMS asks for more (then a
-   kernel that reads through a stored pointer an object an earlier kernel writes must name it).
+   writes what the other reads or writes). One device runs kernels in issue order unless
+   ADSM_STREAMS asks for more; then, as with several devices, kernels must name what they touch
+   (a kernel that reads through a stored pointer an object an earlier kernel writes must name
+   it, and adsm_free waits only for the kernels that named the object).
    adsm_dev_alloc_on(dev, size) gives a device buffer on a chosen device (adsm_dev_alloc: device
    0), for explicit multi-device programs; adsm_memcpy between buffers of two devices copies
    device to device. The batch protocol drives one device.
@@ -249,8 +251,10 @@
    implementation also defines sigaction() and signal(): while adsm is initialised, a SIGSEGV
    disposition the program (or a library) sets, before or after adsm_init, becomes the one adsm
    passes foreign faults to, and is what sigaction() reads back; adsm's handler stays first.
-   It also defines pthread_sigmask() and sigprocmask(), and strips SIGSEGV from the masks set
-   through them and from other signals' handler masks: a thread that blocks every signal (a
+   With ADSM_FAULT_ENGINE=userfaultfd the same holds for SIGBUS, which that engine's write
+   faults raise (do not close adsm's descriptors then: writes would go unseen).
+   It also defines pthread_sigmask() and sigprocmask(), and strips SIGSEGV and SIGBUS from the
+   masks set through them and from other signals' handler masks: a thread that blocks every signal (a
    thread-pool habit) still gets its faults on shared memory resolved (the kernel would kill a
    thread that faults with SIGSEGV blocked, without a word). Define ADSM_NO_INTERPOSE_SIGNALS to
    opt out of all of this (then install your handler before adsm_init, and never block SIGSEGV
@@ -516,9 +520,10 @@ ADSM_API void adsm_shutdown(void);
 ADSM_API void *adsm_alloc(size_t size);
 ADSM_API void *adsm_safe_alloc(size_t size);
 ADSM_API void *adsm_safe(const void *host_ptr);
-/* Frees a shared object once no kernel may use it: with one device it waits for every kernel
-   issued before the call (kernels may follow stored pointers), with several for those that
-   named the object; either way also for one another thread launched on it meanwhile.
+/* Frees a shared object once no kernel may use it: with one device and one stream it waits for
+   every kernel issued before the call (kernels may follow stored pointers), with several devices
+   or ADSM_STREAMS > 1 for those that named the object; either way also for one another thread
+   launched on it meanwhile.
    adsm_dev_free waits the same way for a device buffer. */
 ADSM_API adsm_result adsm_free(void *ptr);
 

@@ -98,15 +98,24 @@ ADSM__PRIVATE int adsm__await_users_on(adsm__runtime *rt, unsigned d, uint64_t l
     return ADSM__AGAIN;
 }
 
+/* Whether kernels touch only the objects and buffers they are given: with several devices, or
+ * with several streams on one (ADSM_STREAMS > 1 orders kernels by the objects they name, so one
+ * that followed a stored pointer would already race). Otherwise a kernel may follow pointers
+ * stored in device memory to anything. */
+ADSM__PRIVATE int adsm__kernels_name_what_they_use(const adsm__runtime *rt) {
+    return rt->ndev > 1 || rt->cfg.streams > 1;
+}
+
 /* Waits, with the runtime lock let go, for the kernels that may use o before it is freed: on each
- * device the last launch that named it, and with one device (kernels may follow stored
- * pointers) every launch up to `before`, the last one issued when the free began (a bound fixed
+ * device the last launch that named it, and where kernels may follow stored pointers (one
+ * device, one stream) every launch up to `before`, the last one issued when the free began (a bound fixed
  * then, so launches of other objects issued meanwhile are not chased). A launch another thread
  * made on o while the free waited is seen here, under the lock. 0 when nothing was left to wait
  * for, ADSM__AGAIN when the lock was let go (look o up again). */
 ADSM__PRIVATE int adsm__await_users(adsm__runtime *rt, const adsm__object *o, uint64_t before) {
+    int every_launch = !adsm__kernels_name_what_they_use(rt);
     for (unsigned d = 0; d < rt->ndev; d++) {
-        uint64_t last = rt->ndev == 1 ? ADSM__MAX(o->dev_launch[d], before) : o->dev_launch[d];
+        uint64_t last = every_launch ? ADSM__MAX(o->dev_launch[d], before) : o->dev_launch[d];
         int rc = adsm__await_users_on(rt, d, last);
         if (rc < 0) /* lost: nothing of it runs any more */
             rt->dev_done_seq[d] = ADSM__MAX(rt->dev_done_seq[d], last);

@@ -249,8 +249,7 @@ int sigprocmask(int how, const sigset_t *set, sigset_t *old) ADSM__NOEXCEPT { re
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) ADSM__NOEXCEPT {
     adsm__runtime *rt = &adsm__rt;
     if (!adsm__handler_holds(rt, sig)) {
-        if (act && sig != SIGSEGV && sig != SIGBUS &&
-            (sigismember(&act->sa_mask, SIGSEGV) == 1 || sigismember(&act->sa_mask, SIGBUS) == 1)) {
+        if (act && (sigismember(&act->sa_mask, SIGSEGV) == 1 || sigismember(&act->sa_mask, SIGBUS) == 1)) {
             struct sigaction copy = *act; /* its handler may touch shared memory */
             sigdelset(&copy.sa_mask, SIGSEGV);
             sigdelset(&copy.sa_mask, SIGBUS);

@@ -653,26 +653,34 @@ Test(devices, giving_evicted_memory_back_does_not_hold_up_other_faults) {
     adsm_shutdown();
 }
 
-/* Several devices: kernels use only what they name, so freeing an object or a device buffer
- * waits for the kernels that named it and for no other. A kernel on device 1 writes a for
- * STAMP_MS reading in: freeing v (which no kernel uses) returns while it runs; freeing in returns
- * after it ended. v and in are shared objects, or device buffers on device 1. */
+/* Where kernels use only what they name (several devices, or one with several streams), freeing
+ * an object or a device buffer waits for the kernels that named it and for no other. A kernel on
+ * the last device writes a for STAMP_MS reading in: freeing v (which no kernel uses) returns while
+ * it runs; freeing in returns after it ended. v and in are shared objects, or device buffers on
+ * that device. */
+typedef struct free_case {
+    unsigned devices, streams;
+    int buffers;
+} free_case;
+
 ParameterizedTestParameters(devices, a_free_waits_only_for_kernels_using_it) {
-    static int buffers[] = {0, 1};
-    return cr_make_param_array(int, buffers, 2);
+    static free_case cases[] = {{2, 0, 0}, {2, 0, 1}, {1, 2, 0}, {1, 2, 1}};
+    return cr_make_param_array(free_case, cases, sizeof cases / sizeof cases[0]);
 }
 
-ParameterizedTest(int *buffers, devices, a_free_waits_only_for_kernels_using_it) {
-    init_devices(2, ADSM_PROTOCOL_LAZY);
+ParameterizedTest(free_case *c, devices, a_free_waits_only_for_kernels_using_it) {
+    test_streams = c->streams;
+    init_devices(c->devices, ADSM_PROTOCOL_LAZY);
+    int dev = (int)c->devices - 1;
     int64_t *a = alloc(4096);
-    int64_t *in = *buffers ? adsm_dev_alloc_on(1, 4096) : alloc(4096);
-    int64_t *v = *buffers ? adsm_dev_alloc_on(1, 4096) : alloc(4096);
+    int64_t *in = c->buffers ? adsm_dev_alloc_on(dev, 4096) : alloc(4096);
+    int64_t *v = c->buffers ? adsm_dev_alloc_on(dev, 4096) : alloc(4096);
     cr_assert(in && v, "%s", adsm_last_error());
-    if (!*buffers) v[0] = 1;
-    CALL_ON_OK(1, k_stamp, adsm_grid_1d(1, 1), a, in, STAMP_MS, 0);
-    cr_assert_eq(*buffers ? adsm_dev_free(v) : adsm_free(v), ADSM_OK, "%s", adsm_last_error());
+    if (!c->buffers) v[0] = 1;
+    CALL_ON_OK(dev, k_stamp, adsm_grid_1d(1, 1), a, in, STAMP_MS, 0);
+    cr_assert_eq(c->buffers ? adsm_dev_free(v) : adsm_free(v), ADSM_OK, "%s", adsm_last_error());
     int64_t v_freed = now_ns();
-    cr_assert_eq(*buffers ? adsm_dev_free(in) : adsm_free(in), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(c->buffers ? adsm_dev_free(in) : adsm_free(in), ADSM_OK, "%s", adsm_last_error());
     int64_t in_freed = now_ns();
     sync_ok();
     cr_assert_lt(v_freed, rd64(&a[1]), "freeing what no kernel uses waited for a running kernel (%.1f ms after it "

@@ -110,6 +110,7 @@ static void *touch_shared(void *arg) {
     sigset_t cur;
     pthread_sigmask(SIG_SETMASK, NULL, &cur);
     if (sigismember(&cur, SIGSEGV)) return "SIGSEGV is blocked in the thread";
+    if (sigismember(&cur, SIGBUS)) return "SIGBUS (the userfaultfd engine's write faults) is blocked in the thread";
     if (!sigismember(&cur, SIGINT)) return "the other signals were not blocked";
     if (p[N - 1] != 10 + N - 1) return "wrong data";
     p[0] = -5;
