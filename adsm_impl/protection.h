@@ -18,11 +18,11 @@
  *   CPUs running the process, so threads faulting at once scale worse than with mprotect; it is
  *   the program's choice (ADSM_FAULT_ENGINE, lifecycle.h), not the default.
  *   Write-protection bits live in page-table entries, so two rules keep them right: a range
- *   leaving Invalid is registered again (a fill that moved staging pages over it with mremap,
- *   copy.h, replaced its mapping with an unregistered one) and write-protected *before* it
- *   becomes writable; a ReadOnly range turning Invalid loses its bits after it became PROT_NONE,
- *   because the kernel refuses /proc/self/mem writes into write-protected pages (copy.h fills
- *   small pieces that way).
+ *   leaving Invalid is write-protected *before* it becomes writable, and registered again first
+ *   where a fill moved staging pages over it with mremap (copy.h: an unregistered mapping); a
+ *   ReadOnly range turning Invalid loses its bits after it became PROT_NONE, because the kernel
+ *   refuses /proc/self/mem writes into write-protected pages (copy.h fills small pieces that
+ *   way).
  *
  * Context: adsm__protect_state is signal-safe (system calls only) and runs under the runtime
  * lock, in the fault handler too. adsm__protection_open/_close run at start and stop. */
@@ -97,7 +97,7 @@ ADSM__PRIVATE int adsm__uffd_register(const adsm__protection *p, uintptr_t addr,
     memset(&reg, 0, sizeof reg);
     reg.range.start = addr;
     reg.range.len = len;
-    reg.mode = UFFDIO_REGISTER_MODE_WP; /* registering a registered range again changes nothing */
+    reg.mode = UFFDIO_REGISTER_MODE_WP; /* registering a registered part again changes nothing */
     return ioctl(p->uffd, UFFDIO_REGISTER, &reg);
 }
 
@@ -110,6 +110,15 @@ ADSM__PRIVATE int adsm__uffd_write_protect(const adsm__protection *p, uintptr_t 
     return ioctl(p->uffd, UFFDIO_WRITEPROTECT, &wp);
 }
 
+/* Sets or clears write-protection over a range, registering it first where some part is not
+ * (ENOENT: a fetch moved staging pages over it with mremap, which leaves an unregistered
+ * mapping). Registering takes the process's mmap lock for writing, so it is done only then. */
+ADSM__PRIVATE int adsm__uffd_set(const adsm__protection *p, uintptr_t addr, size_t len, int on) {
+    if (adsm__uffd_write_protect(p, addr, len, on) == 0) return 0;
+    if (errno != ENOENT || adsm__uffd_register(p, addr, len) != 0) return -1;
+    return adsm__uffd_write_protect(p, addr, len, on);
+}
+
 /* userfaultfd engine: [addr, addr + len), whose blocks are in the states of mask `from`, goes to
  * `state`. Every order below closes the window in which the CPU could write untracked. */
 ADSM__PRIVATE int adsm__uffd_protect_state(const adsm__protection *p, uintptr_t addr, size_t len, unsigned from,
@@ -118,16 +127,13 @@ ADSM__PRIVATE int adsm__uffd_protect_state(const adsm__protection *p, uintptr_t 
     switch (state) {
     case ADSM__INVALID:
         if (mprotect((void *)addr, len, PROT_NONE) != 0) return -1;
-        return (from & ADSM__HAS(ADSM__READONLY)) ? adsm__uffd_write_protect(p, addr, len, 0) : 0;
-    case ADSM__READONLY:
-        if (leaving_invalid && adsm__uffd_register(p, addr, len) != 0) return -1;
-        if (adsm__uffd_write_protect(p, addr, len, 1) != 0) return -1;
+        return (from & ADSM__HAS(ADSM__READONLY)) ? adsm__uffd_set(p, addr, len, 0) : 0;
+    case ADSM__READONLY: /* protected while still PROT_NONE when it leaves Invalid */
+        if (adsm__uffd_set(p, addr, len, 1) != 0) return -1;
         return leaving_invalid ? mprotect((void *)addr, len, PROT_READ | PROT_WRITE) : 0;
-    default: /* Dirty */
-        if ((from & ADSM__HAS(ADSM__READONLY)) && adsm__uffd_write_protect(p, addr, len, 0) != 0) return -1;
-        if (!leaving_invalid) return 0;
-        if (adsm__uffd_register(p, addr, len) != 0) return -1;
-        return mprotect((void *)addr, len, PROT_READ | PROT_WRITE);
+    default: /* Dirty; cleared even when already Dirty: a write that faulted must not fault again */
+        if (adsm__uffd_set(p, addr, len, 0) != 0) return -1;
+        return leaving_invalid ? mprotect((void *)addr, len, PROT_READ | PROT_WRITE) : 0;
     }
 }
 

@@ -4,7 +4,8 @@
 # (upload/download bandwidth through adsm against explicit copies; no plot), bench/patterns
 # (CPU access patterns between calls: lazy, adaptive rolling and explicit, time and bytes; no
 # plot), bench/fault_path (one write fault against a bare handler, per object size) and
-# bench/threads (faults from several threads; one thread's faults while another fetches) and
+# bench/threads (faults from several threads; one thread's faults while another fetches; again
+# with ADSM_FAULT_ENGINE=userfaultfd) and
 # bench/tiles/run.sh (tiled Cholesky and matmul on 1, 2 and 4 emulated devices). Prints the tables,
 # writes CSV files and draws PNG plots into bench/results/ (or $ADSM_BENCH_OUT).
 #
@@ -46,6 +47,12 @@ echo "== fault path: adsm's write fault against a bare handler ($mode)" >&2
 "$bin/bench_fault_path" "$mode" | tee "$out/fault_path.md"
 echo "== threads: fault throughput and latency next to a large fetch ($mode)" >&2
 "$bin/bench_threads" "$mode" | tee "$out/threads.md"
+echo "== threads again with the userfaultfd fault engine (its cost across CPUs; emu only)" >&2
+if ADSM_FAULT_ENGINE=userfaultfd "$bin/bench_threads" "$mode" > "$out/threads_userfaultfd.md" 2>&1; then
+    cat "$out/threads_userfaultfd.md"
+else
+    echo "(not run: $(tail -n 1 "$out/threads_userfaultfd.md"))"
+fi
 if command -v bazel >/dev/null; then
     echo "== tiles: tiled Cholesky and matmul on 1, 2 and 4 emulated devices" >&2
     bench/tiles/run.sh --runs "$([[ $mode == --full ]] && echo 5 || echo 3)" | tee "$out/tiles.md"

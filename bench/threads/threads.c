@@ -179,7 +179,8 @@ int main(int argc, char **argv) {
     size_t large = quick ? 256 * MiB : 1024 * MiB, blocks = quick ? 256 : 1024, block = 64 * KiB;
 
     start(ADSM_PROTOCOL_ROLLING, block, 4 * MAX_THREADS * blocks, (size_t)MAX_THREADS * blocks * block + 64 * MiB, 1);
-    printf("## threads: faults from several threads (backend %s, median of %d runs)\n\n", adsm_backend_name(), runs);
+    printf("## threads: faults from several threads (backend %s, fault engine %s, median of %d runs)\n\n",
+           adsm_backend_name(), adsm_fault_engine_name(), runs);
     printf("Part 1: every thread faults on its own object of %zu blocks of 64 KiB; faults/s over all threads.\n\n",
            blocks);
     printf("| threads | write faults/s | x 1 thread | fetch faults/s | x 1 thread |\n| ---: | ---: | ---: | ---: | ---: |\n");
