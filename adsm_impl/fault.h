@@ -155,8 +155,9 @@ static void adsm__fault_handler(int sig, siginfo_t *si, void *context) {
     adsm__runtime *rt = &adsm__rt;
     uintptr_t a = (uintptr_t)si->si_addr;
     int saved_errno = errno, rc = -1;
+    /* a write-protection fault is BUS_ADRERR; other bus errors (a memory failure) are not ours */
     if (si->si_code > 0 && adsm__ready() && !adsm__outside_reservation(rt, a, 1) &&
-        (sig == SIGSEGV || adsm__protection_uses_uffd(&rt->protection))) {
+        (sig == SIGSEGV || (si->si_code == BUS_ADRERR && adsm__protection_uses_uffd(&rt->protection)))) {
         adsm__use_begin();
         rc = adsm__handle_shared_fault(rt, sig, a, sig == SIGBUS ? 1 : adsm__fault_is_write(context));
         adsm__use_end();
