@@ -66,13 +66,19 @@ ParameterizedTest(engine_choice *c, protection, the_engine_that_runs) {
     adsm_shutdown();
 }
 
-Test(protection, the_environment_chooses_the_engine) {
+/* A small emu configuration with nothing taken from the environment but ADSM_FAULT_ENGINE. */
+static adsm_config small_emu_config(size_t block_size) {
     clear_adsm_env();
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.backend = ADSM_BACKEND_EMU;
-    cfg.block_size = 4 * KIB;
+    cfg.block_size = block_size;
     cfg.emu_memory = 64 * MIB;
+    return cfg;
+}
+
+Test(protection, the_environment_chooses_the_engine) {
+    adsm_config cfg = small_emu_config(4 * KIB);
     if (kernel_has_uffd_wp()) {
         setenv("ADSM_FAULT_ENGINE", "uffd", 1);
         cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
@@ -92,12 +98,7 @@ Test(protection, the_environment_chooses_the_engine) {
 }
 
 Test(protection, an_asked_for_userfaultfd_starts_or_says_why) {
-    clear_adsm_env();
-    adsm_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.backend = ADSM_BACKEND_EMU;
-    cfg.block_size = 2 * MIB;
-    cfg.emu_memory = 64 * MIB;
+    adsm_config cfg = small_emu_config(2 * MIB);
     cfg.fault_engine = ADSM_FAULT_ENGINE_USERFAULTFD;
     adsm_result r = adsm_init(&cfg);
     if (kernel_has_uffd_wp()) {
