@@ -250,11 +250,11 @@ int sigprocmask(int how, const sigset_t *set, sigset_t *old) ADSM__NOEXCEPT { re
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) ADSM__NOEXCEPT {
     adsm__runtime *rt = &adsm__rt;
     if (!adsm__handler_holds(rt, sig)) {
-        if (act && (sigismember(&act->sa_mask, SIGSEGV) == 1 || sigismember(&act->sa_mask, SIGBUS) == 1)) {
-            struct sigaction copy = *act; /* its handler may touch shared memory */
-            sigdelset(&copy.sa_mask, SIGSEGV);
-            sigdelset(&copy.sa_mask, SIGBUS);
-            return adsm__real_sigaction()(sig, &copy, old);
+        struct sigaction copy;
+        if (act) { /* its handler may touch shared memory */
+            copy = *act;
+            (void)adsm__without_faults(&act->sa_mask, &copy.sa_mask);
+            act = &copy;
         }
         return adsm__real_sigaction()(sig, act, old);
     }

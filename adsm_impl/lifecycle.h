@@ -94,16 +94,13 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
  * that trade pays. Not on cuda: write-protection of page-locked object pages is not verified on
  * a real driver. Opened after the devices start: their processes are forked without it. */
 ADSM__PRIVATE adsm_result adsm__protection_start(adsm__runtime *rt) {
-    int tracks = rt->be->moves_data && rt->cfg.protocol != ADSM_PROTOCOL_BATCH;
+    int asked = rt->cfg.fault_engine == ADSM_FAULT_ENGINE_USERFAULTFD;
     const char *why = "";
-    if (rt->cfg.fault_engine != ADSM_FAULT_ENGINE_USERFAULTFD) {
-        (void)adsm__protection_open(&rt->protection, 0, &why); /* mprotect needs nothing: cannot fail */
-        return ADSM_OK;
-    }
-    if (rt->be == &adsm__backend_cuda)
+    if (asked && rt->be == &adsm__backend_cuda)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_FAULT_ENGINE=userfaultfd: the cuda backend uses mprotect "
                           "(write-protection of page-locked object pages is not verified on a GPU yet)");
-    if (adsm__protection_open(&rt->protection, tracks, &why) != 0)
+    /* untracked (host backend, batch): nothing is protected, so no engine is needed */
+    if (adsm__protection_open(&rt->protection, asked && adsm__tracking(rt), &why) != 0)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_FAULT_ENGINE=userfaultfd: %s", why);
     return ADSM_OK;
 }

@@ -47,6 +47,7 @@ typedef struct adsm__protection {
 
 /* Which states a range of blocks holds, as a mask of bits (1 << state). */
 #define ADSM__HAS(state) (1u << (state))
+#define ADSM__ALL_STATES (ADSM__HAS(ADSM__INVALID) | ADSM__HAS(ADSM__READONLY) | ADSM__HAS(ADSM__DIRTY))
 
 /* The userfaultfd the engine needs, or -1 with *why saying what the kernel refused. */
 ADSM__PRIVATE int adsm__uffd_open(const char **why) {
@@ -123,18 +124,14 @@ ADSM__PRIVATE int adsm__uffd_set(const adsm__protection *p, uintptr_t addr, size
  * `state`. Every order below closes the window in which the CPU could write untracked. */
 ADSM__PRIVATE int adsm__uffd_protect_state(const adsm__protection *p, uintptr_t addr, size_t len, unsigned from,
                                            int state) {
-    int leaving_invalid = (from & ADSM__HAS(ADSM__INVALID)) != 0;
-    switch (state) {
-    case ADSM__INVALID:
-        if (mprotect((void *)addr, len, PROT_NONE) != 0) return -1;
+    if (state == ADSM__INVALID) {
+        if (adsm__protect(addr, len, PROT_NONE) != 0) return -1;
         return (from & ADSM__HAS(ADSM__READONLY)) ? adsm__uffd_set(p, addr, len, 0) : 0;
-    case ADSM__READONLY: /* protected while still PROT_NONE when it leaves Invalid */
-        if (adsm__uffd_set(p, addr, len, 1) != 0) return -1;
-        return leaving_invalid ? mprotect((void *)addr, len, PROT_READ | PROT_WRITE) : 0;
-    default: /* Dirty; cleared even when already Dirty: a write that faulted must not fault again */
-        if (adsm__uffd_set(p, addr, len, 0) != 0) return -1;
-        return leaving_invalid ? mprotect((void *)addr, len, PROT_READ | PROT_WRITE) : 0;
     }
+    /* ReadOnly: protected while still PROT_NONE when it leaves Invalid. Dirty: unprotected even
+     * when already Dirty, so a write that faulted never faults again. Then writable. */
+    if (adsm__uffd_set(p, addr, len, state == ADSM__READONLY) != 0) return -1;
+    return (from & ADSM__HAS(ADSM__INVALID)) ? adsm__protect(addr, len, PROT_READ | PROT_WRITE) : 0;
 }
 
 /* Gives [addr, addr + len), whose blocks are now in the states of mask `from`, the protection
@@ -143,7 +140,7 @@ ADSM__PRIVATE int adsm__protect_state(const adsm__protection *p, uintptr_t addr,
                                       int state) {
     static const int prot[3] = {PROT_NONE, PROT_READ, PROT_READ | PROT_WRITE};
     if (p->uffd >= 0) return adsm__uffd_protect_state(p, addr, len, from, state);
-    return mprotect((void *)addr, len, prot[state]);
+    return adsm__protect(addr, len, prot[state]);
 }
 
 #endif /* ADSM__PROTECTION_INCLUDED */

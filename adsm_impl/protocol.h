@@ -78,7 +78,7 @@ ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t fir
     size_t off = first << rt->cfg.block_shift;
     size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->span);
     unsigned from = 0;
-    for (size_t b = first; b < first + count && from != 7u; b++) from |= ADSM__HAS(o->blocks[b].state);
+    for (size_t b = first; b < first + count && from != ADSM__ALL_STATES; b++) from |= ADSM__HAS(o->blocks[b].state);
     if (adsm__protect_state(&rt->protection, o->host + off, len, from, state) != 0) return -1;
     for (size_t b = first; b < first + count; b++) o->blocks[b].state = (uint8_t)state;
     if (state == ADSM__DIRTY) /* the CPU writes it: every device copy is stale (directory.h) */
