@@ -252,7 +252,12 @@
    disposition the program (or a library) sets, before or after adsm_init, becomes the one adsm
    passes foreign faults to, and is what sigaction() reads back; adsm's handler stays first.
    With ADSM_FAULT_ENGINE=userfaultfd the same holds for SIGBUS, which that engine's write
-   faults raise (do not close adsm's descriptors then: writes would go unseen).
+   faults raise. adsm holds a few descriptors (/proc/self/mem, the userfaultfd, the emulated
+   device's socket); a program that closes them behind adsm's back (a daemon closing everything
+   after adsm_init) loses no data: adsm notices (at the next kernel call or protection change),
+   says so once, goes on with mprotect and sends the data the CPU may have written unseen, and
+   never writes through a number that may be the program's file now. The emulated device cannot
+   go on without its socket: its next call reports the device lost.
    It also defines pthread_sigmask() and sigprocmask(), and strips SIGSEGV and SIGBUS from the
    masks set through them and from other signals' handler masks: a thread that blocks every signal (a
    thread-pool habit) still gets its faults on shared memory resolved (the kernel would kill a

@@ -43,6 +43,9 @@
 
 typedef struct adsm__protection {
     int uffd; /* the userfaultfd of the userfaultfd engine; -1: the mprotect engine */
+    uintptr_t canary; /* a page of adsm's own registered with that userfaultfd: it answers for
+                         the descriptor only while the descriptor is still adsm's (below) */
+    size_t page;
 } adsm__protection;
 
 /* Which states a range of blocks holds, as a mask of bits (1 << state). */
@@ -73,25 +76,6 @@ ADSM__PRIVATE int adsm__uffd_open(const char **why) {
 #endif
 }
 
-/* Normal context: starts the engine (uffd: 1 for userfaultfd, 0 for mprotect). 0, or -1 with
- * *why set when userfaultfd was asked for and the kernel refused it. */
-ADSM__PRIVATE int adsm__protection_open(adsm__protection *p, int uffd, const char **why) {
-    p->uffd = uffd ? adsm__uffd_open(why) : -1;
-    return uffd && p->uffd < 0 ? -1 : 0;
-}
-
-/* After the reservation is gone: the registrations went with its mappings. */
-ADSM__PRIVATE void adsm__protection_close(adsm__protection *p) {
-    if (p->uffd >= 0) close(p->uffd);
-    p->uffd = -1;
-}
-
-ADSM__PRIVATE int adsm__protection_uses_uffd(const adsm__protection *p) { return p->uffd >= 0; }
-
-ADSM__PRIVATE const char *adsm__protection_name(const adsm__protection *p) {
-    return p->uffd >= 0 ? "userfaultfd" : "mprotect";
-}
-
 /* ---- userfaultfd verbs (signal-safe) --------------------------------------------------------- */
 ADSM__PRIVATE int adsm__uffd_register(const adsm__protection *p, uintptr_t addr, size_t len) {
     struct uffdio_register reg;
@@ -111,12 +95,67 @@ ADSM__PRIVATE int adsm__uffd_write_protect(const adsm__protection *p, uintptr_t 
     return ioctl(p->uffd, UFFDIO_WRITEPROTECT, &wp);
 }
 
+/* Whether the userfaultfd is no longer adsm's: the program closed it (a daemon closing every
+ * descriptor, a dup2 over its number), and the kernel dropped every registration and
+ * write-protection with it, so writes to ReadOnly pages no longer stop. The canary, registered
+ * at the start, answers only through adsm's own descriptor: a closed number, another kind of
+ * file or another userfaultfd all refuse it. Signal-safe; keeps errno. */
+ADSM__PRIVATE int adsm__protection_lost(const adsm__protection *p) {
+    if (p->uffd < 0) return 0;
+    int saved_errno = errno, lost = adsm__uffd_write_protect(p, p->canary, p->page, 0) != 0;
+    errno = saved_errno;
+    return lost;
+}
+
+/* Normal context: starts the engine (uffd: 1 for userfaultfd, 0 for mprotect). 0, or -1 with
+ * *why set when userfaultfd was asked for and the kernel refused it. */
+ADSM__PRIVATE int adsm__protection_open(adsm__protection *p, int uffd, const char **why) {
+    p->canary = 0;
+    p->uffd = uffd ? adsm__uffd_open(why) : -1;
+    if (p->uffd < 0) return uffd ? -1 : 0;
+    p->page = (size_t)sysconf(_SC_PAGESIZE);
+    void *page = mmap(NULL, p->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page != MAP_FAILED) p->canary = (uintptr_t)page;
+    if (page == MAP_FAILED || adsm__uffd_register(p, p->canary, p->page) != 0) {
+        *why = "userfaultfd(2) would not register a page";
+        if (page != MAP_FAILED) munmap(page, p->page);
+        close(p->uffd);
+        p->uffd = -1;
+        p->canary = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* After the reservation is gone: the registrations went with its mappings. A descriptor the
+ * program closed is not adsm's to close (its number may be another file's now). */
+ADSM__PRIVATE void adsm__protection_close(adsm__protection *p) {
+    if (p->uffd >= 0 && !adsm__protection_lost(p)) close(p->uffd);
+    if (p->canary) munmap((void *)p->canary, p->page);
+    p->uffd = -1;
+    p->canary = 0;
+}
+
+/* Read by the fault handler without the runtime lock (whether a SIGBUS is adsm's). */
+ADSM__PRIVATE int adsm__protection_uses_uffd(const adsm__protection *p) { return ADSM__LOAD(&p->uffd) >= 0; }
+
+ADSM__PRIVATE const char *adsm__protection_name(const adsm__protection *p) {
+    return p->uffd >= 0 ? "userfaultfd" : "mprotect";
+}
+
+/* The userfaultfd was lost: mprotect sees writes from now on (protocol.h takes the ReadOnly
+ * data as written). Runtime lock held; signal-safe. */
+ADSM__PRIVATE void adsm__protection_fall_back(adsm__protection *p) {
+    ADSM__STORE(&p->uffd, -1);
+}
+
 /* Sets or clears write-protection over a range, registering it first where some part is not
  * (ENOENT: a fetch moved staging pages over it with mremap, which leaves an unregistered
- * mapping). Registering takes the process's mmap lock for writing, so it is done only then. */
+ * mapping). Registering takes the process's mmap lock for writing, so it is done only then, and
+ * never through a descriptor that is no longer adsm's (it could be the program's userfaultfd). */
 ADSM__PRIVATE int adsm__uffd_set(const adsm__protection *p, uintptr_t addr, size_t len, int on) {
     if (adsm__uffd_write_protect(p, addr, len, on) == 0) return 0;
-    if (errno != ENOENT || adsm__uffd_register(p, addr, len) != 0) return -1;
+    if (errno != ENOENT || adsm__protection_lost(p) || adsm__uffd_register(p, addr, len) != 0) return -1;
     return adsm__uffd_write_protect(p, addr, len, on);
 }
 

@@ -72,9 +72,32 @@ ADSM__PRIVATE int adsm__unit_busy(const adsm__runtime *rt, const adsm__object *o
     return o->blocks[first].busy;
 }
 
+/* ---- the FIFO of dirty units (oldest first) --------------------------------------------- */
+ADSM__PRIVATE void adsm__fifo_push(adsm__runtime *rt, adsm__block *b) {
+    if (b->in_fifo) return;
+    b->in_fifo = 1;
+    b->fifo_next = NULL;
+    b->fifo_prev = rt->fifo_tail;
+    if (rt->fifo_tail) rt->fifo_tail->fifo_next = b;
+    else rt->fifo_head = b;
+    rt->fifo_tail = b;
+    rt->fifo_len++;
+}
+
+ADSM__PRIVATE void adsm__fifo_remove(adsm__runtime *rt, adsm__block *b) {
+    if (!b->in_fifo) return;
+    if (b->fifo_prev) b->fifo_prev->fifo_next = b->fifo_next;
+    else rt->fifo_head = b->fifo_next;
+    if (b->fifo_next) b->fifo_next->fifo_prev = b->fifo_prev;
+    else rt->fifo_tail = b->fifo_prev;
+    b->fifo_prev = b->fifo_next = NULL;
+    b->in_fifo = 0;
+    rt->fifo_len--;
+}
+
 /* Sets blocks [first, first+count) to `state`, changing the host protection first (the engine,
  * protection.h, needs the states the blocks leave). */
-ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state) {
+ADSM__PRIVATE int adsm__apply_state(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state) {
     size_t off = first << rt->cfg.block_shift;
     size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->span);
     unsigned from = 0;
@@ -84,6 +107,51 @@ ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t fir
     if (state == ADSM__DIRTY) /* the CPU writes it: every device copy is stale (directory.h) */
         for (size_t b = first; b < first + count; b++) o->blocks[b].dev_valid = 0;
     return 0;
+}
+
+/* The program closed the userfaultfd engine's descriptor (protection.h, adsm__protection_lost):
+ * since then writes to ReadOnly pages went through untracked. adsm goes on with mprotect and
+ * takes every idle ReadOnly unit as written (Dirty, queued in the FIFO, sent at the next kernel
+ * call), so no write is lost; a busy unit is left to the copy that holds it. Said once, at
+ * warning level. Runtime lock held; signal-safe (the fault handler may be the first to see it). */
+ADSM__PRIVATE int adsm__fault_engine_lost(adsm__runtime *rt) {
+    char msg[400] = "";
+    adsm__append(msg, sizeof msg, "adsm warn: the program closed adsm's userfaultfd (descriptor ");
+    adsm__append_dec(msg, sizeof msg, (uint64_t)rt->protection.uffd);
+    adsm__append(msg, sizeof msg, "), which dropped its write-protection; adsm goes on with mprotect and sends "
+                                  "the ReadOnly data again at the next kernel call (close no descriptor of "
+                                  "adsm's, or use ADSM_FAULT_ENGINE=mprotect)\n");
+    adsm__protection_fall_back(&rt->protection);
+    if (rt->cfg.log_level == 0 || rt->cfg.log_level >= ADSM_LOG_WARN) adsm__write_stderr(msg);
+    for (adsm__object *o = rt->first_object; o; o = o->next) {
+        size_t unit = rt->proto->whole_object ? o->nblocks : 1;
+        for (size_t b = 0; b < o->nblocks && !o->device_only;) {
+            size_t run = 0; /* idle ReadOnly units from b, one protection change for them */
+            while (b + run < o->nblocks && o->blocks[b + run].state == ADSM__READONLY && !o->blocks[b + run].busy)
+                run += unit;
+            if (run == 0) {
+                b += unit;
+                continue;
+            }
+            if (adsm__apply_state(rt, o, b, run, ADSM__DIRTY) != 0) return -1;
+            for (size_t k = b; k < b + run; k += unit) adsm__fifo_push(rt, &o->blocks[k]);
+            b += run;
+        }
+    }
+    return 0;
+}
+
+/* What adsm__apply_state does, going on with mprotect where the program closed the userfaultfd. */
+ADSM__PRIVATE int adsm__set_state(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state) {
+    if (adsm__apply_state(rt, o, first, count, state) == 0) return 0;
+    if (!adsm__protection_lost(&rt->protection) || adsm__fault_engine_lost(rt) != 0) return -1;
+    return adsm__apply_state(rt, o, first, count, state);
+}
+
+/* At each kernel call, before the flush: ReadOnly data the CPU wrote since the program closed
+ * the userfaultfd must reach the device with the Dirty data. 0 or -1. */
+ADSM__PRIVATE int adsm__check_fault_engine(adsm__runtime *rt) {
+    return adsm__protection_lost(&rt->protection) ? adsm__fault_engine_lost(rt) : 0;
 }
 
 /* Device `from` -> host copy into host memory of protection `prot` (kept), counted in the stats. */
@@ -162,29 +230,6 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     adsm__stats_h2d(&rt->stats, len);
     ADSM__ADD(&rt->dev_stats[d].h2d_bytes, len);
     return 0;
-}
-
-/* ---- the FIFO of dirty units (oldest first) --------------------------------------------- */
-ADSM__PRIVATE void adsm__fifo_push(adsm__runtime *rt, adsm__block *b) {
-    if (b->in_fifo) return;
-    b->in_fifo = 1;
-    b->fifo_next = NULL;
-    b->fifo_prev = rt->fifo_tail;
-    if (rt->fifo_tail) rt->fifo_tail->fifo_next = b;
-    else rt->fifo_head = b;
-    rt->fifo_tail = b;
-    rt->fifo_len++;
-}
-
-ADSM__PRIVATE void adsm__fifo_remove(adsm__runtime *rt, adsm__block *b) {
-    if (!b->in_fifo) return;
-    if (b->fifo_prev) b->fifo_prev->fifo_next = b->fifo_next;
-    else rt->fifo_head = b->fifo_next;
-    if (b->fifo_next) b->fifo_next->fifo_prev = b->fifo_prev;
-    else rt->fifo_tail = b->fifo_prev;
-    b->fifo_prev = b->fifo_next = NULL;
-    b->in_fifo = 0;
-    rt->fifo_len--;
 }
 
 /* Writes a dirty unit (headed by b) back to the device and makes it ReadOnly: protection
@@ -628,6 +673,8 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
     if (rt->proto->eager) adsm__rolling_end_epoch(rt);
     rt->ahead_epoch++; /* a sequential phase ends at a kernel call: every object's run with it */
     rt->ahead_sum = 0;
+    if (adsm__check_fault_engine(rt) != 0)
+        return adsm__protection_failed("taking over from the closed userfaultfd");
     if (adsm__release_dirty(rt, used, nused) != 0)
         return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s", strerror(errno));
     adsm__settle_copies(rt, writes, nwrites);

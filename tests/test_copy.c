@@ -17,7 +17,10 @@
  * where the objects are page-locked and downloads are DMA into the protected pages. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -186,6 +189,32 @@ Test(copy, a_range_starting_inside_a_huge_page) {
     cr_assert_eq(adsm_free(c), ADSM_OK);
     cr_assert_eq(adsm_free(pad), ADSM_OK);
     adsm_shutdown();
+}
+
+/* A program that closes adsm's /proc/self/mem descriptor (a daemon closing everything) and opens
+ * a file that gets its number: the file never receives device bytes, and fetches still bring
+ * every byte home (whole pages moved instead of forced). */
+Test(copy, a_file_at_the_number_of_proc_self_mem_is_never_written) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_LAZY, 64 * KIB, 0);
+    int procmem = adsm__rt.fill.procmem_fd;
+    cr_assert_geq(procmem, 0);
+    int file = memfd_create("program-file", 0); /* tmpfs: writes at any offset would land */
+    cr_assert_geq(file, 0);
+    cr_assert_eq(dup2(file, procmem), procmem); /* closes /proc/self/mem, the file takes its number */
+    close(file);
+    size_t size = 64 * KIB + 4096 + 12, n = size / sizeof(int32_t); /* no whole huge page: all forced */
+    int32_t *c = (int32_t *)alloc(size);
+    CALL_OK(k_fill, grid_for(n), c, n, 31);
+    sync_ok();
+    reset();
+    expect_filled(c, 0, n, 31);
+    struct stat st;
+    cr_assert_eq(fstat(procmem, &st), 0);
+    cr_assert_eq(st.st_size, 0, "adsm wrote %lld bytes into the program's file", (long long)st.st_size);
+    cr_assert_eq(stats().d2h_forced_bytes, 0);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    adsm_shutdown();
+    cr_assert_neq(fcntl(procmem, F_GETFD), -1, "adsm closed the program's file at shutdown");
 }
 
 /* ---- moved pages do not pile up mappings ----------------------------------------------------- */

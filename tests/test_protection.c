@@ -7,6 +7,10 @@
 
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <dirent.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -333,4 +337,103 @@ Test(protection, a_thread_that_blocks_every_signal_still_writes) {
     cr_assert_eq(rd(&x[3000]), 42);
     adsm_free(x);
     adsm_shutdown();
+}
+
+/* ---- a program that closes adsm's userfaultfd ---------------------------------------------------- */
+
+/* How the program takes the descriptor from adsm. */
+enum { CLOSED, ANOTHER_FILE, ANOTHER_USERFAULTFD };
+
+typedef struct lost_case {
+    int how;
+    adsm_protocol_kind protocol;
+    size_t block_size;
+    int read_first; /* 1: the first thing after the loss is a read fault, not a kernel call */
+} lost_case;
+
+/* The descriptor whose link reads anon_inode:[userfaultfd], or -1. */
+static int find_userfaultfd(void) {
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    int found = -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char path[300], link[128];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n <= 0) continue;
+        link[n] = 0;
+        if (strstr(link, "userfaultfd") && atoi(e->d_name) != dirfd(d)) found = atoi(e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+static void take_descriptor(int how, int fd) {
+    int other = -1;
+    if (how == ANOTHER_FILE) other = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (how == ANOTHER_USERFAULTFD) { /* the program's own, with nothing of adsm's registered */
+        other = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
+        struct uffdio_api api = {.api = UFFD_API};
+        cr_assert_eq(ioctl(other, UFFDIO_API, &api), 0);
+    }
+    if (how == CLOSED) cr_assert_eq(close(fd), 0);
+    else cr_assert_eq(dup2(other, fd), fd, "dup2: %s", strerror(errno));
+    if (other >= 0) close(other);
+}
+
+/* How many pages of [p, p + len) are registered with the userfaultfd fd (writing their
+ * protection through it works): adsm must never register its memory with the program's. */
+static size_t pages_registered_with(int fd, const void *p, size_t len) {
+    size_t pages = 0;
+    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095; a < (uintptr_t)p + len; a += 4096) {
+        struct uffdio_writeprotect wp = {.range = {.start = a, .len = 4096}, .mode = 0};
+        pages += ioctl(fd, UFFDIO_WRITEPROTECT, &wp) == 0;
+    }
+    return pages;
+}
+
+ParameterizedTestParameters(protection, a_closed_userfaultfd_loses_no_write) {
+    static lost_case cases[] = {
+        {CLOSED, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0},       {CLOSED, ADSM_PROTOCOL_ROLLING, 4 * KIB, 1},
+        {CLOSED, ADSM_PROTOCOL_LAZY, 2 * MIB, 0},          {CLOSED, ADSM_PROTOCOL_LAZY, 2 * MIB, 1},
+        {ANOTHER_FILE, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0}, {ANOTHER_FILE, ADSM_PROTOCOL_LAZY, 4 * KIB, 1},
+        {ANOTHER_USERFAULTFD, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0},
+        {ANOTHER_USERFAULTFD, ADSM_PROTOCOL_LAZY, 2 * MIB, 1},
+    };
+    return cr_make_param_array(lost_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Closing the userfaultfd drops every write-protection in the kernel, so writes to ReadOnly data
+ * stop faulting. adsm notices at the next kernel call or protection change and goes on with
+ * mprotect, sending the ReadOnly data again: x, written after the loss while ReadOnly, reaches
+ * the device, though sum (the kernel's output) stays Invalid and needs no protection change that
+ * would show the loss; later writes are tracked by mprotect. */
+ParameterizedTest(lost_case *c, protection, a_closed_userfaultfd_loses_no_write, .timeout = 60) {
+    if (!kernel_has_uffd_wp()) return;
+    init_engine(ADSM_FAULT_ENGINE_USERFAULTFD, c->protocol, c->block_size);
+    const size_t n = 3 * MIB / sizeof(int32_t) + 99;
+    operands o = operands_alloc(n);
+    int32_t *x = o.x, *sum = o.sum, *zero = o.zero;
+    for (size_t i = 0; i < n; i++) wr(&x[i], 1);
+    CALL_OK(k_add, grid_for(n), sum, x, zero, n); /* x flushed (ReadOnly), sum Invalid */
+    sync_ok();
+    cr_assert_eq(rd(&zero[n - 1]), 0); /* zero stays ReadOnly */
+    int fd = find_userfaultfd();
+    cr_assert_geq(fd, 0, "no userfaultfd among the descriptors");
+    take_descriptor(c->how, fd);
+    if (c->read_first) cr_assert_eq(rd(&sum[n / 2]), 1, "a fetch after the loss"); /* the fault sees it */
+    if (c->how == ANOTHER_USERFAULTFD) cr_assert_eq(pages_registered_with(fd, sum, n * sizeof *sum), 0);
+    for (size_t i = 0; i < n; i += 100) x[i] = 2; /* ReadOnly, and no longer write-protected */
+    sum_on_device(&o);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&sum[i]), i % 100 == 0 ? 2 : 1, "sum[%zu]", i);
+    cr_assert_str_eq(adsm_fault_engine_name(), "mprotect");
+    for (size_t i = 0; i < n; i += 1000) wr(&x[i], 3); /* tracked again, by mprotect */
+    expect_all(x, 4 * KIB, 'D');
+    sum_on_device(&o);
+    for (size_t i = 0; i < n; i += 100) cr_assert_eq(rd(&sum[i]), i % 1000 == 0 ? 3 : 2, "sum[%zu], later", i);
+    for (size_t i = 0; i < n; i += 100) wr(&sum[i], -1); /* fetched after the loss: nobody else's to stop */
+    CALL_OK(k_incr, grid_for(n), sum, n);
+    for (size_t i = 0; i < n; i += 100) cr_assert_eq(rd(&sum[i]), 0, "sum[%zu], written by the CPU", i);
+    if (c->how == CLOSED) cr_assert_eq(fcntl(fd, F_GETFD), -1, "adsm opened its descriptor again");
+    operands_free(&o);
 }
