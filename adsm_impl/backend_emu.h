@@ -56,10 +56,10 @@ typedef struct adsm__emu {
     adsm__runtime *rt;
     uintptr_t base;
     size_t half, capacity;
-    int devfd;
+    adsm__own_fd devfd;    /* the memfd of device memory (os.h: never the program's file) */
     unsigned char *window; /* parent's view of device memory: window[addr - base] */
     uint64_t *backed;      /* one bit per 2 MiB granule of device memory the DMA side backed */
-    int sock;
+    adsm__own_fd sock;     /* the parent's end of the socket to the device process */
     pid_t child;
     unsigned workers;
     pthread_t completion_thread;
@@ -192,7 +192,7 @@ ADSM__PRIVATE void adsm__emu_device_report(void *ctx, adsm__emu_task *t) {
     reply->ran_to = t->ran_to;
     reply->status = t->status;
     snprintf(reply->text, sizeof reply->text, "%s", t->status ? t->text : "");
-    send(e->sock, reply, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);
+    send(e->sock.fd, reply, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);
 }
 
 /* A launch message arrived (n bytes in e->msg): a task of its own, run when it may. */
@@ -246,9 +246,9 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
     sa.sa_flags = 0;
     adsm__real_sigaction()(SIGINT, &sa, NULL); /* the parent decides when the device goes away */
     adsm__rt.state = ADSM__RT_OFF; /* this process is the device: interposed calls pass through */
-    e->sock = sock; /* its own end: stream threads report on it */
+    e->sock.fd = sock; /* its own end: stream threads report on it */
     /* Device memory replaces the host view of the shared half; safe host addresses vanish. */
-    if (mmap((void *)e->base, e->half, PROT_NONE, MAP_SHARED | MAP_FIXED, e->devfd, 0) == MAP_FAILED ||
+    if (mmap((void *)e->base, e->half, PROT_NONE, MAP_SHARED | MAP_FIXED, e->devfd.fd, 0) == MAP_FAILED ||
         mmap((void *)(e->base + e->half), e->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
              -1, 0) == MAP_FAILED)
         _exit(3);
@@ -295,8 +295,9 @@ ADSM__PRIVATE void adsm__emu_back(adsm__emu *e, uintptr_t dev, size_t n) {
     size_t first = (dev - e->base) / ADSM__EMU_GRANULE, last = (dev - e->base + n - 1) / ADSM__EMU_GRANULE;
     for (size_t g = first; g <= last; g++) {
         uint64_t bit = (uint64_t)1 << (g % 64);
-        if (__atomic_fetch_or(&e->backed[g / 64], bit, __ATOMIC_ACQ_REL) & bit) continue;
-        (void)fallocate(e->devfd, FALLOC_FL_KEEP_SIZE, (off_t)(g * ADSM__EMU_GRANULE), (off_t)ADSM__EMU_GRANULE);
+        int fd = adsm__own_fd_get(&e->devfd); /* without it, the copy finds the pages itself */
+        if (__atomic_fetch_or(&e->backed[g / 64], bit, __ATOMIC_ACQ_REL) & bit || fd < 0) continue;
+        (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)(g * ADSM__EMU_GRANULE), (off_t)ADSM__EMU_GRANULE);
     }
 }
 
@@ -412,11 +413,20 @@ ADSM__PRIVATE void adsm__emu_record_error(adsm__emu *e, adsm_result r, const cha
     adsm__device_error_record(&e->errors, r, text);
 }
 
+/* The device cannot be reached any more: every wait for it ends, and later calls say why. */
+ADSM__PRIVATE void adsm__emu_lose(adsm__emu *e, const char *why) {
+    if (why) adsm__emu_record_error(e, ADSM_ERROR_DEVICE_LOST, why);
+    ADSM__STORE(&e->lost, 1);
+    ADSM__ADD(&e->completion_gen, 1);
+    adsm__futex_wake_all(&e->completion_gen);
+}
+
 ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
     adsm__emu *e = (adsm__emu *)arg;
     adsm__emu_msg *m = e->completion_msg;
     for (;;) {
-        ssize_t n = m ? recv(e->sock, m, sizeof *m, 0) : 0;
+        int fd = adsm__own_fd_get(&e->sock); /* never reads from a socket of the program's */
+        ssize_t n = m && fd >= 0 ? recv(fd, m, sizeof *m, 0) : 0;
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
         if (m->type != ADSM__EMU_DONE) continue;
@@ -426,11 +436,7 @@ ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
         ADSM__ADD(&e->completion_gen, 1);
         adsm__futex_wake_all(&e->completion_gen);
     }
-    if (!ADSM__LOAD(&e->quitting))
-        adsm__emu_record_error(e, ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
-    ADSM__STORE(&e->lost, 1);
-    ADSM__ADD(&e->completion_gen, 1);
-    adsm__futex_wake_all(&e->completion_gen);
+    adsm__emu_lose(e, ADSM__LOAD(&e->quitting) ? NULL : "the emulated device process exited");
     return NULL;
 }
 
@@ -455,10 +461,16 @@ ADSM__PRIVATE adsm_result adsm__emu_synchronize(void *ctx) {
 /* ---- parent: commands ------------------------------------------------------------------- */
 ADSM__PRIVATE adsm_result adsm__emu_send(adsm__emu *e, const struct adsm__emu_msg *m, size_t len) {
     if (ADSM__LOAD(&e->lost)) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
+    int fd = adsm__own_fd_get(&e->sock);
+    if (fd < 0) { /* the program closed it (a daemon closing every descriptor after adsm_init) */
+        adsm__emu_lose(e, "the program closed the emulated device's socket");
+        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the program closed the emulated device's socket");
+    }
     for (;;) {
-        ssize_t n = send(e->sock, m, len, MSG_NOSIGNAL);
+        ssize_t n = send(fd, m, len, MSG_NOSIGNAL);
         if (n == (ssize_t)len) return ADSM_OK;
         if (n < 0 && errno == EINTR) continue;
+        adsm__emu_lose(e, "cannot reach the emulated device");
         return adsm__fail(ADSM_ERROR_DEVICE_LOST, "cannot reach the emulated device: %s", strerror(errno));
     }
 }
@@ -486,7 +498,8 @@ ADSM__PRIVATE adsm_result adsm__emu_dev_alloc(void *ctx, uintptr_t dev, size_t s
 ADSM__PRIVATE void adsm__emu_dev_discard(void *ctx, uintptr_t dev, size_t n) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_unback(e, dev, n);
-    if (fallocate(e->devfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(dev - e->base), (off_t)n) != 0)
+    int fd = adsm__own_fd_get(&e->devfd);
+    if (fd < 0 || fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(dev - e->base), (off_t)n) != 0)
         memset(e->window + (dev - e->base), 0, n);
 }
 
@@ -535,15 +548,17 @@ ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
     ADSM__STORE(&e->quitting, 1);
     adsm__queue_stop(&e->queue); /* runs the jobs still queued first */
-    if (e->sock >= 0) shutdown(e->sock, SHUT_RDWR);
+    int sock = adsm__own_fd_get(&e->sock);
+    if (sock >= 0) shutdown(sock, SHUT_RDWR);
+    else if (e->child > 0) kill(e->child, SIGKILL); /* ends the completion thread's recv */
     if (e->completion_started) pthread_join(e->completion_thread, NULL);
     if (e->child > 0) {
         kill(e->child, SIGKILL);
         while (waitpid(e->child, NULL, 0) < 0 && errno == EINTR) {}
     }
-    if (e->sock >= 0) close(e->sock);
+    adsm__own_fd_close(&e->sock);
     if (e->window) munmap(e->window, e->half);
-    if (e->devfd >= 0) close(e->devfd);
+    adsm__own_fd_close(&e->devfd);
     free(e->backed);
     free(e->completion_msg);
     adsm__device_error_destroy(&e->errors);
@@ -555,7 +570,7 @@ ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
  * find it closed. */
 ADSM__PRIVATE int adsm__emu_device_ready(adsm__emu *e) {
     for (;;) {
-        ssize_t n = recv(e->sock, &e->msg, sizeof e->msg, 0);
+        ssize_t n = recv(e->sock.fd, &e->msg, sizeof e->msg, 0);
         if (n < 0 && errno == EINTR) continue;
         return n > 0 && e->msg.type == ADSM__EMU_READY;
     }
@@ -574,14 +589,14 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     /* one device: kernels may follow stored pointers into objects they do not name, so they keep
      * their issue order unless the program asks for streams (emu_streams.h) */
     e->streams = rt->cfg.streams ? rt->cfg.streams : rt->cfg.emu_devices > 1 ? ADSM__DEFAULT_STREAMS : 1;
-    e->sock = -1;
+    e->sock.fd = -1;
     adsm__device_error_init(&e->errors);
-    e->devfd = adsm__memfd("adsm-emu-device", e->half);
-    if (e->devfd < 0) {
+    adsm__own_fd_set(&e->devfd, adsm__memfd("adsm-emu-device", e->half));
+    if (e->devfd.fd < 0) {
         adsm__emu_shutdown(e);
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: memfd_create failed: %s", strerror(errno));
     }
-    e->window = (unsigned char *)mmap(NULL, e->half, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, e->devfd, 0);
+    e->window = (unsigned char *)mmap(NULL, e->half, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, e->devfd.fd, 0);
     if (e->window == MAP_FAILED) {
         e->window = NULL;
         adsm__emu_shutdown(e);
@@ -600,7 +615,7 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
         adsm__emu_device_main(e, sv[1]);
     }
     close(sv[1]);
-    e->sock = sv[0];
+    adsm__own_fd_set(&e->sock, sv[0]);
     if (pid < 0) {
         adsm__emu_shutdown(e);
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: fork failed: %s", strerror(errno));

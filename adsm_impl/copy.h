@@ -23,7 +23,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4
@@ -45,9 +44,7 @@ typedef struct adsm__filler {
     adsm__fill_pair pair[ADSM__FILL_PAIRS];
     unsigned char *slots; /* one mapping holding every slot; NULL before initialisation */
     size_t page;
-    int procmem_fd;       /* /proc/self/mem, or -1 */
-    dev_t procmem_dev;    /* what it was when opened: the program may close the descriptor and */
-    ino_t procmem_ino;    /* open a file at its number, which must never receive device bytes */
+    adsm__own_fd procmem; /* /proc/self/mem, or -1 (never written once the program closed it) */
 } adsm__filler;
 
 /* Where the bytes of a fill went; the caller adds them to adsm_stats. */
@@ -73,26 +70,12 @@ typedef struct adsm__fetch_ops {
 
 #define ADSM__FILL_BYTES ((size_t)ADSM__FILL_PAIRS * 2 * ADSM__FILL_SLOT)
 
-/* Whether the descriptor is still adsm's /proc/self/mem. A program that closed it (a daemon
- * closing everything after adsm_init) loses the fallback for good: adsm never writes through a
- * number that may be the program's file now, nor opens a descriptor the program does not expect. */
-ADSM__PRIVATE int adsm__procmem_still_ours(adsm__filler *f) {
-    int fd = ADSM__LOAD(&f->procmem_fd);
-    struct stat st;
-    if (fd < 0) return 0;
-    if (fstat(fd, &st) == 0 && st.st_dev == f->procmem_dev && st.st_ino == f->procmem_ino) return 1;
-    ADSM__STORE(&f->procmem_fd, -1); /* not closed: the number is not adsm's any more */
-    return 0;
-}
-
 /* Normal context. 0, or -1 when the slots cannot be mapped (errno says why). Without
  * /proc/self/mem the filler still works (pieces smaller than a huge page are moved by pages). */
 ADSM__PRIVATE int adsm__filler_init(adsm__filler *f, size_t page) {
     memset(f, 0, sizeof *f);
     f->page = page;
-    f->procmem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-    struct stat st;
-    if (f->procmem_fd >= 0 && fstat(f->procmem_fd, &st) == 0) f->procmem_dev = st.st_dev, f->procmem_ino = st.st_ino;
+    adsm__own_fd_set(&f->procmem, open("/proc/self/mem", O_RDWR | O_CLOEXEC));
     void *s = adsm__map_aligned(ADSM__FILL_BYTES, ADSM__HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
     if (s == MAP_FAILED) return -1;
     madvise(s, ADSM__FILL_BYTES, MADV_HUGEPAGE);
@@ -106,9 +89,9 @@ ADSM__PRIVATE int adsm__filler_init(adsm__filler *f, size_t page) {
 
 ADSM__PRIVATE void adsm__filler_release(adsm__filler *f) {
     if (f->slots) munmap(f->slots, ADSM__FILL_BYTES);
-    if (adsm__procmem_still_ours(f)) close(f->procmem_fd);
+    adsm__own_fd_close(&f->procmem);
     memset(f, 0, sizeof *f);
-    f->procmem_fd = -1;
+    f->procmem.fd = -1;
 }
 
 /* Moves the n staged bytes in the pair's slot[0] over [dst, dst + n) (page-aligned, n a multiple
@@ -133,7 +116,8 @@ ADSM__PRIVATE int adsm__filler_move(adsm__fill_pair *p, uintptr_t dst, size_t n,
 
 /* Fills a protected piece through /proc/self/mem from plain memory. 0 or -1. */
 ADSM__PRIVATE int adsm__filler_force(adsm__filler *f, uintptr_t dst, const void *src, size_t n) {
-    return adsm__procmem_still_ours(f) ? adsm__pwrite_full(f->procmem_fd, src, n, dst) : -1;
+    int fd = adsm__own_fd_get(&f->procmem);
+    return fd >= 0 ? adsm__pwrite_full(fd, src, n, dst) : -1;
 }
 
 /* One piece of at most one slot, with the pair held: fetch into the staging slot, then move it

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -139,6 +140,39 @@ ADSM__PRIVATE int adsm__memfd(const char *name, size_t size) {
         return -1;
     }
     return fd;
+}
+
+/* A descriptor adsm opened, and which file it was. A program may close it behind adsm's back (a
+ * daemon closing everything after adsm_init) and open a file that gets its number: adsm must
+ * never write, punch or close that file. Signal-safe (fstat). */
+typedef struct adsm__own_fd {
+    int fd; /* -1: none, or no longer adsm's */
+    dev_t dev;
+    ino_t ino;
+} adsm__own_fd;
+
+ADSM__PRIVATE void adsm__own_fd_set(adsm__own_fd *o, int fd) {
+    struct stat st;
+    o->fd = fd >= 0 && fstat(fd, &st) == 0 ? fd : -1;
+    if (o->fd >= 0) o->dev = st.st_dev, o->ino = st.st_ino;
+    else if (fd >= 0) close(fd);
+}
+
+/* The descriptor while it is still the file adsm opened, else -1 (for good: the number is not
+ * adsm's any more, and the descriptor is never closed by adsm). */
+ADSM__PRIVATE int adsm__own_fd_get(adsm__own_fd *o) {
+    int fd = ADSM__LOAD(&o->fd);
+    struct stat st;
+    if (fd < 0) return -1;
+    if (fstat(fd, &st) == 0 && st.st_dev == o->dev && st.st_ino == o->ino) return fd;
+    ADSM__STORE(&o->fd, -1);
+    return -1;
+}
+
+ADSM__PRIVATE void adsm__own_fd_close(adsm__own_fd *o) {
+    int fd = adsm__own_fd_get(o);
+    if (fd >= 0) close(fd);
+    o->fd = -1;
 }
 
 /* Closes every descriptor from 3 up except `keep`: a process forked off the program (the emu

@@ -108,7 +108,7 @@ typedef struct adsm__runtime {
 
 static adsm__runtime adsm__rt = {
     .init_mutex = PTHREAD_MUTEX_INITIALIZER, .launch_mutex = PTHREAD_MUTEX_INITIALIZER,
-    .fill = {.procmem_fd = -1}, .protection = {.uffd = -1}};
+    .fill = {.procmem = {.fd = -1}}, .protection = {.uffd = -1}};
 
 ADSM__PRIVATE int adsm__ready(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY; }
 

@@ -803,8 +803,8 @@ Test(cuda_double, same_address_by_moving_the_host_reservation) {
 Test(cuda_double, downloads_without_proc_self_mem) {
     init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
     attach();
-    close(adsm__rt.fill.procmem_fd);
-    adsm__rt.fill.procmem_fd = -1;
+    close(adsm__rt.fill.procmem.fd);
+    adsm__rt.fill.procmem.fd = -1;
     run_vadd(200000);
     adsm_shutdown();
 }

@@ -93,8 +93,8 @@ ParameterizedTestParameters(copy, readers_never_see_a_half_filled_block) {
 ParameterizedTest(race_case *rc, copy, readers_never_see_a_half_filled_block) {
     init(TEST_DEVICE_BACKEND, rc->protocol, rc->block, 0);
     if (rc->without_procmem) {
-        close(adsm__rt.fill.procmem_fd);
-        adsm__rt.fill.procmem_fd = -1;
+        close(adsm__rt.fill.procmem.fd);
+        adsm__rt.fill.procmem.fd = -1;
     }
     size_t size = 4 * MIB, n = size / sizeof(int32_t);
     race r;
@@ -196,7 +196,7 @@ Test(copy, a_range_starting_inside_a_huge_page) {
  * every byte home (whole pages moved instead of forced). */
 Test(copy, a_file_at_the_number_of_proc_self_mem_is_never_written) {
     init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_LAZY, 64 * KIB, 0);
-    int procmem = adsm__rt.fill.procmem_fd;
+    int procmem = adsm__rt.fill.procmem.fd;
     cr_assert_geq(procmem, 0);
     int file = memfd_create("program-file", 0); /* tmpfs: writes at any offset would land */
     cr_assert_geq(file, 0);

@@ -105,9 +105,9 @@ Test(limits, no_descriptor_left_at_init) {
  * opened first at init, so a descriptor limit cannot take it away alone: the test closes it. */
 Test(limits, without_proc_self_mem) {
     cr_assert_eq(init_emu(), ADSM_OK, "%s", adsm_last_error());
-    cr_assert_geq(adsm__rt.fill.procmem_fd, 0);
-    close(adsm__rt.fill.procmem_fd);
-    adsm__rt.fill.procmem_fd = -1;
+    cr_assert_geq(adsm__rt.fill.procmem.fd, 0);
+    close(adsm__rt.fill.procmem.fd);
+    adsm__rt.fill.procmem.fd = -1;
     round_trip(50000);
     adsm_shutdown();
 }

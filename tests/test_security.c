@@ -61,7 +61,7 @@ Test(security, memory_is_private_or_an_unnamed_memfd) {
     /* the device memory: a memfd, reachable by no path */
     adsm__emu *e = (adsm__emu *)adsm__rt.be_ctx;
     char link[64], target[256] = "";
-    snprintf(link, sizeof link, "/proc/self/fd/%d", e->devfd);
+    snprintf(link, sizeof link, "/proc/self/fd/%d", e->devfd.fd);
     cr_assert_gt(readlink(link, target, sizeof target - 1), 0);
     cr_assert(strncmp(target, "/memfd:", 7) == 0, "device memory is %s", target);
     /* every descriptor adsm opened is the memfd, its socket or /proc/self/mem: no file by path */
@@ -87,19 +87,19 @@ Test(security, device_socket_is_unnamed_and_private) {
     struct sockaddr_un addr;
     socklen_t len = sizeof addr;
     memset(&addr, 0, sizeof addr);
-    cr_assert_eq(getsockname(e->sock, (struct sockaddr *)&addr, &len), 0);
+    cr_assert_eq(getsockname(e->sock.fd, (struct sockaddr *)&addr, &len), 0);
     cr_assert_eq(addr.sun_family, AF_UNIX);
     cr_assert(len <= offsetof(struct sockaddr_un, sun_path), "the socket has a name (%u bytes)", (unsigned)len);
     struct ucred peer;
     socklen_t plen = sizeof peer;
-    cr_assert_eq(getsockopt(e->sock, SOL_SOCKET, SO_PEERCRED, &peer, &plen), 0);
+    cr_assert_eq(getsockopt(e->sock.fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen), 0);
     /* a socket pair: both ends were made by this process before the fork, none came from
      * outside (connect() needs a name, and there is none) */
     cr_assert_eq(peer.pid, getpid(), "the socket's other end was made by this process");
     cr_assert_eq(peer.uid, getuid());
     struct sockaddr_un other;
     socklen_t olen = sizeof other;
-    cr_assert_eq(getpeername(e->sock, (struct sockaddr *)&other, &olen), 0);
+    cr_assert_eq(getpeername(e->sock.fd, (struct sockaddr *)&other, &olen), 0);
     cr_assert(olen <= offsetof(struct sockaddr_un, sun_path), "the other end has a name");
     adsm_shutdown();
 }
