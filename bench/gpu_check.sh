@@ -73,6 +73,18 @@ if ! loader_finds 'libnvrtc.so.[0-9]*'; then
     if [[ -n $nvrtc ]]; then
         export LD_LIBRARY_PATH=$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         nvrtc_note="$nvrtc (its folder added to LD_LIBRARY_PATH)"
+    elif compgen -G ".gpu_kit/nvrtc/libnvrtc.so.*.xz" > /dev/null; then
+        # none here: the toolkit's NVRTC that bench/gpu_kit.sh packed (xz, or Python's lzma)
+        dir=$(cd "$out" && pwd)/kit/nvrtc
+        mkdir -p "$dir"
+        for z in .gpu_kit/nvrtc/*.xz; do
+            lib=$dir/$(basename "$z" .xz)
+            xz -dc "$z" > "$lib" 2> /dev/null ||
+                python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$z" > "$lib"
+        done
+        nvrtc=$(ls "$dir"/libnvrtc.so.[0-9]* | head -1)
+        export LD_LIBRARY_PATH=$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        nvrtc_note="none on this machine: $(basename "$nvrtc") from .gpu_kit, unpacked into $dir"
     else
         nvrtc_note="none found: single-source kernels will fail (set ADSM_NVRTC_LIBRARY)"
     fi

@@ -4,7 +4,10 @@
 # suites) with the shared libraries Criterion loads, downloaded (not installed) into .gpu_kit/
 # (ignored by git). Run it on a machine that reaches the Debian archive, take .gpu_kit/ along, and
 # bench/gpu_check.sh unpacks it into bench/results/kit/ and builds against it, without touching
-# the system (nothing is installed there). About 5 MB.
+# the system (nothing is installed there). About 5 MB; plus, xz-compressed (about 32 MB), the
+# NVRTC of this machine's CUDA toolkit, for a GPU machine without one: gpu_check.sh unpacks it only
+# where the loader and the usual folders find no NVRTC (adsm uses it where the driver's major
+# version is at least the toolkit's, and says so otherwise).
 #
 #   bench/gpu_kit.sh            then copy the repository (with .gpu_kit/) to the GPU machine
 set -euo pipefail
@@ -24,3 +27,14 @@ rm -f .gpu_kit/*.deb
 n=$(ls .gpu_kit/*.deb 2>/dev/null | wc -l)
 ((n == ${#packages[@]})) || { echo "gpu_kit: got $n of ${#packages[@]} packages (apt-get update first?)" >&2; exit 1; }
 echo "gpu_kit: $n packages, $(du -sh .gpu_kit | cut -f1), in .gpu_kit/" >&2
+nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so.[0-9]* 2>/dev/null | grep -v alt | sort -V | tail -1)
+if [[ -n $nvrtc ]]; then
+    mkdir -p .gpu_kit/nvrtc
+    rm -f .gpu_kit/nvrtc/*.xz
+    for lib in "$nvrtc" $(ls /usr/local/cuda/lib64/libnvrtc-builtins.so.[0-9]*.[0-9]* 2>/dev/null | sort -V | tail -1); do
+        xz -6 -T2 -c "$lib" > ".gpu_kit/nvrtc/$(basename "$lib").xz"
+    done
+    echo "gpu_kit: NVRTC $(basename "$nvrtc"), $(du -sh .gpu_kit/nvrtc | cut -f1) compressed, in .gpu_kit/nvrtc/" >&2
+else
+    echo "gpu_kit: no NVRTC in /usr/local/cuda/lib64: the GPU machine must have its own" >&2
+fi
