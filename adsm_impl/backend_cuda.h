@@ -40,7 +40,9 @@ typedef struct adsm__cu_api {
 typedef struct adsm__nvrtc_api {
 #define ADSM__NVRTC_FIELD(name, ret, params) adsm__pfn_##name name;
     ADSM__NVRTC_FUNCS(ADSM__NVRTC_FIELD)
+    ADSM__NVRTC_CUBIN_FUNCS(ADSM__NVRTC_FIELD) /* NULL where this NVRTC has none */
 #undef ADSM__NVRTC_FIELD
+    int major, minor;
 } adsm__nvrtc_api;
 
 enum { ADSM__CMD_H2D = 1, ADSM__CMD_D2H, ADSM__CMD_D2D, ADSM__CMD_MEMSET, ADSM__CMD_LAUNCH, ADSM__CMD_MAP,
@@ -1189,9 +1191,25 @@ ADSM__PRIVATE size_t adsm__nvrtc_names(int driver_version, char (*names)[32], si
 }
 
 /* Pure: whether an NVRTC of this major version may be used with the driver. Sonames carry the
- * major alone, so that is what the choice goes by; a newer minor of the driver's own major is
- * kept with a warning (the driver may still refuse its PTX: adsm__nvrtc_open says so). */
+ * major alone, so that is what the choice goes by; a newer minor of the driver's own major
+ * compiles to cubins (adsm__nvrtc_wants_cubin). */
 ADSM__PRIVATE int adsm__nvrtc_fits(int major, int driver_version) { return major <= driver_version / 1000; }
+
+/* Pure: whether NVRTC major.minor should compile to a cubin for the driver rather than to PTX.
+ * The driver refuses PTX of an ISA newer than its own (CUDA_ERROR_UNSUPPORTED_PTX_VERSION): an
+ * NVRTC of a later minor release of the driver's major emits such PTX. Cubins built by any minor
+ * release of a major load on every driver of that major (minor version compatibility), so that
+ * case gets a cubin for the device's own architecture. PTX otherwise: it also runs on GPUs newer
+ * than the NVRTC (the driver compiles it). */
+ADSM__PRIVATE int adsm__nvrtc_wants_cubin(int major, int minor, int driver_version) {
+    return major == driver_version / 1000 && minor > driver_version % 1000 / 10;
+}
+
+/* Whether this runtime's NVRTC compiles to cubins (adsm__nvrtc_wants_cubin, and it can). */
+ADSM__PRIVATE int adsm__nvrtc_cubin(const adsm__cuda *c) {
+    return c->nvrtc.nvrtcGetCUBINSize && c->nvrtc.nvrtcGetCUBIN &&
+           adsm__nvrtc_wants_cubin(c->nvrtc.major, c->nvrtc.minor, c->driver_version);
+}
 
 /* dlopen's one NVRTC and fills api with its entry points: the handle, or NULL. */
 ADSM__PRIVATE void *adsm__nvrtc_load(const char *name, adsm__nvrtc_api *api) {
@@ -1203,6 +1221,10 @@ ADSM__PRIVATE void *adsm__nvrtc_load(const char *name, adsm__nvrtc_api *api) {
     }
     ADSM__NVRTC_FUNCS(ADSM__NVRTC_RESOLVE)
 #undef ADSM__NVRTC_RESOLVE
+    if (lib) {
+        *(void **)&api->nvrtcGetCUBINSize = dlsym(lib, "nvrtcGetCUBINSize");
+        *(void **)&api->nvrtcGetCUBIN = dlsym(lib, "nvrtcGetCUBIN");
+    }
     return lib;
 }
 
@@ -1228,6 +1250,8 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
             dlclose(lib);
             continue;
         }
+        api.major = major;
+        api.minor = minor;
         c->nvrtc = api;
         c->nvrtc_lib = lib;
         snprintf(c->nvrtc_name, sizeof c->nvrtc_name, "NVRTC %d.%d (%s)", major, minor, name);
@@ -1238,13 +1262,49 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_open(adsm__cuda *c) {
                           "ADSM_NVRTC_LIBRARY",
                           dv / 1000, dv % 1000 / 10, configured[0] ? configured : names[0],
                           configured[0] || n < 2 ? "" : " ... ", configured[0] || n < 2 ? "" : names[n - 1], refused);
-    int newer = major * 1000 + minor * 10 > dv;
-    adsm__log(newer ? ADSM_LOG_WARN : ADSM_LOG_INFO, "cuda: %s for a CUDA %d.%d driver%s", c->nvrtc_name, dv / 1000,
-              dv % 1000 / 10, newer ? ": newer than the driver, which may refuse its PTX (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)" : "");
+    int newer = major * 1000 + minor * 10 > dv, cubin = adsm__nvrtc_cubin(c);
+    adsm__log(newer && !cubin ? ADSM_LOG_WARN : ADSM_LOG_INFO, "cuda: %s for a CUDA %d.%d driver%s", c->nvrtc_name,
+              dv / 1000, dv % 1000 / 10,
+              cubin ? ": newer than the driver, so kernels are compiled to cubins (sm_XY), which it loads"
+              : newer ? ": newer than the driver, which may refuse its PTX (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)" : "");
     return ADSM_OK;
 }
 
-/* CUDA C -> PTX for this device's architecture. *ptx is malloc'ed. */
+/* The architecture NVRTC compiles for: compute_XY (PTX) or sm_XY (a cubin). */
+ADSM__PRIVATE void adsm__nvrtc_arch(const adsm__cuda *c, char *out, size_t n) {
+    snprintf(out, n, "--gpu-architecture=%s_%d%d", adsm__nvrtc_cubin(c) ? "sm" : "compute", c->cc_major, c->cc_minor);
+}
+
+/* A compiled module image (PTX, NUL-terminated, or a cubin) and its size. */
+ADSM__PRIVATE adsm__image *adsm__image_new(size_t size) {
+    adsm__image *im = (adsm__image *)malloc(sizeof *im + size + 1);
+    if (!im) return NULL;
+    im->size = size;
+    im->bytes = (unsigned char *)(im + 1);
+    im->bytes[size] = 0;
+    return im;
+}
+
+ADSM__PRIVATE adsm__image *adsm__image_dup(const adsm__image *im) {
+    adsm__image *copy = im ? adsm__image_new(im->size) : NULL;
+    if (copy) memcpy(copy->bytes, im->bytes, im->size);
+    return copy;
+}
+
+/* The compiled program's image: its cubin where adsm__nvrtc_cubin, else its PTX. NULL on failure. */
+ADSM__PRIVATE adsm__image *adsm__nvrtc_image(adsm__cuda *c, adsm__nvrtc_program prog) {
+    int cubin = adsm__nvrtc_cubin(c);
+    size_t size = 0;
+    if ((cubin ? c->nvrtc.nvrtcGetCUBINSize(prog, &size) : c->nvrtc.nvrtcGetPTXSize(prog, &size)) != 0) return NULL;
+    adsm__image *im = adsm__image_new(size);
+    if (im && (cubin ? c->nvrtc.nvrtcGetCUBIN(prog, (char *)im->bytes) : c->nvrtc.nvrtcGetPTX(prog, (char *)im->bytes)) != 0) {
+        free(im);
+        im = NULL;
+    }
+    return im;
+}
+
+/* CUDA C -> PTX or a cubin for this device's architecture. *image is malloc'ed. */
 /* Copies a compiler log into out (of size n), its error lines first: the message a program gets
  * is short, and warnings about the prelude must not push the line that matters out of it. */
 ADSM__PRIVATE void adsm__errors_first(const char *log, char *out, size_t n) {
@@ -1268,13 +1328,13 @@ ADSM__PRIVATE void adsm__errors_first(const char *log, char *out, size_t n) {
 }
 
 ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source, const char *const *options,
-                                              const char *file, const char *what, char **ptx) {
+                                              const char *file, const char *what, adsm__image **image) {
     adsm_result r = adsm__nvrtc_open(c);
     if (r != ADSM_OK) return r;
     c->nvrtc_compiles++;
     const char **opts = NULL; /* stb_ds array: the architecture, then every option given */
     char arch[64];
-    snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d%d", c->cc_major, c->cc_minor);
+    adsm__nvrtc_arch(c, arch, sizeof arch);
     stbds_arrput(opts, arch);
     for (; options && *options; options++) stbds_arrput(opts, *options);
     adsm__nvrtc_program prog = NULL;
@@ -1286,7 +1346,6 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
     }
     nr = c->nvrtc.nvrtcCompileProgram(prog, (int)stbds_arrlen(opts), opts);
     stbds_arrfree(opts);
-    size_t size = 0;
     if (nr != ADSM__NVRTC_SUCCESS) {
         char log[700] = "";
         size_t log_size = 0;
@@ -1296,11 +1355,8 @@ ADSM__PRIVATE adsm_result adsm__nvrtc_compile(adsm__cuda *c, const char *source,
             free(full);
         }
         r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "%s: NVRTC: %s\n%s", what, c->nvrtc.nvrtcGetErrorString(nr), log);
-    } else if (c->nvrtc.nvrtcGetPTXSize(prog, &size) != 0 || !(*ptx = (char *)malloc(size + 1)) ||
-               c->nvrtc.nvrtcGetPTX(prog, *ptx) != 0) {
-        r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "%s: NVRTC produced no PTX", what);
-    } else {
-        (*ptx)[size] = 0;
+    } else if (!(*image = adsm__nvrtc_image(c, prog))) {
+        r = adsm__fail(ADSM_ERROR_INVALID_MODULE, "%s: NVRTC produced no %s", what, adsm__nvrtc_cubin(c) ? "cubin" : "PTX");
     }
     c->nvrtc.nvrtcDestroyProgram(&prog);
     return r;
@@ -1335,31 +1391,35 @@ ADSM__PRIVATE adsm_result adsm__cuda_module_add(adsm__cuda *c, const void *image
 /* What a compiled source's PTX depends on, as one string (malloc'ed, or NULL): the architecture,
  * the options, the text. */
 ADSM__PRIVATE char *adsm__cuda_source_key(const adsm__cuda *c, const char *source, const char *const *options) {
-    size_t n = strlen(source) + 32;
+    size_t n = strlen(source) + 80;
     for (const char *const *o = options; o && *o; o++) n += strlen(*o) + 1;
     char *key = (char *)malloc(n), *at = key;
     if (!key) return NULL;
-    at += sprintf(at, "compute_%d%d\n", c->cc_major, c->cc_minor);
+    char arch[64];
+    adsm__nvrtc_arch(c, arch, sizeof arch);
+    at += sprintf(at, "%s\n", arch);
     for (const char *const *o = options; o && *o; o++) at += sprintf(at, "%s\n", *o);
     sprintf(at, "\n%s", source);
     return key;
 }
 
-/* CUDA C -> PTX, once per architecture, options and text in the process: a second GPU of the same
- * generation (adsm_module_load_source loads into every GPU) or a later adsm_init reuses it. */
-ADSM__PRIVATE adsm_result adsm__cuda_source_ptx(adsm__cuda *c, const char *source, const char *const *options,
-                                                char **ptx) {
+/* CUDA C -> PTX or cubin, once per architecture, options and text in the process: a second GPU of
+ * the same generation (adsm_module_load_source loads into every GPU) or a later adsm_init reuses
+ * it. NVRTC is opened first: which kind of image it makes is part of the key. */
+ADSM__PRIVATE adsm_result adsm__cuda_source_image(adsm__cuda *c, const char *source, const char *const *options,
+                                                  adsm__image **image) {
+    adsm_result r = adsm__nvrtc_open(c);
+    if (r != ADSM_OK) return r;
     char *key = adsm__cuda_source_key(c, source, options);
     if (!key) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_module_load_source: out of memory");
     adsm__lock(&c->rt->lock);
     /* the map keeps copies of its keys (set before the first lookup, which creates the map) */
     if (!c->rt->source_images) stbds_sh_new_strdup(c->rt->source_images);
     ptrdiff_t at = stbds_shgeti(c->rt->source_images, key);
-    *ptx = at >= 0 ? strdup(c->rt->source_images[at].value) : NULL;
+    *image = at >= 0 ? adsm__image_dup(c->rt->source_images[at].value) : NULL;
     adsm__unlock(&c->rt->lock);
-    adsm_result r = ADSM_OK;
-    if (!*ptx) r = adsm__nvrtc_compile(c, source, options, "adsm_module.cu", "adsm_module_load_source", ptx);
-    char *kept = r == ADSM_OK && at < 0 ? strdup(*ptx) : NULL;
+    if (!*image) r = adsm__nvrtc_compile(c, source, options, "adsm_module.cu", "adsm_module_load_source", image);
+    adsm__image *kept = r == ADSM_OK && at < 0 ? adsm__image_dup(*image) : NULL;
     if (kept) {
         adsm__lock(&c->rt->lock);
         if (stbds_shgeti(c->rt->source_images, key) < 0) stbds_shput(c->rt->source_images, key, kept);
@@ -1373,18 +1433,18 @@ ADSM__PRIVATE adsm_result adsm__cuda_source_ptx(adsm__cuda *c, const char *sourc
 ADSM__PRIVATE adsm_result adsm__cuda_module_load(void *ctx, const void *image, size_t size, int source,
                                                  const char *const *options) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    char *ptx = NULL;
+    adsm__image *compiled = NULL;
     adsm_result r = ADSM_OK;
     (void)size;
     pthread_mutex_lock(&c->module_mutex); /* NVRTC runs outside the runtime lock: it takes seconds */
-    if (source) r = adsm__cuda_source_ptx(c, (const char *)image, options, &ptx);
+    if (source) r = adsm__cuda_source_image(c, (const char *)image, options, &compiled);
     if (r == ADSM_OK) {
         adsm__lock(&c->rt->lock);
-        r = adsm__cuda_module_add(c, ptx ? ptx : image);
+        r = adsm__cuda_module_add(c, compiled ? compiled->bytes : image);
         adsm__unlock(&c->rt->lock);
     }
     pthread_mutex_unlock(&c->module_mutex);
-    free(ptx);
+    free(compiled);
     return r;
 }
 
@@ -1454,11 +1514,11 @@ ADSM__PRIVATE int adsm__cuda_module_has(adsm__cuda *c, const char *name) {
     return fn != NULL;
 }
 
-/* Normal context, runtime lock held: loads a single-source kernel's PTX and remembers its function. */
-ADSM__PRIVATE adsm_result adsm__cuda_single_add(adsm__cuda *c, const adsm_kernel_desc *k, const char *ptx) {
+/* Normal context, runtime lock held: loads a single-source kernel's image and remembers its function. */
+ADSM__PRIVATE adsm_result adsm__cuda_single_add(adsm__cuda *c, const adsm_kernel_desc *k, const adsm__image *image) {
     adsm__cu_module m = NULL;
     adsm__cu_function fn = NULL;
-    adsm_result r = adsm__cuda_module_image(c, ptx, &m);
+    adsm_result r = adsm__cuda_module_image(c, image->bytes, &m);
     if (r != ADSM_OK) return r;
     stbds_arrput(c->ss_modules, m);
     adsm__cu_context prev = adsm__cuda_enter(c);
@@ -1472,12 +1532,12 @@ ADSM__PRIVATE adsm_result adsm__cuda_single_add(adsm__cuda *c, const adsm_kernel
     return ADSM_OK;
 }
 
-/* The key of a kernel's PTX in rt->kernel_images: its descriptor and the architecture it was
+/* The key of a kernel's image in rt->kernel_images: its descriptor and the architecture it was
  * compiled for (PTX for compute_90 does not load on a compute 8.x GPU, so a node with GPUs of two
- * generations compiles once for each). Bits 48-61 are free in a descriptor's key. */
+ * generations compiles once for each), cubin or PTX. Bits 48-61 are free in a descriptor's key. */
 ADSM__PRIVATE uint64_t adsm__cuda_image_key(const adsm__cuda *c, const adsm_kernel_desc *k) {
-    uint64_t arch = (uint64_t)(c->cc_major * 10 + c->cc_minor) & 0x3fff;
-    return adsm__cuda_kernel_key(k) | arch << 48;
+    uint64_t arch = (uint64_t)(c->cc_major * 10 + c->cc_minor) & 0x1fff;
+    return adsm__cuda_kernel_key(k) | (arch | (uint64_t)adsm__nvrtc_cubin(c) << 13) << 48;
 }
 
 /* NVRTC, with unannotated functions (the ADSM_SHARED helpers) compiled for the device. */
@@ -1486,27 +1546,28 @@ ADSM__PRIVATE adsm_result adsm__cuda_single_compile(adsm__cuda *c, const adsm_ke
     char file[300], what[300];
     snprintf(file, sizeof file, "%s.cu", k->name);
     snprintf(what, sizeof what, "kernel '%s' (ADSM_KERNEL_DEF)", k->name);
+    adsm_result r = adsm__nvrtc_open(c); /* which kind of image it makes is part of the key */
+    if (r != ADSM_OK) return r;
     uint64_t key = adsm__cuda_image_key(c, k);
     adsm__lock(&c->rt->lock);
     /* compiled for another GPU of this architecture, or under an earlier adsm_init */
     ptrdiff_t at = stbds_hmgeti(c->rt->kernel_images, key);
-    char *ptx = at >= 0 ? strdup(c->rt->kernel_images[at].value) : NULL;
+    adsm__image *image = at >= 0 ? adsm__image_dup(c->rt->kernel_images[at].value) : NULL;
     adsm__unlock(&c->rt->lock);
-    adsm_result r = ADSM_OK;
-    if (!ptx) {
+    if (!image) {
         char *text = adsm__cuda_single_source(k);
         if (!text) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "%s: out of memory", what);
-        r = adsm__nvrtc_compile(c, text, options, file, what, &ptx);
+        r = adsm__nvrtc_compile(c, text, options, file, what, &image);
         free(text);
     }
     if (r == ADSM_OK) {
         adsm__lock(&c->rt->lock);
-        r = adsm__cuda_single_add(c, k, ptx);
-        char *kept = r == ADSM_OK && stbds_hmgeti(c->rt->kernel_images, key) < 0 ? strdup(ptx) : NULL;
+        r = adsm__cuda_single_add(c, k, image);
+        adsm__image *kept = r == ADSM_OK && stbds_hmgeti(c->rt->kernel_images, key) < 0 ? adsm__image_dup(image) : NULL;
         if (kept) stbds_hmput(c->rt->kernel_images, key, kept);
         adsm__unlock(&c->rt->lock);
     }
-    free(ptx);
+    free(image);
     return r;
 }
 

@@ -226,8 +226,14 @@ typedef struct adsm__nvrtc_prog_st *adsm__nvrtc_program; /* nvrtcProgram */
     X(nvrtcGetProgramLogSize, adsm__nvrtc_result, (adsm__nvrtc_program prog, size_t *size))                      \
     X(nvrtcGetProgramLog, adsm__nvrtc_result, (adsm__nvrtc_program prog, char *log))
 
+/* Optional (NVRTC 11.1+): a cubin for a real architecture (sm_XY), where PTX would not load. */
+#define ADSM__NVRTC_CUBIN_FUNCS(X)                                                                               \
+    X(nvrtcGetCUBINSize, adsm__nvrtc_result, (adsm__nvrtc_program prog, size_t *size))                           \
+    X(nvrtcGetCUBIN, adsm__nvrtc_result, (adsm__nvrtc_program prog, char *cubin))
+
 #define ADSM__NVRTC_PFN_TYPEDEF(name, ret, params) typedef ret(*adsm__pfn_##name) params;
 ADSM__NVRTC_FUNCS(ADSM__NVRTC_PFN_TYPEDEF)
+ADSM__NVRTC_CUBIN_FUNCS(ADSM__NVRTC_PFN_TYPEDEF)
 #undef ADSM__NVRTC_PFN_TYPEDEF
 
 #endif /* ADSM__CUDA_DRIVER_INCLUDED */

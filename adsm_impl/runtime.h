@@ -11,16 +11,22 @@ struct adsm__protocol_vtbl;
 
 enum { ADSM__RT_OFF = 0, ADSM__RT_READY = 1 };
 
-/* A compiled single-source kernel: descriptor key -> its PTX (cuda). */
+/* A module image NVRTC made (cuda): PTX (NUL-terminated) or a cubin, size bytes. */
+typedef struct adsm__image {
+    size_t size;
+    unsigned char *bytes; /* right after the struct, in the same allocation */
+} adsm__image;
+
+/* A compiled single-source kernel: descriptor key -> its image (cuda). */
 typedef struct adsm__kernel_image {
     uint64_t key;
-    char *value;
+    adsm__image *value;
 } adsm__kernel_image;
 
-/* A compiled adsm_module_load_source: architecture, options and CUDA C -> its PTX (cuda). */
+/* A compiled adsm_module_load_source: architecture, options and CUDA C -> its image (cuda). */
 typedef struct adsm__source_image {
     char *key;
-    char *value;
+    adsm__image *value;
 } adsm__source_image;
 
 typedef struct adsm__runtime {

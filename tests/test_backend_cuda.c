@@ -473,6 +473,49 @@ Test(cuda_nvrtc, version_check_by_major) {
     cr_assert_not(adsm__nvrtc_fits(13, 12080), "NVRTC 13 emits PTX a 12.x driver refuses");
 }
 
+/* Pure: a cubin exactly where the driver would refuse the NVRTC's PTX and would load its cubin. */
+Test(cuda_nvrtc, cubins_for_a_newer_minor_release) {
+    cr_assert(adsm__nvrtc_wants_cubin(12, 9, 12080), "NVRTC 12.9's PTX is refused by a 12.8 driver");
+    cr_assert_not(adsm__nvrtc_wants_cubin(12, 8, 12080));
+    cr_assert_not(adsm__nvrtc_wants_cubin(12, 4, 12080), "an older NVRTC's PTX loads, on newer GPUs too");
+    cr_assert_not(adsm__nvrtc_wants_cubin(13, 0, 12080), "a cubin of another major does not load either");
+    cr_assert(adsm__nvrtc_wants_cubin(13, 1, 13000));
+}
+
+typedef struct image_kind_case {
+    char nvrtc[8]; /* FAKENVRTC_VERSION, against the double's 12.8 driver */
+    char arch[40], output[8];
+} image_kind_case;
+
+ParameterizedTestParameters(cuda_nvrtc, a_newer_minor_nvrtc_compiles_to_a_cubin) {
+    static image_kind_case cases[] = {
+        {"12080", "--gpu-architecture=compute_90", "ptx"},
+        {"12050", "--gpu-architecture=compute_90", "ptx"},
+        {"12090", "--gpu-architecture=sm_90", "cubin"},
+    };
+    return cr_make_param_array(image_kind_case, cases, sizeof cases / sizeof *cases);
+}
+
+/* Both kinds of module and single-source kernel load and run; the cubin one compiles for the
+ * device's own architecture (sm_90), the PTX one for its virtual one. */
+ParameterizedTest(image_kind_case *t, cuda_nvrtc, a_newer_minor_nvrtc_compiles_to_a_cubin) {
+    setenv("FAKENVRTC_VERSION", t->nvrtc, 1);
+    void *lib = init_fake_nvrtc();
+    const char *(*option)(int);
+    const char *(*output)(void);
+    *(void **)&option = dlsym(lib, "fakenvrtc_option");
+    *(void **)&output = dlsym(lib, "fakenvrtc_output");
+    cr_assert(option && output);
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd()};
+    char *ptx = cuda_double_ptx(kernels, 1);
+    cr_assert_eq(adsm_module_load_source(ptx, NULL), ADSM_OK, "%s", adsm_last_error());
+    free(ptx);
+    cr_assert_str_eq(option(0), t->arch);
+    cr_assert_str_eq(output(), t->output);
+    run_vadd(1000);
+    adsm_shutdown();
+}
+
 /* ADSM_NVRTC_LIBRARY wins even when its NVRTC (13.0) is newer than the driver (12.8). */
 Test(cuda_nvrtc, configured_library_wins) {
     setenv("FAKENVRTC_VERSION", "13000", 1);

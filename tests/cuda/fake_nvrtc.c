@@ -3,7 +3,8 @@
  * adsm loads NVRTC with dlopen (ADSM_NVRTC_LIBRARY); pointed at this library instead, its
  * "compiler" hands the source text back as the PTX, so a test passes PTX as the source and the
  * driver double loads it. Every option of the last nvrtcCompileProgram is kept for the test to
- * read (fakenvrtc_option_count, fakenvrtc_option). nvrtcVersion answers FAKENVRTC_VERSION
+ * read (fakenvrtc_option_count, fakenvrtc_option), and whether adsm took its PTX or its "cubin"
+ * (fakenvrtc_output). nvrtcVersion answers FAKENVRTC_VERSION
  * (major*1000 + minor*10, default 13000), read at each call. Runs on whatever thread calls it;
  * one mutex guards the recorded options. */
 #include "adsm_impl/cuda_driver.h"
@@ -21,6 +22,7 @@ struct adsm__nvrtc_prog_st {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char **last_options; /* of the last compile, each strdup'ed */
 static int last_count;
+static const char *last_output = ""; /* "ptx" or "cubin": what adsm took of the last program */
 
 EXPORT adsm__nvrtc_result nvrtcVersion(int *major, int *minor) {
     const char *v = getenv("FAKENVRTC_VERSION");
@@ -75,6 +77,22 @@ EXPORT adsm__nvrtc_result nvrtcGetPTXSize(adsm__nvrtc_program prog, size_t *size
 
 EXPORT adsm__nvrtc_result nvrtcGetPTX(adsm__nvrtc_program prog, char *ptx) {
     memcpy(ptx, prog->source, strlen(prog->source) + 1);
+    pthread_mutex_lock(&mu);
+    last_output = "ptx";
+    pthread_mutex_unlock(&mu);
+    return ADSM__NVRTC_SUCCESS;
+}
+
+/* The "cubin" is the source too (the driver double reads it as PTX), recorded as a cubin. */
+EXPORT adsm__nvrtc_result nvrtcGetCUBINSize(adsm__nvrtc_program prog, size_t *size) {
+    return nvrtcGetPTXSize(prog, size);
+}
+
+EXPORT adsm__nvrtc_result nvrtcGetCUBIN(adsm__nvrtc_program prog, char *cubin) {
+    memcpy(cubin, prog->source, strlen(prog->source) + 1);
+    pthread_mutex_lock(&mu);
+    last_output = "cubin";
+    pthread_mutex_unlock(&mu);
     return ADSM__NVRTC_SUCCESS;
 }
 
@@ -101,6 +119,13 @@ EXPORT int fakenvrtc_option_count(void) {
 EXPORT const char *fakenvrtc_option(int i) {
     pthread_mutex_lock(&mu);
     const char *o = i >= 0 && i < last_count ? last_options[i] : NULL;
+    pthread_mutex_unlock(&mu);
+    return o;
+}
+
+EXPORT const char *fakenvrtc_output(void) {
+    pthread_mutex_lock(&mu);
+    const char *o = last_output;
     pthread_mutex_unlock(&mu);
     return o;
 }
