@@ -545,8 +545,12 @@ ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n) {
 
 
 /* ---- page-locked host ranges ---------------------------------------------------------------- */
-/* Signal-safe: whether [host, host + n) lies in one page-locked range. */
-ADSM__PRIVATE int adsm__cuda_is_locked(adsm__cuda *c, uintptr_t host, size_t n) {
+/* Signal-safe: whether [host, host + n) lies in one page-locked range. Page-locking is for the
+ * process (CU_MEMHOSTREGISTER_PORTABLE: every GPU's context DMAs the pages), and the first GPU's
+ * backend, which adsm__cuda_host_lock is called on, keeps the ranges: every GPU asks it, so no
+ * fetch from another GPU moves a staging slot over pinned pages (DMA would miss the object). */
+ADSM__PRIVATE int adsm__cuda_is_locked(adsm__cuda *gpu, uintptr_t host, size_t n) {
+    adsm__cuda *c = (adsm__cuda *)gpu->rt->dev_ctx[0];
     adsm__lock(&c->locked_lock);
     adsm__tree_node *r = adsm__tree_find(&c->locked, host);
     int whole = r && host + n <= r->end;
@@ -992,7 +996,7 @@ ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
     int refused = 1;
     if (node) {
         adsm__cu_context prev = adsm__cuda_enter(c);
-        refused = c->cu.cuMemHostRegister((void *)host, n, 0) != 0;
+        refused = c->cu.cuMemHostRegister((void *)host, n, ADSM__CU_MEMHOSTREGISTER_PORTABLE) != 0;
         adsm__cuda_leave(c, prev);
     }
     if (refused) {

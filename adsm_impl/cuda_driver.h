@@ -121,7 +121,8 @@ enum {
     X(CU_MEM_LOCATION_TYPE_DEVICE, 0x1)                         \
     X(CU_MEM_ALLOCATION_TYPE_PINNED, 0x1)                       \
     X(CU_MEM_ALLOC_GRANULARITY_MINIMUM, 0x0)                    \
-    X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, 0x1)
+    X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, 0x1)                \
+    X(CU_MEMHOSTREGISTER_PORTABLE, 0x01)
 
 enum {
 #define ADSM__CU_CONSTANT_ENUM(name, value) ADSM__##name = value,

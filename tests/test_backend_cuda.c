@@ -964,6 +964,50 @@ Test(cuda_double, page_locked_objects_move_without_staging) {
     adsm_shutdown();
 }
 
+/* With two GPUs the objects are page-locked once for the process (CU_MEMHOSTREGISTER_PORTABLE: a
+ * plain registration is page-locked for the registering GPU's context only, and the other's copies
+ * would be staged by the driver), and a download from the second GPU is DMA into the locked pages
+ * too: never a staging slot moved over them with mremap, which would leave the pinned pages (the
+ * ones DMA reaches) outside the object. The vector is several huge pages long, which a staging
+ * slot would move. */
+Test(cuda_double, page_locked_objects_move_without_staging_on_every_gpu) {
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
+    setenv("CUDADOUBLE_DEVICES", "2", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.devices = "all";
+    cfg.protocol = ADSM_PROTOCOL_LAZY; /* no eviction still in flight when the counts start */
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 2);
+    attach();
+    size_t n = 3 << 20; /* 12 MiB per vector */
+    float *a = adsm_alloc(n * sizeof *a), *b = adsm_alloc(n * sizeof *b), *c = adsm_alloc(n * sizeof *c);
+    cr_assert(a && b && c, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) a[i] = (float)i, b[i] = 1.0f;
+    adsm_reset_stats();
+    cudadouble_counters before = cuda_double_counters();
+    adsm_result r = ADSM_CALL_ON(1, vadd, adsm_grid_1d((uint32_t)((n + 255) / 256), 256), c, a, b, n);
+    cr_assert_eq(r, ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i += 1000) cr_assert_eq(c[i], (float)i + 1.0f, "c[%zu] = %f", i, (double)c[i]);
+    cudadouble_counters after = cuda_double_counters();
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_gt(s.d2h_bytes, 0);
+    cr_assert_eq(s.d2h_moved_bytes + s.d2h_forced_bytes, 0, "downloads from GPU 1 went through a staging slot");
+    cr_assert_eq(s.staged_bytes, 0, "adsm staged %llu bytes", (unsigned long long)s.staged_bytes);
+    cr_assert_eq(after.pageable_bytes - before.pageable_bytes, 0, "GPU 1's driver context saw pageable memory");
+    cr_assert_eq(after.registered_bytes - before.registered_bytes, s.h2d_bytes + s.d2h_bytes,
+                 "registered %llu, pageable %llu, staged %llu; adsm h2d %llu d2h %llu",
+                 after.registered_bytes - before.registered_bytes, after.pageable_bytes - before.pageable_bytes,
+                 after.staged_bytes - before.staged_bytes, (unsigned long long)s.h2d_bytes,
+                 (unsigned long long)s.d2h_bytes);
+    adsm_free(a), adsm_free(b), adsm_free(c);
+    adsm_shutdown();
+}
+
 /* Under shared addresses the host pages are device address space: the driver refuses to lock
  * them, adsm says so once and stages every copy; the results are the same. */
 Test(cuda_double, shared_addresses_stage_every_copy) {

@@ -39,7 +39,8 @@
  * destination device may read the source (counted in peer_direct_bytes), else staged.
  *
  * Page-locked memory: cuMemAllocHost memory and ranges registered with cuMemHostRegister are
- * "pinned": copies to and from them are asynchronous, and the device side of a copy (the stream
+ * "pinned" (a registration without CU_MEMHOSTREGISTER_PORTABLE for the registering context's copies
+ * only): copies to and from them are asynchronous, and the device side of a copy (the stream
  * worker) writes and reads them whatever their page protection, as a DMA engine does (through
  * /proc/self/mem). A registration may not overlap a reserved device range (the unified address
  * space has the range already) or another registration. Copies from or to pageable memory are
@@ -183,6 +184,8 @@ struct pinned {
     char *p;
     size_t size;
     bool registered; /* cuMemHostRegister (the caller's pages), not cuMemAllocHost */
+    bool portable;   /* CU_MEMHOSTREGISTER_PORTABLE: page-locked for every context */
+    struct adsm__cu_ctx_st *ctx; /* else only for copies in the registering context */
 };
 
 struct kernel_reg {
@@ -369,12 +372,15 @@ static bool host_in_resv(const void *p, size_t n) {
     return false;
 }
 
-/* The pinned range holding [p, p + n) whole, or NULL. */
-static struct pinned *host_pinned(const void *p, size_t n) {
+/* The pinned range holding [p, p + n) whole for a copy in context ctx, or NULL. A registration
+ * without CU_MEMHOSTREGISTER_PORTABLE is page-locked only for the context that made it; another
+ * context's copies treat the memory as pageable (synchronous, staged). */
+static struct pinned *host_pinned(const void *p, size_t n, const struct adsm__cu_ctx_st *ctx) {
     uintptr_t a = (uintptr_t)p;
     if (!range_ok(a, n)) return NULL;
     for (struct pinned *q = g.pinned; q; q = q->next)
-        if (a >= (uintptr_t)q->p && a + n <= (uintptr_t)q->p + q->size) return q;
+        if (a >= (uintptr_t)q->p && a + n <= (uintptr_t)q->p + q->size)
+            return !q->registered || q->portable || q->ctx == ctx ? q : NULL;
     return NULL;
 }
 
@@ -1115,7 +1121,8 @@ CUresult cuMemFreeHost(void *ptr) {
  * rounds), but it must not overlap a reserved device range or another pinned range. */
 CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
     lock();
-    CUresult r = check_ctx(NULL);
+    struct adsm__cu_ctx_st *ctx = NULL;
+    CUresult r = check_ctx(&ctx);
     uintptr_t a = (uintptr_t)ptr;
     if (!r && (!ptr || bytes == 0 || !range_ok(a, bytes) || (flags & ~0x0fu))) r = ADSM__CUDA_ERROR_INVALID_VALUE;
     if (!r && host_in_resv(ptr, bytes)) r = ADSM__CUDA_ERROR_INVALID_VALUE; /* already device addresses */
@@ -1129,6 +1136,8 @@ CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
             q->p = ptr;
             q->size = bytes;
             q->registered = true;
+            q->portable = (flags & 0x01u) != 0;
+            q->ctx = ctx;
             q->next = g.pinned;
             g.pinned = q;
             g.counters.registrations++;
@@ -1186,7 +1195,7 @@ CUresult cuMemcpyHtoDAsync(adsm__cu_deviceptr dst, const void *src, size_t bytes
     }
     op->dst = dst;
     op->n = bytes;
-    struct pinned *pinned = host_pinned(src, bytes);
+    struct pinned *pinned = host_pinned(src, bytes, ctx);
     count_host_bytes(pinned, bytes);
     if (pinned) {
         op->hsrc = src;
@@ -1233,8 +1242,8 @@ CUresult cuMemcpyDtoHAsync(void *dst, adsm__cu_deviceptr src, size_t bytes, adsm
     op->src = src;
     op->n = bytes;
     g.counters.d2h_bytes += bytes;
-    count_host_bytes(host_pinned(dst, bytes), bytes);
-    if (host_pinned(dst, bytes)) {
+    count_host_bytes(host_pinned(dst, bytes, ctx), bytes);
+    if (host_pinned(dst, bytes, ctx)) {
         op->hdst = dst;
         g.counters.d2h_async++;
         r = submit(ctx, s, op, NULL, NULL);
