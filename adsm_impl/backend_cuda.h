@@ -166,7 +166,8 @@ struct adsm__cuda {
      * by signal-context callers, all under locked_lock. */
     adsm__lock_t locked_lock;
     adsm__tree locked;
-    int lock_refused; /* the driver refused a shared object once: said so, stop asking for objects */
+    int lock_refused; /* the driver refused to lock shared objects at all: said so, stop asking */
+    int lock_short_said; /* a refusal for one allocation (out of lockable memory) was logged */
 
     /* modules and the kernels found in them (normal context, runtime lock): an stb_ds array in
      * load order, and an stb_ds map from descriptor to function, emptied when a module loads */
@@ -980,6 +981,28 @@ ADSM__PRIVATE int adsm__cuda_peer_copy(void *dst_ctx, void *src_ctx, uintptr_t d
     return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
 }
 
+/* The driver would not page-lock [.., + n). A refusal of the range itself (shared addresses: it is
+ * device address space; a system that forbids locking) holds for every object, so adsm stops
+ * asking; anything else (out of lockable memory, RLIMIT_MEMLOCK, an error left by an earlier
+ * launch) is this object's alone: its copies are staged, and the next object is tried again.
+ * Said once each, at info. */
+ADSM__PRIVATE void adsm__cuda_lock_refused(adsm__cuda *c, int object, size_t n, adsm__cu_result cr) {
+    int never = cr == ADSM__CUDA_ERROR_INVALID_VALUE || cr == ADSM__CUDA_ERROR_NOT_SUPPORTED ||
+                cr == ADSM__CUDA_ERROR_NOT_PERMITTED;
+    char text[200];
+    adsm__cu_describe(c, cr, "cuMemHostRegister", text, sizeof text);
+    if (object && never) {
+        c->lock_refused = 1;
+        adsm__log(ADSM_LOG_INFO, "cuda: the driver refused to page-lock shared memory (%s addresses: %s); copies "
+                  "go through pinned staging", c->delta ? "translated" : "shared", text);
+    } else if (!c->lock_short_said) {
+        c->lock_short_said = 1;
+        adsm__log(ADSM_LOG_INFO, "cuda: the driver would not page-lock %zu bytes of %s (%s); their copies go "
+                  "through pinned staging, and later allocations are tried again", n,
+                  object ? "a shared object" : "adsm_host_alloc memory", text);
+    }
+}
+
 /* Normal context, runtime lock not held (object_life.h). Page-locks a shared object's host pages
  * (or adsm_host_alloc memory). Under shared addresses the driver refuses (the range is device
  * address space already); after the first refusal adsm stops asking and says so. */
@@ -993,21 +1016,15 @@ ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
     /* made here, not on the engine: pinning a large object takes long, and the engine's copies
      * for other objects need not wait for it (the driver is thread-safe; no copy uses the range
      * before the object exists) */
-    int refused = 1;
+    adsm__cu_result cr = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
     if (node) {
         adsm__cu_context prev = adsm__cuda_enter(c);
-        refused = c->cu.cuMemHostRegister((void *)host, n, ADSM__CU_MEMHOSTREGISTER_PORTABLE) != 0;
+        cr = c->cu.cuMemHostRegister((void *)host, n, ADSM__CU_MEMHOSTREGISTER_PORTABLE);
         adsm__cuda_leave(c, prev);
     }
-    if (refused) {
+    if (cr != 0) {
         free(node);
-        if (object && !c->lock_refused)
-            adsm__log(ADSM_LOG_INFO, "cuda: the driver refused to page-lock shared memory (%s addresses); copies "
-                      "go through pinned staging", c->delta ? "translated" : "shared");
-        else if (!object)
-            adsm__log(ADSM_LOG_INFO, "cuda: the driver refused to page-lock %zu bytes of adsm_host_alloc memory; its "
-                      "copies go through pinned staging", n);
-        c->lock_refused |= object;
+        adsm__cuda_lock_refused(c, object, n, cr);
         return 0;
     }
     node->start = host;

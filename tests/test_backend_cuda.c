@@ -1039,6 +1039,27 @@ Test(cuda_double, locking_refused_by_the_driver_stages) {
     adsm_shutdown();
 }
 
+/* Out of lockable memory is one object's refusal, not the driver's for good: an object too large
+ * for what is left is staged (same results), and a smaller one allocated after it is locked. */
+Test(cuda_double, an_object_too_large_to_lock_leaves_later_ones_locked) {
+    setenv("CUDADOUBLE_REGISTER_BUDGET", "1048576", 1); /* read by the double at cuInit */
+    init_translated(64 << 10);
+    cudadouble_counters before = cuda_double_counters();
+    float *big = adsm_alloc(4 << 20);
+    cr_assert_not_null(big, "%s", adsm_last_error());
+    cudadouble_counters mid = cuda_double_counters();
+    cr_assert_eq(mid.registrations - before.registrations, 0, "a 4 MiB object locked within a 1 MiB budget");
+    float *small = adsm_alloc(64 << 10);
+    cr_assert_not_null(small, "%s", adsm_last_error());
+    cudadouble_counters after = cuda_double_counters();
+    cr_assert_eq(after.registrations - mid.registrations, 1, "the small object after it was not locked");
+    adsm_free(big);
+    adsm_free(small);
+    run_vadd(50000); /* three objects of 200 KB: locked too */
+    cr_assert_eq(cuda_double_counters().registrations - after.registrations, 3);
+    adsm_shutdown();
+}
+
 /* adsm_host_alloc memory is page-locked on cuda in every address placement (it is never device
  * address space): explicit copies from and to it are DMA, none of their bytes staged. */
 Test(cuda_double, host_alloc_memory_is_page_locked) {

@@ -16,7 +16,8 @@
  * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
  * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
  * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
- * driver out of lockable memory does), CUDADOUBLE_REGISTER_US_PER_MIB (microseconds a successful
+ * driver out of lockable memory does), CUDADOUBLE_REGISTER_BUDGET (bytes registrations may hold
+ * at once; one that would pass it fails with CUDA_ERROR_OUT_OF_MEMORY), CUDADOUBLE_REGISTER_US_PER_MIB (microseconds a successful
  * cuMemHostRegister spends pinning each MiB, outside the double's lock; 0), CUDADOUBLE_UNMAP_US
  * (microseconds each cuMemUnmap takes, outside the double's locks, as a real unmap waits for the
  * GPU; 0), CUDADOUBLE_KERNEL_MAX_THREADS (threads per block a kernel
@@ -211,6 +212,7 @@ static struct {
     int driver_version;
     size_t memory;
     bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets, no_peer;
+    size_t register_budget, registered_total; /* CUDADOUBLE_REGISTER_BUDGET: lockable bytes (0: no limit) */
     CUresult param_info_error;
     void (*address_hook)(int reserved, unsigned long long base, size_t size, void *user);
     void *address_hook_user;
@@ -600,6 +602,7 @@ CUresult cuInit(unsigned int flags) {
     g.no_param_info = env_flag("CUDADOUBLE_NO_PARAM_INFO");
     g.no_pinned = env_flag("CUDADOUBLE_NO_PINNED");
     g.no_register = env_flag("CUDADOUBLE_NO_REGISTER");
+    g.register_budget = (size_t)env_ull("CUDADOUBLE_REGISTER_BUDGET", 0);
     if (g.procmem < 0) g.procmem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
     g.no_placeholder = env_flag("CUDADOUBLE_NO_PLACEHOLDER");
     g.delay_us = (unsigned long)env_ull("CUDADOUBLE_DELAY_US", 0);
@@ -1129,6 +1132,7 @@ CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
     for (struct pinned *q = g.pinned; !r && q; q = q->next)
         if (a < (uintptr_t)q->p + q->size && a + bytes > (uintptr_t)q->p) r = ADSM__CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     if (!r && g.no_register) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
+    if (!r && g.register_budget && g.registered_total + bytes > g.register_budget) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
     if (!r) {
         struct pinned *q = malloc(sizeof *q);
         if (!q) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
@@ -1138,6 +1142,7 @@ CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
             q->registered = true;
             q->portable = (flags & 0x01u) != 0;
             q->ctx = ctx;
+            g.registered_total += bytes;
             q->next = g.pinned;
             g.pinned = q;
             g.counters.registrations++;
@@ -1162,6 +1167,7 @@ CUresult cuMemHostUnregister(void *ptr) {
         else {
             struct pinned *q = *pp;
             *pp = q->next;
+            g.registered_total -= q->size;
             free(q);
         }
     }
