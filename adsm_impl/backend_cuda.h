@@ -1004,11 +1004,19 @@ ADSM__PRIVATE void adsm__cuda_lock_refused(adsm__cuda *c, int object, size_t n, 
 }
 
 /* Normal context, runtime lock not held (object_life.h). Page-locks a shared object's host pages
- * (or adsm_host_alloc memory). Under shared addresses the driver refuses (the range is device
- * address space already); after the first refusal adsm stops asking and says so. */
+ * (or adsm_host_alloc memory). Under shared addresses the objects' host pages are the first GPU's
+ * device address space (its range sits at their addresses, or the host reservation moved onto
+ * it): adsm never asks the driver to lock them, as registering pages the unified address space
+ * already maps to the device is not a documented use (the driver double refuses it; a driver that
+ * took it could shadow the device mapping), and says so once. */
 ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     int object = !adsm__outside_reservation(c->rt, host, n); /* else adsm_host_alloc memory */
+    if (object && c->delta == 0 && !c->lock_refused) {
+        c->lock_refused = 1;
+        adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: the objects' host pages are device address space, so "
+                  "they are not page-locked; copies go through pinned staging");
+    }
     if (!c->cu.cuMemHostRegister || !c->cu.cuMemHostUnregister || (object && c->lock_refused) ||
         ADSM__LOAD(&c->lost))
         return 0;

@@ -1127,6 +1127,7 @@ CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
     struct adsm__cu_ctx_st *ctx = NULL;
     CUresult r = check_ctx(&ctx);
     uintptr_t a = (uintptr_t)ptr;
+    g.counters.register_calls++;
     if (!r && (!ptr || bytes == 0 || !range_ok(a, bytes) || (flags & ~0x0fu))) r = ADSM__CUDA_ERROR_INVALID_VALUE;
     if (!r && host_in_resv(ptr, bytes)) r = ADSM__CUDA_ERROR_INVALID_VALUE; /* already device addresses */
     for (struct pinned *q = g.pinned; !r && q; q = q->next)

@@ -46,6 +46,7 @@ typedef struct cudadouble_counters {
      * buffers), ranges registered with cuMemHostRegister (a program's own pages), or pageable */
     unsigned long long staged_bytes, registered_bytes, pageable_bytes;
     unsigned long long registrations; /* cuMemHostRegister calls that succeeded */
+    unsigned long long register_calls; /* cuMemHostRegister calls, refused or not */
     /* successful calls: cuMemCreate, cuMemMap, cuMemSetAccess, cuModuleLoadDataEx; and
      * cuModuleGetFunction calls (found or not) */
     unsigned long long mem_creates, mem_maps, mem_set_access, module_loads, function_lookups;
