@@ -69,6 +69,8 @@ typedef struct adsm__cu_mem_access_desc {
     X(CUDA_ERROR_INVALID_IMAGE, 200)               \
     X(CUDA_ERROR_INVALID_CONTEXT, 201)             \
     X(CUDA_ERROR_NO_BINARY_FOR_GPU, 209)           \
+    X(CUDA_ERROR_ECC_UNCORRECTABLE, 214)           \
+    X(CUDA_ERROR_NVLINK_UNCORRECTABLE, 220)        \
     X(CUDA_ERROR_INVALID_PTX, 218)                 \
     X(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222)     \
     X(CUDA_ERROR_INVALID_HANDLE, 400)              \
@@ -84,6 +86,7 @@ typedef struct adsm__cu_mem_access_desc {
     X(CUDA_ERROR_ILLEGAL_INSTRUCTION, 715)         \
     X(CUDA_ERROR_MISALIGNED_ADDRESS, 716)          \
     X(CUDA_ERROR_INVALID_ADDRESS_SPACE, 717)       \
+    X(CUDA_ERROR_INVALID_PC, 718)                  \
     X(CUDA_ERROR_LAUNCH_FAILED, 719)               \
     X(CUDA_ERROR_NOT_PERMITTED, 800)               \
     X(CUDA_ERROR_NOT_SUPPORTED, 801)               \

@@ -318,21 +318,36 @@ Test(cuda_double, launch_shapes_no_device_runs_are_refused_at_the_call) {
     adsm_shutdown();
 }
 
+typedef struct sticky_case {
+    int code;
+    char name[40];
+} sticky_case;
+
 static void fault_kernel(const cudadouble_launch *l, void *user) {
-    (void)l, (void)user;
-    cuda_double.kernel_fault(700); /* CUDA_ERROR_ILLEGAL_ADDRESS */
+    (void)l;
+    cuda_double.kernel_fault(((const sticky_case *)user)->code);
 }
 
-Test(cuda_double, illegal_address_at_sync_then_device_lost) {
+/* Every error CUDA makes sticky (the context is unusable after it) is a crashed kernel at the
+ * next sync, then a lost device; never "a launch refused, the device fine". */
+ParameterizedTestParameters(cuda_double, a_sticky_error_at_sync_then_device_lost) {
+    static sticky_case cases[] = {
+        {700, "CUDA_ERROR_ILLEGAL_ADDRESS"}, {718, "CUDA_ERROR_INVALID_PC"},
+        {214, "CUDA_ERROR_ECC_UNCORRECTABLE"}, {220, "CUDA_ERROR_NVLINK_UNCORRECTABLE"},
+    };
+    return cr_make_param_array(sticky_case, cases, sizeof cases / sizeof *cases);
+}
+
+ParameterizedTest(sticky_case *sc, cuda_double, a_sticky_error_at_sync_then_device_lost) {
     init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
     const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd(), adsm__kernel_faulty()};
     cr_assert_eq(cuda_double_attach(kernels, 2), 0, "%s", adsm_last_error());
-    cr_assert_eq(cuda_double.register_kernel("faulty", fault_kernel, NULL), 0);
+    cr_assert_eq(cuda_double.register_kernel("faulty", fault_kernel, sc), 0);
     int *keep = adsm_alloc(4096), *x = adsm_alloc(4096);
     keep[0] = 42; /* Dirty on the host */
     cr_assert_eq(ADSM_CALL(faulty, adsm_grid_1d(1, 1), x, (size_t)1), ADSM_OK);
-    cr_assert_eq(adsm_sync(), ADSM_ERROR_KERNEL_CRASHED);
-    expect_message("CUDA_ERROR_ILLEGAL_ADDRESS");
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_KERNEL_CRASHED, "%s", adsm_last_error());
+    expect_message(sc->name);
     expect_message("'faulty'");
     cr_assert_eq(keep[0], 42, "host data survives the device");
     cr_assert_eq(ADSM_CALL(faulty, adsm_grid_1d(1, 1), x, (size_t)1), ADSM_ERROR_DEVICE_LOST);
