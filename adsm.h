@@ -184,8 +184,14 @@
              but kernels cannot follow pointers stored in shared memory. Copies run on their own
              streams, ordered with events against the kernel streams. Where the driver page-locks
              the objects' host pages (translated addresses; under shared addresses those pages
-             are device address space and it refuses) they are DMA on those pages; otherwise they
-             go through pinned staging buffers (adsm_stats.staged_bytes, ADSM_LOG=info says which).
+             are device address space and adsm does not ask) they are DMA on those pages;
+             otherwise, and for an object the driver had no lockable memory for, they go through
+             pinned staging buffers (adsm_stats.staged_bytes, ADSM_LOG=info says which). NVRTC
+             compiles to PTX, or to a cubin for the GPU's own architecture where the NVRTC is a
+             later minor release than the driver (whose PTX the driver would refuse). Do not
+             pass shared pointers to your own CUDA calls (cudaMemcpy, cuMemcpy...): the driver
+             reads and writes them behind adsm's page protection; use adsm_memcpy, adsm's
+             explicit copies or a kernel.
              Driver errors carry the driver's name for them (CUDA_ERROR_...): a refused launch is
              ADSM_ERROR_LAUNCH_FAILED at adsm_sync; a kernel fault (illegal address, ...) is
              ADSM_ERROR_KERNEL_CRASHED, after which the device is lost (ADSM_ERROR_DEVICE_LOST),
