@@ -27,6 +27,9 @@
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4
 #endif
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
 
 #define ADSM__HUGE_PAGE ((size_t)2 << 20)
 #define ADSM__FILL_SLOT ((size_t)4 << 20) /* bytes moved per mremap: fewer calls, fewer VMAs */
@@ -45,6 +48,8 @@ typedef struct adsm__filler {
     unsigned char *slots; /* one mapping holding every slot; NULL before initialisation */
     size_t page;
     adsm__own_fd procmem; /* /proc/self/mem, or -1 (never written once the program closed it) */
+    int plain_moves;      /* mremap has no MREMAP_DONTUNMAP here (gVisor; Linux before 5.7 for
+                             these mappings): moves go without it (adsm__filler_move_plain) */
 } adsm__filler;
 
 /* Where the bytes of a fill went; the caller adds them to adsm_stats. */
@@ -88,23 +93,65 @@ ADSM__PRIVATE int adsm__filler_init(adsm__filler *f, size_t page) {
 }
 
 ADSM__PRIVATE void adsm__filler_release(adsm__filler *f) {
-    if (f->slots) munmap(f->slots, ADSM__FILL_BYTES);
+    for (int i = 0; f->slots && i < ADSM__FILL_PAIRS; i++) /* each slot where it is now (below) */
+        for (int k = 0; k < 2; k++)
+            if (f->pair[i].slot[k]) munmap(f->pair[i].slot[k], ADSM__FILL_SLOT);
     adsm__own_fd_close(&f->procmem);
     memset(f, 0, sizeof *f);
     f->procmem.fd = -1;
 }
 
+/* The first n bytes of the pair's staging slot moved away without MREMAP_DONTUNMAP: they are
+ * mapped again in place, with MAP_FIXED_NOREPLACE, so never over a mapping another thread made in
+ * the hole meanwhile; failing that (or on a kernel that takes the flag as a hint) the slot's
+ * remainder goes and a new slot is mapped elsewhere (release unmaps slots where they are). A
+ * pair left without a slot fails its next fills. */
+ADSM__PRIVATE void adsm__slot_refill(adsm__fill_pair *p, size_t n) {
+    unsigned char *s = p->slot[0];
+    void *at = mmap(s, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (at == (void *)s) {
+        madvise(s, n, MADV_HUGEPAGE);
+        return;
+    }
+    if (at != MAP_FAILED) munmap(at, n);
+    if (n < ADSM__FILL_SLOT) munmap(s + n, ADSM__FILL_SLOT - n);
+    void *fresh = adsm__map_aligned(ADSM__FILL_SLOT, ADSM__HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
+    if (fresh != MAP_FAILED) madvise(fresh, ADSM__FILL_SLOT, MADV_HUGEPAGE);
+    p->slot[0] = fresh == MAP_FAILED ? NULL : (unsigned char *)fresh;
+}
+
+/* Where mremap has no MREMAP_DONTUNMAP: the staged pages move over the block in one step, which
+ * frees the block's stale pages (the block is never a hole: MREMAP_FIXED replaces it); the slot
+ * they left is mapped again. The protection is set on the slot first, as below. 0 or -1. */
+ADSM__PRIVATE int adsm__filler_move_plain(adsm__fill_pair *p, uintptr_t dst, size_t n, int prot) {
+    unsigned char *stage = p->slot[0];
+    if (mprotect(stage, n, prot) != 0) return -1;
+    if (mremap(stage, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)dst) == MAP_FAILED) {
+        mprotect(stage, n, PROT_READ | PROT_WRITE);
+        return -1;
+    }
+    adsm__slot_refill(p, n);
+    return 0;
+}
+
 /* Moves the n staged bytes in the pair's slot[0] over [dst, dst + n) (page-aligned, n a multiple
  * of the page) and leaves the range with protection `prot`. The range's stale pages go to
  * slot[1], and the two slots trade places. 0 or -1 (the range is then unchanged). */
-ADSM__PRIVATE int adsm__filler_move(adsm__fill_pair *p, uintptr_t dst, size_t n, int prot) {
+ADSM__PRIVATE int adsm__filler_move(adsm__filler *f, adsm__fill_pair *p, uintptr_t dst, size_t n, int prot) {
     unsigned char *stage = p->slot[0], *spare = p->slot[1];
+    if (ADSM__LOAD(&f->plain_moves)) return adsm__filler_move_plain(p, dst, n, prot);
     /* the pages arrive with the staging slot's protection: set it first, so no thread can write
      * the block before the caller records its state */
     if (mprotect(stage, n, prot) != 0) return -1;
     /* DONTUNMAP keeps both ranges mapped (empty), so no other mmap can land in a hole */
-    if (mremap((void *)dst, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, spare) == MAP_FAILED ||
-        mremap(stage, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, (void *)dst) == MAP_FAILED) {
+    if (mremap((void *)dst, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, spare) == MAP_FAILED) {
+        int unknown_flag = errno == EINVAL;
+        mprotect(stage, n, PROT_READ | PROT_WRITE);
+        if (!unknown_flag) return -1;
+        ADSM__STORE(&f->plain_moves, 1);
+        return adsm__filler_move_plain(p, dst, n, prot);
+    }
+    if (mremap(stage, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, (void *)dst) == MAP_FAILED) {
         mprotect(stage, n, PROT_READ | PROT_WRITE);
         return -1;
     }
@@ -131,7 +178,8 @@ ADSM__PRIVATE int adsm__filler_piece(adsm__filler *f, adsm__fill_pair *p, const 
         return 0;
     }
     if (ops->fetch(ops->ctx, (uintptr_t)p->slot[0], dev, n) != 0) return -1;
-    if (huge && adsm__filler_move(p, dst, n, prot) == 0) {
+    if (!p->slot[0]) return -1; /* its slot could not be mapped again (adsm__slot_refill) */
+    if (huge && adsm__filler_move(f, p, dst, n, prot) == 0) {
         count->moved += n;
         return 0;
     }
@@ -143,7 +191,7 @@ ADSM__PRIVATE int adsm__filler_piece(adsm__filler *f, adsm__fill_pair *p, const 
     size_t whole = ADSM__ALIGN_UP(n, f->page);
     if (dst % f->page != 0) return -1;
     memset(p->slot[0] + n, 0, whole - n);
-    if (adsm__filler_move(p, dst, whole, prot) != 0) return -1;
+    if (adsm__filler_move(f, p, dst, whole, prot) != 0) return -1;
     count->moved += n;
     return 0;
 }

@@ -122,6 +122,25 @@ ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const a
     adsm__write_stderr(msg);
 }
 
+/* This thread's last fault resolved as a read: where, and the last launch then. */
+static __thread uintptr_t adsm__tls_read_fault_at;
+static __thread uint64_t adsm__tls_read_fault_seq;
+
+/* What the decoder said, unless it lied: a read fault again at the address of this thread's last
+ * read fault, with no kernel call between, found the page readable already, so the access was a
+ * write the decoder called a read (gVisor's ptrace platform leaves the x86 error code at 0).
+ * Taken as undecided (-1): a write where the block is readable, so the thread cannot fault there
+ * for ever. Another thread's fetch racing with a read does not repeat on the same thread. */
+ADSM__PRIVATE int adsm__checked_is_write(const adsm__runtime *rt, uintptr_t a, int is_write) {
+    if (is_write != 0 || a != adsm__tls_read_fault_at) return is_write;
+    return adsm__tls_read_fault_seq == ADSM__LOAD(&rt->launch_seq) ? -1 : 0;
+}
+
+ADSM__PRIVATE void adsm__remember_read_fault(const adsm__runtime *rt, uintptr_t a, int is_write) {
+    adsm__tls_read_fault_at = is_write == 0 ? a : 0;
+    adsm__tls_read_fault_seq = ADSM__LOAD(&rt->launch_seq);
+}
+
 /* A fault in adsm's range, with a use of the runtime held (shutdown waits for it): 0 when the
  * access may be retried, -1 when the fault is passed on. is_write: 1, 0, or -1 (unknown). */
 ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, int sig, uintptr_t a, int is_write) {
@@ -138,6 +157,8 @@ ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, int sig, uintptr_
     }
     adsm__fault_info info = {0, 0, 0, 0, 0};
     uint64_t t0 = adsm__now_ns();
+    is_write = adsm__checked_is_write(rt, a, is_write);
+    adsm__remember_read_fault(rt, a, is_write);
     int rc = adsm__resolve_fault(rt, a, is_write, &info);
     if (rc != 0) {
         adsm__explain_fault(sig, a, rc, &info);
@@ -159,7 +180,8 @@ static void adsm__fault_handler(int sig, siginfo_t *si, void *context) {
     if (si->si_code > 0 && adsm__ready() && !adsm__outside_reservation(rt, a, 1) &&
         (sig == SIGSEGV || (si->si_code == BUS_ADRERR && adsm__protection_uses_uffd(&rt->protection)))) {
         adsm__use_begin();
-        rc = adsm__handle_shared_fault(rt, sig, a, sig == SIGBUS ? 1 : adsm__fault_is_write(context));
+        int is_write = sig == SIGBUS ? 1 : rt->decode_as_read ? 0 : adsm__fault_is_write(context);
+        rc = adsm__handle_shared_fault(rt, sig, a, is_write);
         adsm__use_end();
     }
     if (rc != 0) adsm__chain(sig, si, context);

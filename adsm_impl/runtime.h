@@ -110,6 +110,8 @@ typedef struct adsm__runtime {
     adsm__protection protection; /* how block states become page protection (protection.h) */
     struct sigaction prev_segv, prev_bus; /* handlers adsm passes foreign faults to (fault.h) */
     int handler_installed, bus_installed;
+    int decode_as_read; /* tests: every SIGSEGV is decoded as a read, as gVisor's ptrace platform
+                           reports them (fault.h, adsm__checked_is_write) */
 } adsm__runtime;
 
 static adsm__runtime adsm__rt = {

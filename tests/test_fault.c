@@ -364,3 +364,43 @@ Test(fault, default_set_after_adsm_still_crashes, .signal = SIGSEGV) {
     shared_memory_round_trip();
     *(volatile int *)low_address = 1;
 }
+
+/* ---- a decoder that calls every write a read -------------------------------------------------- */
+#include <criterion/parameterized.h>
+
+ParameterizedTestParameters(fault, a_decoder_that_calls_writes_reads_cannot_loop) {
+    static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_ROLLING, ADSM_PROTOCOL_LAZY};
+    return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+}
+
+/* Some sandboxes' signal frames carry no page-fault error code (gVisor's ptrace platform), so a
+ * write decodes as a read: making the block readable then lets the write fault again at the same
+ * address, for ever. adsm takes the second fault as the write it is; every write still reaches
+ * the device, from a fresh object, a flushed one and an Invalid one. */
+ParameterizedTest(adsm_protocol_kind *protocol, fault, a_decoder_that_calls_writes_reads_cannot_loop, .timeout = 30) {
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.protocol = *protocol;
+    cfg.block_size = 64 << 10;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "adsm_init: %s", adsm_last_error());
+    adsm__rt.decode_as_read = 1;
+    enum { N = 100000 };
+    int *src = adsm_alloc(N * sizeof *src), *dst = adsm_alloc(N * sizeof *dst);
+    cr_assert(src && dst, "%s", adsm_last_error());
+    for (int i = 0; i < N; i++) src[i] = i; /* fresh: ReadOnly */
+    cr_assert_eq(ADSM_CALL(scale_copy, adsm_grid_1d(N / 100, 100), dst, src, 3, (size_t)N), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    for (int i = 0; i < N; i += 7) cr_assert_eq(dst[i], 3 * i, "dst[%d]", i);
+    for (int i = 0; i < N; i++) src[i] = 2 * i; /* flushed at the call: ReadOnly again */
+    cr_assert_eq(ADSM_CALL(scale_copy, adsm_grid_1d(N / 100, 100), dst, src, 1, (size_t)N), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    dst[5] = -7; /* Invalid: a fetch, then the write */
+    cr_assert_eq(ADSM_CALL(scale_copy, adsm_grid_1d(N / 100, 100), src, dst, 1, (size_t)N), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    for (int i = 0; i < N; i += 7) cr_assert_eq(src[i], i == 5 ? -7 : 2 * i, "src[%d]", i);
+    cr_assert_eq(src[5], -7);
+    adsm_free(src);
+    adsm_free(dst);
+    adsm_shutdown();
+}
