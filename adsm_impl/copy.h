@@ -11,12 +11,13 @@
  * pages either. Only whole 2 MiB huge pages are moved this way: mremap leaves one VMA per moved
  * piece (they never merge with their neighbours), so smaller pieces at the ends of a range go
  * through /proc/self/mem (the kernel writes through a bounce page whatever the protection), and
- * only when that cannot be opened are they moved page by page.
+ * only when that cannot be used are they moved page by page. Where mremap has no
+ * MREMAP_DONTUNMAP (gVisor, valgrind) the move goes without it and the slot is mapped again.
  *
  * Context: signal-safe. adsm__copy_home runs inside the SIGSEGV handler (a fetch), with the
  * runtime lock let go (protocol.h), so several fills may run at once: each piece holds one pair
- * of slots under the pair's futex lock. It uses only memcpy, mprotect, mremap, pwrite and
- * futexes. adsm__filler_init/_release run in normal thread
+ * of slots under the pair's futex lock. It uses only memcpy, mprotect, mremap, mmap, munmap,
+ * madvise, fstat, pwrite and futexes. adsm__filler_init/_release run in normal thread
  * context at initialisation and shutdown. */
 #ifndef ADSM__COPY_INCLUDED
 #define ADSM__COPY_INCLUDED
