@@ -988,7 +988,7 @@ ADSM__PRIVATE int adsm__cuda_peer_copy(void *dst_ctx, void *src_ctx, uintptr_t d
  * asking; anything else (out of lockable memory, RLIMIT_MEMLOCK, an error left by an earlier
  * launch) is this object's alone: its copies are staged, and the next object is tried again.
  * Said once each, at info. */
-ADSM__PRIVATE void adsm__cuda_lock_refused(adsm__cuda *c, int object, size_t n, adsm__cu_result cr) {
+ADSM__PRIVATE void adsm__cuda_note_lock_refusal(adsm__cuda *c, int object, size_t n, adsm__cu_result cr) {
     int never = cr == ADSM__CUDA_ERROR_INVALID_VALUE || cr == ADSM__CUDA_ERROR_NOT_SUPPORTED ||
                 cr == ADSM__CUDA_ERROR_NOT_PERMITTED;
     char text[200];
@@ -1034,7 +1034,7 @@ ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
     }
     if (cr != 0) {
         free(node);
-        adsm__cuda_lock_refused(c, object, n, cr);
+        adsm__cuda_note_lock_refusal(c, object, n, cr);
         return 0;
     }
     node->start = host;

@@ -463,8 +463,9 @@ ADSM__PRIVATE adsm_result adsm__emu_send(adsm__emu *e, const struct adsm__emu_ms
     if (ADSM__LOAD(&e->lost)) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
     int fd = adsm__own_fd_get(&e->sock);
     if (fd < 0) { /* the program closed it (a daemon closing every descriptor after adsm_init) */
-        adsm__emu_lose(e, "the program closed the emulated device's socket");
-        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the program closed the emulated device's socket");
+        static const char closed[] = "the program closed the emulated device's socket";
+        adsm__emu_lose(e, closed);
+        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s", closed);
     }
     for (;;) {
         ssize_t n = send(fd, m, len, MSG_NOSIGNAL);

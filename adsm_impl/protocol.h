@@ -122,7 +122,7 @@ ADSM__PRIVATE int adsm__fault_engine_lost(adsm__runtime *rt) {
                                   "the ReadOnly data again at the next kernel call (close no descriptor of "
                                   "adsm's, or use ADSM_FAULT_ENGINE=mprotect)\n");
     adsm__protection_fall_back(&rt->protection);
-    if (rt->cfg.log_level == 0 || rt->cfg.log_level >= ADSM_LOG_WARN) adsm__write_stderr(msg);
+    if (adsm__logs(ADSM_LOG_WARN)) adsm__write_stderr(msg);
     for (adsm__object *o = rt->first_object; o; o = o->next) {
         size_t unit = rt->proto->whole_object ? o->nblocks : 1;
         for (size_t b = 0; b < o->nblocks && !o->device_only;) {

@@ -171,10 +171,16 @@ ADSM__PRIVATE int adsm__outside_reservation(const adsm__runtime *rt, uintptr_t a
     return rt->base == 0 || a >= rt->base + 2 * rt->half || a + n <= rt->base;
 }
 
+/* Whether messages of this level are shown (ADSM_LOG; warnings and errors before it is read).
+ * Signal-safe: the fault handler decides with it before it writes. */
+ADSM__PRIVATE int adsm__logs(adsm_log_level level) {
+    adsm_log_level limit = adsm__rt.cfg.log_level ? adsm__rt.cfg.log_level : ADSM_LOG_WARN;
+    return level <= limit;
+}
+
 ADSM__PRIVATE void adsm__log(adsm_log_level level, const char *fmt, ...) {
     static const char *names[] = {"", "error", "warn", "info", "debug"};
-    adsm_log_level limit = adsm__rt.cfg.log_level ? adsm__rt.cfg.log_level : ADSM_LOG_WARN;
-    if (level > limit) return;
+    if (!adsm__logs(level)) return;
     char line[600];
     va_list ap;
     va_start(ap, fmt);
