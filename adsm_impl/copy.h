@@ -76,15 +76,21 @@ typedef struct adsm__fetch_ops {
 
 #define ADSM__FILL_BYTES ((size_t)ADSM__FILL_PAIRS * 2 * ADSM__FILL_SLOT)
 
+/* Fresh slot memory: huge-page aligned, asking for huge pages, or MAP_FAILED. Signal-safe. */
+ADSM__PRIVATE void *adsm__map_slots(size_t bytes) {
+    void *s = adsm__map_aligned(bytes, ADSM__HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
+    if (s != MAP_FAILED) madvise(s, bytes, MADV_HUGEPAGE);
+    return s;
+}
+
 /* Normal context. 0, or -1 when the slots cannot be mapped (errno says why). Without
  * /proc/self/mem the filler still works (pieces smaller than a huge page are moved by pages). */
 ADSM__PRIVATE int adsm__filler_init(adsm__filler *f, size_t page) {
     memset(f, 0, sizeof *f);
     f->page = page;
     adsm__own_fd_set(&f->procmem, open("/proc/self/mem", O_RDWR | O_CLOEXEC));
-    void *s = adsm__map_aligned(ADSM__FILL_BYTES, ADSM__HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
+    void *s = adsm__map_slots(ADSM__FILL_BYTES);
     if (s == MAP_FAILED) return -1;
-    madvise(s, ADSM__FILL_BYTES, MADV_HUGEPAGE);
     f->slots = (unsigned char *)s;
     for (int i = 0; i < ADSM__FILL_PAIRS; i++) {
         f->pair[i].slot[0] = f->slots + (size_t)(2 * i) * ADSM__FILL_SLOT;
@@ -116,8 +122,7 @@ ADSM__PRIVATE void adsm__slot_refill(adsm__fill_pair *p, size_t n) {
     }
     if (at != MAP_FAILED) munmap(at, n);
     if (n < ADSM__FILL_SLOT) munmap(s + n, ADSM__FILL_SLOT - n);
-    void *fresh = adsm__map_aligned(ADSM__FILL_SLOT, ADSM__HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
-    if (fresh != MAP_FAILED) madvise(fresh, ADSM__FILL_SLOT, MADV_HUGEPAGE);
+    void *fresh = adsm__map_slots(ADSM__FILL_SLOT);
     p->slot[0] = fresh == MAP_FAILED ? NULL : (unsigned char *)fresh;
 }
 
