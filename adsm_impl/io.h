@@ -11,8 +11,13 @@
 #define ADSM__IO_INCLUDED
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 /* A transfer stopped at `from` inside a unit it had claimed whole (not fetched): the bytes it did
  * not write come from the device, as a fetch would have brought them. */
@@ -261,14 +266,28 @@ ADSM__PRIVATE ssize_t adsm__piece_fwrite(adsm__xfer *x, void *b, size_t want, si
     return (ssize_t)adsm__real_fwrite()(b, 1, want, (FILE *)x->ctx);
 }
 
-#include <sys/uio.h>
-
 /* Whether the page at `a` can be read, asked of the kernel (no fault): the program may have
- * mapped its own memory over a hole in adsm's reservation. */
+ * mapped its own memory over a hole in adsm's reservation. process_vm_readv says so directly
+ * (EFAULT: not readable), but it is often refused outright: Docker's default seccomp profile
+ * answers EPERM, gVisor ENOSYS. Then rt_sigprocmask asks instead: the kernel (and gVisor) copies
+ * the new mask in before it looks at `how`, so with an invalid `how` the call fails with EFAULT
+ * where the page cannot be read and with EINVAL where it can, and changes no mask either way. */
 ADSM__PRIVATE int adsm__page_readable(uintptr_t a) {
+    int saved = errno, readable;
     char byte;
     struct iovec local = {&byte, 1}, remote = {(void *)a, 1};
-    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == 1;
+    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == 1) {
+        readable = 1;
+    } else if (errno == EFAULT) {
+        readable = 0;
+    } else {
+        enum { NO_SUCH_HOW = 0x7fff };
+        uintptr_t mask = ADSM__ALIGN_DOWN(a, 8); /* the kernel's mask: 8 bytes, within a's page */
+        readable = syscall(SYS_rt_sigprocmask, NO_SUCH_HOW, (void *)mask, NULL, (size_t)(_NSIG / 8)) == -1 &&
+                   errno == EINVAL;
+    }
+    errno = saved;
+    return readable;
 }
 
 /* How much of [a, a + n) the program may access, counted from a: shared objects (to the end of

@@ -18,11 +18,19 @@
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 
 #include "tests/protocol_common.h"
 #include "tests/io_common.h"
 
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 
 /* exact block states and bytes: rolling follows single blocks (adsm_config.block_exact) */
 static void block_by_block(void) { test_block_exact = 1; }
@@ -596,4 +604,75 @@ Test(io, sequential_calls_reuse_one_bounce_buffer) {
     close(fd);
     adsm_shutdown();
     cr_assert_eq(stbds_arrlen(adsm__rt.io_bounce), 0, "shutdown releases them");
+}
+
+/* ---- where the kernel will not say which pages are readable ---------------------------------- */
+/* Docker's default seccomp profile refuses process_vm_readv (EPERM), gVisor has none (ENOSYS):
+ * the calls where adsm asks the kernel whether program memory inside its reservation can be read.
+ * A seccomp filter makes this process such a place; each Criterion test runs in its own process,
+ * so the filter ends with the test. */
+static void refuse_process_vm_readv(void) {
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0, "prctl: %s", strerror(errno));
+    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s", strerror(errno));
+    char byte = 1, into;
+    struct iovec local = {&into, 1}, remote = {&byte, 1};
+    errno = 0;
+    cr_assert_eq(process_vm_readv(getpid(), &local, 1, &remote, 1, 0), -1);
+    cr_assert_eq(errno, EPERM, "the filter refuses process_vm_readv");
+}
+
+/* A buffer from inside an object's last block into the unused, inaccessible part of adsm's
+ * reservation right after it, against libc on a mirror followed by an inaccessible page: the
+ * kernel stops at the first page it cannot access, and so must adsm. */
+static void sc_into_reserved_gap(io_op op) {
+    size_t bs = adsm_block_size(), osize = 3 * bs, guard = 3 * 4096;
+    CTX("%s object end into the reservation's gap", prefix);
+    unsigned char *obj = alloc(osize);
+    cr_assert(inside_reserved_gap((uintptr_t)obj + osize, guard), "%s: no gap after the object", io_ctx);
+    unsigned char *mirror = mmap(NULL, osize + guard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(mirror, MAP_FAILED);
+    cr_assert_eq(mprotect(mirror + osize, guard, PROT_NONE), 0);
+    prep(obj, osize, 'I', 11, mirror);
+    obj_at o = {0, osize, 'I'};
+    size_t at = osize - bs / 2 - 100, n = bs / 2 + 100 + 5000;
+    file_case(op, obj, mirror, osize, &o, 1, at, 1, n, 0, n + 100, 1);
+    munmap(mirror, osize + guard);
+    adsm_free(obj);
+}
+
+typedef struct probe_case {
+    io_op op;
+    int refused; /* process_vm_readv refused by seccomp */
+} probe_case;
+
+ParameterizedTestParameters(io, program_memory_in_the_reservation_with_and_without_process_vm_readv) {
+    static probe_case cases[] = {
+        {OP_READ, 0}, {OP_PREAD, 0}, {OP_WRITE, 0}, {OP_PWRITE, 0},
+        {OP_READ, 1}, {OP_PREAD, 1}, {OP_WRITE, 1}, {OP_PWRITE, 1},
+    };
+    return cr_make_param_array(probe_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Readable memory the program mapped inside the reservation counts, inaccessible reserved space
+ * ends the transfer, whether or not process_vm_readv may be asked. (The stdio functions are left
+ * out: libc's own fread into an inaccessible page crashes.) */
+ParameterizedTest(probe_case *pc, io, program_memory_in_the_reservation_with_and_without_process_vm_readv) {
+    if (pc->refused) refuse_process_vm_readv();
+    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 4096);
+    io_ref = &libc_fns;
+    io_test = &adsm_fns;
+    rng_seed(0x9a9e0000u + (uint64_t)pc->op * 2 + (uint64_t)pc->refused);
+    snprintf(prefix, sizeof prefix, "%s/%s%s", adsm_protocol_name(), op_names[pc->op],
+             pc->refused ? "/no process_vm_readv" : "");
+    scratch = alloc(4096);
+    sc_into_reserved_gap(pc->op);
+    sc_into_plain_memory(pc->op); /* last: maps memory inside adsm's reservation */
+    adsm_shutdown();
 }
