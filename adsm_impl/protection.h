@@ -57,7 +57,9 @@ ADSM__PRIVATE int adsm__uffd_open(const char **why) {
 #ifdef SYS_userfaultfd
     int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
     if (fd < 0) {
-        *why = errno == ENOSYS ? "the kernel has no userfaultfd" : "userfaultfd(2) was refused";
+        *why = errno == ENOSYS ? "the kernel has no userfaultfd; leave it unset for mprotect"
+                               : "userfaultfd(2) was refused (a container's seccomp profile refuses it by default); "
+                                 "leave it unset for mprotect";
         return -1;
     }
     struct uffdio_api api;

@@ -22,12 +22,9 @@
 
 #include "tests/protocol_common.h"
 #include "tests/io_common.h"
+#include "tests/seccomp.h"
 
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -607,20 +604,11 @@ Test(io, sequential_calls_reuse_one_bounce_buffer) {
 }
 
 /* ---- where the kernel will not say which pages are readable ---------------------------------- */
-/* Docker's default seccomp profile refuses process_vm_readv (EPERM), gVisor has none (ENOSYS):
- * the calls where adsm asks the kernel whether program memory inside its reservation can be read.
- * A seccomp filter makes this process such a place; each Criterion test runs in its own process,
- * so the filter ends with the test. */
+/* adsm asks process_vm_readv whether program memory inside its reservation can be read. Seccomp
+ * profiles that keep it behind CAP_SYS_PTRACE refuse it (EPERM; Docker's default did until 2021)
+ * and gVisor has none (ENOSYS): a seccomp filter makes this process such a place. */
 static void refuse_process_vm_readv(void) {
-    struct sock_filter code[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
-    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0, "prctl: %s", strerror(errno));
-    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s", strerror(errno));
+    refuse_system_call(__NR_process_vm_readv, EPERM);
     char byte = 1, into;
     struct iovec local = {&into, 1}, remote = {&byte, 1};
     errno = 0;

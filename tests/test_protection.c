@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "tests/protocol_common.h"
+#include "tests/seccomp.h"
 
 /* Whether this kernel has what the userfaultfd engine needs (Linux 6.4: write-protection of
  * untouched pages). Where it does, the engine must start: a refusal there is a bug. */
@@ -113,6 +114,29 @@ Test(protection, an_asked_for_userfaultfd_starts_or_says_why) {
         cr_assert_eq(r, ADSM_ERROR_INVALID_CONFIG);
         cr_assert(strstr(adsm_last_error(), "ADSM_FAULT_ENGINE=userfaultfd") != NULL, "%s", adsm_last_error());
     }
+}
+
+/* Container seccomp profiles refuse userfaultfd(2) (EPERM): asking for the engine there fails
+ * with a message that says so and names the way out, and the default engine still runs. */
+Test(protection, a_refused_userfaultfd_says_why_and_the_default_still_runs) {
+    refuse_system_call(__NR_userfaultfd, EPERM);
+    adsm_config cfg = small_emu_config(2 * MIB);
+    cfg.fault_engine = ADSM_FAULT_ENGINE_USERFAULTFD;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "ADSM_FAULT_ENGINE=userfaultfd: userfaultfd(2) was refused") != NULL, "%s",
+              adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "unset for mprotect") != NULL, "%s", adsm_last_error());
+    cfg.fault_engine = ADSM_FAULT_ENGINE_AUTO;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_str_eq(adsm_fault_engine_name(), "mprotect");
+    int32_t *p = adsm_alloc(4096);
+    cr_assert_not_null(p);
+    p[7] = 42;
+    CALL_OK(k_fill, grid_for(8), p, 8, 100); /* the kernel overwrites, the CPU reads it back */
+    sync_ok();
+    cr_assert_eq(p[7], 107);
+    adsm_free(p);
+    adsm_shutdown();
 }
 
 /* ---- every write is seen, under both engines ---------------------------------------------------- */

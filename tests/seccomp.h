@@ -1,0 +1,30 @@
+/* tests/seccomp.h -- makes this process a place where one system call is refused, as container
+ * seccomp profiles and gVisor refuse some: the call fails with the given errno and does nothing.
+ *
+ * Test context: call it at the start of a test, before adsm_init. The filter holds for the rest of
+ * the process and its children; each Criterion test runs in its own process, so it ends with the
+ * test. */
+#ifndef TESTS_SECCOMP_H
+#define TESTS_SECCOMP_H
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+static inline void refuse_system_call(long nr, int error) {
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((unsigned)error & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0, "prctl: %s", strerror(errno));
+    cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s", strerror(errno));
+}
+
+#endif /* TESTS_SECCOMP_H */
