@@ -9,7 +9,9 @@
 #   4. the protocol suites and the copy tests built for the real driver (-DTEST_ON_REAL_CUDA: the
 #      kernels' CUDA C twins through NVRTC), when Criterion is installed;
 #   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads;
-#   6. the application study, bench/apps/run.sh (the kernels' CUDA C twins through NVRTC).
+#   6. the application study, bench/apps/run.sh (the kernels' CUDA C twins through NVRTC);
+#   7. the fault path on this machine's CPUs: bench/threads and bench/fault_path on emu, with
+#      both fault engines (the build machine has only 2 CPUs).
 # Exit status: 0 when every example and test passed, 1 otherwise (the report is written either
 # way). Needs only a C compiler; Bazel is used by sweep.sh when it is there. A machine without
 # stb and Criterion (and no package archive to get them from) takes them from .gpu_kit/, which
@@ -209,6 +211,27 @@ ADSM_BENCH_OUT=$out bench/apps/run.sh > "$apps_log" 2>&1
 rc=$?
 [[ $rc -eq 0 ]] || { say "bench/apps/run.sh FAILED (exit $rc); its log:"; block "$apps_log"; status=1; }
 [[ -f $out/apps/apps.md ]] && cat "$out/apps/apps.md" >> "$report"
+
+# ---- the CPU side on this machine's cores ------------------------------------------------------
+# Faults from several threads, and one write fault against a bare handler, with both fault
+# engines, on the emu backend (the userfaultfd engine is emu only): the build machine has 2 CPUs,
+# so how these scale across more is only seen here. About 15 seconds.
+say ""
+say "## The fault path on $(nproc) CPUs (emu backend, both fault engines)"
+for b in threads fault_path; do
+    "$CC" -std=c11 -O2 -I. "bench/$b/$b.c" -pthread -ldl -o "$bin/bench_$b" > "$out/gpu_bench_$b.log" 2>&1 ||
+        { say "bench/$b: BUILD FAILED"; block "$out/gpu_bench_$b.log"; status=1; continue; }
+done
+for run in "threads mprotect" "threads userfaultfd" "fault_path auto"; do
+    read -r b engine <<< "$run"
+    log=$out/gpu_cpu_${b}_$engine.md
+    [[ -x $bin/bench_$b ]] || continue
+    ADSM_BACKEND=emu ADSM_LOG=warn ADSM_FAULT_ENGINE=$engine timeout 120 "$bin/bench_$b" --quick > "$log" 2>&1
+    rc=$?
+    say ""
+    [[ $rc -eq 0 ]] || { say "bench/$b with ADSM_FAULT_ENGINE=$engine FAILED (exit $rc):"; status=1; }
+    cat "$log" >> "$report"
+done
 
 say ""
 say "Overall: $([[ $status -eq 0 ]] && echo 'every example and test passed' || echo 'FAILURES above')."
