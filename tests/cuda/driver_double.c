@@ -44,7 +44,10 @@
  * only): copies to and from them are asynchronous, and the device side of a copy (the stream
  * worker) writes and reads them whatever their page protection, as a DMA engine does (through
  * /proc/self/mem). A registration may not overlap a reserved device range (the unified address
- * space has the range already) or another registration. Copies from or to pageable memory are
+ * space has the range already) or another registration, and its pages must be mapped read-write
+ * when it is made: the driver pins them for writing (pin_user_pages with FOLL_WRITE), which the
+ * kernel refuses on a PROT_NONE or read-only mapping (here CUDA_ERROR_INVALID_VALUE); pinned
+ * pages stay pinned whatever their protection later. Copies from or to pageable memory are
  * synchronous and go through a private buffer, as the real driver stages them.
  *
  * Thread contexts: every cu* function and cudadouble_* function runs on the calling application
@@ -1120,8 +1123,27 @@ CUresult cuMemFreeHost(void *ptr) {
     return note(r);
 }
 
+/* Whether every page of [a, a + n) is mapped readable and writable (/proc/self/maps), as pinning
+ * pages for writing needs. */
+static bool host_range_writable(uintptr_t a, size_t n) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), at = a & ~(page - 1), end = (a + n + page - 1) & ~(page - 1);
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return false;
+    char line[512];
+    while (at < end && fgets(line, sizeof line, f)) { /* the lines come in address order */
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || hi <= at) continue;
+        if (lo > at || perms[0] != 'r' || perms[1] != 'w') break;
+        at = hi;
+    }
+    fclose(f);
+    return at >= end;
+}
+
 /* Page-locks the caller's [ptr, ptr + bytes): page-aligned is not required (the real driver
- * rounds), but it must not overlap a reserved device range or another pinned range. */
+ * rounds), but it must not overlap a reserved device range or another pinned range, and its
+ * pages must be mapped read-write. */
 CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
     lock();
     struct adsm__cu_ctx_st *ctx = NULL;
@@ -1130,6 +1152,7 @@ CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
     g.counters.register_calls++;
     if (!r && (!ptr || bytes == 0 || !range_ok(a, bytes) || (flags & ~0x0fu))) r = ADSM__CUDA_ERROR_INVALID_VALUE;
     if (!r && host_in_resv(ptr, bytes)) r = ADSM__CUDA_ERROR_INVALID_VALUE; /* already device addresses */
+    if (!r && !host_range_writable(a, bytes)) r = ADSM__CUDA_ERROR_INVALID_VALUE; /* cannot pin for writing */
     for (struct pinned *q = g.pinned; !r && q; q = q->next)
         if (a < (uintptr_t)q->p + q->size && a + bytes > (uintptr_t)q->p) r = ADSM__CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     if (!r && g.no_register) r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;

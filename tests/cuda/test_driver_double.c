@@ -524,6 +524,33 @@ Test(host, no_pinned_knob) {
     cr_assert_eq(cu.cuMemAllocHost(&p, 100), ADSM__CUDA_ERROR_OUT_OF_MEMORY);
 }
 
+/* Registration pins pages for writing: a PROT_NONE or read-only range is refused, a read-write
+ * one is taken, and once pinned its pages take DMA whatever their protection becomes. */
+Test(host, register_needs_writable_pages) {
+    up();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 4 * page;
+    unsigned char *p = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(p, MAP_FAILED);
+    cr_assert_eq(cu.cuMemHostRegister(p, n, 0), ADSM__CUDA_ERROR_INVALID_VALUE, "PROT_NONE pages");
+    cr_assert_eq(mprotect(p, n, PROT_READ), 0);
+    cr_assert_eq(cu.cuMemHostRegister(p, n, 0), ADSM__CUDA_ERROR_INVALID_VALUE, "read-only pages");
+    cr_assert_eq(mprotect(p + page, page, PROT_READ | PROT_WRITE), 0);
+    cr_assert_eq(cu.cuMemHostRegister(p, n, 0), ADSM__CUDA_ERROR_INVALID_VALUE, "one page of four writable");
+    cr_assert_eq(mprotect(p, n, PROT_READ | PROT_WRITE), 0);
+    cr_assert_eq(cu.cuMemHostRegister(p, n, 0), 0, "read-write pages");
+    cr_assert_eq(mprotect(p, n, PROT_NONE), 0);
+    struct devmem m = dalloc(2 * MiB);
+    cr_assert_eq(cu.cuMemsetD8Async(m.d, 0x5a, n, NULL), 0);
+    cr_assert_eq(cu.cuMemcpyDtoHAsync(p, m.d, n, NULL), 0, "DMA into pinned PROT_NONE pages");
+    cr_assert_eq(cu.cuCtxSynchronize(), 0);
+    cr_assert_eq(mprotect(p, n, PROT_READ), 0);
+    cr_assert_eq(p[0], 0x5a);
+    cr_assert_eq(p[n - 1], 0x5a);
+    cr_assert_eq(cu.cuMemHostUnregister(p), 0);
+    dfree(m);
+    munmap(p, n);
+}
+
 /* ------------------------------------------------------------------ copies */
 
 Test(copy, roundtrip_and_rejections) {
