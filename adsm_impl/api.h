@@ -14,7 +14,7 @@ ADSM_API adsm_result adsm_init(const adsm_config *cfg) {
     pthread_mutex_lock(&adsm__rt.init_mutex);
     adsm_result r = adsm__ready() ? adsm__fail(ADSM_ERROR_ALREADY_INITIALIZED,
                                                 "adsm_init: already initialised (call adsm_shutdown first)")
-                                  : adsm__start(cfg);
+                                  : adsm__start(cfg); /* which refuses in a forked child */
     pthread_mutex_unlock(&adsm__rt.init_mutex);
     return r;
 }

@@ -7,9 +7,12 @@
  * the runtime itself holds the lock is reported with write(2) and treated as a real crash).
  * Faults outside shared memory, before initialisation, or on freed shared memory go to the
  * handler installed before adsm, or get the default action, so the program dies as it would
- * have without adsm. */
+ * have without adsm; in a forked child, a fault on shared memory is explained first. */
 #ifndef ADSM__FAULT_INCLUDED
 #define ADSM__FAULT_INCLUDED
+
+#include <signal.h>
+#include <unistd.h>
 
 /* The disposition adsm passes the foreign faults of signal `sig` to. */
 ADSM__PRIVATE struct sigaction *adsm__prev_handler(int sig) {
@@ -122,6 +125,18 @@ ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const a
     adsm__write_stderr(msg);
 }
 
+/* Says on stderr why a fault on shared memory kills a forked child (adsm__forked, lifecycle.h). */
+ADSM__PRIVATE void adsm__explain_forked_fault(uintptr_t a) {
+    char msg[512];
+    msg[0] = 0;
+    adsm__append(msg, sizeof msg, "adsm: segmentation fault at ");
+    adsm__append_hex(msg, sizeof msg, a);
+    adsm__append(msg, sizeof msg, " (shared memory) in process ");
+    adsm__append_dec(msg, sizeof msg, (size_t)getpid());
+    adsm__append(msg, sizeof msg, ": " ADSM__FORKED_TEXT "\n");
+    adsm__write_stderr(msg);
+}
+
 /* This thread's last fault resolved as a read: where, and the last launch then. */
 static __thread uintptr_t adsm__tls_read_fault_at;
 static __thread uint64_t adsm__tls_read_fault_seq;
@@ -183,6 +198,8 @@ static void adsm__fault_handler(int sig, siginfo_t *si, void *context) {
         int is_write = sig == SIGBUS ? 1 : rt->decode_as_read ? 0 : adsm__fault_is_write(context);
         rc = adsm__handle_shared_fault(rt, sig, a, is_write);
         adsm__use_end();
+    } else if (si->si_code > 0 && adsm__in_forked_child() && !adsm__outside_reservation(rt, a, 1)) {
+        adsm__explain_forked_fault(a);
     }
     if (rc != 0) adsm__chain(sig, si, context);
     errno = saved_errno;

@@ -105,9 +105,20 @@ ADSM__PRIVATE adsm_result adsm__protection_start(adsm__runtime *rt) {
     return ADSM_OK;
 }
 
+/* Runs in the child of a fork(), before fork returns there (one thread; a store only). A runtime
+ * that was running belongs to the parent: its engine and completion threads are not in the child,
+ * so a fetch or a launch there would wait for ever (cuda), and the emu device's socket and memory
+ * are the parent's, which the child's copies would disturb. The child sees FORKED instead: calls
+ * fail saying why, and a fault on shared memory is explained before the child dies. */
+static void adsm__forked(void) {
+    if (adsm__ready()) ADSM__STORE(&adsm__rt.state, ADSM__RT_FORKED);
+}
+
 ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
+    if (adsm__in_forked_child()) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "adsm: %s", ADSM__FORKED_TEXT);
+    if (!rt->atfork_registered) rt->atfork_registered = pthread_atfork(NULL, NULL, adsm__forked) == 0;
     rt->page = (size_t)sysconf(_SC_PAGESIZE);
     if ((r = adsm__settings_resolve(cfg, rt->page, &rt->cfg)) != ADSM_OK) return r;
     if ((r = adsm__reserve(rt)) != ADSM_OK) {
@@ -158,6 +169,7 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
  * the initialisation mutex and waits for them. */
 ADSM__PRIVATE adsm_result adsm__ensure(void) {
     while (!ADSM__LIKELY(adsm__ready())) { /* again if another thread shut it down meanwhile */
+        if (adsm__in_forked_child()) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "adsm: %s", ADSM__FORKED_TEXT);
         int held = adsm__uses_drop();
         pthread_mutex_lock(&adsm__rt.init_mutex);
         adsm_result r = adsm__ready() ? ADSM_OK : adsm__start(NULL);

@@ -9,7 +9,10 @@
 struct adsm__backend_vtbl;
 struct adsm__protocol_vtbl;
 
-enum { ADSM__RT_OFF = 0, ADSM__RT_READY = 1 };
+/* OFF: not running (adsm_init may start it). READY: running. FORKED: this process is a fork of
+ * one where it was running; its threads, device contexts and device process stayed with the
+ * parent, so nothing here may use it or start another (lifecycle.h, adsm__forked). */
+enum { ADSM__RT_OFF = 0, ADSM__RT_READY = 1, ADSM__RT_FORKED = 2 };
 
 /* A module image NVRTC made (cuda): PTX (NUL-terminated) or a cubin, size bytes. */
 typedef struct adsm__image {
@@ -31,6 +34,7 @@ typedef struct adsm__source_image {
 
 typedef struct adsm__runtime {
     int state;                  /* ADSM__RT_*, read atomically by the fault handler */
+    int atfork_registered;      /* adsm__forked is registered with pthread_atfork (once per process) */
     pthread_mutex_t init_mutex; /* serialises adsm_init / adsm_shutdown */
     pthread_mutex_t launch_mutex; /* serialises launches: release may let the runtime lock go */
     adsm__settings cfg;
@@ -119,6 +123,12 @@ static adsm__runtime adsm__rt = {
     .fill = {.procmem = {.fd = -1}}, .protection = {.uffd = -1}};
 
 ADSM__PRIVATE int adsm__ready(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY; }
+ADSM__PRIVATE int adsm__in_forked_child(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_FORKED; }
+
+/* What a forked child is told, from a call or (signal-safe) from the fault handler. */
+#define ADSM__FORKED_TEXT                                                                              \
+    "this process is a fork of one where adsm was running: adsm's threads and devices stayed with " \
+    "the parent, so a forked child may only exec or _exit (the parent's data is untouched)"
 
 /* ---- uses of the runtime -------------------------------------------------------------------
  * Every public call, and the fault handler, holds a use from its first look at the runtime to its

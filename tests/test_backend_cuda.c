@@ -10,12 +10,14 @@
 
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "tests/cuda_double_bridge.h"
+#include "tests/death.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -353,6 +355,30 @@ ParameterizedTest(sticky_case *sc, cuda_double, a_sticky_error_at_sync_then_devi
     cr_assert_eq(ADSM_CALL(faulty, adsm_grid_1d(1, 1), x, (size_t)1), ADSM_ERROR_DEVICE_LOST);
     cr_assert_eq(adsm_sync(), ADSM_ERROR_DEVICE_LOST);
     cr_assert_eq(adsm_free(keep), ADSM_OK);
+    adsm_shutdown();
+}
+
+/* ---- fork ------------------------------------------------------------------------------------------ */
+static char *forked_object;
+
+static void child_reads_device_data(void) {
+    printf("%d\n", forked_object[7]);
+}
+
+/* A forked child that reads data only the device holds: the engine thread that would fetch it is
+ * not in the child, where the fetch used to wait for ever; now the child is told and dies, and the
+ * parent's device goes on. */
+Test(cuda_double, a_forked_child_touching_shared_memory_is_told_why_and_dies) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    size_t n = 4 << 20;
+    forked_object = adsm_alloc(n);
+    cr_assert_not_null(forked_object, "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(forked_object, 7, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_state(forked_object + 7), 'I', "the bytes are on the device only");
+    expect_death_message(child_reads_device_data, "a forked child may only exec or _exit");
+    cr_assert_eq(forked_object[7], 7, "the parent fetches them");
+    cr_assert_eq(adsm_free(forked_object), ADSM_OK);
     adsm_shutdown();
 }
 

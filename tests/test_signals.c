@@ -1,12 +1,15 @@
 /* tests/test_signals.c -- signals and processes around adsm: a program's own signal handler that
  * touches shared memory while the interrupted thread is outside adsm (works), SIGSEGV sent with
- * kill() or raise() (passed on, as without adsm), and fork() followed by exec (the child runs). */
+ * kill() or raise() (passed on, as without adsm), and fork() followed by exec (the child runs);
+ * a forked child that touches shared memory or calls adsm is told it may only exec or _exit. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,6 +103,72 @@ Test(signals, fork_then_exec) {
     cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
     cr_assert_eq(p[N - 1], N);
     adsm_shutdown();
+}
+
+/* A forked child that touches shared memory adsm would have to fetch: adsm's threads and device
+ * stayed with the parent, so the child is told why and dies (on cuda a fetch there waited for
+ * ever for the missing engine thread; on emu it went to the parent's device). */
+static void child_reads_a_kernel_result(void) {
+    printf("%d\n", shared[N - 1]);
+}
+
+Test(signals, a_forked_child_touching_shared_memory_is_told_why_and_dies) {
+    init();
+    shared = adsm_alloc(N * sizeof(int));
+    cr_assert_eq(ADSM_CALL(fill, adsm_grid_1d(N / 64, 64), shared, 5, (size_t)N), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_state(shared + N - 1), 'I', "the result is on the device only");
+    expect_death_message(child_reads_a_kernel_result, "a forked child may only exec or _exit");
+    cr_assert_eq(shared[N - 1], 5 + N - 1, "the parent reads the result");
+    cr_assert_eq(ADSM_CALL(fill, adsm_grid_1d(N / 64, 64), shared, 6, (size_t)N), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(shared[N - 1], 6 + N - 1, "the parent's device still works");
+    adsm_shutdown();
+}
+
+/* What a forked child asks of adsm fails saying why, starts nothing, and leaves the parent's
+ * runtime working; a program that forks after adsm_shutdown may start adsm in the child. */
+static int child_calls(void) {
+    if (adsm_alloc(64) != NULL) return 1;
+    if (adsm_last_result() != ADSM_ERROR_UNSUPPORTED || !strstr(adsm_last_error(), "forked child")) return 2;
+    if (ADSM_CALL(fill, adsm_grid_1d(1, 64), shared, 1, (size_t)64) != ADSM_ERROR_UNSUPPORTED) return 3;
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    if (adsm_init(&cfg) != ADSM_ERROR_UNSUPPORTED) return 4;
+    adsm_shutdown(); /* nothing of the parent's to stop here */
+    return 0;
+}
+
+static int child_exit_status(int (*fn)(void)) {
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) _exit(fn());
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "child status %d", status);
+    return WEXITSTATUS(status);
+}
+
+static int child_starts_its_own(void) {
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    if (adsm_init(&cfg) != ADSM_OK) return 1;
+    int *p = adsm_alloc(N * sizeof(int));
+    if (!p || ADSM_CALL(fill, adsm_grid_1d(N / 64, 64), p, 9, (size_t)N) != ADSM_OK || adsm_sync() != ADSM_OK) return 2;
+    int ok = p[N - 1] == 9 + N - 1;
+    adsm_shutdown();
+    return ok ? 0 : 3;
+}
+
+Test(signals, a_forked_child_calls_fail_saying_why) {
+    init();
+    shared = adsm_alloc(N * sizeof(int));
+    cr_assert_eq(child_exit_status(child_calls), 0, "see child_calls for what each status means");
+    cr_assert_eq(ADSM_CALL(fill, adsm_grid_1d(N / 64, 64), shared, 2, (size_t)N), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(shared[0], 2, "the parent goes on");
+    adsm_shutdown();
+    cr_assert_eq(child_exit_status(child_starts_its_own), 0, "a fork after adsm_shutdown may start adsm");
 }
 
 /* ---- threads that block every signal (issue 11, item 4) ------------------------------------ */
