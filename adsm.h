@@ -330,6 +330,9 @@
    allowed) without using memory for it. Under an address-space limit (ulimit -v) the default
    emulated device shrinks to fit (logged at info); a size the program set that does not fit is
    refused with the numbers. adsm needs about 3.5 GiB of the limit at least.
+   A program that calls mlockall(MCL_FUTURE) keeps working: adsm's own large mappings are left
+   unlocked (under a locked-memory limit, ulimit -l, the kernel refuses the reservation itself,
+   and adsm_init says so).
 */
 /* The implementation needs Linux extensions (memfd, MAP_NORESERVE, futex); they must be requested
    before the first system header of the translation unit, so include adsm.h first there. */

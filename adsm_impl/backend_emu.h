@@ -597,7 +597,7 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
         adsm__emu_shutdown(e);
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: memfd_create failed: %s", strerror(errno));
     }
-    e->window = (unsigned char *)mmap(NULL, e->half, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, e->devfd.fd, 0);
+    e->window = (unsigned char *)adsm__map_shared_unlocked(e->half, PROT_READ | PROT_WRITE, e->devfd.fd);
     if (e->window == MAP_FAILED) {
         e->window = NULL;
         adsm__emu_shutdown(e);

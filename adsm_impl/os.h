@@ -132,6 +132,21 @@ ADSM__PRIVATE void *adsm__map_aligned(size_t n, size_t align, int prot, int flag
     return (void *)at;
 }
 
+/* Maps n bytes of the shared file fd with protection prot, never locked: under
+ * mlockall(MCL_FUTURE) every new mapping is locked and, where accessible, filled at once, which for
+ * a view of all of the emulated device's memory would fill the host's RAM. Mapped inaccessible
+ * first (nothing to fill), unlocked, then opened. MAP_FAILED (errno set) when refused. */
+ADSM__PRIVATE void *adsm__map_shared_unlocked(size_t n, int prot, int fd) {
+    void *p = mmap(NULL, n, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) return MAP_FAILED;
+    (void)munlock(p, n); /* a no-op unless the program locks its future mappings */
+    if (mprotect(p, n, prot) == 0) return p;
+    int saved_errno = errno;
+    munmap(p, n);
+    errno = saved_errno;
+    return MAP_FAILED;
+}
+
 ADSM__PRIVATE int adsm__memfd(const char *name, size_t size) {
     int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC);
     if (fd < 0) return -1;

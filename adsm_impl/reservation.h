@@ -59,6 +59,11 @@ ADSM__PRIVATE adsm_result adsm__reserve(adsm__runtime *rt) {
         rt->half /= 2;
         p = adsm__map_aligned(2 * rt->half, align, PROT_NONE, MAP_NORESERVE);
     }
+    if (p == MAP_FAILED && errno == EAGAIN) /* only the locked-memory limit refuses a mapping so */
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: the program locks "
+                          "its future mappings (mlockall with MCL_FUTURE), and the kernel counts a reservation, "
+                          "which holds no memory, against the locked-memory limit (ulimit -l): raise that limit "
+                          "(ulimit -l unlimited) or call mlockall without MCL_FUTURE", (2 * rt->half + align) / gib);
     if (p == MAP_FAILED)
         return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cannot reserve %zu GiB of address space: %s (for %zu MiB "
                           "of emulated device memory: a smaller ADSM_EMU_MEMORY needs less)",

@@ -6,7 +6,9 @@
  * left, initialisation fails with a clear error and leaks nothing, and succeeds once descriptors
  * are free again; once initialised, running out of descriptors changes nothing for objects,
  * kernels and I/O on descriptors already open; without /proc/self/mem the fetch path falls back
- * to opening the pages; RLIMIT_MEMLOCK 0 changes nothing. Each Test is its own process. */
+ * to opening the pages; RLIMIT_MEMLOCK 0 changes nothing; a program that locks its future
+ * mappings (mlockall) gets no emulated device memory filled, or under a locked-memory limit a
+ * clear refusal. Each Test is its own process. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
@@ -14,7 +16,13 @@
 #include <criterion/parameterized.h>
 #include <dirent.h>
 #include <errno.h>
+#include <linux/capability.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -151,6 +159,121 @@ Test(limits, no_locked_memory) {
     adsm_shutdown();
 }
 
+/* Under AddressSanitizer its shadow memory alone is terabytes of address space: no limit leaves
+ * room, and what is checked there is the clear refusal. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
+/* ---- programs that lock their future mappings (mlockall with MCL_FUTURE) ---------------------- */
+/* Kilobytes of a /proc/self/status field ("RssShmem"), -1 if absent. */
+static long status_kib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long kib = -1;
+    size_t len = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, len) == 0 && line[len] == ':') kib = atol(line + len + 1);
+    fclose(f);
+    return kib;
+}
+
+/* Whether this process holds CAP_IPC_LOCK (locked memory unlimited whatever RLIMIT_MEMLOCK says),
+ * and taking it out of the effective set, so that the limit binds even as root (0, or -1). */
+static int has_ipc_lock(void) {
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    return syscall(SYS_capget, &h, d) == 0 && (d[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32)));
+}
+
+static int drop_ipc_lock(void) {
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) != 0) return -1;
+    d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+    return (int)syscall(SYS_capset, &h, d);
+}
+
+/* In a forked child: mlockall(MCL_FUTURE) with unlimited locked memory (limited = 0: needs root:
+ * the limit raised, or CAP_IPC_LOCK)
+ * or with a 64 KiB limit binding (limited = 1), then initialise (256 MiB of emulated device memory)
+ * and run a kernel. Exit 0: it ran, and the shared memory the process maps holds under 32 MiB
+ * resident; 1: init failed (the message on the pipe); 2: more resident (the count on the pipe);
+ * above: set-up or kernel failures. */
+static int run_locking_future_mappings(int limited, char *msg, size_t msg_size) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        struct rlimit rl = {RLIM_INFINITY, RLIM_INFINITY}, low = {64 << 10, 64 << 10};
+        if (limited ? drop_ipc_lock() != 0 || setrlimit(RLIMIT_MEMLOCK, &low) != 0
+                    : setrlimit(RLIMIT_MEMLOCK, &rl) != 0 && !has_ipc_lock())
+            _exit(3);
+        /* a smaller reservation (about 2 GiB), so that a view filled by mistake fails this test
+         * instead of filling the machine (not under ASan, whose shadow needs terabytes) */
+        struct rlimit as = {(rlim_t)6 << 30, (rlim_t)6 << 30};
+        if (!UNDER_ASAN && setrlimit(RLIMIT_AS, &as) != 0) _exit(3);
+        if (mlockall(MCL_FUTURE) != 0) _exit(4);
+        if (init_emu() != ADSM_OK) {
+            const char *m = adsm_last_error();
+            if (write(fds[1], m, strlen(m)) < 0) _exit(5);
+            _exit(1);
+        }
+        long shmem = status_kib("RssShmem");
+        if (shmem < 0 || shmem >= 32 << 10) {
+            dprintf(fds[1], "%ld KiB", shmem);
+            _exit(2);
+        }
+        enum { N = 100000 };
+        int *a = adsm_alloc(N * sizeof(int)), *c = adsm_alloc(N * sizeof(int));
+        if (!a || !c) _exit(6);
+        for (int i = 0; i < N; i++) a[i] = i;
+        if (ADSM_CALL(lim_fill, adsm_grid_1d(N / 100, 100), c, a, (size_t)N) != ADSM_OK || adsm_sync() != ADSM_OK)
+            _exit(7);
+        _exit(c[N - 1] == 2 * (N - 1) + 1 ? 0 : 8);
+    }
+    close(fds[1]);
+    memset(msg, 0, msg_size);
+    size_t used = 0;
+    ssize_t n;
+    while (used < msg_size - 1 && (n = read(fds[0], msg + used, msg_size - 1 - used)) > 0) used += (size_t)n;
+    close(fds[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "the child died: status %d", status);
+    return WEXITSTATUS(status);
+}
+
+/* Every mapping the program makes after mlockall(MCL_FUTURE) is locked and, when accessible,
+ * filled at once: adsm's view of the whole emulated device memory filled the host's RAM (the
+ * default 12 GiB device got the process OOM-killed). adsm maps it unlocked. Needs root (the
+ * locked-memory limit raised to unlimited), as CI runs. */
+Test(limits, locking_future_mappings_fills_no_device_memory, .timeout = 60) {
+    char msg[512];
+    int rc = run_locking_future_mappings(0, msg, sizeof msg);
+    cr_assert_neq(rc, 3, "unlimited locked memory needs root (CAP_IPC_LOCK)");
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, msg);
+}
+
+/* With a locked-memory limit, the kernel counts adsm's address reservation (which holds no
+ * memory) against it and refuses the mapping: adsm_init says so and what to change. */
+Test(limits, locking_future_mappings_under_a_limit_says_what_to_change, .timeout = 60) {
+    char msg[512];
+    int rc = run_locking_future_mappings(1, msg, sizeof msg);
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, msg);
+    cr_assert(strstr(msg, "mlockall with MCL_FUTURE") != NULL, "message: %s", msg);
+    cr_assert(strstr(msg, "ulimit -l") != NULL, "message: %s", msg);
+}
+
 /* ---- address-space limits (ulimit -v; issue 11, item 9) ------------------------------------ */
 /* In a forked child (the limit is per process): lower RLIMIT_AS, then initialise with the default
  * emulated device size (or `emu_memory`) and run a kernel. Exit 0: it worked; 1: init failed,
@@ -191,18 +314,6 @@ static int run_under_limit(size_t limit, size_t emu_memory, char *msg, size_t ms
     return WEXITSTATUS(status);
 }
 
-/* Under AddressSanitizer its shadow memory alone is terabytes of address space: no limit leaves
- * room, and what is checked there is the clear refusal. */
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
 
 ParameterizedTestParameters(limits, default_device_fits_the_address_limit) {
     static size_t gib[] = {6, 8, 16, 32, 48, 64, 100};
