@@ -272,6 +272,8 @@
    in a thread that touches shared memory). A fault adsm cannot resolve (memory no live object
    holds, a device buffer, a failed protection change or copy) is explained on stderr before the
    process dies with SIGSEGV; the first kind is left silent when the program has its own handler.
+   Debugging with gdb: `handle SIGSEGV nostop noprint pass` lets adsm's faults through, and
+   `break adsm__fault_unresolved` stops at a real crash (backtrace down to the faulting line).
    Do not touch shared memory from your own signal handlers (adsm reports it and crashes instead
    of deadlocking when the interrupted thread was inside adsm). A forked child of an adsm program
    may only exec or _exit: adsm's threads and devices stay with the parent, so in the child every

@@ -19,6 +19,16 @@ ADSM__PRIVATE struct sigaction *adsm__prev_handler(int sig) {
     return sig == SIGBUS ? &adsm__rt.prev_bus : &adsm__rt.prev_segv;
 }
 
+/* A fault about to get the default action: the process dies of it. Does nothing; it is where a
+ * debugger stops for real crashes once it lets adsm's own faults through (gdb: `handle SIGSEGV
+ * nostop noprint pass` and `break adsm__fault_unresolved`; the backtrace goes on below the
+ * signal handler's frame to the faulting line). Out of line, and kept by the empty asm. */
+__attribute__((noinline)) static void adsm__fault_unresolved(int sig, uintptr_t addr) {
+    (void)sig;
+    (void)addr;
+    __asm__ volatile("" ::: "memory");
+}
+
 /* Hands the fault to whoever would have had it without adsm. */
 ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
     const struct sigaction *prev = adsm__prev_handler(sig);
@@ -33,6 +43,7 @@ ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
     }
     /* Default action: restore it and let the fault happen again (a real fault re-executes the
      * instruction; a raised signal is raised again), so the process dies of the signal. */
+    adsm__fault_unresolved(sig, (uintptr_t)si->si_addr);
     adsm__default_action(sig);
     if (si->si_code <= 0) raise(sig);
 }
