@@ -224,7 +224,7 @@ ADSM__PRIVATE adsm_result adsm__fault_install(adsm__runtime *rt) {
     sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     adsm__sigaction_fn real = adsm__real_sigaction();
-    if (!real) return adsm__fail(ADSM_ERROR_SYSTEM, "cannot find libc's sigaction");
+    if (!real) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "%s", ADSM__NO_DLSYM_TEXT);
 #ifndef ADSM_NO_INTERPOSE_SIGNALS
     (void)adsm__real_sigmask(0); /* cached now, for a first call from a signal handler */
     (void)adsm__real_sigmask(1);

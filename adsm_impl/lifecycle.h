@@ -119,6 +119,7 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     adsm_result r;
     if (adsm__in_forked_child()) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "adsm: %s", ADSM__FORKED_TEXT);
     if (!rt->atfork_registered) rt->atfork_registered = pthread_atfork(NULL, NULL, adsm__forked) == 0;
+    if (!adsm__real_sigaction()) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "%s", ADSM__NO_DLSYM_TEXT);
     rt->page = (size_t)sysconf(_SC_PAGESIZE);
     if ((r = adsm__settings_resolve(cfg, rt->page, &rt->cfg)) != ADSM_OK) return r;
     if ((r = adsm__reserve(rt)) != ADSM_OK) {

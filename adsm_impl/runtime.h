@@ -125,6 +125,12 @@ static adsm__runtime adsm__rt = {
 ADSM__PRIVATE int adsm__ready(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY; }
 ADSM__PRIVATE int adsm__in_forked_child(void) { return ADSM__LOAD(&adsm__rt.state) == ADSM__RT_FORKED; }
 
+/* Why adsm cannot start in a program whose libc it cannot reach through dlsym. */
+#define ADSM__NO_DLSYM_TEXT                                                                           \
+    "cannot find libc's sigaction with dlsym: a fully static program (linked with -static) cannot " \
+    "use adsm, whose fault handler and emulated device need libc's own sigaction; link dynamically " \
+    "(the default), or define ADSM_NO_INTERPOSE_SIGNALS"
+
 /* What a forked child is told, from a call or (signal-safe) from the fault handler. */
 #define ADSM__FORKED_TEXT                                                                              \
     "this process is a fork of one where adsm was running: adsm's threads and devices stayed with " \

@@ -171,4 +171,20 @@ step "build examples/linked_list.c with plain cc" \
     "$CC" -std=c11 -I. examples/linked_list.c -pthread -ldl -o "$tmp/linked_list"
 step "run linked_list" "$tmp/linked_list"
 
+# (d) a fully static program: dlsym cannot find libc's sigaction there, so adsm refuses to start
+# and says why (it used to report only that the device process failed); with
+# ADSM_NO_INTERPOSE_SIGNALS it calls libc's sigaction directly and runs
+step "build examples/vecadd.c with -static" \
+    "$CC" -std=c11 -I. examples/vecadd.c -pthread -ldl -static -o "$tmp/vecadd_static"
+echo "== run the static vecadd: a clear refusal"
+set +e
+out=$(ADSM_BACKEND=emu "$tmp/vecadd_static" 2>&1)
+rc=$?
+set -e
+[[ $rc -ne 0 ]] || fail "the static vecadd ran, yet adsm cannot interpose sigaction there"
+grep -q "linked with -static" <<< "$out" || fail "the static vecadd did not say why: $out"
+step "build examples/vecadd.c with -static -DADSM_NO_INTERPOSE_SIGNALS" \
+    "$CC" -std=c11 -DADSM_NO_INTERPOSE_SIGNALS -I. examples/vecadd.c -pthread -ldl -static -o "$tmp/vecadd_static"
+step "run the static vecadd without signal interposition" env ADSM_BACKEND=emu "$tmp/vecadd_static"
+
 echo "PASS: header_compile_test"
