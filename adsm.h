@@ -270,9 +270,10 @@
    thread that faults with SIGSEGV blocked, without a word). Define ADSM_NO_INTERPOSE_SIGNALS to
    opt out of all of this (then install your handler before adsm_init, and never block SIGSEGV
    in a thread that touches shared memory). libc's own calls are found with dlsym, so a fully
-   static program (-static) must define it: without, adsm_init refuses, saying so. A fault adsm cannot resolve (memory no live object
-   holds, a device buffer, a failed protection change or copy) is explained on stderr before the
-   process dies with SIGSEGV; the first kind is left silent when the program has its own handler.
+   static program (-static) must define it: without, adsm_init refuses, saying so. A fault adsm
+   cannot resolve (memory no live object holds, a device buffer, a failed protection change or
+   copy) is explained on stderr before the process dies with SIGSEGV; the first kind is left
+   silent when the program has its own handler.
    Debugging with gdb: `handle SIGSEGV nostop noprint pass` lets adsm's faults through, and
    `break adsm__fault_unresolved` stops at a real crash (backtrace down to the faulting line).
    Do not touch shared memory from your own signal handlers (adsm reports it and crashes instead
