@@ -132,11 +132,25 @@ ADSM__PRIVATE void *adsm__map_aligned(size_t n, size_t align, int prot, int flag
     return (void *)at;
 }
 
+/* Whether the program locks its future mappings (mlockall with MCL_FUTURE): a fresh page is then
+ * locked, and filled at once (or refused, over the locked-memory limit). */
+ADSM__PRIVATE int adsm__future_mappings_locked(void) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return errno == EAGAIN;
+    unsigned char resident = 0;
+    int locked = mincore(p, page, &resident) == 0 && (resident & 1);
+    munmap(p, page);
+    return locked;
+}
+
 /* Maps n bytes of the shared file fd with protection prot, never locked: under
  * mlockall(MCL_FUTURE) every new mapping is locked and, where accessible, filled at once, which for
- * a view of all of the emulated device's memory would fill the host's RAM. Mapped inaccessible
- * first (nothing to fill), unlocked, then opened. MAP_FAILED (errno set) when refused. */
+ * a view of all of the emulated device's memory would fill the host's RAM. There it is mapped
+ * inaccessible first (nothing to fill), unlocked, then opened; elsewhere in one step (valgrind
+ * takes minutes to open a range that large with mprotect). MAP_FAILED (errno set) when refused. */
 ADSM__PRIVATE void *adsm__map_shared_unlocked(size_t n, int prot, int fd) {
+    if (!adsm__future_mappings_locked()) return mmap(NULL, n, prot, MAP_SHARED | MAP_NORESERVE, fd, 0);
     void *p = mmap(NULL, n, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) return MAP_FAILED;
     (void)munlock(p, n); /* a no-op unless the program locks its future mappings */
