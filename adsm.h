@@ -283,7 +283,9 @@
    explained on stderr before the child dies (a fork made while adsm is not running may start
    its own). The emu backend's device process (forked by adsm_init) keeps only
    descriptors 0, 1 and 2 of the program's, so pipes, sockets and file locks behave as without
-   adsm; what a kernel body prints to stdout/stderr is flushed when the kernel ends.
+   adsm; what a kernel body prints to stdout/stderr is flushed when the kernel ends. It is a
+   child of the program: a loop that waits for every child (wait() until ECHILD) waits for it
+   too, so wait for your own pids (waitpid), or call adsm_shutdown first.
 
    8. I/O AND BULK MEMORY
    ======================
