@@ -33,14 +33,66 @@ void lim_fill(adsm_grid g, int *c, const int *a, size_t n) {
     }
 }
 
-static adsm_result init_emu(void) {
+static adsm_config emu_config(void) {
     adsm_config cfg = {0};
     cfg.backend = ADSM_BACKEND_EMU;
     cfg.protocol = ADSM_PROTOCOL_ROLLING;
     cfg.block_size = 4096;
     cfg.emu_memory = (size_t)256 << 20;
     cfg.emu_workers = 2;
+    return cfg;
+}
+
+static adsm_result init_emu(void) {
+    adsm_config cfg = emu_config();
     return adsm_init(&cfg);
+}
+
+/* ---- a process under limits ----------------------------------------------------------------- */
+/* What run_in_child does in a forked child (the limits are per process): `prepare` sets them up,
+ * then adsm_init(&cfg), then `check` looks at the process (both get the pipe to write why they
+ * failed), then a kernel runs. */
+typedef struct child_plan {
+    int (*prepare)(const void *arg); /* 0 or failure */
+    const void *arg;
+    adsm_config cfg;
+    int (*check)(int pipe_fd); /* 0 or failure; NULL: nothing to check */
+} child_plan;
+
+/* Exit 0: it all worked; 1: adsm_init failed (its message on the pipe, returned in msg); 2: the
+ * check failed (its text in msg); 3: prepare failed; above: the objects or the kernel failed. */
+static int run_in_child(const child_plan *plan, char *msg, size_t msg_size) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        if (plan->prepare(plan->arg) != 0) _exit(3);
+        adsm_config cfg = plan->cfg;
+        if (adsm_init(&cfg) != ADSM_OK) {
+            const char *m = adsm_last_error();
+            if (write(fds[1], m, strlen(m)) < 0) _exit(4);
+            _exit(1);
+        }
+        if (plan->check && plan->check(fds[1]) != 0) _exit(2);
+        enum { N = 100000 };
+        int *a = adsm_alloc(N * sizeof(int)), *c = adsm_alloc(N * sizeof(int));
+        if (!a || !c) _exit(5);
+        for (int i = 0; i < N; i++) a[i] = i;
+        if (ADSM_CALL(lim_fill, adsm_grid_1d(N / 100, 100), c, a, (size_t)N) != ADSM_OK || adsm_sync() != ADSM_OK)
+            _exit(6);
+        _exit(c[N - 1] == 2 * (N - 1) + 1 ? 0 : 7);
+    }
+    close(fds[1]);
+    memset(msg, 0, msg_size);
+    size_t used = 0;
+    ssize_t n;
+    while (used < msg_size - 1 && (n = read(fds[0], msg + used, msg_size - 1 - used)) > 0) used += (size_t)n;
+    close(fds[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "the child died: status %d", status);
+    return WEXITSTATUS(status);
 }
 
 static int open_fds(void) {
@@ -202,55 +254,32 @@ static int drop_ipc_lock(void) {
     return (int)syscall(SYS_capset, &h, d);
 }
 
-/* In a forked child: mlockall(MCL_FUTURE) with unlimited locked memory (limited = 0: needs root:
- * the limit raised, or CAP_IPC_LOCK)
- * or with a 64 KiB limit binding (limited = 1), then initialise (256 MiB of emulated device memory)
- * and run a kernel. Exit 0: it ran, and the shared memory the process maps holds under 32 MiB
- * resident; 1: init failed (the message on the pipe); 2: more resident (the count on the pipe);
- * above: set-up or kernel failures. */
+/* mlockall(MCL_FUTURE) with unlimited locked memory (*limited == 0: needs root: the limit raised,
+ * or CAP_IPC_LOCK) or with a 64 KiB limit binding (*limited == 1); a smaller reservation (about
+ * 2 GiB), so that a view filled by mistake fails the check instead of filling the machine (not
+ * under ASan, whose shadow needs terabytes). */
+static int lock_future_mappings(const void *arg) {
+    int limited = *(const int *)arg;
+    struct rlimit rl = {RLIM_INFINITY, RLIM_INFINITY}, low = {64 << 10, 64 << 10};
+    struct rlimit as = {(rlim_t)6 << 30, (rlim_t)6 << 30};
+    if (limited ? drop_ipc_lock() != 0 || setrlimit(RLIMIT_MEMLOCK, &low) != 0
+                : setrlimit(RLIMIT_MEMLOCK, &rl) != 0 && !has_ipc_lock())
+        return -1;
+    if (!UNDER_ASAN && setrlimit(RLIMIT_AS, &as) != 0) return -1;
+    return (int)syscall(SYS_mlockall, MCL_FUTURE); /* not mlockall(): ASan makes that a no-op */
+}
+
+/* The shared memory this process maps holds under 32 MiB resident. */
+static int little_shared_memory_resident(int pipe_fd) {
+    long shmem = status_kib("RssShmem");
+    if (shmem >= 0 && shmem < 32 << 10) return 0;
+    dprintf(pipe_fd, "%ld KiB of shared memory resident", shmem);
+    return -1;
+}
+
 static int run_locking_future_mappings(int limited, char *msg, size_t msg_size) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        struct rlimit rl = {RLIM_INFINITY, RLIM_INFINITY}, low = {64 << 10, 64 << 10};
-        if (limited ? drop_ipc_lock() != 0 || setrlimit(RLIMIT_MEMLOCK, &low) != 0
-                    : setrlimit(RLIMIT_MEMLOCK, &rl) != 0 && !has_ipc_lock())
-            _exit(3);
-        /* a smaller reservation (about 2 GiB), so that a view filled by mistake fails this test
-         * instead of filling the machine (not under ASan, whose shadow needs terabytes) */
-        struct rlimit as = {(rlim_t)6 << 30, (rlim_t)6 << 30};
-        if (!UNDER_ASAN && setrlimit(RLIMIT_AS, &as) != 0) _exit(3);
-        if (syscall(SYS_mlockall, MCL_FUTURE) != 0) _exit(4); /* not mlockall(): ASan makes that a no-op */
-        if (init_emu() != ADSM_OK) {
-            const char *m = adsm_last_error();
-            if (write(fds[1], m, strlen(m)) < 0) _exit(5);
-            _exit(1);
-        }
-        long shmem = status_kib("RssShmem");
-        if (shmem < 0 || shmem >= 32 << 10) {
-            dprintf(fds[1], "%ld KiB", shmem);
-            _exit(2);
-        }
-        enum { N = 100000 };
-        int *a = adsm_alloc(N * sizeof(int)), *c = adsm_alloc(N * sizeof(int));
-        if (!a || !c) _exit(6);
-        for (int i = 0; i < N; i++) a[i] = i;
-        if (ADSM_CALL(lim_fill, adsm_grid_1d(N / 100, 100), c, a, (size_t)N) != ADSM_OK || adsm_sync() != ADSM_OK)
-            _exit(7);
-        _exit(c[N - 1] == 2 * (N - 1) + 1 ? 0 : 8);
-    }
-    close(fds[1]);
-    memset(msg, 0, msg_size);
-    size_t used = 0;
-    ssize_t n;
-    while (used < msg_size - 1 && (n = read(fds[0], msg + used, msg_size - 1 - used)) > 0) used += (size_t)n;
-    close(fds[0]);
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert(WIFEXITED(status), "the child died: status %d", status);
-    return WEXITSTATUS(status);
+    child_plan plan = {lock_future_mappings, &limited, emu_config(), little_shared_memory_resident};
+    return run_in_child(&plan, msg, msg_size);
 }
 
 /* Every mapping the program makes after mlockall(MCL_FUTURE) is locked and, when accessible,
@@ -275,43 +304,18 @@ Test(limits, locking_future_mappings_under_a_limit_says_what_to_change, .timeout
 }
 
 /* ---- address-space limits (ulimit -v; issue 11, item 9) ------------------------------------ */
-/* In a forked child (the limit is per process): lower RLIMIT_AS, then initialise with the default
- * emulated device size (or `emu_memory`) and run a kernel. Exit 0: it worked; 1: init failed,
- * with the message on the pipe. */
+static int lower_address_limit(const void *arg) {
+    struct rlimit rl = {*(const size_t *)arg, *(const size_t *)arg};
+    return setrlimit(RLIMIT_AS, &rl);
+}
+
+/* In a forked child: RLIMIT_AS lowered, adsm initialised with the default emulated device size (or
+ * `emu_memory`), a kernel run; run_in_child's exit codes. */
 static int run_under_limit(size_t limit, size_t emu_memory, char *msg, size_t msg_size) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        struct rlimit rl = {limit, limit};
-        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
-        adsm_config cfg = {0};
-        cfg.backend = ADSM_BACKEND_EMU;
-        cfg.emu_memory = emu_memory;
-        if (adsm_init(&cfg) != ADSM_OK) {
-            const char *m = adsm_last_error();
-            if (write(fds[1], m, strlen(m)) < 0) _exit(4);
-            _exit(1);
-        }
-        enum { N = 100000 };
-        int *a = adsm_alloc(N * sizeof(int)), *c = adsm_alloc(N * sizeof(int));
-        if (!a || !c) _exit(5);
-        for (int i = 0; i < N; i++) a[i] = i;
-        if (ADSM_CALL(lim_fill, adsm_grid_1d(N / 100, 100), c, a, (size_t)N) != ADSM_OK || adsm_sync() != ADSM_OK)
-            _exit(6);
-        _exit(c[N - 1] == 2 * (N - 1) + 1 ? 0 : 7);
-    }
-    close(fds[1]);
-    memset(msg, 0, msg_size);
-    size_t used = 0;
-    ssize_t n;
-    while (used < msg_size - 1 && (n = read(fds[0], msg + used, msg_size - 1 - used)) > 0) used += (size_t)n;
-    close(fds[0]);
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert(WIFEXITED(status), "the child died: status %d", status);
-    return WEXITSTATUS(status);
+    child_plan plan = {lower_address_limit, &limit, {0}, NULL};
+    plan.cfg.backend = ADSM_BACKEND_EMU;
+    plan.cfg.emu_memory = emu_memory;
+    return run_in_child(&plan, msg, msg_size);
 }
 
 
