@@ -305,14 +305,16 @@
                                     read, write, pread, pwrite, fread, fwrite (and the
                                     _FORTIFY_SOURCE __read_chk/__fread_chk), so unchanged code
                                     works on shared memory. Other I/O calls (readv, fgets, ...)
-                                    are not covered.
+                                    are not covered. Also in a static program (-static,
+                                    glibc), where libc's own are reached without dlsym.
    adsm_memset / adsm_memcpy act where the valid copy is: memset of a whole Invalid or ReadOnly
    block runs on the device only and leaves it Invalid (nothing moves, no host page is touched;
    the CPU's next read fetches it); memcpy from
    device-valid blocks into whole device-valid blocks copies device to device (d2d_bytes).
        #define ADSM_INTERPOSE_MEM   also defines memset and memcpy. Calls the compiler inlines
                                     (small constant sizes) never reach it: use adsm_memset /
-                                    adsm_memcpy where it matters.
+                                    adsm_memcpy where it matters. Not in a static program:
+                                    libc itself calls memcpy there before threads exist.
 
    The explicit path, for baselines and programs that mix styles: adsm_dev_alloc gives a device
    buffer (the CPU must not touch it), adsm_copy_to_device / adsm_copy_from_device copy between it

@@ -47,21 +47,41 @@ ADSM__PRIVATE int adsm__touches_shared(const void *p, size_t n) {
 }
 
 /* The libc functions. With ADSM_INTERPOSE_IO this translation unit defines read, write, ... so
- * adsm must reach the next definition (libc's) through dlsym. */
+ * adsm must reach the next definition (libc's) through dlsym. A fully static program has no
+ * dynamic symbols for dlsym to find: there (glibc) the same work is reached another way, the
+ * system call itself or the name glibc also exports the function under (`fallback`); before, the
+ * first interposed call jumped to address 0. */
 #ifdef ADSM_INTERPOSE_IO
-#define ADSM__REAL(type, name)                                                          \
+#define ADSM__REAL(type, name, fallback)                                                \
     static type adsm__real_##name##_fn;                                                 \
     ADSM__PRIVATE type adsm__real_##name(void) {                                        \
         type f = __atomic_load_n(&adsm__real_##name##_fn, __ATOMIC_ACQUIRE);            \
         if (!f) {                                                                       \
             *(void **)&f = dlsym(RTLD_NEXT, #name);                                     \
+            if (!f) f = fallback;                                                       \
             __atomic_store_n(&adsm__real_##name##_fn, f, __ATOMIC_RELEASE);             \
         }                                                                               \
         return f;                                                                       \
     }
 #else
-#define ADSM__REAL(type, name) \
+#define ADSM__REAL(type, name, fallback) \
     ADSM__PRIVATE type adsm__real_##name(void) { return name; }
+#endif
+
+#if defined(ADSM_INTERPOSE_IO) && defined(__GLIBC__)
+ADSM__PRIVATE ssize_t adsm__sys_read(int fd, void *b, size_t n) { return syscall(SYS_read, fd, b, n); }
+ADSM__PRIVATE ssize_t adsm__sys_write(int fd, const void *b, size_t n) { return syscall(SYS_write, fd, b, n); }
+ADSM__PRIVATE ssize_t adsm__sys_pread(int fd, void *b, size_t n, off_t at) { return syscall(SYS_pread64, fd, b, n, at); }
+ADSM__PRIVATE ssize_t adsm__sys_pwrite(int fd, const void *b, size_t n, off_t at) {
+    return syscall(SYS_pwrite64, fd, b, n, at);
+}
+/* glibc's own names for stdio's functions and its overflow report (exported since 2.2.5 / 2.3.4) */
+extern size_t _IO_fread(void *, size_t, size_t, FILE *);
+extern size_t _IO_fwrite(const void *, size_t, size_t, FILE *);
+extern void __chk_fail(void) __attribute__((noreturn));
+#define ADSM__STATIC_FALLBACK(f) f
+#else
+#define ADSM__STATIC_FALLBACK(f) NULL
 #endif
 
 typedef ssize_t (*adsm__read_fn)(int, void *, size_t);
@@ -70,12 +90,12 @@ typedef ssize_t (*adsm__pread_fn)(int, void *, size_t, off_t);
 typedef ssize_t (*adsm__pwrite_fn)(int, const void *, size_t, off_t);
 typedef size_t (*adsm__fread_fn)(void *, size_t, size_t, FILE *);
 typedef size_t (*adsm__fwrite_fn)(const void *, size_t, size_t, FILE *);
-ADSM__REAL(adsm__read_fn, read)
-ADSM__REAL(adsm__write_fn, write)
-ADSM__REAL(adsm__pread_fn, pread)
-ADSM__REAL(adsm__pwrite_fn, pwrite)
-ADSM__REAL(adsm__fread_fn, fread)
-ADSM__REAL(adsm__fwrite_fn, fwrite)
+ADSM__REAL(adsm__read_fn, read, ADSM__STATIC_FALLBACK(adsm__sys_read))
+ADSM__REAL(adsm__write_fn, write, ADSM__STATIC_FALLBACK(adsm__sys_write))
+ADSM__REAL(adsm__pread_fn, pread, ADSM__STATIC_FALLBACK(adsm__sys_pread))
+ADSM__REAL(adsm__pwrite_fn, pwrite, ADSM__STATIC_FALLBACK(adsm__sys_pwrite))
+ADSM__REAL(adsm__fread_fn, fread, ADSM__STATIC_FALLBACK(_IO_fread))
+ADSM__REAL(adsm__fwrite_fn, fwrite, ADSM__STATIC_FALLBACK(_IO_fwrite))
 
 /* Bytes per system call: at least a block, so eviction of the blocks just filled overlaps the
  * next call and a whole block is filled by one piece; never tiny (4 KiB blocks) nor huge. */
@@ -406,12 +426,24 @@ size_t fread(void *ptr, size_t size, size_t nmemb, FILE *stream) { return adsm_f
 size_t fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
     return adsm_fwrite(ptr, size, nmemb, stream);
 }
+/* A checked call that would overflow its buffer, where libc's checked version cannot be found (a
+ * static program): libc's own report ("buffer overflow detected"), which ends the process, as the
+ * checked version would. */
+ADSM__PRIVATE void adsm__overflow_reported(void) {
+#ifdef __GLIBC__
+    __chk_fail();
+#else
+    abort();
+#endif
+}
+
 /* _FORTIFY_SOURCE builds call these checked entry points instead of the plain names. */
 ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
 ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen) {
     if (count > buflen) { /* libc's checked version reports the overflow */
         ssize_t (*real)(int, void *, size_t, size_t);
         *(void **)&real = dlsym(RTLD_NEXT, "__read_chk");
+        if (!real) adsm__overflow_reported();
         return real(fd, buf, count, buflen);
     }
     return adsm_read(fd, buf, count);
@@ -422,6 +454,7 @@ size_t __fread_chk(void *ptr, size_t ptrlen, size_t size, size_t nmemb, FILE *st
     if (__builtin_mul_overflow(size, nmemb, &bytes) || bytes > ptrlen) {
         size_t (*real)(void *, size_t, size_t, size_t, FILE *);
         *(void **)&real = dlsym(RTLD_NEXT, "__fread_chk");
+        if (!real) adsm__overflow_reported();
         return real(ptr, ptrlen, size, nmemb, stream);
     }
     return adsm_fread(ptr, size, nmemb, stream);

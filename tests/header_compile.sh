@@ -186,5 +186,14 @@ grep -q "linked with -static" <<< "$out" || fail "the static vecadd did not say 
 step "build examples/vecadd.c with -static -DADSM_NO_INTERPOSE_SIGNALS" \
     "$CC" -std=c11 -DADSM_NO_INTERPOSE_SIGNALS -I. examples/vecadd.c -pthread -ldl -static -o "$tmp/vecadd_static"
 step "run the static vecadd without signal interposition" env ADSM_BACKEND=emu "$tmp/vecadd_static"
+# ADSM_INTERPOSE_IO there: no dynamic symbols for dlsym, so libc's read, fread, ... are reached
+# through the system calls and glibc's own names (the first interposed call used to jump to 0);
+# with _FORTIFY_SOURCE the checked entry points too
+step "build examples/file_vecadd.c (ADSM_INTERPOSE_IO) with -static -O2 -D_FORTIFY_SOURCE=2" \
+    "$CC" -std=c11 -O2 -D_FORTIFY_SOURCE=2 -DADSM_NO_INTERPOSE_SIGNALS -I. examples/file_vecadd.c -pthread -ldl \
+    -static -o "$tmp/file_vecadd_static"
+echo "== run the static file_vecadd"
+out=$(cd "$tmp" && ADSM_BACKEND=emu ./file_vecadd_static 2>&1) || fail "the static file_vecadd failed: $out"
+grep -q " 0 wrong" <<< "$out" || fail "the static file_vecadd gave wrong results: $out"
 
 echo "PASS: header_compile_test"
