@@ -75,10 +75,17 @@ ADSM__PRIVATE ssize_t adsm__sys_pread(int fd, void *b, size_t n, off_t at) { ret
 ADSM__PRIVATE ssize_t adsm__sys_pwrite(int fd, const void *b, size_t n, off_t at) {
     return syscall(SYS_pwrite64, fd, b, n, at);
 }
-/* glibc's own names for stdio's functions and its overflow report (exported since 2.2.5 / 2.3.4) */
+/* glibc's own names for stdio's functions and its overflow report (exported since 2.2.5 / 2.3.4;
+ * no header declares the first two any more) */
+#ifdef __cplusplus
+extern "C" {
+#endif
 extern size_t _IO_fread(void *, size_t, size_t, FILE *);
 extern size_t _IO_fwrite(const void *, size_t, size_t, FILE *);
 extern void __chk_fail(void) __attribute__((noreturn));
+#ifdef __cplusplus
+}
+#endif
 #define ADSM__STATIC_FALLBACK(f) f
 #else
 #define ADSM__STATIC_FALLBACK(f) NULL
