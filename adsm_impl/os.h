@@ -300,10 +300,75 @@ ADSM__PRIVATE size_t adsm__cpu_count(void) {
     return n > 0 ? (size_t)n : 1;
 }
 
+/* The number in file `path` (a cgroup limit), or SIZE_MAX where it cannot be read or says "max". */
+ADSM__PRIVATE size_t adsm__read_limit(const char *path) {
+    char text[64];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return SIZE_MAX;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return SIZE_MAX;
+    text[n] = 0;
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    return end == text || v >= SIZE_MAX ? SIZE_MAX : (size_t)v;
+}
+
+/* The smallest memory limit on cgroup `dir` (under `root`) and its ancestors, in `file`. */
+ADSM__PRIVATE size_t adsm__cgroup_chain_limit(const char *root, const char *dir, const char *file) {
+    char path[512], at[384];
+    size_t limit = SIZE_MAX;
+    snprintf(at, sizeof at, "%s", dir);
+    for (;;) {
+        size_t len = strlen(at);
+        while (len > 0 && at[len - 1] == '/') at[--len] = 0; /* "/a/b/" and "/" alike */
+        snprintf(path, sizeof path, "%s%s/%s", root, at, file);
+        limit = ADSM__MIN(limit, adsm__read_limit(path));
+        char *slash = strrchr(at, '/');
+        if (!slash) break;
+        *slash = 0; /* the parent; "" is the root itself, read last */
+    }
+    return limit;
+}
+
+/* The memory limit of this process's cgroup, the smallest of its own and its ancestors' (cgroup
+ * v2: memory.max; v1: memory/.../memory.limit_in_bytes), or SIZE_MAX where none is set or none
+ * can be read. A container limited to a few GiB on a large host would otherwise get an emulated
+ * device sized from the host's memory, and the kernel's OOM killer, without a word, once the
+ * program used it. `proc_cgroup` is /proc/self/cgroup and `root` the cgroup mount; tests pass
+ * others. */
+ADSM__PRIVATE size_t adsm__cgroup_memory_limit(const char *proc_cgroup, const char *root) {
+    FILE *f = fopen(proc_cgroup, "re");
+    if (!f) return SIZE_MAX;
+    char line[512], dir[384];
+    size_t limit = SIZE_MAX;
+    while (fgets(line, sizeof line, f)) { /* "id:controllers:/path" */
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        snprintf(dir, sizeof dir, "%s", c2 + 1);
+        dir[strcspn(dir, "\n")] = 0;
+        char v1_root[400];
+        if (c2 == c1 + 1) { /* cgroup v2: no controller list */
+            limit = ADSM__MIN(limit, adsm__cgroup_chain_limit(root, dir, "memory.max"));
+            continue;
+        }
+        *c2 = 0;
+        char *save = NULL; /* strtok_r: the program's threads may be using strtok */
+        for (char *ctl = strtok_r(c1 + 1, ",", &save); ctl; ctl = strtok_r(NULL, ",", &save))
+            if (strcmp(ctl, "memory") == 0) {
+                snprintf(v1_root, sizeof v1_root, "%s/memory", root);
+                limit = ADSM__MIN(limit, adsm__cgroup_chain_limit(v1_root, dir, "memory.limit_in_bytes"));
+            }
+    }
+    fclose(f);
+    return limit;
+}
+
+/* The memory this process may use: the machine's, or less where its cgroup is limited. */
 ADSM__PRIVATE size_t adsm__phys_memory(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page <= 0) return (size_t)1 << 32;
-    return (size_t)pages * (size_t)page;
+    size_t phys = pages <= 0 || page <= 0 ? (size_t)1 << 32 : (size_t)pages * (size_t)page;
+    return ADSM__MIN(phys, adsm__cgroup_memory_limit("/proc/self/cgroup", "/sys/fs/cgroup"));
 }
 
 /* ---- signal dispositions ---------------------------------------------------------------- */

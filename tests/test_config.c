@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const all_vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",     "ADSM_BLOCK_SIZE",
                                        "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
@@ -348,4 +349,67 @@ Test(config, implicit_init_with_bad_protocol) {
     cr_assert_null(adsm_alloc(100));
     cr_assert_eq(adsm_last_result(), ADSM_ERROR_INVALID_CONFIG);
     cr_assert(strstr(adsm_last_error(), "ADSM_PROTOCOL") != NULL, "%s", adsm_last_error());
+}
+
+/* ---- the memory the default emulated device is sized from ------------------------------------- */
+/* A cgroup layout: /proc/self/cgroup's text and the limit files under the cgroup mount (path,
+ * content); the smallest limit on the process's cgroup and its ancestors is expected (0: none). */
+typedef struct cgroup_case {
+    char name[24];
+    char proc[96];
+    char files[3][2][64];
+    unsigned long long expect;
+} cgroup_case;
+
+ParameterizedTestParameters(config, cgroup_memory_limit) {
+    static cgroup_case cases[] = {
+        {"v2, parent limits", "0::/a/b\n",
+         {{"a/b/memory.max", "max\n"}, {"a/memory.max", "2147483648\n"}, {"", ""}}, 2147483648ull},
+        {"v2, own limit smaller", "0::/a/b\n",
+         {{"a/b/memory.max", "1073741824\n"}, {"a/memory.max", "2147483648\n"}, {"", ""}}, 1073741824ull},
+        {"v2 in a namespace", "0::/\n", {{"memory.max", "536870912\n"}, {"", ""}, {"", ""}}, 536870912ull},
+        {"v2, none", "0::/a\n", {{"a/memory.max", "max\n"}, {"", ""}, {"", ""}}, 0},
+        {"v1 memory controller", "5:cpu,cpuacct:/x\n4:memory:/x/y\n0::/\n",
+         {{"memory/x/y/memory.limit_in_bytes", "9223372036854771712\n"},
+          {"memory/x/memory.limit_in_bytes", "3221225472\n"},
+          {"cpu,cpuacct/x/memory.limit_in_bytes", "1024\n"}},
+         3221225472ull},
+        {"v1, unlimited", "4:memory:/x\n", {{"memory/x/memory.limit_in_bytes", "9223372036854771712\n"}, {"", ""}, {"", ""}},
+         9223372036854771712ull},
+        {"no cgroup file", "", {{"", ""}, {"", ""}, {"", ""}}, 0},
+    };
+    return cr_make_param_array(cgroup_case, cases, sizeof cases / sizeof *cases);
+}
+
+/* Writes `text` at dir/rel, making the folders on the way. */
+static void put_file(const char *dir, const char *rel, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    for (char *s = strchr(path + strlen(dir) + 1, '/'); s; s = strchr(s + 1, '/')) {
+        *s = 0;
+        mkdir(path, 0755);
+        *s = '/';
+    }
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+ParameterizedTest(cgroup_case *c, config, cgroup_memory_limit) {
+    char root[] = "/tmp/adsm_cgroup_XXXXXX", proc[600];
+    cr_assert_not_null(mkdtemp(root));
+    snprintf(proc, sizeof proc, "%s/proc_self_cgroup", root);
+    if (c->proc[0]) put_file(root, "proc_self_cgroup", c->proc);
+    char mount[600];
+    snprintf(mount, sizeof mount, "%s/fs", root);
+    mkdir(mount, 0755);
+    for (int i = 0; i < 3; i++)
+        if (c->files[i][0][0]) put_file(mount, c->files[i][0], c->files[i][1]);
+    size_t got = adsm__cgroup_memory_limit(proc, mount);
+    size_t want = c->expect ? (size_t)c->expect : SIZE_MAX;
+    cr_assert_eq(got, want, "%s: %zu, expected %zu", c->name, got, want);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    cr_assert_eq(system(cmd), 0);
 }
