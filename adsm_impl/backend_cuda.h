@@ -57,9 +57,10 @@ typedef struct adsm__cuda_launch_access {
     adsm__range writable[ADSM__MAX_PARAMS], inputs[ADSM__MAX_PARAMS];
 } adsm__cuda_launch_access;
 
-/* One engine command, a slot of the engine's queue. Its result (0, 1: refused, -1: failed) goes
- * to the pusher's own variable (copy_queue.h), not here. */
-typedef struct adsm__cuda_cmd {
+/* What every engine command carries: all a copy, map, memset or unregister needs. These are made
+ * in the fault handler, whose stack may be a program's small alternate signal stack (8 KiB, as
+ * Rust gives every thread), so they never carry a launch's access lists and argument block. */
+typedef struct adsm__cuda_op {
     int type, status, value; /* status: set to 1 by a refusal that is not a device error */
     uintptr_t dst, src; /* device addresses are adsm's (before translation) */
     size_t n;
@@ -68,6 +69,13 @@ typedef struct adsm__cuda_cmd {
     const adsm_kernel_desc *kernel;
     adsm__cu_function fn;
     unsigned grid[3], block[3];
+} adsm__cuda_op;
+
+/* One engine command, a slot of the engine's queue: the op, and a launch's access lists and
+ * arguments. Its result (0, 1: refused, -1: failed) goes to the pusher's own variable
+ * (copy_queue.h), not here. */
+typedef struct adsm__cuda_cmd {
+    adsm__cuda_op op;
     adsm__cuda_launch_access access; /* a launch's */
     ADSM__ALIGNAS(16) unsigned char args[ADSM__CUDA_MAX_ARGS];
 } adsm__cuda_cmd;
@@ -613,14 +621,14 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_after_launches(adsm__cuda *c, adsm__cu_
 ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, adsm__cuda_cmd *cmd, int to_device) {
     adsm__cu_result r;
     if (to_device) {
-        r = adsm__cuda_after_launches(c, c->h2d, cmd->seq);
-        if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->dst), (const void *)cmd->src, cmd->n, c->h2d);
+        r = adsm__cuda_after_launches(c, c->h2d, cmd->op.seq);
+        if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->op.dst), (const void *)cmd->op.src, cmd->op.n, c->h2d);
         if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
     } else {
         r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
         if (r == 0) r = c->cu.cuStreamWaitEvent(c->d2h, c->ops_last, 0);
-        if (r == 0) r = c->cu.cuMemcpyDtoHAsync((void *)cmd->dst, adsm__cuda_dptr(c, cmd->src), cmd->n, c->d2h);
+        if (r == 0) r = c->cu.cuMemcpyDtoHAsync((void *)cmd->op.dst, adsm__cuda_dptr(c, cmd->op.src), cmd->op.n, c->d2h);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
     }
     return r;
@@ -628,16 +636,16 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, adsm__cuda_cmd *c
 
 /* ---- the engine: every copy and launch, in queue order ------------------------------------- */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *cmd) {
-    if (adsm__cuda_is_locked(c, cmd->src, cmd->n)) return adsm__cuda_direct(c, cmd, 1);
-    ADSM__ADD(&c->rt->stats.staged_bytes, cmd->n);
-    adsm__cu_result r = adsm__cuda_after_launches(c, c->h2d, cmd->seq);
-    for (size_t off = 0; r == 0 && off < cmd->n; off += c->stage_size) {
-        size_t len = ADSM__MIN(c->stage_size, cmd->n - off);
+    if (adsm__cuda_is_locked(c, cmd->op.src, cmd->op.n)) return adsm__cuda_direct(c, cmd, 1);
+    ADSM__ADD(&c->rt->stats.staged_bytes, cmd->op.n);
+    adsm__cu_result r = adsm__cuda_after_launches(c, c->h2d, cmd->op.seq);
+    for (size_t off = 0; r == 0 && off < cmd->op.n; off += c->stage_size) {
+        size_t len = ADSM__MIN(c->stage_size, cmd->op.n - off);
         int s = c->h2d_next;
         c->h2d_next = (s + 1) % ADSM__CUDA_SLOTS;
         if ((r = c->cu.cuEventSynchronize(c->h2d_slot_ev[s])) != 0) break; /* the slot's last DMA is done */
-        adsm__copy_out(c->h2d_stage[s], (const void *)(cmd->src + off), len);
-        if ((r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->dst + off), c->h2d_stage[s], len, c->h2d)) != 0)
+        adsm__copy_out(c->h2d_stage[s], (const void *)(cmd->op.src + off), len);
+        if ((r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->op.dst + off), c->h2d_stage[s], len, c->h2d)) != 0)
             break;
         r = c->cu.cuEventRecord(c->h2d_slot_ev[s], c->h2d);
     }
@@ -647,26 +655,26 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *c
 
 /* Device -> staging in chunks, each chunk's DMA overlapping the copy-out of the one before. */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *cmd) {
-    if (adsm__cuda_is_locked(c, cmd->dst, cmd->n)) return adsm__cuda_direct(c, cmd, 0);
-    ADSM__ADD(&c->rt->stats.staged_bytes, cmd->n);
+    if (adsm__cuda_is_locked(c, cmd->op.dst, cmd->op.n)) return adsm__cuda_direct(c, cmd, 0);
+    ADSM__ADD(&c->rt->stats.staged_bytes, cmd->op.n);
     /* Sees every earlier upload, memset and device copy. Kernels are not waited for here: the
      * protocols wait for the kernel that may write a block before fetching it, and fetches of
      * other objects may overlap a running kernel. */
     adsm__cu_result r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
     if (r == 0) r = c->cu.cuStreamWaitEvent(c->d2h, c->ops_last, 0);
-    size_t nchunks = (cmd->n + c->stage_size - 1) / c->stage_size;
+    size_t nchunks = (cmd->op.n + c->stage_size - 1) / c->stage_size;
     for (size_t k = 0; r == 0 && k <= nchunks; k++) {
         if (k < nchunks) { /* issue chunk k */
-            size_t off = k * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->n - off);
+            size_t off = k * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->op.n - off);
             int s = (int)(k % ADSM__CUDA_SLOTS);
-            r = c->cu.cuMemcpyDtoHAsync(c->d2h_stage[s], adsm__cuda_dptr(c, cmd->src + off), len, c->d2h);
+            r = c->cu.cuMemcpyDtoHAsync(c->d2h_stage[s], adsm__cuda_dptr(c, cmd->op.src + off), len, c->d2h);
             if (r == 0) r = c->cu.cuEventRecord(c->d2h_slot_ev[s], c->d2h);
         }
         if (r == 0 && k > 0) { /* drain chunk k - 1 */
-            size_t off = (k - 1) * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->n - off);
+            size_t off = (k - 1) * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->op.n - off);
             int s = (int)((k - 1) % ADSM__CUDA_SLOTS);
             r = c->cu.cuEventSynchronize(c->d2h_slot_ev[s]);
-            if (r == 0) memcpy((void *)(cmd->dst + off), c->d2h_stage[s], len); /* writable: copy.h */
+            if (r == 0) memcpy((void *)(cmd->op.dst + off), c->d2h_stage[s], len); /* writable: copy.h */
         }
     }
     return r;
@@ -676,11 +684,11 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *c
  * before it (one may still read the old bytes), before the ones after it, landed when it returns
  * (the source device may overwrite its side next). */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_peer(adsm__cuda *c, adsm__cuda_cmd *cmd) {
-    adsm__cuda *src = cmd->peer;
+    adsm__cuda *src = cmd->op.peer;
     adsm__cu_result r = adsm__cuda_after_launches(c, c->h2d, ADSM__EVERY_LAUNCH);
     if (r == 0)
-        r = c->cu.cuMemcpyPeerAsync(adsm__cuda_dptr(c, cmd->dst), c->ctx, adsm__cuda_dptr(src, cmd->src), src->ctx,
-                                    cmd->n, c->h2d);
+        r = c->cu.cuMemcpyPeerAsync(adsm__cuda_dptr(c, cmd->op.dst), c->ctx, adsm__cuda_dptr(src, cmd->op.src), src->ctx,
+                                    cmd->op.n, c->h2d);
     if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
     if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
     return r;
@@ -731,18 +739,18 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_launch_stream(adsm__cuda *c, adsm__cuda
     adsm__cu_result r = adsm__cuda_kernel_stream_ready(c, c->ks[*stream]);
     if (r != 0 || c->nstreams == 1) return r;
     adsm__cuda_ordering o = {&cmd->access, *stream, 0};
-    adsm__cuda_in_flight(c, cmd->seq, adsm__cuda_order_after, &o);
+    adsm__cuda_in_flight(c, cmd->op.seq, adsm__cuda_order_after, &o);
     return o.r;
 }
 
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_launch(adsm__cuda *c, adsm__cuda_cmd *cmd, unsigned stream, char *text,
                                                    size_t size) {
-    const adsm_kernel_desc *k = cmd->kernel;
+    const adsm_kernel_desc *k = cmd->op.kernel;
     void *params[ADSM__MAX_PARAMS + 1];
     for (unsigned i = 0; i < k->nparams; i++) params[i] = cmd->args + k->params[i].offset;
     params[k->nparams] = NULL;
-    adsm__cu_result r = c->cu.cuLaunchKernel(cmd->fn, cmd->grid[0], cmd->grid[1], cmd->grid[2], cmd->block[0],
-                                             cmd->block[1], cmd->block[2], 0, c->ks[stream], params, NULL);
+    adsm__cu_result r = c->cu.cuLaunchKernel(cmd->op.fn, cmd->op.grid[0], cmd->op.grid[1], cmd->op.grid[2], cmd->op.block[0],
+                                             cmd->op.block[1], cmd->op.block[2], 0, c->ks[stream], params, NULL);
     if (r != 0) {
         char what[160];
         snprintf(what, sizeof what, "kernel '%s': cuLaunchKernel", k->name);
@@ -757,25 +765,25 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     const char *what = "";
     adsm__cu_result r = 0;
     uint64_t t0 = adsm__now_ns();
-    switch (cmd->type) {
+    switch (cmd->op.type) {
     case ADSM__CMD_H2D:
         what = "cuMemcpyHtoDAsync";
         r = adsm__cuda_do_h2d(c, cmd);
-        adsm__copy_timed(c->rt, 1, t0, cmd->dst, cmd->n);
+        adsm__copy_timed(c->rt, 1, t0, cmd->op.dst, cmd->op.n);
         break;
     case ADSM__CMD_D2H:
         what = "cuMemcpyDtoHAsync";
         r = adsm__cuda_do_d2h(c, cmd);
-        adsm__copy_timed(c->rt, 0, t0, cmd->src, cmd->n);
+        adsm__copy_timed(c->rt, 0, t0, cmd->op.src, cmd->op.n);
         break;
     case ADSM__CMD_D2D:
     case ADSM__CMD_MEMSET:
-        what = cmd->type == ADSM__CMD_D2D ? "cuMemcpyDtoDAsync" : "cuMemsetD8Async";
+        what = cmd->op.type == ADSM__CMD_D2D ? "cuMemcpyDtoDAsync" : "cuMemsetD8Async";
         r = adsm__cuda_ops_ready(c);
-        if (r == 0 && cmd->type == ADSM__CMD_D2D)
-            r = c->cu.cuMemcpyDtoDAsync(adsm__cuda_dptr(c, cmd->dst), adsm__cuda_dptr(c, cmd->src), cmd->n, c->ops);
+        if (r == 0 && cmd->op.type == ADSM__CMD_D2D)
+            r = c->cu.cuMemcpyDtoDAsync(adsm__cuda_dptr(c, cmd->op.dst), adsm__cuda_dptr(c, cmd->op.src), cmd->op.n, c->ops);
         else if (r == 0)
-            r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), (unsigned char)cmd->value, cmd->n, c->ops);
+            r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->op.dst), (unsigned char)cmd->op.value, cmd->op.n, c->ops);
         if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->ops);
         break;
     case ADSM__CMD_PEER:
@@ -784,11 +792,11 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         break;
     case ADSM__CMD_MAP:
         what = "cuMemCreate/cuMemMap";
-        r = adsm__cuda_map(c, cmd->dst, cmd->n);
+        r = adsm__cuda_map(c, cmd->op.dst, cmd->op.n);
         /* starts zeroed; nothing else can use a range just mapped, so this waits for nothing */
-        if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->dst), 0, cmd->n, c->ops);
+        if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->op.dst), 0, cmd->op.n, c->ops);
         if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->ops);
-        cmd->status = r == ADSM__CUDA_ERROR_OUT_OF_MEMORY ? 1 : 0;
+        cmd->op.status = r == ADSM__CUDA_ERROR_OUT_OF_MEMORY ? 1 : 0;
         if (r == ADSM__CUDA_ERROR_OUT_OF_MEMORY) return -1; /* not fatal: the allocation fails */
         break;
     case ADSM__CMD_UNMAP:
@@ -798,16 +806,16 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         r = adsm__cuda_stream_wait(c, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->ops);
-        if (r == 0) adsm__cuda_unmap(c, cmd->dst, cmd->n);
+        if (r == 0) adsm__cuda_unmap(c, cmd->op.dst, cmd->op.n);
         break;
     case ADSM__CMD_UNREGISTER:
         /* copies in flight may still read or write the pages */
         r = adsm__cuda_stream_wait(c, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
-        (void)c->cu.cuMemHostUnregister((void *)cmd->dst);
+        (void)c->cu.cuMemHostUnregister((void *)cmd->op.dst);
         break;
     case ADSM__CMD_LAUNCH: {
-        uint64_t seq = cmd->seq;
+        uint64_t seq = cmd->op.seq;
         unsigned slot = (unsigned)(seq % ADSM__CUDA_EVENTS);
         for (;;) { /* the event slot is free once the completion thread is past it */
             int gen = ADSM__LOAD(&c->completion_gen);
@@ -824,12 +832,12 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
             adsm__cuda_record_error(c, ADSM_ERROR_LAUNCH_FAILED, text, 0);
             r = 0;
         }
-        c->kev_kernel[slot] = cmd->kernel;
+        c->kev_kernel[slot] = cmd->op.kernel;
         c->kev_seq[slot] = seq;
         c->kev_stream[slot] = (unsigned char)stream;
         if (c->kev_access) c->kev_access[slot] = cmd->access;
         c->kev_issued_ns[slot] = adsm__now_ns();
-        c->last_kernel = cmd->kernel;
+        c->last_kernel = cmd->op.kernel;
         if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->ks[stream]);
         if (r == 0) r = c->cu.cuEventRecord(c->ks_last[stream], c->ks[stream]);
         ADSM__STORE(&c->issued_seq, seq);
@@ -861,8 +869,8 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
 ADSM__PRIVATE int adsm__cuda_engine_step(void *ctx, void *slot) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     adsm__cuda_cmd *cmd = (adsm__cuda_cmd *)slot;
-    if (ADSM__LOAD(&c->lost) && cmd->type != ADSM__CMD_UNMAP) return -1;
-    return adsm__cuda_execute(c, cmd) == 0 ? 0 : (cmd->status == 1 ? 1 : -1);
+    if (ADSM__LOAD(&c->lost) && cmd->op.type != ADSM__CMD_UNMAP) return -1;
+    return adsm__cuda_execute(c, cmd) == 0 ? 0 : (cmd->op.status == 1 ? 1 : -1);
 }
 
 ADSM__PRIVATE void adsm__cuda_engine_begin(void *ctx) {
@@ -873,15 +881,15 @@ ADSM__PRIVATE void adsm__cuda_engine_begin(void *ctx) {
 
 /* Signal-safe. Queues a command (without its argument block); with wait, returns its result
  * once it ran. Producers are the runtime lock's holder and faults copying outside it. */
-ADSM__PRIVATE int adsm__cuda_run(adsm__cuda *c, const adsm__cuda_cmd *cmd, int wait) {
-    if (wait) return adsm__queue_call(&c->queue, cmd, offsetof(adsm__cuda_cmd, args));
-    adsm__queue_push(&c->queue, cmd, offsetof(adsm__cuda_cmd, args), NULL);
+ADSM__PRIVATE int adsm__cuda_run(adsm__cuda *c, const adsm__cuda_op *op, int wait) {
+    if (wait) return adsm__queue_call(&c->queue, op, sizeof *op);
+    adsm__queue_push(&c->queue, op, sizeof *op, NULL);
     return 0;
 }
 
-ADSM__PRIVATE adsm__cuda_cmd adsm__cuda_range_cmd(int type, uintptr_t dst, uintptr_t src, size_t n) {
-    adsm__cuda_cmd cmd;
-    memset(&cmd, 0, offsetof(adsm__cuda_cmd, args));
+ADSM__PRIVATE adsm__cuda_op adsm__cuda_range_cmd(int type, uintptr_t dst, uintptr_t src, size_t n) {
+    adsm__cuda_op cmd;
+    memset(&cmd, 0, sizeof cmd);
     cmd.type = type;
     cmd.dst = dst;
     cmd.src = src;
@@ -936,7 +944,7 @@ ADSM__PRIVATE size_t adsm__cuda_capacity(void *ctx) { return ((adsm__cuda *)ctx)
 ADSM__PRIVATE adsm_result adsm__cuda_dev_alloc(void *ctx, uintptr_t dev, size_t span) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     if (ADSM__LOAD(&c->lost)) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "cuda backend: the device is lost");
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_MAP, dev, 0, span);
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_MAP, dev, 0, span);
     int status = adsm__cuda_run(c, &cmd, 1);
     if (status == 1)
         return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "cuda backend: device %s has no memory left for %zu bytes",
@@ -947,7 +955,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_dev_alloc(void *ctx, uintptr_t dev, size_t 
 
 ADSM__PRIVATE void adsm__cuda_dev_free(void *ctx, uintptr_t dev, size_t span) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_UNMAP, dev, 0, span);
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_UNMAP, dev, 0, span);
     adsm__cuda_run(c, &cmd, 1);
 }
 
@@ -956,7 +964,7 @@ ADSM__PRIVATE void adsm__cuda_dev_free(void *ctx, uintptr_t dev, size_t span) {
 ADSM__PRIVATE int adsm__cuda_dev_map(void *ctx, uintptr_t dev, size_t span) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     if (ADSM__LOAD(&c->lost)) return -1;
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_MAP, dev, 0, span);
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_MAP, dev, 0, span);
     return adsm__cuda_run(c, &cmd, 1);
 }
 
@@ -978,7 +986,7 @@ ADSM__PRIVATE int adsm__cuda_peer_copy(void *dst_ctx, void *src_ctx, uintptr_t d
         free(bounce);
         return rc;
     }
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_PEER, dev, dev, n);
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_PEER, dev, dev, n);
     cmd.peer = src;
     return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
 }
@@ -1053,7 +1061,7 @@ ADSM__PRIVATE void adsm__cuda_host_unlock(void *ctx, uintptr_t host, size_t n) {
     if (node) adsm__tree_remove(&c->locked, node);
     adsm__unlock(&c->locked_lock);
     if (!node) return;
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_UNREGISTER, host, 0, n);
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_UNREGISTER, host, 0, n);
     adsm__cuda_run(c, &cmd, 1);
     free(node);
 }
@@ -1064,7 +1072,7 @@ ADSM__PRIVATE int adsm__cuda_to_device(void *ctx, uintptr_t dev, uintptr_t host,
                                        uint64_t after) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     if (ADSM__LOAD(&c->lost)) return -1;
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_H2D, dev, host, n);
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_H2D, dev, host, n);
     cmd.seq = after;
     return adsm__cuda_run(c, &cmd, !async) == 0 ? 0 : -1;
 }
@@ -1072,7 +1080,7 @@ ADSM__PRIVATE int adsm__cuda_to_device(void *ctx, uintptr_t dev, uintptr_t host,
 ADSM__PRIVATE int adsm__cuda_from_device(void *ctx, uintptr_t host, uintptr_t dev, size_t n) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     if (ADSM__LOAD(&c->lost)) return -1;
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_D2H, host, dev, n);
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_D2H, host, dev, n);
     return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
 }
 
@@ -1098,7 +1106,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_synchronize(void *ctx) {
 ADSM__PRIVATE int adsm__cuda_dev_memset(void *ctx, uintptr_t dev, int value, size_t n) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     if (ADSM__LOAD(&c->lost)) return -1;
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_MEMSET, dev, 0, n);
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_MEMSET, dev, 0, n);
     cmd.value = value;
     return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
 }
@@ -1106,7 +1114,7 @@ ADSM__PRIVATE int adsm__cuda_dev_memset(void *ctx, uintptr_t dev, int value, siz
 ADSM__PRIVATE int adsm__cuda_dev_copy(void *ctx, uintptr_t dst, uintptr_t src, size_t n) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     if (ADSM__LOAD(&c->lost)) return -1;
-    adsm__cuda_cmd cmd = adsm__cuda_range_cmd(ADSM__CMD_D2D, dst, src, n);
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_D2D, dst, src, n);
     return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
 }
 
@@ -1181,12 +1189,12 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
     cmd = (adsm__cuda_cmd *)malloc(sizeof *cmd);
     if (!cmd) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': out of memory", k->name);
     memset(cmd, 0, offsetof(adsm__cuda_cmd, args));
-    cmd->type = ADSM__CMD_LAUNCH;
-    cmd->seq = l->seq;
-    cmd->kernel = k;
-    cmd->fn = fn;
-    cmd->grid[0] = l->grid.grid.x, cmd->grid[1] = l->grid.grid.y, cmd->grid[2] = l->grid.grid.z;
-    cmd->block[0] = l->grid.block.x, cmd->block[1] = l->grid.block.y, cmd->block[2] = l->grid.block.z;
+    cmd->op.type = ADSM__CMD_LAUNCH;
+    cmd->op.seq = l->seq;
+    cmd->op.kernel = k;
+    cmd->op.fn = fn;
+    cmd->op.grid[0] = l->grid.grid.x, cmd->op.grid[1] = l->grid.grid.y, cmd->op.grid[2] = l->grid.grid.z;
+    cmd->op.block[0] = l->grid.block.x, cmd->op.block[1] = l->grid.block.y, cmd->op.block[2] = l->grid.block.z;
     memcpy(cmd->args, l->args, k->args_size);
     cmd->access.nwritable = (uint32_t)l->nwritable;
     cmd->access.ninputs = (uint32_t)l->ninputs;

@@ -10,6 +10,7 @@
 
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -356,6 +357,31 @@ ParameterizedTest(sticky_case *sc, cuda_double, a_sticky_error_at_sync_then_devi
     cr_assert_eq(adsm_sync(), ADSM_ERROR_DEVICE_LOST);
     cr_assert_eq(adsm_free(keep), ADSM_OK);
     adsm_shutdown();
+}
+
+/* ---- small signal stacks ----------------------------------------------------------------------------- */
+/* Faults handled on an 8 KiB alternate signal stack, the classic SIGSTKSZ, which Rust gives every
+ * thread: the fault path's copy commands used to carry a launch's 4 KiB argument block, twice, on
+ * the stack (13.7 KiB used in all), and the program died of a stack overflow in the handler. */
+Test(cuda_double, faults_fit_an_8_kib_signal_stack) {
+    /* an inaccessible page below it, so that an overflow crashes instead of writing over memory */
+    unsigned char *area = mmap(NULL, 4096 + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(area, MAP_FAILED);
+    cr_assert_eq(mprotect(area, 4096, PROT_NONE), 0);
+    stack_t ss = {.ss_sp = area + 4096, .ss_flags = 0, .ss_size = 8192};
+    stack_t off = {.ss_sp = NULL, .ss_flags = SS_DISABLE, .ss_size = 0};
+    init_translated(64 << 10); /* page-locked objects: downloads are the engine's DMA */
+    cr_assert_eq(sigaltstack(&ss, NULL), 0);
+    run_vadd(300000); /* write faults on a and b, read faults fetching c */
+    cr_assert_eq(sigaltstack(&off, NULL), 0);
+    adsm_shutdown();
+    init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0); /* shared addresses: downloads through staging */
+    attach();
+    cr_assert_eq(sigaltstack(&ss, NULL), 0);
+    run_vadd(300000);
+    cr_assert_eq(sigaltstack(&off, NULL), 0);
+    adsm_shutdown();
+    munmap(area, 4096 + 8192);
 }
 
 /* ---- fork ------------------------------------------------------------------------------------------ */
