@@ -19,6 +19,7 @@
 
 #include "tests/cuda_double_bridge.h"
 #include "tests/death.h"
+#include "tests/signal_stack.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -364,24 +365,17 @@ ParameterizedTest(sticky_case *sc, cuda_double, a_sticky_error_at_sync_then_devi
  * thread: the fault path's copy commands used to carry a launch's 4 KiB argument block, twice, on
  * the stack (13.7 KiB used in all), and the program died of a stack overflow in the handler. */
 Test(cuda_double, faults_fit_an_8_kib_signal_stack) {
-    /* an inaccessible page below it, so that an overflow crashes instead of writing over memory */
-    unsigned char *area = mmap(NULL, 4096 + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(area, MAP_FAILED);
-    cr_assert_eq(mprotect(area, 4096, PROT_NONE), 0);
-    stack_t ss = {.ss_sp = area + 4096, .ss_flags = 0, .ss_size = 8192};
-    stack_t off = {.ss_sp = NULL, .ss_flags = SS_DISABLE, .ss_size = 0};
     init_translated(64 << 10); /* page-locked objects: downloads are the engine's DMA */
-    cr_assert_eq(sigaltstack(&ss, NULL), 0);
+    guarded_stack g = guarded_stack_on(8192);
     run_vadd(300000); /* write faults on a and b, read faults fetching c */
-    cr_assert_eq(sigaltstack(&off, NULL), 0);
+    guarded_stack_off(&g);
     adsm_shutdown();
     init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0); /* shared addresses: downloads through staging */
     attach();
-    cr_assert_eq(sigaltstack(&ss, NULL), 0);
+    g = guarded_stack_on(8192);
     run_vadd(300000);
-    cr_assert_eq(sigaltstack(&off, NULL), 0);
+    guarded_stack_off(&g);
     adsm_shutdown();
-    munmap(area, 4096 + 8192);
 }
 
 /* ---- fork ------------------------------------------------------------------------------------------ */

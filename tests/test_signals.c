@@ -10,12 +10,12 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/death.h"
+#include "tests/signal_stack.h"
 
 ADSM_KERNEL(fill, ADSM_OUT(int, c), ADSM_VALUE(int, v), ADSM_VALUE(size_t, n));
 
@@ -173,26 +173,19 @@ Test(signals, a_forked_child_calls_fail_saying_why) {
 }
 
 /* Faults handled on an 8 KiB alternate signal stack (the classic SIGSTKSZ, which Rust gives every
- * thread), with an inaccessible page below it so that an overflow crashes instead of writing over
- * memory: write faults, then read faults that fetch a kernel's result. */
+ * thread): write faults, then read faults that fetch a kernel's result. */
 Test(signals, faults_fit_an_8_kib_signal_stack) {
-    unsigned char *area = mmap(NULL, 4096 + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(area, MAP_FAILED);
-    cr_assert_eq(mprotect(area, 4096, PROT_NONE), 0);
-    stack_t ss = {.ss_sp = area + 4096, .ss_flags = 0, .ss_size = 8192};
-    stack_t off = {.ss_sp = NULL, .ss_flags = SS_DISABLE, .ss_size = 0};
     init();
     shared = adsm_alloc(N * sizeof(int));
-    cr_assert_eq(sigaltstack(&ss, NULL), 0);
+    guarded_stack g = guarded_stack_on(8192);
     for (int i = 0; i < N; i += 1024) shared[i] = i;
     cr_assert_eq(ADSM_CALL(fill, adsm_grid_1d(N / 64, 64), shared, 7, (size_t)N), ADSM_OK);
     cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
     long sum = 0;
     for (int i = 0; i < N; i += 1024) sum += shared[i];
-    cr_assert_eq(sigaltstack(&off, NULL), 0);
+    guarded_stack_off(&g);
     cr_assert_eq(sum, 7 * 4 + 0 + 1024 + 2048 + 3072);
     adsm_shutdown();
-    munmap(area, 4096 + 8192);
 }
 
 /* ---- threads that block every signal (issue 11, item 4) ------------------------------------ */
