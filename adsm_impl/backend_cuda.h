@@ -618,34 +618,34 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_after_launches(adsm__cuda *c, adsm__cu_
 /* A direct copy: the driver's DMA reads or writes the host pages themselves, whatever their page
  * protection. The engine waits for it before it retires the command, so a drain still means "no
  * copy reads host pages any more" (the protocols rely on it before a CPU write). */
-ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, adsm__cuda_cmd *cmd, int to_device) {
+ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, const adsm__cuda_op *op, int to_device) {
     adsm__cu_result r;
     if (to_device) {
-        r = adsm__cuda_after_launches(c, c->h2d, cmd->op.seq);
-        if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->op.dst), (const void *)cmd->op.src, cmd->op.n, c->h2d);
+        r = adsm__cuda_after_launches(c, c->h2d, op->seq);
+        if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, op->dst), (const void *)op->src, op->n, c->h2d);
         if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
     } else {
         r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
         if (r == 0) r = c->cu.cuStreamWaitEvent(c->d2h, c->ops_last, 0);
-        if (r == 0) r = c->cu.cuMemcpyDtoHAsync((void *)cmd->op.dst, adsm__cuda_dptr(c, cmd->op.src), cmd->op.n, c->d2h);
+        if (r == 0) r = c->cu.cuMemcpyDtoHAsync((void *)op->dst, adsm__cuda_dptr(c, op->src), op->n, c->d2h);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
     }
     return r;
 }
 
 /* ---- the engine: every copy and launch, in queue order ------------------------------------- */
-ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *cmd) {
-    if (adsm__cuda_is_locked(c, cmd->op.src, cmd->op.n)) return adsm__cuda_direct(c, cmd, 1);
-    ADSM__ADD(&c->rt->stats.staged_bytes, cmd->op.n);
-    adsm__cu_result r = adsm__cuda_after_launches(c, c->h2d, cmd->op.seq);
-    for (size_t off = 0; r == 0 && off < cmd->op.n; off += c->stage_size) {
-        size_t len = ADSM__MIN(c->stage_size, cmd->op.n - off);
+ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, const adsm__cuda_op *op) {
+    if (adsm__cuda_is_locked(c, op->src, op->n)) return adsm__cuda_direct(c, op, 1);
+    ADSM__ADD(&c->rt->stats.staged_bytes, op->n);
+    adsm__cu_result r = adsm__cuda_after_launches(c, c->h2d, op->seq);
+    for (size_t off = 0; r == 0 && off < op->n; off += c->stage_size) {
+        size_t len = ADSM__MIN(c->stage_size, op->n - off);
         int s = c->h2d_next;
         c->h2d_next = (s + 1) % ADSM__CUDA_SLOTS;
         if ((r = c->cu.cuEventSynchronize(c->h2d_slot_ev[s])) != 0) break; /* the slot's last DMA is done */
-        adsm__copy_out(c->h2d_stage[s], (const void *)(cmd->op.src + off), len);
-        if ((r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, cmd->op.dst + off), c->h2d_stage[s], len, c->h2d)) != 0)
+        adsm__copy_out(c->h2d_stage[s], (const void *)(op->src + off), len);
+        if ((r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, op->dst + off), c->h2d_stage[s], len, c->h2d)) != 0)
             break;
         r = c->cu.cuEventRecord(c->h2d_slot_ev[s], c->h2d);
     }
@@ -654,27 +654,27 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_h2d(adsm__cuda *c, adsm__cuda_cmd *c
 }
 
 /* Device -> staging in chunks, each chunk's DMA overlapping the copy-out of the one before. */
-ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *cmd) {
-    if (adsm__cuda_is_locked(c, cmd->op.dst, cmd->op.n)) return adsm__cuda_direct(c, cmd, 0);
-    ADSM__ADD(&c->rt->stats.staged_bytes, cmd->op.n);
+ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, const adsm__cuda_op *op) {
+    if (adsm__cuda_is_locked(c, op->dst, op->n)) return adsm__cuda_direct(c, op, 0);
+    ADSM__ADD(&c->rt->stats.staged_bytes, op->n);
     /* Sees every earlier upload, memset and device copy. Kernels are not waited for here: the
      * protocols wait for the kernel that may write a block before fetching it, and fetches of
      * other objects may overlap a running kernel. */
     adsm__cu_result r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
     if (r == 0) r = c->cu.cuStreamWaitEvent(c->d2h, c->ops_last, 0);
-    size_t nchunks = (cmd->op.n + c->stage_size - 1) / c->stage_size;
+    size_t nchunks = (op->n + c->stage_size - 1) / c->stage_size;
     for (size_t k = 0; r == 0 && k <= nchunks; k++) {
         if (k < nchunks) { /* issue chunk k */
-            size_t off = k * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->op.n - off);
+            size_t off = k * c->stage_size, len = ADSM__MIN(c->stage_size, op->n - off);
             int s = (int)(k % ADSM__CUDA_SLOTS);
-            r = c->cu.cuMemcpyDtoHAsync(c->d2h_stage[s], adsm__cuda_dptr(c, cmd->op.src + off), len, c->d2h);
+            r = c->cu.cuMemcpyDtoHAsync(c->d2h_stage[s], adsm__cuda_dptr(c, op->src + off), len, c->d2h);
             if (r == 0) r = c->cu.cuEventRecord(c->d2h_slot_ev[s], c->d2h);
         }
         if (r == 0 && k > 0) { /* drain chunk k - 1 */
-            size_t off = (k - 1) * c->stage_size, len = ADSM__MIN(c->stage_size, cmd->op.n - off);
+            size_t off = (k - 1) * c->stage_size, len = ADSM__MIN(c->stage_size, op->n - off);
             int s = (int)((k - 1) % ADSM__CUDA_SLOTS);
             r = c->cu.cuEventSynchronize(c->d2h_slot_ev[s]);
-            if (r == 0) memcpy((void *)(cmd->op.dst + off), c->d2h_stage[s], len); /* writable: copy.h */
+            if (r == 0) memcpy((void *)(op->dst + off), c->d2h_stage[s], len); /* writable: copy.h */
         }
     }
     return r;
@@ -683,12 +683,12 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_d2h(adsm__cuda *c, adsm__cuda_cmd *c
 /* A device-to-device copy into this device, on its upload stream: after the kernels queued here
  * before it (one may still read the old bytes), before the ones after it, landed when it returns
  * (the source device may overwrite its side next). */
-ADSM__PRIVATE adsm__cu_result adsm__cuda_do_peer(adsm__cuda *c, adsm__cuda_cmd *cmd) {
-    adsm__cuda *src = cmd->op.peer;
+ADSM__PRIVATE adsm__cu_result adsm__cuda_do_peer(adsm__cuda *c, const adsm__cuda_op *op) {
+    adsm__cuda *src = op->peer;
     adsm__cu_result r = adsm__cuda_after_launches(c, c->h2d, ADSM__EVERY_LAUNCH);
     if (r == 0)
-        r = c->cu.cuMemcpyPeerAsync(adsm__cuda_dptr(c, cmd->op.dst), c->ctx, adsm__cuda_dptr(src, cmd->op.src), src->ctx,
-                                    cmd->op.n, c->h2d);
+        r = c->cu.cuMemcpyPeerAsync(adsm__cuda_dptr(c, op->dst), c->ctx, adsm__cuda_dptr(src, op->src), src->ctx,
+                                    op->n, c->h2d);
     if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
     if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
     return r;
@@ -745,12 +745,13 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_launch_stream(adsm__cuda *c, adsm__cuda
 
 ADSM__PRIVATE adsm__cu_result adsm__cuda_do_launch(adsm__cuda *c, adsm__cuda_cmd *cmd, unsigned stream, char *text,
                                                    size_t size) {
-    const adsm_kernel_desc *k = cmd->op.kernel;
+    const adsm__cuda_op *op = &cmd->op;
+    const adsm_kernel_desc *k = op->kernel;
     void *params[ADSM__MAX_PARAMS + 1];
     for (unsigned i = 0; i < k->nparams; i++) params[i] = cmd->args + k->params[i].offset;
     params[k->nparams] = NULL;
-    adsm__cu_result r = c->cu.cuLaunchKernel(cmd->op.fn, cmd->op.grid[0], cmd->op.grid[1], cmd->op.grid[2], cmd->op.block[0],
-                                             cmd->op.block[1], cmd->op.block[2], 0, c->ks[stream], params, NULL);
+    adsm__cu_result r = c->cu.cuLaunchKernel(op->fn, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1],
+                                             op->block[2], 0, c->ks[stream], params, NULL);
     if (r != 0) {
         char what[160];
         snprintf(what, sizeof what, "kernel '%s': cuLaunchKernel", k->name);
@@ -761,42 +762,43 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_launch(adsm__cuda *c, adsm__cuda_cmd
 
 /* Engine thread: one command. Returns 0, or -1 when it failed (the error is recorded). */
 ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
+    adsm__cuda_op *op = &cmd->op;
     char text[400];
     const char *what = "";
     adsm__cu_result r = 0;
     uint64_t t0 = adsm__now_ns();
-    switch (cmd->op.type) {
+    switch (op->type) {
     case ADSM__CMD_H2D:
         what = "cuMemcpyHtoDAsync";
-        r = adsm__cuda_do_h2d(c, cmd);
-        adsm__copy_timed(c->rt, 1, t0, cmd->op.dst, cmd->op.n);
+        r = adsm__cuda_do_h2d(c, op);
+        adsm__copy_timed(c->rt, 1, t0, op->dst, op->n);
         break;
     case ADSM__CMD_D2H:
         what = "cuMemcpyDtoHAsync";
-        r = adsm__cuda_do_d2h(c, cmd);
-        adsm__copy_timed(c->rt, 0, t0, cmd->op.src, cmd->op.n);
+        r = adsm__cuda_do_d2h(c, op);
+        adsm__copy_timed(c->rt, 0, t0, op->src, op->n);
         break;
     case ADSM__CMD_D2D:
     case ADSM__CMD_MEMSET:
-        what = cmd->op.type == ADSM__CMD_D2D ? "cuMemcpyDtoDAsync" : "cuMemsetD8Async";
+        what = op->type == ADSM__CMD_D2D ? "cuMemcpyDtoDAsync" : "cuMemsetD8Async";
         r = adsm__cuda_ops_ready(c);
-        if (r == 0 && cmd->op.type == ADSM__CMD_D2D)
-            r = c->cu.cuMemcpyDtoDAsync(adsm__cuda_dptr(c, cmd->op.dst), adsm__cuda_dptr(c, cmd->op.src), cmd->op.n, c->ops);
+        if (r == 0 && op->type == ADSM__CMD_D2D)
+            r = c->cu.cuMemcpyDtoDAsync(adsm__cuda_dptr(c, op->dst), adsm__cuda_dptr(c, op->src), op->n, c->ops);
         else if (r == 0)
-            r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->op.dst), (unsigned char)cmd->op.value, cmd->op.n, c->ops);
+            r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, op->dst), (unsigned char)op->value, op->n, c->ops);
         if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->ops);
         break;
     case ADSM__CMD_PEER:
         what = "cuMemcpyPeerAsync";
-        r = adsm__cuda_do_peer(c, cmd);
+        r = adsm__cuda_do_peer(c, op);
         break;
     case ADSM__CMD_MAP:
         what = "cuMemCreate/cuMemMap";
-        r = adsm__cuda_map(c, cmd->op.dst, cmd->op.n);
+        r = adsm__cuda_map(c, op->dst, op->n);
         /* starts zeroed; nothing else can use a range just mapped, so this waits for nothing */
-        if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, cmd->op.dst), 0, cmd->op.n, c->ops);
+        if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, op->dst), 0, op->n, c->ops);
         if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->ops);
-        cmd->op.status = r == ADSM__CUDA_ERROR_OUT_OF_MEMORY ? 1 : 0;
+        op->status = r == ADSM__CUDA_ERROR_OUT_OF_MEMORY ? 1 : 0;
         if (r == ADSM__CUDA_ERROR_OUT_OF_MEMORY) return -1; /* not fatal: the allocation fails */
         break;
     case ADSM__CMD_UNMAP:
@@ -806,16 +808,16 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         r = adsm__cuda_stream_wait(c, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->ops);
-        if (r == 0) adsm__cuda_unmap(c, cmd->op.dst, cmd->op.n);
+        if (r == 0) adsm__cuda_unmap(c, op->dst, op->n);
         break;
     case ADSM__CMD_UNREGISTER:
         /* copies in flight may still read or write the pages */
         r = adsm__cuda_stream_wait(c, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
-        (void)c->cu.cuMemHostUnregister((void *)cmd->op.dst);
+        (void)c->cu.cuMemHostUnregister((void *)op->dst);
         break;
     case ADSM__CMD_LAUNCH: {
-        uint64_t seq = cmd->op.seq;
+        uint64_t seq = op->seq;
         unsigned slot = (unsigned)(seq % ADSM__CUDA_EVENTS);
         for (;;) { /* the event slot is free once the completion thread is past it */
             int gen = ADSM__LOAD(&c->completion_gen);
@@ -832,12 +834,12 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
             adsm__cuda_record_error(c, ADSM_ERROR_LAUNCH_FAILED, text, 0);
             r = 0;
         }
-        c->kev_kernel[slot] = cmd->op.kernel;
+        c->kev_kernel[slot] = op->kernel;
         c->kev_seq[slot] = seq;
         c->kev_stream[slot] = (unsigned char)stream;
         if (c->kev_access) c->kev_access[slot] = cmd->access;
         c->kev_issued_ns[slot] = adsm__now_ns();
-        c->last_kernel = cmd->op.kernel;
+        c->last_kernel = op->kernel;
         if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->ks[stream]);
         if (r == 0) r = c->cu.cuEventRecord(c->ks_last[stream], c->ks[stream]);
         ADSM__STORE(&c->issued_seq, seq);
