@@ -48,8 +48,8 @@ ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
     if (si->si_code <= 0) raise(sig);
 }
 
-/* Why a fault in adsm's range could not be resolved. */
-enum { ADSM__FAULT_NO_OBJECT = -2, ADSM__FAULT_DEVICE_BUFFER = -3, ADSM__FAULT_SYSTEM = -1 };
+/* Why a fault in adsm's range could not be resolved (FORKED: in a forked child, adsm__forked). */
+enum { ADSM__FAULT_SYSTEM = -1, ADSM__FAULT_NO_OBJECT = -2, ADSM__FAULT_DEVICE_BUFFER = -3, ADSM__FAULT_FORKED = -4 };
 
 /* What a fault that adsm could not resolve was about, for the message before the process dies. */
 typedef struct adsm__fault_info {
@@ -103,10 +103,12 @@ ADSM__PRIVATE int adsm__program_handles(int sig) {
 }
 
 /* Says on stderr why a fault in adsm's range kills the process, before it dies. A mistake of the
- * program's (no live object there) is left to its own SIGSEGV handler when it has one. */
+ * program's (no live object there, a device buffer) is left to its own SIGSEGV handler when it has
+ * one. info may be NULL for a forked child's fault. */
 ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const adsm__fault_info *info) {
     char msg[512];
-    if (reason != ADSM__FAULT_SYSTEM && adsm__program_handles(sig)) return;
+    if ((reason == ADSM__FAULT_NO_OBJECT || reason == ADSM__FAULT_DEVICE_BUFFER) && adsm__program_handles(sig))
+        return;
     msg[0] = 0;
     adsm__append(msg, sizeof msg, sig == SIGBUS ? "adsm: bus error (a write to write-protected memory) at "
                                                 : "adsm: segmentation fault at ");
@@ -117,7 +119,11 @@ ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const a
     else if (reason == ADSM__FAULT_DEVICE_BUFFER)
         adsm__append(msg, sizeof msg, ": a device buffer from adsm_dev_alloc, which the CPU cannot touch "
                                       "(copy it with adsm_copy_from_device)\n");
-    else if (info->err == ENOMEM)
+    else if (reason == ADSM__FAULT_FORKED) {
+        adsm__append(msg, sizeof msg, " (shared memory) in process ");
+        adsm__append_dec(msg, sizeof msg, (size_t)getpid());
+        adsm__append(msg, sizeof msg, ": " ADSM__FORKED_TEXT "\n");
+    } else if (info->err == ENOMEM)
         adsm__append(msg, sizeof msg, ": adsm could not change the page protection (ENOMEM): the process has "
                                       "reached vm.max_map_count mappings; raise it (sysctl vm.max_map_count) "
                                       "or use larger blocks (ADSM_BLOCK_SIZE)\n");
@@ -133,18 +139,6 @@ ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const a
     } else
         adsm__append(msg, sizeof msg, ": adsm could not bring the data to the CPU (a copy from the device or "
                                       "a protection change failed; is the device lost?)\n");
-    adsm__write_stderr(msg);
-}
-
-/* Says on stderr why a fault on shared memory kills a forked child (adsm__forked, lifecycle.h). */
-ADSM__PRIVATE void adsm__explain_forked_fault(uintptr_t a) {
-    char msg[512];
-    msg[0] = 0;
-    adsm__append(msg, sizeof msg, "adsm: segmentation fault at ");
-    adsm__append_hex(msg, sizeof msg, a);
-    adsm__append(msg, sizeof msg, " (shared memory) in process ");
-    adsm__append_dec(msg, sizeof msg, (size_t)getpid());
-    adsm__append(msg, sizeof msg, ": " ADSM__FORKED_TEXT "\n");
     adsm__write_stderr(msg);
 }
 
@@ -210,7 +204,7 @@ static void adsm__fault_handler(int sig, siginfo_t *si, void *context) {
         rc = adsm__handle_shared_fault(rt, sig, a, is_write);
         adsm__use_end();
     } else if (si->si_code > 0 && adsm__in_forked_child() && !adsm__outside_reservation(rt, a, 1)) {
-        adsm__explain_forked_fault(a);
+        adsm__explain_fault(sig, a, ADSM__FAULT_FORKED, NULL); /* adsm__forked, lifecycle.h */
     }
     if (rc != 0) adsm__chain(sig, si, context);
     errno = saved_errno;
