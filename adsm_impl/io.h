@@ -295,10 +295,11 @@ ADSM__PRIVATE ssize_t adsm__piece_fwrite(adsm__xfer *x, void *b, size_t want, si
 
 /* Whether the page at `a` can be read, asked of the kernel (no fault): the program may have
  * mapped its own memory over a hole in adsm's reservation. process_vm_readv says so directly
- * (EFAULT: not readable), but it can be refused outright: seccomp profiles that keep it
- * behind CAP_SYS_PTRACE (Docker's default did until 2021) answer EPERM, gVisor ENOSYS. Then rt_sigprocmask asks instead: the kernel (and gVisor) copies
- * the new mask in before it looks at `how`, so with an invalid `how` the call fails with EFAULT
- * where the page cannot be read and with EINVAL where it can, and changes no mask either way. */
+ * (EFAULT: not readable), but it can be refused outright: seccomp profiles that keep it behind
+ * CAP_SYS_PTRACE (Docker's default did until 2021) answer EPERM, gVisor ENOSYS. Then
+ * rt_sigprocmask asks instead: the kernel (and gVisor) copies the new mask in before it looks at
+ * `how`, so with an invalid `how` the call fails with EFAULT where the page cannot be read and
+ * with EINVAL where it can, and changes no mask either way. */
 ADSM__PRIVATE int adsm__page_readable(uintptr_t a) {
     int saved = errno, readable;
     char byte;

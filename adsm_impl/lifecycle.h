@@ -170,6 +170,7 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
  * the initialisation mutex and waits for them. */
 ADSM__PRIVATE adsm_result adsm__ensure(void) {
     while (!ADSM__LIKELY(adsm__ready())) { /* again if another thread shut it down meanwhile */
+        /* before the mutex, which another thread of the parent may have held at the fork */
         if (adsm__in_forked_child()) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "adsm: %s", ADSM__FORKED_TEXT);
         int held = adsm__uses_drop();
         pthread_mutex_lock(&adsm__rt.init_mutex);
