@@ -1015,16 +1015,33 @@ ADSM__PRIVATE void adsm__cuda_note_lock_refusal(adsm__cuda *c, int object, size_
     }
 }
 
+/* Initialisation, first GPU under shared addresses: the objects' host pages are its device address
+ * space (its range sits at their addresses, or the host reservation moved onto it), so they are
+ * given a second view, the host alias (reservation.h), which the driver can page-lock and DMA
+ * reaches. Without one (ADSM_CUDA_DMA_VIEW=0, or memfd refused) every copy is staged. */
+ADSM__PRIVATE void adsm__cuda_alias_host(adsm__cuda *c, adsm__runtime *rt) {
+    if (c->index != 0 || c->delta != 0 || !rt->cfg.cuda_dma_view) return;
+    if (adsm__alias_shared_half(rt) != 0) {
+        adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: cannot give the objects' host pages a second view (%s); "
+                  "copies go through pinned staging", strerror(errno));
+        return;
+    }
+    adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: objects' host pages are shared memory with a second view at "
+              "%p, page-locked there for DMA (ADSM_CUDA_DMA_VIEW=0 stages every copy instead)",
+              (void *)rt->host_alias);
+}
+
 /* Normal context, runtime lock not held (object_life.h). Page-locks a shared object's host pages
- * (or adsm_host_alloc memory). Under shared addresses the objects' host pages are the first GPU's
- * device address space (its range sits at their addresses, or the host reservation moved onto
- * it): adsm never asks the driver to lock them, as registering pages the unified address space
- * already maps to the device is not a documented use (the driver double refuses it; a driver that
- * took it could shadow the device mapping), and says so once. */
+ * (or adsm_host_alloc memory): through the host alias where there is one. Under shared addresses
+ * without one, the objects' own pages are the first GPU's device address space: adsm never asks
+ * the driver to lock them, as registering pages the unified address space already maps to the
+ * device is not a documented use (the driver double refuses it; a driver that took it could
+ * shadow the device mapping), and says so once. */
 ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    int object = !adsm__outside_reservation(c->rt, host, n); /* else adsm_host_alloc memory */
-    if (object && c->delta == 0 && !c->lock_refused) {
+    int aliased = adsm__in_host_alias(c->rt, host, n);
+    int object = aliased || !adsm__outside_reservation(c->rt, host, n); /* else adsm_host_alloc memory */
+    if (object && !aliased && c->delta == 0 && !c->lock_refused) {
         c->lock_refused = 1;
         adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: the objects' host pages are device address space, so "
                   "they are not page-locked; copies go through pinned staging");
@@ -1809,6 +1826,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
         r = adsm__fail(ADSM_ERROR_SYSTEM, "cuda backend: cannot start its threads");
         goto fail;
     }
+    adsm__cuda_alias_host(c, rt); /* last: nothing after it fails, so no failure path undoes it */
     adsm__log(ADSM_LOG_INFO, "cuda: device %u is GPU %d (%s, compute %d.%d), %zu MiB, %s addresses, %s staging of "
               "%zu KiB", c->index, (int)c->device, c->device_name, c->cc_major, c->cc_minor, c->capacity >> 20,
               c->delta ? "translated" : "same", c->pinned ? "pinned" : "pageable", c->stage_size >> 10);

@@ -36,6 +36,7 @@ typedef struct adsm__settings {
     int cuda_ordinals[8];    /* cuda: the GPUs adsm drives, device 0 first (ADSM_DEVICES) */
     size_t cuda_staging;     /* bytes per pinned staging buffer */
     int cuda_same_address;   /* 0: always translate device addresses (ADSM_CUDA_SAME_ADDRESS=0) */
+    int cuda_dma_view;       /* 0: no host alias under shared addresses; copies staged (ADSM_CUDA_DMA_VIEW=0) */
     char cuda_driver[256];   /* driver library to dlopen; empty: libcuda.so.1, then libcuda.so */
     char nvrtc_library[256]; /* NVRTC library to dlopen; empty: the usual names */
     char trace_path[512];    /* ADSM_TRACE / adsm_config.trace; empty: no trace */
@@ -214,8 +215,18 @@ ADSM__PRIVATE adsm_result adsm__cuda_device_list(const adsm_config *c, adsm__set
     return ADSM_OK;
 }
 
+/* A 0/1 switch from the environment, `fallback` when unset. */
+ADSM__PRIVATE adsm_result adsm__env_switch(const char *name, int *out, int fallback, const char *meaning) {
+    const char *v = getenv(name);
+    *out = fallback;
+    if (!v || !*v) return ADSM_OK;
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) return adsm__bad_env(name, v, meaning);
+    *out = v[0] == '1';
+    return ADSM_OK;
+}
+
 /* The cuda backend's settings: ADSM_DEVICE(S), ADSM_CUDA_STAGING, ADSM_CUDA_SAME_ADDRESS,
- * ADSM_CUDA_DRIVER and ADSM_NVRTC_LIBRARY. */
+ * ADSM_CUDA_DMA_VIEW, ADSM_CUDA_DRIVER and ADSM_NVRTC_LIBRARY. */
 ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settings *s) {
     adsm_result r;
     size_t device = 0, staging = c->cuda_staging;
@@ -228,13 +239,11 @@ ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settin
     s->device = device > 1023 ? 1024 : (int)device;
     if ((r = adsm__cuda_device_list(c, s)) != ADSM_OK) return r;
     s->cuda_staging = staging ? staging : ADSM__DEFAULT_CUDA_STAGING;
-    s->cuda_same_address = 1;
-    v = getenv("ADSM_CUDA_SAME_ADDRESS");
-    if (v && *v) {
-        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-            return adsm__bad_env("ADSM_CUDA_SAME_ADDRESS", v, "expected 1 (try) or 0 (always translate)");
-        s->cuda_same_address = v[0] == '1';
-    }
+    if ((r = adsm__env_switch("ADSM_CUDA_SAME_ADDRESS", &s->cuda_same_address, 1,
+                              "expected 1 (try) or 0 (always translate)")) != ADSM_OK ||
+        (r = adsm__env_switch("ADSM_CUDA_DMA_VIEW", &s->cuda_dma_view, 1,
+                              "expected 1 (page-lock objects through a second view) or 0 (stage every copy)")) != ADSM_OK)
+        return r;
     if ((r = adsm__env_path("ADSM_CUDA_DRIVER", s->cuda_driver, sizeof s->cuda_driver)) != ADSM_OK) return r;
     return adsm__env_path("ADSM_NVRTC_LIBRARY", s->nvrtc_library, sizeof s->nvrtc_library);
 }

@@ -229,7 +229,8 @@ ADSM__PRIVATE int adsm__copy_replica(adsm__runtime *rt, adsm__object *o, size_t 
     size_t off = first << rt->cfg.block_shift, len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->size);
     if (len == 0) return 0;
     adsm__stamp_copy(rt, o, first, count);
-    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, o->host + off, len, 1, adsm__copy_after(rt, o, d)) != 0)
+    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, adsm__host_dma(rt, o->host + off), len, 1,
+                          adsm__copy_after(rt, o, d)) != 0)
         return -1;
     adsm__count_to_device(rt, d, 0, len);
     return 0;

@@ -79,8 +79,8 @@ ADSM__PRIVATE adsm_result adsm__object_dev_alloc(adsm__runtime *rt, adsm__object
 ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, int stage) {
     if (stage >= 2) adsm__object_dev_free(rt, o, rt->ndev);
     if (stage >= 1 && !o->device_only) {
-        if (o->locked) rt->be->host_unlock(rt->be_ctx, o->host, o->span); /* before the pages go */
-        madvise((void *)o->host, o->span, MADV_DONTNEED); /* the next object here starts zeroed */
+        if (o->locked) rt->be->host_unlock(rt->be_ctx, adsm__host_dma(rt, o->host), o->span); /* before the pages go */
+        adsm__host_pages_release(rt, o->host, o->span); /* the next object here starts zeroed */
         adsm__protect(o->host, o->span, PROT_NONE);
     }
 }
@@ -152,13 +152,14 @@ ADSM__PRIVATE void adsm__prefault(void *p, size_t n, size_t page) {
 }
 
 /* Where the backend can (cuda), the object's host pages are page-locked with the driver, so its
- * copies are DMA straight between them and device memory. The driver pins pages for writing,
+ * copies are DMA straight between them and device memory: at their addresses, or through the
+ * host alias where the shared half has one (reservation.h). The driver pins pages for writing,
  * so the range is made writable first (the protocol protects it right after, in on_alloc);
  * pinned pages stay pinned whatever their protection later, and DMA ignores the protection. */
 ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     if (!rt->be->host_lock || !rt->be->moves_data) return;
     if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
-    o->locked = rt->be->host_lock(rt->be_ctx, o->host, o->span);
+    o->locked = rt->be->host_lock(rt->be_ctx, adsm__host_dma(rt, o->host), o->span);
 }
 
 /* The bookkeeping of a new object (tens of MiB for a large one with small blocks), touched

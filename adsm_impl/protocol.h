@@ -154,13 +154,17 @@ ADSM__PRIVATE int adsm__check_fault_engine(adsm__runtime *rt) {
     return adsm__protection_lost(&rt->protection) ? adsm__fault_engine_lost(rt) : 0;
 }
 
-/* Device `from` -> host copy into host memory of protection `prot` (kept), counted in the stats. */
+/* Device `from` -> host copy into host memory of protection `prot` (kept), counted in the stats.
+ * Where the shared half has a host alias (reservation.h) the bytes go in through it, which is
+ * always writable: the program's view stays as it is until the protocol opens it. */
 ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, unsigned from, uintptr_t host, uintptr_t dev, size_t n,
                                     int prot) {
     adsm__fill_count count = {0, 0};
     adsm__fetch_ops ops = {rt->be->from_device, rt->be->host_direct, rt->be->device_view, rt->dev_ctx[from]};
     uint64_t t0 = adsm__now_ns();
-    if (adsm__copy_home(&rt->fill, &ops, host, dev, n, prot, &count) != 0) return -1;
+    uintptr_t to = adsm__host_dma(rt, host);
+    if (adsm__copy_home(&rt->fill, &ops, to, dev, n, to != host ? PROT_READ | PROT_WRITE : prot, &count) != 0)
+        return -1;
     adsm__trace(&rt->trace, ADSM__TR_FETCH, t0, host, n);
     adsm__count_from_device(rt, from, n);
     ADSM__ADD(&rt->stats.d2h_moved_bytes, count.moved);
@@ -224,7 +228,8 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
      * ReadOnly, current on the host only, for the next launch there to send (several devices) */
     if (adsm__charge(rt, o, d) != 0) return rt->release_dev >= 0 ? -1 : 0;
     if (async) adsm__stamp_copy(rt, o, first, count);
-    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, o->host + off, len, async, adsm__copy_after(rt, o, d)) != 0)
+    if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, adsm__host_dma(rt, o->host + off), len, async,
+                          adsm__copy_after(rt, o, d)) != 0)
         return -1;
     for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
     adsm__stats_h2d(&rt->stats, len);

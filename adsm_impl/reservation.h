@@ -4,8 +4,10 @@
  * One PROT_NONE, MAP_NORESERVE range split in two halves (docs/design.md section 1): shared
  * objects and every device address in the first, the host side of "safe" objects in the second;
  * the arenas hand out addresses in each. Normal thread context only, during adsm_init and
- * adsm_shutdown (initialisation mutex held): it maps, unmaps and allocates. Backends may call
- * adsm__move_reservation from their init; nothing here calls a backend. */
+ * adsm_shutdown (initialisation mutex held): it maps, unmaps and allocates; except
+ * adsm__host_dma and adsm__in_host_alias, arithmetic any context may call (the fault handler's
+ * fetches do), and adsm__host_pages_release (a free). Backends may call adsm__move_reservation
+ * and adsm__alias_shared_half from their init; nothing here calls a backend. */
 #ifndef ADSM__RESERVATION_INCLUDED
 #define ADSM__RESERVATION_INCLUDED
 
@@ -119,6 +121,75 @@ ADSM__PRIVATE adsm_result adsm__replace_reservation(adsm__runtime *rt) {
     return adsm__rebase_arenas(rt, (uintptr_t)p);
 }
 
+/* ---- the host alias -------------------------------------------------------------------------
+ * Under shared addresses (cuda, placements 1 and 2) the objects' host pages are device address
+ * space in the driver's unified map, so the driver must never be handed them as host pointers,
+ * and their copies would all go through pinned staging (one CPU copy per byte each way). The
+ * shared half's host memory is then one sparse memfd mapped twice: at the objects' addresses, the
+ * program's view, whose protection tracks the CPU's accesses; and once more elsewhere, always
+ * writable: the alias. The driver page-locks the alias, DMA reads and writes the object's pages
+ * through it whatever the program's view allows, and a fetch fills it while the block stays
+ * protected in the program's view, so no thread sees a half-filled block and no staging slot is
+ * moved. The price: shmem gets transparent huge pages only where the system enables them
+ * (/sys/kernel/mm/transparent_hugepage/shmem_enabled), else protecting a 2 MiB block changes 512
+ * page-table entries instead of one. The descriptor is closed at once: the mappings hold the
+ * file, and a program that closes descriptors cannot take it away. Both views are MADV_DONTFORK:
+ * a forked child must not write into the parent's objects through a shared mapping. 0, or -1
+ * with errno (the reservation is as it was). */
+ADSM__PRIVATE int adsm__alias_shared_half(adsm__runtime *rt) {
+    if (rt->nobjects || rt->host_alias || !rt->base) {
+        errno = EBUSY;
+        return -1;
+    }
+    int fd = adsm__memfd("adsm-host-objects", rt->half);
+    if (fd < 0) return -1;
+    void *alias = adsm__map_shared_unlocked(rt->half, PROT_READ | PROT_WRITE, fd);
+    void *view = MAP_FAILED;
+    if (alias != MAP_FAILED) /* over adsm's own (empty, PROT_NONE) half: nothing else is there */
+        view = mmap((void *)rt->base, rt->half, PROT_NONE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED, fd, 0);
+    int saved_errno = errno;
+    close(fd);
+    if (view == MAP_FAILED) {
+        if (alias != MAP_FAILED) munmap(alias, rt->half);
+        /* a failed MAP_FIXED may have unmapped the range: put adsm's plain reservation back */
+        mmap((void *)rt->base, rt->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        madvise((void *)rt->base, rt->half, MADV_HUGEPAGE);
+        errno = saved_errno;
+        return -1;
+    }
+    madvise(alias, rt->half, MADV_HUGEPAGE); /* taken where shmem_enabled is advise or always */
+    madvise(view, rt->half, MADV_HUGEPAGE);
+    madvise(alias, rt->half, MADV_DONTFORK);
+    madvise(view, rt->half, MADV_DONTFORK);
+    rt->host_alias = (uintptr_t)alias;
+    return 0;
+}
+
+/* Any context: where the backends' copies reach the host bytes at `host`: through the alias for
+ * the shared half where there is one, else at `host` itself. */
+ADSM__PRIVATE uintptr_t adsm__host_dma(const adsm__runtime *rt, uintptr_t host) {
+    if (!rt->host_alias || host < rt->base || host >= rt->base + rt->half) return host;
+    return rt->host_alias + (host - rt->base);
+}
+
+/* Any context: whether [a, a + n) lies in the alias. */
+ADSM__PRIVATE int adsm__in_host_alias(const adsm__runtime *rt, uintptr_t a, size_t n) {
+    return rt->host_alias && a >= rt->host_alias && a + n <= rt->host_alias + rt->half;
+}
+
+/* Normal context (a free): gives back the host pages of [host, host + n), so the next object
+ * there starts zero-filled. Anonymous memory: MADV_DONTNEED. The alias's file keeps its pages
+ * through that, so a hole is punched there instead (MADV_REMOVE, through the writable alias; it
+ * takes the pages out of the program's view too), else they are zeroed by hand. */
+ADSM__PRIVATE void adsm__host_pages_release(const adsm__runtime *rt, uintptr_t host, size_t n) {
+    uintptr_t at = adsm__host_dma(rt, host);
+    if (at == host) {
+        madvise((void *)host, n, MADV_DONTNEED);
+        return;
+    }
+    if (madvise((void *)at, n, MADV_REMOVE) != 0) memset((void *)at, 0, n);
+}
+
 /* Shutdown: the range was handed on (the cuda backend gave it back to the driver, which may
  * have freed it already): adsm forgets it and must not unmap it. */
 ADSM__PRIVATE void adsm__disown_reservation(adsm__runtime *rt) { rt->base = 0; }
@@ -126,6 +197,8 @@ ADSM__PRIVATE void adsm__disown_reservation(adsm__runtime *rt) { rt->base = 0; }
 ADSM__PRIVATE void adsm__release_reservation(adsm__runtime *rt) {
     adsm__arena_destroy(&rt->va_shared);
     adsm__arena_destroy(&rt->va_safe);
+    if (rt->host_alias) munmap((void *)rt->host_alias, rt->half); /* also where the range was handed on */
+    rt->host_alias = 0;
     if (rt->base) munmap((void *)rt->base, 2 * rt->half);
     rt->base = 0;
 }

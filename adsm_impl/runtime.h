@@ -44,6 +44,9 @@ typedef struct adsm__runtime {
      * address; [base + half, base + 2 * half) holds the host side of "safe" objects. */
     uintptr_t base;
     size_t half;
+    /* 0, or a second, always writable view of the shared half's host pages (one memfd mapped
+     * twice): cuda under shared addresses page-locks and fills objects through it (reservation.h) */
+    uintptr_t host_alias;
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */
     size_t dev_granule; /* device memory comes in units this large (cuda's granule); 0: pages */

@@ -177,6 +177,15 @@ static inline adsm_stats stats(void) {
 
 static inline void reset(void) { cr_assert_eq(adsm_reset_stats(), ADSM_OK); }
 
+/* Whether fetches into [p, p + n) skip copy.h's staging slots and /proc/self/mem: the backend's
+ * DMA writes the pages whatever their protection (cuda, page-locked objects), or the bytes go in
+ * through the host alias, which is always writable (cuda under shared addresses). */
+static inline int fetched_in_place(const void *p, size_t n) {
+    const adsm__backend_vtbl *be = adsm__rt.be;
+    return adsm__host_dma(&adsm__rt, (uintptr_t)p) != (uintptr_t)p ||
+           (be->host_direct && be->host_direct(adsm__rt.be_ctx, (uintptr_t)p, n));
+}
+
 static inline void *alloc(size_t size) {
     void *p = adsm_alloc(size);
     cr_assert_not_null(p, "adsm_alloc(%zu): %s", size, adsm_last_error());

@@ -60,7 +60,7 @@ static const char *const nvrtc_library = "/usr/local/cuda/lib64/libnvrtc.so";
 static void clear_env(void) {
     static const char *const vars[] = {"ADSM_BACKEND", "ADSM_PROTOCOL", "ADSM_BLOCK_SIZE", "ADSM_ROLLING_SIZE",
                                        "ADSM_EMU_MEMORY", "ADSM_LOG", "ADSM_DEVICE", "ADSM_CUDA_STAGING",
-                                       "ADSM_CUDA_SAME_ADDRESS", "ADSM_CUDA_DRIVER"};
+                                       "ADSM_CUDA_SAME_ADDRESS", "ADSM_CUDA_DMA_VIEW", "ADSM_CUDA_DRIVER"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
     setenv("ADSM_NVRTC_LIBRARY", nvrtc_library, 1);
 }
@@ -98,6 +98,20 @@ static void init_translated(size_t block) {
     cfg.backend = ADSM_BACKEND_CUDA;
     cfg.block_size = block;
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    attach();
+}
+
+/* Shared addresses without the host alias (ADSM_CUDA_DMA_VIEW=0), kernels attached. */
+static void init_without_alias(adsm_protocol_kind protocol, size_t block) {
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_CUDA_DMA_VIEW", "0", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.protocol = protocol;
+    cfg.block_size = block;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm__rt.host_alias, 0, "a host alias under ADSM_CUDA_DMA_VIEW=0");
     attach();
 }
 
@@ -168,6 +182,22 @@ Test(cuda_unavailable, device_ordinal_out_of_range) {
     cfg.backend = ADSM_BACKEND_CUDA;
     cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
     expect_message("ADSM_DEVICE=3");
+}
+
+/* The cuda backend's 0/1 switches refuse anything else, naming the variable. */
+ParameterizedTestParameters(cuda_unavailable, switches_refuse_other_values) {
+    static char vars[][32] = {"ADSM_CUDA_SAME_ADDRESS", "ADSM_CUDA_DMA_VIEW"};
+    return cr_make_param_array(char[32], vars, sizeof vars / sizeof vars[0]);
+}
+
+ParameterizedTest(char (*var)[32], cuda_unavailable, switches_refuse_other_values) {
+    clear_env();
+    cuda_double_use();
+    setenv(*var, "yes", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG, "%s", adsm_last_error());
+    expect_message(*var);
 }
 
 /* ---- addresses ------------------------------------------------------------------------------- */
@@ -797,7 +827,7 @@ Test(cuda_double, engine_waits_sleep_direct) {
 
 Test(cuda_double, pageable_fallback_when_pinning_fails) {
     setenv("CUDADOUBLE_NO_PINNED", "1", 1);
-    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    init_without_alias(ADSM_PROTOCOL_ROLLING, 0); /* objects not page-locked: copies through staging */
     attach();
     run_vadd(300000);
     cudadouble_counters c = cuda_double_counters();
@@ -1069,12 +1099,65 @@ Test(cuda_double, page_locked_objects_move_without_staging_on_every_gpu) {
     adsm_shutdown();
 }
 
-/* Under shared addresses the host pages are device address space: adsm does not ask the driver
- * to lock them (a documented use it is not), says so once and stages every copy; the results are
- * the same. */
-Test(cuda_double, shared_addresses_stage_every_copy) {
+/* Under shared addresses the objects' host pages are device address space: adsm never asks the
+ * driver to lock them (a documented use it is not; the double refuses it). By default they get a
+ * second view, the host alias, which the driver locks: every copy is DMA through it, none staged,
+ * and no registration touches the reservation. */
+Test(cuda_double, shared_addresses_lock_objects_through_the_alias) {
     init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
     attach();
+    cr_assert_neq(adsm__rt.host_alias, 0, "no host alias under shared addresses");
+    adsm_reset_stats();
+    cudadouble_counters before = cuda_double_counters();
+    run_vadd(300000);
+    cudadouble_counters after = cuda_double_counters();
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_gt(after.registrations - before.registrations, 0, "no object was page-locked");
+    cr_assert_eq(after.register_calls - before.register_calls, after.registrations - before.registrations,
+                 "a registration was refused (one over the reservation?)");
+    cr_assert_eq(s.staged_bytes, 0, "adsm staged %llu bytes", (unsigned long long)s.staged_bytes);
+    cr_assert_eq(s.d2h_moved_bytes + s.d2h_forced_bytes, 0, "downloads went through a staging slot");
+    cr_assert_eq(after.registered_bytes - before.registered_bytes, s.h2d_bytes + s.d2h_bytes);
+    adsm_shutdown();
+}
+
+/* Pages of [p, p + n) resident in memory (mincore; for the alias: in its file). */
+static size_t resident_pages(uintptr_t p, size_t n) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), count = 0;
+    unsigned char *v = calloc(n / page, 1);
+    cr_assert_not_null(v);
+    cr_assert_eq(mincore((void *)p, n, v), 0, "mincore: %s", strerror(errno));
+    for (size_t i = 0; i < n / page; i++) count += v[i] & 1;
+    free(v);
+    return count;
+}
+
+/* The alias's file keeps its pages through MADV_DONTNEED: a free punches them out (memory goes
+ * back), and the next object at that address reads zeros, not the last one's bytes. */
+Test(cuda_double, a_freed_object_gives_its_alias_pages_back) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    const size_t size = 8 << 20, n = size / sizeof(float), page = (size_t)sysconf(_SC_PAGESIZE);
+    float *a = adsm_alloc(size);
+    cr_assert_not_null(a, "%s", adsm_last_error());
+    uintptr_t alias = adsm__host_dma(&adsm__rt, (uintptr_t)a);
+    cr_assert_neq(alias, (uintptr_t)a, "no host alias");
+    for (size_t i = 0; i < n; i++) a[i] = 1.0f + (float)i;
+    cr_assert_eq(resident_pages(alias, size), size / page, "the object's pages are not in the alias's file");
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(resident_pages(alias, size), 0, "a freed object kept its shared memory");
+    float *b = adsm_alloc(size);
+    cr_assert_eq(b, a, "the next object of that size did not take the same range");
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0.0f) cr_assert_fail("b[%zu] = %g: the freed object's bytes", i, b[i]);
+    adsm_free(b);
+    adsm_shutdown();
+}
+
+/* ADSM_CUDA_DMA_VIEW=0: no alias; adsm does not ask the driver to lock the objects' pages, says so
+ * once and stages every copy; the results are the same. */
+Test(cuda_double, shared_addresses_without_the_alias_stage_every_copy) {
+    init_without_alias(ADSM_PROTOCOL_ROLLING, 64 << 10);
     adsm_reset_stats();
     cudadouble_counters before = cuda_double_counters();
     run_vadd(300000);

@@ -124,21 +124,15 @@ ParameterizedTest(race_case *rc, copy, readers_never_see_a_half_filled_block) {
                  r.wrong, r.checked, r.first_wrong, r.got, r.want);
     adsm_stats s = stats();
     if (rc->without_procmem) cr_assert_eq(s.d2h_forced_bytes, 0, "no /proc/self/mem, yet bytes were forced");
-    const adsm__backend_vtbl *be = adsm__rt.be;
-    int direct = be->host_direct && be->host_direct(adsm__rt.be_ctx, (uintptr_t)r.c, size);
-    if (rc->without_procmem && !direct) cr_assert_gt(s.d2h_moved_bytes, 0, "no piece was moved");
+    if (rc->without_procmem && !fetched_in_place(r.c, size)) cr_assert_gt(s.d2h_moved_bytes, 0, "no piece was moved");
     cr_assert_eq(adsm__rt.fill.plain_moves, rc->plain_moves, "the moves changed kind");
     cr_assert_eq(adsm_free(r.c), ADSM_OK);
     adsm_shutdown();
 }
 
 /* ---- which path each piece takes ----------------------------------------------------------- */
-/* Whether the backend's DMA writes this object's pages directly (cuda with page-locked objects,
- * as test_copy_cuda_locked runs): then no piece needs a staging slot or /proc/self/mem. */
-static int written_directly(const void *p, size_t n) {
-    const adsm__backend_vtbl *be = adsm__rt.be;
-    return be->host_direct && be->host_direct(adsm__rt.be_ctx, (uintptr_t)p, n);
-}
+/* Where fetches are written in place (fetched_in_place: cuda) no piece needs a staging slot or
+ * /proc/self/mem. */
 
 typedef struct path_case {
     size_t block, size;
@@ -166,7 +160,7 @@ ParameterizedTest(path_case *pc, copy, huge_pages_are_moved_and_the_rest_forced)
     expect_filled(c, 0, n, 77);
     adsm_stats s = stats();
     cr_assert_eq(s.d2h_bytes, n * sizeof(int32_t));
-    if (written_directly(c, pc->size)) pc->moved = pc->forced = 0;
+    if (fetched_in_place(c, pc->size)) pc->moved = pc->forced = 0;
     cr_assert_eq(s.d2h_moved_bytes, pc->moved, "moved %llu, expected %zu", (unsigned long long)s.d2h_moved_bytes,
                  pc->moved);
     cr_assert_eq(s.d2h_forced_bytes, pc->forced, "forced %llu, expected %zu",
@@ -190,7 +184,7 @@ Test(copy, a_range_starting_inside_a_huge_page) {
     reset();
     expect_filled(c, 0, n, -5);
     adsm_stats s = stats();
-    if (written_directly(c, size)) body = head = tail = 0;
+    if (fetched_in_place(c, size)) body = head = tail = 0;
     cr_assert_eq(s.d2h_moved_bytes, body);
     cr_assert_eq(s.d2h_forced_bytes, head + tail);
     cr_assert_eq(adsm_free(c), ADSM_OK);
