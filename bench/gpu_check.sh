@@ -9,8 +9,9 @@
 #   4. the protocol suites and the copy tests built for the real driver (-DTEST_ON_REAL_CUDA: the
 #      kernels' CUDA C twins through NVRTC), when Criterion is installed;
 #   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads;
-#   6. the application study, bench/apps/run.sh (the kernels' CUDA C twins through NVRTC);
-#   7. the fault path on this machine's CPUs: bench/threads and bench/fault_path on emu, with
+#   6. bench/transfer with the host alias and without it (ADSM_CUDA_DMA_VIEW=1 and 0);
+#   7. the application study, bench/apps/run.sh (the kernels' CUDA C twins through NVRTC);
+#   8. the fault path on this machine's CPUs: bench/threads and bench/fault_path on emu, with
 #      both fault engines (the build machine has only 2 CPUs).
 # Exit status: 0 when every example and test passed, 1 otherwise (the report is written either
 # way). Needs only a C compiler; Bazel is used by sweep.sh when it is there. A machine without
@@ -202,6 +203,30 @@ for t in vecadd stencil3d transfer patterns fault_path threads; do
         cat "$out/$t.md" >> "$report"
     fi
 done
+
+# ---- the host alias against pinned staging ----------------------------------------------------
+# Under shared addresses the objects' host pages are shared memory with a second, page-locked view
+# (the host alias: DMA, no CPU copy, but no huge pages unless shmem_enabled allows them);
+# ADSM_CUDA_DMA_VIEW=0 gives anonymous huge pages and stages every copy. Which pays more is only
+# seen on a GPU. bench/transfer both ways, in one run each (the sweep above ran the default).
+say ""
+say "## Shared addresses: the host alias (ADSM_CUDA_DMA_VIEW=1, the default) against pinned staging (0)"
+say "shmem huge pages here: $(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled 2> /dev/null || echo unknown)"
+if "$CC" -std=c11 -O2 -I. bench/transfer/transfer.c -pthread -ldl -lm -o "$bin/bench_transfer" > "$out/gpu_bench_transfer.log" 2>&1; then
+    for view in 1 0; do
+        log=$out/gpu_transfer_view$view.md
+        ADSM_CUDA_DMA_VIEW=$view ADSM_LOG=warn timeout 240 "$bin/bench_transfer" --quick > "$log" 2>&1
+        rc=$?
+        say ""
+        say "### ADSM_CUDA_DMA_VIEW=$view"
+        [[ $rc -eq 0 ]] || { say "bench/transfer FAILED (exit $rc):"; status=1; }
+        cat "$log" >> "$report"
+    done
+else
+    say "bench/transfer: BUILD FAILED"
+    block "$out/gpu_bench_transfer.log"
+    status=1
+fi
 
 # ---- the application study ------------------------------------------------------------------------
 say ""
