@@ -121,6 +121,9 @@
        ADSM_CUDA_STAGING  bytes per pinned staging buffer (2 per direction), 64K..1G  (8M)
        ADSM_CUDA_SAME_ADDRESS  1: device addresses equal host addresses where the driver allows,
                           0: always translate (diagnostic)              (1)
+       ADSM_CUDA_DMA_VIEW 1: under shared addresses, objects' host pages are shared memory with a
+                          second view the driver page-locks (DMA, no CPU copy); 0: anonymous
+                          huge pages, copies through pinned staging     (1)
        ADSM_CUDA_DRIVER   driver library to load                       (libcuda.so.1, then libcuda.so)
        ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so.N for the driver's
                           major N down to 12, then libnvrtc.so if not newer than the driver)
@@ -184,10 +187,12 @@
              (adsm_stats.translated_args counts them) and adsm_safe() gives the device address,
              but kernels cannot follow pointers stored in shared memory. Copies run on their own
              streams, ordered with events against the kernel streams. Where the driver page-locks
-             the objects' host pages (translated addresses; under shared addresses those pages
-             are device address space and adsm does not ask) they are DMA on those pages;
-             otherwise, and for an object the driver had no lockable memory for, they go through
-             pinned staging buffers (adsm_stats.staged_bytes, ADSM_LOG=info says which). NVRTC
+             the objects' host pages they are DMA on those pages: the pages themselves under
+             translated addresses; under shared addresses, where they are device address space,
+             a second view of them (host memory is then a shared-memory file mapped twice;
+             ADSM_CUDA_DMA_VIEW=0 turns that off). Otherwise, and for an object the driver had
+             no lockable memory for, they go through pinned staging buffers
+             (adsm_stats.staged_bytes, ADSM_LOG=info says which). NVRTC
              compiles to PTX, or to a cubin for the GPU's own architecture where the NVRTC is a
              later minor release than the driver (whose PTX the driver would refuse). Do not
              pass shared pointers to your own CUDA calls (cudaMemcpy, cuMemcpy...): the driver
