@@ -176,6 +176,7 @@ struct adsm__cuda {
     adsm__tree locked;
     int lock_refused; /* the driver refused to lock shared objects at all: said so, stop asking */
     int lock_short_said; /* a refusal for one allocation (out of lockable memory) was logged */
+    int device_space_said; /* "not locked: device address space" was logged */
 
     /* modules and the kernels found in them (normal context, runtime lock): an stb_ds array in
      * load order, and an stb_ds map from descriptor to function, emptied when a module loads */
@@ -1031,20 +1032,26 @@ ADSM__PRIVATE void adsm__cuda_alias_host(adsm__cuda *c, adsm__runtime *rt) {
               (void *)rt->host_alias);
 }
 
-/* Normal context, runtime lock not held (object_life.h). Page-locks a shared object's host pages
- * (or adsm_host_alloc memory): through the host alias where there is one. Under shared addresses
- * without one, the objects' own pages are the first GPU's device address space: adsm never asks
- * the driver to lock them, as registering pages the unified address space already maps to the
- * device is not a documented use (the driver double refuses it; a driver that took it could
- * shadow the device mapping), and says so once. */
+/* Normal context, runtime lock not held (object_life.h). Page-locks an object's host pages (or
+ * adsm_host_alloc memory): shared objects' through the host alias where there is one. Under
+ * shared addresses the reservation's own pages are the first GPU's device address space (the
+ * shared half, and the safe half too where the host reservation moved onto a device range):
+ * adsm never asks the driver to lock them, as registering pages the unified address space
+ * already maps to the device is not a documented use (the driver double refuses it; a driver
+ * that took it could shadow the device mapping), and says so once. That is each such object's
+ * own case (a safe object's, or every object's without the alias), not a reason to stop
+ * locking the others. */
 ADSM__PRIVATE int adsm__cuda_host_lock(void *ctx, uintptr_t host, size_t n) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    int aliased = adsm__in_host_alias(c->rt, host, n);
-    int object = aliased || !adsm__outside_reservation(c->rt, host, n); /* else adsm_host_alloc memory */
-    if (object && !aliased && c->delta == 0 && !c->lock_refused) {
-        c->lock_refused = 1;
-        adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: the objects' host pages are device address space, so "
-                  "they are not page-locked; copies go through pinned staging");
+    int aliased = adsm__in_host_alias(c->rt, host, n), reserved = !adsm__outside_reservation(c->rt, host, n);
+    int object = aliased || reserved; /* else adsm_host_alloc memory */
+    if (reserved && c->delta == 0) {
+        if (!c->device_space_said)
+            adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: the host pages of %s are device address space, so "
+                      "they are not page-locked; their copies go through pinned staging",
+                      c->rt->host_alias ? "adsm_safe_alloc objects" : "objects (ADSM_CUDA_DMA_VIEW=0, or no alias)");
+        c->device_space_said = 1;
+        return 0;
     }
     if (!c->cu.cuMemHostRegister || !c->cu.cuMemHostUnregister || (object && c->lock_refused) ||
         ADSM__LOAD(&c->lost))

@@ -149,13 +149,19 @@ ADSM__PRIVATE adsm_result adsm__env_count(const char *var, size_t *field, size_t
     return ADSM_OK;
 }
 
+/* A 0/1 switch from the environment, `fallback` when unset. */
+ADSM__PRIVATE adsm_result adsm__env_switch(const char *name, int *out, int fallback, const char *meaning) {
+    const char *v = getenv(name);
+    *out = fallback;
+    if (!v || !*v) return ADSM_OK;
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) return adsm__bad_env(name, v, meaning);
+    *out = v[0] == '1';
+    return ADSM_OK;
+}
+
 /* A 0/1 environment variable, read when the program left the field 0. */
 ADSM__PRIVATE adsm_result adsm__env_flag(const char *var, int *field) {
-    const char *v = getenv(var);
-    if (*field != 0 || v == NULL || *v == 0) return ADSM_OK;
-    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) return adsm__bad_env(var, v, "expected 0 or 1");
-    *field = *v == '1';
-    return ADSM_OK;
+    return *field != 0 ? ADSM_OK : adsm__env_switch(var, field, 0, "expected 0 or 1");
 }
 
 /* A 0/1 setting: the program's adsm_config field, else the environment variable. */
@@ -212,16 +218,6 @@ ADSM__PRIVATE adsm_result adsm__cuda_device_list(const adsm_config *c, adsm__set
     }
     s->cuda_devices = 1;
     s->cuda_ordinals[0] = s->device;
-    return ADSM_OK;
-}
-
-/* A 0/1 switch from the environment, `fallback` when unset. */
-ADSM__PRIVATE adsm_result adsm__env_switch(const char *name, int *out, int fallback, const char *meaning) {
-    const char *v = getenv(name);
-    *out = fallback;
-    if (!v || !*v) return ADSM_OK;
-    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) return adsm__bad_env(name, v, meaning);
-    *out = v[0] == '1';
     return ADSM_OK;
 }
 

@@ -12,7 +12,8 @@
 #define ADSM__RESERVATION_INCLUDED
 
 /* Address space adsm maps besides its reservation's halves: fetch slots, its threads' stacks,
- * tables. The emu backend also maps a second view of device memory, one half long. */
+ * tables. One more half is mapped as a second view: of device memory (emu), or of the shared
+ * half's host pages (cuda's host alias under shared addresses), never both. */
 #define ADSM__AS_SLACK ((size_t)512 << 20)
 #define ADSM__AS_VIEWS 3
 

@@ -215,7 +215,7 @@ say "shmem huge pages here: $(cat /sys/kernel/mm/transparent_hugepage/shmem_enab
 if "$CC" -std=c11 -O2 -I. bench/transfer/transfer.c -pthread -ldl -lm -o "$bin/bench_transfer" > "$out/gpu_bench_transfer.log" 2>&1; then
     for view in 1 0; do
         log=$out/gpu_transfer_view$view.md
-        ADSM_CUDA_DMA_VIEW=$view ADSM_LOG=warn timeout 240 "$bin/bench_transfer" --quick > "$log" 2>&1
+        ADSM_CUDA_DMA_VIEW=$view ADSM_LOG=warn timeout 120 "$bin/bench_transfer" --quick > "$log" 2>&1
         rc=$?
         say ""
         say "### ADSM_CUDA_DMA_VIEW=$view"

@@ -1122,6 +1122,28 @@ Test(cuda_double, shared_addresses_lock_objects_through_the_alias) {
     adsm_shutdown();
 }
 
+/* A safe object's host pages (the safe half: device address space where the host reservation
+ * moved onto a device range) are not in the alias: that object is staged, never registered, and
+ * the shared objects allocated after it are still page-locked. */
+Test(cuda_double, a_safe_object_leaves_later_objects_locked) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
+    attach();
+    cudadouble_counters before = cuda_double_counters();
+    float *s = adsm_safe_alloc(1 << 20);
+    cr_assert_not_null(s, "%s", adsm_last_error());
+    cudadouble_counters mid = cuda_double_counters();
+    cr_assert_eq(mid.register_calls - before.register_calls, 0, "adsm asked to lock the safe half");
+    adsm_reset_stats();
+    run_vadd(300000);
+    cudadouble_counters after = cuda_double_counters();
+    adsm_stats st;
+    adsm_get_stats(&st);
+    cr_assert_eq(after.registrations - mid.registrations, 3, "the vectors after the safe object were not locked");
+    cr_assert_eq(st.staged_bytes, 0, "adsm staged %llu bytes", (unsigned long long)st.staged_bytes);
+    cr_assert_eq(adsm_free(s), ADSM_OK);
+    adsm_shutdown();
+}
+
 /* Pages of [p, p + n) resident in memory (mincore; for the alias: in its file). */
 static size_t resident_pages(uintptr_t p, size_t n) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), count = 0;
