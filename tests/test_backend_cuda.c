@@ -88,31 +88,27 @@ static void attach(void) {
     cr_assert_eq(cuda_double_attach(kernels, 1), 0, "attach: %s", adsm_last_error());
 }
 
-/* The cuda backend on the double with translated addresses (ADSM_CUDA_SAME_ADDRESS=0), kernels
+/* The cuda backend on the double with one setting from the environment (var=value), kernels
  * attached; block 0: the default block size. */
-static void init_translated(size_t block) {
+static void init_setting(const char *var, const char *value, adsm_protocol_kind protocol, size_t block) {
     clear_env();
     cuda_double_use();
-    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
-    adsm_config cfg = {0};
-    cfg.backend = ADSM_BACKEND_CUDA;
-    cfg.block_size = block;
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
-    attach();
-}
-
-/* Shared addresses without the host alias (ADSM_CUDA_DMA_VIEW=0), kernels attached. */
-static void init_without_alias(adsm_protocol_kind protocol, size_t block) {
-    clear_env();
-    cuda_double_use();
-    setenv("ADSM_CUDA_DMA_VIEW", "0", 1);
+    setenv(var, value, 1);
     adsm_config cfg = {0};
     cfg.backend = ADSM_BACKEND_CUDA;
     cfg.protocol = protocol;
     cfg.block_size = block;
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
-    cr_assert_eq(adsm__rt.host_alias, 0, "a host alias under ADSM_CUDA_DMA_VIEW=0");
     attach();
+}
+
+/* Translated addresses (ADSM_CUDA_SAME_ADDRESS=0). */
+static void init_translated(size_t block) { init_setting("ADSM_CUDA_SAME_ADDRESS", "0", 0, block); }
+
+/* Shared addresses without the host alias (ADSM_CUDA_DMA_VIEW=0). */
+static void init_without_alias(adsm_protocol_kind protocol, size_t block) {
+    init_setting("ADSM_CUDA_DMA_VIEW", "0", protocol, block);
+    cr_assert_eq(adsm__rt.host_alias, 0, "a host alias under ADSM_CUDA_DMA_VIEW=0");
 }
 
 static void expect_message(const char *needle) {
@@ -1033,12 +1029,26 @@ Test(cuda_double, failed_probe_gives_the_range_back_without_unmapping_it) {
 }
 
 /* ---- page-locked shared objects -------------------------------------------------------------- */
-/* Where the driver page-locks the objects' host pages (translated addresses: the host pages are
- * not device address space), every copy is DMA on those pages: no byte goes through adsm's
- * staging, in either direction, and downloads need no staging slot either (the DMA writes the
- * protected pages). Counted by adsm and, independently, by the double. */
-Test(cuda_double, page_locked_objects_move_without_staging) {
-    init_translated(64 << 10);
+/* Where the driver page-locks the objects' host pages, every copy is DMA on those pages: no byte
+ * goes through adsm's staging, in either direction, and downloads need no staging slot either (the
+ * DMA writes the pages whatever the program's view allows). Under translated addresses the pages
+ * themselves are locked (they are not device address space); under shared addresses they are, so
+ * adsm never asks the driver to lock them (a documented use it is not; the double refuses it):
+ * they get a second view, the host alias, which the driver locks, and no registration touches the
+ * reservation. Counted by adsm and, independently, by the double. */
+ParameterizedTestParameters(cuda_double, page_locked_objects_move_without_staging) {
+    static int translated[] = {1, 0};
+    return cr_make_param_array(int, translated, 2);
+}
+
+ParameterizedTest(int *translated, cuda_double, page_locked_objects_move_without_staging) {
+    if (*translated) {
+        init_translated(64 << 10);
+    } else {
+        init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
+        attach();
+        cr_assert_neq(adsm__rt.host_alias, 0, "no host alias under shared addresses");
+    }
     adsm_reset_stats();
     cudadouble_counters before = cuda_double_counters();
     run_vadd(300000);
@@ -1046,6 +1056,8 @@ Test(cuda_double, page_locked_objects_move_without_staging) {
     adsm_stats s;
     adsm_get_stats(&s);
     cr_assert_geq(after.registrations - before.registrations, 3, "the three objects were page-locked");
+    cr_assert_eq(after.register_calls - before.register_calls, after.registrations - before.registrations,
+                 "a registration was refused (one over the reservation?)");
     cr_assert_gt(s.h2d_bytes, 0);
     cr_assert_gt(s.d2h_bytes, 0);
     cr_assert_eq(s.staged_bytes, 0, "adsm staged %llu bytes", (unsigned long long)s.staged_bytes);
@@ -1096,29 +1108,6 @@ Test(cuda_double, page_locked_objects_move_without_staging_on_every_gpu) {
                  after.staged_bytes - before.staged_bytes, (unsigned long long)s.h2d_bytes,
                  (unsigned long long)s.d2h_bytes);
     adsm_free(a), adsm_free(b), adsm_free(c);
-    adsm_shutdown();
-}
-
-/* Under shared addresses the objects' host pages are device address space: adsm never asks the
- * driver to lock them (a documented use it is not; the double refuses it). By default they get a
- * second view, the host alias, which the driver locks: every copy is DMA through it, none staged,
- * and no registration touches the reservation. */
-Test(cuda_double, shared_addresses_lock_objects_through_the_alias) {
-    init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
-    attach();
-    cr_assert_neq(adsm__rt.host_alias, 0, "no host alias under shared addresses");
-    adsm_reset_stats();
-    cudadouble_counters before = cuda_double_counters();
-    run_vadd(300000);
-    cudadouble_counters after = cuda_double_counters();
-    adsm_stats s;
-    adsm_get_stats(&s);
-    cr_assert_gt(after.registrations - before.registrations, 0, "no object was page-locked");
-    cr_assert_eq(after.register_calls - before.register_calls, after.registrations - before.registrations,
-                 "a registration was refused (one over the reservation?)");
-    cr_assert_eq(s.staged_bytes, 0, "adsm staged %llu bytes", (unsigned long long)s.staged_bytes);
-    cr_assert_eq(s.d2h_moved_bytes + s.d2h_forced_bytes, 0, "downloads went through a staging slot");
-    cr_assert_eq(after.registered_bytes - before.registered_bytes, s.h2d_bytes + s.d2h_bytes);
     adsm_shutdown();
 }
 
