@@ -19,6 +19,7 @@
 
 #include "tests/cuda_double_bridge.h"
 #include "tests/death.h"
+#include "tests/seccomp.h"
 #include "tests/signal_stack.h"
 
 #define MIB ((size_t)1 << 20)
@@ -1162,6 +1163,34 @@ Test(cuda_double, a_freed_object_gives_its_alias_pages_back) {
     for (size_t i = 0; i < n; i++)
         if (b[i] != 0.0f) cr_assert_fail("b[%zu] = %g: the freed object's bytes", i, b[i]);
     adsm_free(b);
+    adsm_shutdown();
+}
+
+/* From the first device range on (the double made its own memfd at cuInit), memfd_create is
+ * refused on this thread, as a seccomp profile would. */
+static void refuse_memfd_once_reserved(int reserved, unsigned long long base, size_t size, void *done) {
+    (void)base, (void)size;
+    if (!reserved || *(int *)done) return;
+    *(int *)done = 1;
+    refuse_system_call(SYS_memfd_create, EPERM);
+}
+
+/* Where memfd_create is refused, there is no alias: adsm says why at info and stages every copy,
+ * with the same results. */
+Test(cuda_double, no_alias_without_memfd_stages_every_copy) {
+    static int refused;
+    cr_assert_eq(cuda_double_open(), 0);
+    cuda_double.set_address_hook(refuse_memfd_once_reserved, &refused);
+    init_ok(ADSM_PROTOCOL_ROLLING, 64 << 10, 0);
+    cr_assert(refused, "the filter was never installed");
+    attach();
+    cr_assert_eq(adsm__rt.host_alias, 0, "a host alias without memfd_create");
+    adsm_reset_stats();
+    run_vadd(300000);
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(s.staged_bytes, s.h2d_bytes + s.d2h_bytes, "staged %llu of %llu bytes",
+                 (unsigned long long)s.staged_bytes, (unsigned long long)(s.h2d_bytes + s.d2h_bytes));
     adsm_shutdown();
 }
 
