@@ -59,6 +59,9 @@ typedef struct adsm__object {
      * ahead_epoch equals the runtime's (no kernel call since) */
     size_t ahead_next, ahead;
     uint64_t ahead_epoch;
+    uint64_t fetch_epoch;     /* rolling: 1 + the runtime's ahead_epoch at this object's last fetch
+                                 fault (0: none yet): a write fault that is the first fetch of an
+                                 epoch takes its unit alone (protocol.h, adsm__fetch_granule) */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */

@@ -732,6 +732,37 @@ Test(rolling_ahead, read_fetches_the_huge_page) {
     adsm_shutdown();
 }
 
+/* A store into a kernel's output with no read before it (a spot update, stencil3d's emitter) is
+ * the object's first fetch of the epoch and takes its block alone; a second store in that epoch
+ * takes the Invalid blocks of its huge page, as a read does. After the next call, the first store
+ * is alone again. Every value right. */
+Test(rolling_ahead, a_lone_store_fetches_its_block_alone) {
+    const size_t size = 8 * MIB, n = size / sizeof(int32_t), per_block = AHEAD_BS / sizeof(int32_t);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, AHEAD_BS, 0);
+    int32_t *x = alloc(size);
+    for (int32_t round = 0; round < 2; round++) {
+        CALL_OK(k_fill, grid_for(n), x, n, 7 + round);
+        sync_ok();
+        reset();
+        size_t spot = 2 * MIB / sizeof(int32_t) + 3 * per_block + 11; /* in the second huge page */
+        wr(&x[spot], -1);
+        adsm_stats s = stats();
+        cr_assert_eq(s.d2h_bytes, AHEAD_BS, "round %d: %llu bytes came home for one store", round,
+                     (unsigned long long)s.d2h_bytes);
+        cr_assert_eq(adsm_block_state(&x[spot + per_block]), 'I', "the next block came home too");
+        /* a second store: the Invalid blocks of its huge page next to it, up to the Dirty block 3 */
+        wr(&x[spot + 5 * per_block], -2);
+        cr_assert_eq(stats().d2h_bytes, AHEAD_BS + 2 * MIB - 4 * AHEAD_BS,
+                     "round %d: the second store did not take its huge page: %llu bytes", round,
+                     (unsigned long long)stats().d2h_bytes);
+        for (size_t i = 0; i < n; i++) {
+            int32_t want = i == spot ? -1 : i == spot + 5 * per_block ? -2 : 7 + round + (int32_t)i;
+            if (rd(&x[i]) != want) cr_assert_fail("round %d: x[%zu] = %d, expected %d", round, i, rd(&x[i]), want);
+        }
+    }
+    adsm_shutdown();
+}
+
 /* The same read with adsm_config.block_exact fetches its block alone. */
 Test(rolling_ahead, block_exact_fetches_one_block) {
     const size_t size = 8 * MIB, n = size / sizeof(int32_t);
