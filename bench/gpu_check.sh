@@ -6,7 +6,8 @@
 #   2. what adsm chose there: the device line adsm logs (address placement: shared or translated;
 #      pinned or pageable staging) and every warning;
 #   3. the examples, each with its output and exit status;
-#   4. the protocol suites and the copy tests built for the real driver (-DTEST_ON_REAL_CUDA: the
+#   4. the protocol suites and the copy tests (these with and without the host alias) built for
+#      the real driver (-DTEST_ON_REAL_CUDA: the
 #      kernels' CUDA C twins through NVRTC), when Criterion is installed;
 #   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads;
 #   6. bench/transfer with the host alias and without it (ADSM_CUDA_DMA_VIEW=1 and 0);
@@ -171,12 +172,18 @@ if echo '#include <criterion/criterion.h>' | "$CC" -E -x c - > /dev/null 2>&1; t
                 { say "- $t: built but does not start"; block "$log"; status=1; }
             continue
         fi
-        timeout 180 "$bin/$t" --jobs 1 > "$log" 2>&1
-        rc=$?
-        if [[ $rc -eq 0 ]]; then say "- $t: passed ($(grep -o 'Tested: [0-9]*' "$log" | head -1))"
-        else say "- $t: FAILED (exit $rc)"; status=1; fi
-        grep -E '^\[(FAIL|----)\]|Synthesis' "$log" | head -40 > "$log.summary"
-        block "$log.summary"
+        # the copy tests also without the host alias: both copy paths on the real driver
+        for view in 1 $([[ $t == test_copy ]] && echo 0); do
+            vlog=$log
+            [[ $view -eq 0 ]] && vlog=$out/gpu_${t}_staged.log
+            ADSM_CUDA_DMA_VIEW=$view timeout 180 "$bin/$t" --jobs 1 > "$vlog" 2>&1
+            rc=$?
+            name="$t$([[ $view -eq 0 ]] && echo ' (ADSM_CUDA_DMA_VIEW=0: staged)')"
+            if [[ $rc -eq 0 ]]; then say "- $name: passed ($(grep -o 'Tested: [0-9]*' "$vlog" | head -1))"
+            else say "- $name: FAILED (exit $rc)"; status=1; fi
+            grep -E '^\[(FAIL|----)\]|Synthesis' "$vlog" | head -40 > "$vlog.summary"
+            block "$vlog.summary"
+        done
     done
 else
     say "Criterion is not installed here (libcriterion-dev; or run bench/gpu_kit.sh elsewhere and bring .gpu_kit/):" \
