@@ -7,8 +7,8 @@
 #      pinned or pageable staging) and every warning;
 #   3. the examples, each with its output and exit status;
 #   4. the protocol suites and the copy tests (these with and without the host alias) built for
-#      the real driver (-DTEST_ON_REAL_CUDA: the
-#      kernels' CUDA C twins through NVRTC), when Criterion is installed;
+#      the real driver (-DTEST_ON_REAL_CUDA: the kernels' CUDA C twins through NVRTC), when
+#      Criterion is installed;
 #   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads;
 #   6. bench/transfer with the host alias and without it (ADSM_CUDA_DMA_VIEW=1 and 0);
 #   7. the application study, bench/apps/run.sh (the kernels' CUDA C twins through NVRTC);
