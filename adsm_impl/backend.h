@@ -74,7 +74,8 @@ typedef struct adsm__backend_vtbl {
      * returns once the copy landed, 0 or -1. Normal context, no lock needed. Without it device
      * to device copies read the source through device_view (emu). */
     int (*peer_copy)(void *dst, void *src, uintptr_t dev, size_t n);
-    /* signal-safe: wait until every async to_device copy has landed */
+    /* signal-safe: wait until every async to_device copy queued so far is done with host memory
+     * (the CPU may write the pages then) */
     void (*drain)(void *ctx);
     adsm_result (*launch)(void *ctx, const adsm__launch *l);
     /* signal-safe: wait until launch `seq` finished; 0, or -1 when the device is lost */

@@ -46,7 +46,7 @@ typedef struct adsm__nvrtc_api {
 } adsm__nvrtc_api;
 
 enum { ADSM__CMD_H2D = 1, ADSM__CMD_D2H, ADSM__CMD_D2D, ADSM__CMD_MEMSET, ADSM__CMD_LAUNCH, ADSM__CMD_MAP,
-       ADSM__CMD_UNMAP, ADSM__CMD_UNREGISTER, ADSM__CMD_PEER };
+       ADSM__CMD_UNMAP, ADSM__CMD_UNREGISTER, ADSM__CMD_PEER, ADSM__CMD_SETTLE };
 
 typedef struct adsm__cuda adsm__cuda;
 
@@ -62,6 +62,7 @@ typedef struct adsm__cuda_launch_access {
  * Rust gives every thread), so they never carry a launch's access lists and argument block. */
 typedef struct adsm__cuda_op {
     int type, status, value; /* status: set to 1 by a refusal that is not a device error */
+    int async;               /* ADSM__CMD_H2D: nobody waits for it (an eviction, a launch's flush) */
     uintptr_t dst, src; /* device addresses are adsm's (before translation) */
     size_t n;
     adsm__cuda *peer; /* ADSM__CMD_PEER: the device whose memory is the source */
@@ -145,6 +146,7 @@ struct adsm__cuda {
     adsm__cu_event h2d_last, ops_last, ks_last[ADSM__CUDA_MAX_STREAMS];
     adsm__cu_event h2d_slot_ev[ADSM__CUDA_SLOTS], d2h_slot_ev[ADSM__CUDA_SLOTS];
     adsm__cu_event drained; /* engine only: waits for a whole stream (adsm__cuda_stream_wait) */
+    int h2d_reading; /* engine only: an asynchronous direct upload may still read host pages */
     unsigned char *h2d_stage[ADSM__CUDA_SLOTS], *d2h_stage[ADSM__CUDA_SLOTS];
     size_t stage_size;
     int pinned, h2d_next;
@@ -617,15 +619,20 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_after_launches(adsm__cuda *c, adsm__cu_
 }
 
 /* A direct copy: the driver's DMA reads or writes the host pages themselves, whatever their page
- * protection. The engine waits for it before it retires the command, so a drain still means "no
- * copy reads host pages any more" (the protocols rely on it before a CPU write). */
+ * protection. A download, and an upload somebody waits for, is waited for before the engine
+ * retires the command. An asynchronous upload (an eviction, a launch's flush) is not: the engine
+ * goes on to the next command while the DMA runs, so back-to-back evictions keep the link busy
+ * instead of idling one wake-up per block, and the next drain waits for the upload stream
+ * (ADSM__CMD_SETTLE), so a drain still means "no copy reads host pages any more" (the protocols
+ * rely on it before a CPU write). Everything later on the device is ordered after it by events. */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, const adsm__cuda_op *op, int to_device) {
     adsm__cu_result r;
     if (to_device) {
         r = adsm__cuda_after_launches(c, c->h2d, op->seq);
         if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, op->dst), (const void *)op->src, op->n, c->h2d);
         if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
-        if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
+        if (r == 0 && op->async) c->h2d_reading = 1;
+        else if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
     } else {
         r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
         if (r == 0) r = c->cu.cuStreamWaitEvent(c->d2h, c->ops_last, 0);
@@ -816,6 +823,11 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         r = adsm__cuda_stream_wait(c, c->h2d);
         if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
         (void)c->cu.cuMemHostUnregister((void *)op->dst);
+        break;
+    case ADSM__CMD_SETTLE: /* a drain: asynchronous direct uploads done reading host pages */
+        what = "cuEventSynchronize";
+        if (c->h2d_reading) r = adsm__cuda_stream_wait(c, c->h2d);
+        if (r == 0) c->h2d_reading = 0;
         break;
     case ADSM__CMD_LAUNCH: {
         uint64_t seq = op->seq;
@@ -1100,6 +1112,7 @@ ADSM__PRIVATE int adsm__cuda_to_device(void *ctx, uintptr_t dev, uintptr_t host,
     if (ADSM__LOAD(&c->lost)) return -1;
     adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_H2D, dev, host, n);
     cmd.seq = after;
+    cmd.async = async;
     return adsm__cuda_run(c, &cmd, !async) == 0 ? 0 : -1;
 }
 
@@ -1110,8 +1123,14 @@ ADSM__PRIVATE int adsm__cuda_from_device(void *ctx, uintptr_t host, uintptr_t de
     return adsm__cuda_run(c, &cmd, 1) == 0 ? 0 : -1;
 }
 
-/* Signal-safe: every queued command has been taken by the engine (uploads are staged). */
-ADSM__PRIVATE void adsm__cuda_drain(void *ctx) { adsm__queue_drain(&((adsm__cuda *)ctx)->queue); }
+/* Signal-safe: every command queued so far has run, and every upload is done with host memory:
+ * a staged one copied it out at once, a direct one's DMA is waited for (ADSM__CMD_SETTLE). */
+ADSM__PRIVATE void adsm__cuda_drain(void *ctx) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_SETTLE, 0, 0, 0);
+    if (ADSM__LOAD(&c->lost)) adsm__queue_drain(&c->queue);
+    else adsm__cuda_run(c, &cmd, 1);
+}
 
 ADSM__PRIVATE int adsm__cuda_wait(void *ctx, uint64_t seq) {
     adsm__cuda *c = (adsm__cuda *)ctx;

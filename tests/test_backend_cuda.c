@@ -1166,6 +1166,38 @@ Test(cuda_double, a_freed_object_gives_its_alias_pages_back) {
     adsm_shutdown();
 }
 
+/* An eviction's direct upload (DMA from the page-locked pages) runs while the engine goes on to
+ * the next command; a CPU write to the evicted block must wait until that DMA has read the pages,
+ * so the write fault's drain waits for the upload stream. Every stream operation of the double
+ * is delayed, so an upload nobody waited for would still be queued when the write returns. */
+Test(cuda_double, a_write_waits_for_the_eviction_reading_its_block) {
+    clear_env();
+    cuda_double_use();
+    setenv("CUDADOUBLE_DELAY_US", "20000", 1);
+    const size_t block = 64 << 10;
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.protocol = ADSM_PROTOCOL_ROLLING;
+    cfg.block_size = block;
+    cfg.rolling_size = 2;
+    cfg.block_exact = 1;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    volatile char *x = adsm_alloc(4 * block);
+    cr_assert_not_null(x, "%s", adsm_last_error());
+    cr_assert_neq(adsm__host_dma(&adsm__rt, (uintptr_t)x), (uintptr_t)x, "no host alias: the upload is staged");
+    cudadouble_counters before = cuda_double_counters();
+    x[0] = 1, x[block] = 2, x[2 * block] = 3; /* the third Dirty block evicts the first */
+    adsm_stats s;
+    adsm_get_stats(&s);
+    cr_assert_eq(s.evictions, 1, "%llu evictions", (unsigned long long)s.evictions);
+    x[0] = 4; /* the evicted block written again */
+    cudadouble_counters after = cuda_double_counters();
+    cr_assert_geq(after.h2d_landed_bytes - before.h2d_landed_bytes, block,
+                  "the write went ahead while the eviction's DMA had yet to read the block");
+    cr_assert_eq(adsm_free((void *)x), ADSM_OK);
+    adsm_shutdown();
+}
+
 /* From the first device range on (the double made its own memfd at cuInit), memfd_create is
  * refused on this thread, as a seccomp profile would. */
 static void refuse_memfd_once_reserved(int reserved, unsigned long long base, size_t size, void *done) {

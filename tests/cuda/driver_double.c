@@ -119,6 +119,7 @@ struct op {
     dptr_t dst, src;
     void *hdst;       /* D2H destination (pinned user memory or a caller-owned private buffer) */
     const void *hsrc; /* H2D source (pinned user memory or `owned`) */
+    bool hsrc_registered; /* hsrc is cuMemHostRegister'ed memory: read whatever its protection */
     void *owned;      /* freed with the op */
     size_t n;
     unsigned char value;
@@ -411,6 +412,23 @@ static void dma_write(void *dst, const void *src, size_t n) {
     if (n > 0) memcpy((char *)(uintptr_t)at, p, n); /* no /proc/self/mem: plain memory only */
 }
 
+/* The host side of a copy from page-locked host memory: the DMA engine reads the pages whatever
+ * their protection, at the time the copy runs (a program may protect them PROT_NONE while an
+ * asynchronous copy is queued). Plain memory (staging buffers) is read directly. */
+static void dma_read(void *dst, const void *src, size_t n, bool registered) {
+    char *p = dst;
+    off_t at = (off_t)(uintptr_t)src;
+    while (registered && n > 0 && g.procmem >= 0) {
+        ssize_t r = pread(g.procmem, p, n, at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        p += r;
+        at += r;
+        n -= (size_t)r;
+    }
+    if (n > 0) memcpy(p, (const char *)(uintptr_t)at, n); /* no /proc/self/mem: plain memory only */
+}
+
 /* ---------------------------------------------------------------- stream operations */
 
 static void free_op(struct op *op) {
@@ -472,7 +490,12 @@ static void run_op(struct adsm__cu_ctx_st *ctx, struct op *op) {
     unlock();
     if (ok) {
         switch (op->kind) {
-        case OP_H2D: memcpy(d, op->hsrc, op->n); break;
+        case OP_H2D:
+            dma_read(d, op->hsrc, op->n, op->hsrc_registered);
+            lock();
+            g.counters.h2d_landed_bytes += op->n;
+            unlock();
+            break;
         case OP_D2H: dma_write(op->hdst, s, op->n); break;
         case OP_D2D:
         case OP_PEER: memmove(d, s, op->n); break;
@@ -1229,6 +1252,7 @@ CUresult cuMemcpyHtoDAsync(adsm__cu_deviceptr dst, const void *src, size_t bytes
     count_host_bytes(pinned, bytes);
     if (pinned) {
         op->hsrc = src;
+        op->hsrc_registered = pinned->registered;
         g.counters.h2d_async++;
     } else {
         /* pageable: staged into a private buffer before the call returns. The source is read

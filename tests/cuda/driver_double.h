@@ -58,6 +58,8 @@ typedef struct cudadouble_counters {
     /* cuMemcpyPeerAsync bytes, and those of them the destination device read directly (it had
      * access to the source: peer access), not staged through the host */
     unsigned long long peer_bytes, peer_direct_bytes;
+    /* host->device bytes whose copy has run (the others above count copies when submitted) */
+    unsigned long long h2d_landed_bytes;
 } cudadouble_counters;
 
 void cudadouble_get_counters(cudadouble_counters *out);

@@ -551,6 +551,34 @@ Test(host, register_needs_writable_pages) {
     munmap(p, n);
 }
 
+/* An asynchronous upload from registered pages reads them when it runs, whatever their
+ * protection then: a program may protect the pages PROT_NONE while the copy is queued (DMA
+ * ignores the CPU's page tables). The copy is delayed, so it runs after the mprotect. */
+Test(host, upload_from_pinned_pages_ignores_their_protection) {
+    setenv("CUDADOUBLE_DELAY_US", "50000", 1);
+    up();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 4 * page;
+    unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(p, MAP_FAILED);
+    memset(p, 0x3c, n);
+    cr_assert_eq(cu.cuMemHostRegister(p, n, 0), 0);
+    struct devmem m = dalloc(2 * MiB);
+    adsm__cu_stream s;
+    cr_assert_eq(cu.cuStreamCreate(&s, ADSM__CU_STREAM_NON_BLOCKING), 0);
+    cr_assert_eq(cu.cuMemcpyHtoDAsync(m.d, p, n, s), 0);
+    cr_assert_eq(mprotect(p, n, PROT_NONE), 0); /* before the delayed copy runs */
+    cr_assert_eq(cu.cuStreamSynchronize(s), 0, "the upload from PROT_NONE pinned pages failed");
+    unsigned char back[64];
+    cr_assert_eq(cu.cuMemcpyDtoHAsync(back, m.d + n - sizeof back, sizeof back, s), 0);
+    cr_assert_eq(cu.cuStreamSynchronize(s), 0);
+    for (size_t i = 0; i < sizeof back; i++) cr_assert_eq(back[i], 0x3c, "byte %zu: %#x", i, back[i]);
+    cr_assert_eq(mprotect(p, n, PROT_READ | PROT_WRITE), 0);
+    cr_assert_eq(cu.cuMemHostUnregister(p), 0);
+    cr_assert_eq(cu.cuStreamDestroy(s), 0);
+    dfree(m);
+    munmap(p, n);
+}
+
 /* ------------------------------------------------------------------ copies */
 
 Test(copy, roundtrip_and_rejections) {
