@@ -153,7 +153,8 @@ Test(security, environment_values_are_bounded) {
     memset(huge, '7', big);
     huge[big] = 0;
     static const char *const all_vars[] = {"ADSM_BACKEND", "ADSM_PROTOCOL", "ADSM_LOG", "ADSM_BLOCK_SIZE",
-                                           "ADSM_CUDA_DRIVER", "ADSM_NVRTC_LIBRARY", "ADSM_CUDA_SAME_ADDRESS"};
+                                           "ADSM_CUDA_DRIVER", "ADSM_NVRTC_LIBRARY", "ADSM_CUDA_SAME_ADDRESS",
+                                           "ADSM_CUDA_DMA_VIEW"};
     for (size_t v = 0; v < sizeof all_vars / sizeof *all_vars; v++) {
         setenv(all_vars[v], huge, 1);
         cr_assert_eq(adsm_init(NULL), ADSM_ERROR_INVALID_CONFIG, "%s of 1 MiB", all_vars[v]);
