@@ -396,37 +396,32 @@ static void count_host_bytes(const struct pinned *q, size_t n) {
     else g.counters.staged_bytes += n;
 }
 
-/* The device side of a copy into page-locked host memory: a DMA engine ignores the page
- * protection, so registered pages the program keeps PROT_NONE are written all the same. */
-static void dma_write(void *dst, const void *src, size_t n) {
-    const char *p = src;
-    off_t at = (off_t)(uintptr_t)dst;
+/* A DMA engine ignores the page protection: page-locked pages the program keeps PROT_NONE are
+ * read and written all the same, here through /proc/self/mem. Moves n bytes between buf and the
+ * host address `host` (to_host: into it); returns how many it could not (no /proc/self/mem). */
+static size_t dma_procmem(char *buf, uintptr_t host, size_t n, bool to_host) {
     while (n > 0 && g.procmem >= 0) {
-        ssize_t w = pwrite(g.procmem, p, n, at);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        p += w;
-        at += w;
-        n -= (size_t)w;
+        ssize_t k = to_host ? pwrite(g.procmem, buf, n, (off_t)host) : pread(g.procmem, buf, n, (off_t)host);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        buf += k;
+        host += (uintptr_t)k;
+        n -= (size_t)k;
     }
-    if (n > 0) memcpy((char *)(uintptr_t)at, p, n); /* no /proc/self/mem: plain memory only */
+    return n;
 }
 
-/* The host side of a copy from page-locked host memory: the DMA engine reads the pages whatever
- * their protection, at the time the copy runs (a program may protect them PROT_NONE while an
- * asynchronous copy is queued). Plain memory (staging buffers) is read directly. */
+/* The host side of a copy into page-locked host memory. */
+static void dma_write(void *dst, const void *src, size_t n) {
+    size_t left = dma_procmem((char *)(uintptr_t)src, (uintptr_t)dst, n, true);
+    if (left) memcpy((char *)dst + n - left, (const char *)src + n - left, left); /* plain memory only */
+}
+
+/* The host side of a copy from host memory, when it runs (a program may protect registered pages
+ * while an asynchronous copy is queued); plain memory (staging buffers) is read directly. */
 static void dma_read(void *dst, const void *src, size_t n, bool registered) {
-    char *p = dst;
-    off_t at = (off_t)(uintptr_t)src;
-    while (registered && n > 0 && g.procmem >= 0) {
-        ssize_t r = pread(g.procmem, p, n, at);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        p += r;
-        at += r;
-        n -= (size_t)r;
-    }
-    if (n > 0) memcpy(p, (const char *)(uintptr_t)at, n); /* no /proc/self/mem: plain memory only */
+    size_t left = registered ? dma_procmem(dst, (uintptr_t)src, n, false) : n;
+    if (left) memcpy((char *)dst + n - left, (const char *)src + n - left, left);
 }
 
 /* ---------------------------------------------------------------- stream operations */
