@@ -153,7 +153,9 @@
                 at most half of it. adsm_stats.rolling_size and .rolling_regrets show it work.
                 With blocks smaller than 2 MiB a fault takes more than its block (unless
                 ADSM_BLOCK_EXACT=1): a fetch brings the Invalid blocks of its 2 MiB huge page
-                home in one copy; a write fault right after the run the previous one on the
+                home in one copy (but a store that is its object's first fetch since the last
+                call, a spot update of a kernel's output, brings its block alone); a write
+                fault right after the run the previous one on the
                 same object made Dirty (a sequential phase; each object keeps its own, so
                 arrays filled side by side are each sequential) makes a run twice as long
                 Dirty, up to 2 MiB; and once
