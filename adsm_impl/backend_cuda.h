@@ -146,7 +146,8 @@ struct adsm__cuda {
     adsm__cu_event h2d_last, ops_last, ks_last[ADSM__CUDA_MAX_STREAMS];
     adsm__cu_event h2d_slot_ev[ADSM__CUDA_SLOTS], d2h_slot_ev[ADSM__CUDA_SLOTS];
     adsm__cu_event drained; /* engine only: waits for a whole stream (adsm__cuda_stream_wait) */
-    int h2d_reading; /* engine only: an asynchronous direct upload may still read host pages */
+    int h2d_reading; /* set by the engine: an asynchronous direct upload may still read host pages
+                        (read by drains, atomically; cleared by ADSM__CMD_SETTLE) */
     unsigned char *h2d_stage[ADSM__CUDA_SLOTS], *d2h_stage[ADSM__CUDA_SLOTS];
     size_t stage_size;
     int pinned, h2d_next;
@@ -631,7 +632,7 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_direct(adsm__cuda *c, const adsm__cuda_
         r = adsm__cuda_after_launches(c, c->h2d, op->seq);
         if (r == 0) r = c->cu.cuMemcpyHtoDAsync(adsm__cuda_dptr(c, op->dst), (const void *)op->src, op->n, c->h2d);
         if (r == 0) r = c->cu.cuEventRecord(c->h2d_last, c->h2d);
-        if (r == 0 && op->async) c->h2d_reading = 1;
+        if (r == 0 && op->async) ADSM__STORE(&c->h2d_reading, 1); /* before the command retires */
         else if (r == 0) r = adsm__cuda_stream_wait(c, c->h2d);
     } else {
         r = c->cu.cuStreamWaitEvent(c->d2h, c->h2d_last, 0);
@@ -826,8 +827,8 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         break;
     case ADSM__CMD_SETTLE: /* a drain: asynchronous direct uploads done reading host pages */
         what = "cuEventSynchronize";
-        if (c->h2d_reading) r = adsm__cuda_stream_wait(c, c->h2d);
-        if (r == 0) c->h2d_reading = 0;
+        if (ADSM__LOAD(&c->h2d_reading)) r = adsm__cuda_stream_wait(c, c->h2d);
+        if (r == 0) ADSM__STORE(&c->h2d_reading, 0);
         break;
     case ADSM__CMD_LAUNCH: {
         uint64_t seq = op->seq;
@@ -1124,12 +1125,15 @@ ADSM__PRIVATE int adsm__cuda_from_device(void *ctx, uintptr_t host, uintptr_t de
 }
 
 /* Signal-safe: every command queued so far has run, and every upload is done with host memory:
- * a staged one copied it out at once, a direct one's DMA is waited for (ADSM__CMD_SETTLE). */
+ * a staged one copied it out at once; where an asynchronous direct upload ran since the last
+ * settle, its DMA is waited for (ADSM__CMD_SETTLE). Usually nothing is pending and the drain
+ * returns at once, as before there were asynchronous direct uploads. */
 ADSM__PRIVATE void adsm__cuda_drain(void *ctx) {
     adsm__cuda *c = (adsm__cuda *)ctx;
+    adsm__queue_drain(&c->queue); /* the engine sets h2d_reading before it retires the upload */
+    if (!ADSM__LOAD(&c->h2d_reading) || ADSM__LOAD(&c->lost)) return;
     adsm__cuda_op cmd = adsm__cuda_range_cmd(ADSM__CMD_SETTLE, 0, 0, 0);
-    if (ADSM__LOAD(&c->lost)) adsm__queue_drain(&c->queue);
-    else adsm__cuda_run(c, &cmd, 1);
+    adsm__cuda_run(c, &cmd, 1);
 }
 
 ADSM__PRIVATE int adsm__cuda_wait(void *ctx, uint64_t seq) {
