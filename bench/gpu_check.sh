@@ -174,11 +174,10 @@ if echo '#include <criterion/criterion.h>' | "$CC" -E -x c - > /dev/null 2>&1; t
         fi
         # the copy tests also without the host alias: both copy paths on the real driver
         for view in 1 $([[ $t == test_copy ]] && echo 0); do
-            vlog=$log
-            [[ $view -eq 0 ]] && vlog=$out/gpu_${t}_staged.log
+            vlog=$log name=$t
+            if [[ $view -eq 0 ]]; then vlog=$out/gpu_${t}_staged.log name="$t (ADSM_CUDA_DMA_VIEW=0: staged)"; fi
             ADSM_CUDA_DMA_VIEW=$view timeout 180 "$bin/$t" --jobs 1 > "$vlog" 2>&1
             rc=$?
-            name="$t$([[ $view -eq 0 ]] && echo ' (ADSM_CUDA_DMA_VIEW=0: staged)')"
             if [[ $rc -eq 0 ]]; then say "- $name: passed ($(grep -o 'Tested: [0-9]*' "$vlog" | head -1))"
             else say "- $name: FAILED (exit $rc)"; status=1; fi
             grep -E '^\[(FAIL|----)\]|Synthesis' "$vlog" | head -40 > "$vlog.summary"
