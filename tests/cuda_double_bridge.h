@@ -37,6 +37,7 @@ typedef struct cuda_double_api {
     void (*kernel_fault)(int);
     void (*get_counters)(cudadouble_counters *);
     void (*set_address_hook)(void (*)(int, unsigned long long, size_t, void *), void *);
+    void (*release_registers)(void);
 } cuda_double_api;
 
 static cuda_double_api cuda_double;
@@ -51,8 +52,9 @@ static inline int cuda_double_open(void) {
     *(void **)&cuda_double.kernel_fault = dlsym(cuda_double.lib, "cudadouble_kernel_fault");
     *(void **)&cuda_double.get_counters = dlsym(cuda_double.lib, "cudadouble_get_counters");
     *(void **)&cuda_double.set_address_hook = dlsym(cuda_double.lib, "cudadouble_set_address_hook");
+    *(void **)&cuda_double.release_registers = dlsym(cuda_double.lib, "cudadouble_release_registers");
     return cuda_double.register_kernel && cuda_double.host_view && cuda_double.kernel_fault &&
-                   cuda_double.get_counters && cuda_double.set_address_hook
+                   cuda_double.get_counters && cuda_double.set_address_hook && cuda_double.release_registers
                ? 0
                : -1;
 }
@@ -127,6 +129,11 @@ static inline cudadouble_counters cuda_double_counters(void) {
     memset(&c, 0, sizeof c);
     if (cuda_double_open() == 0) cuda_double.get_counters(&c);
     return c;
+}
+
+/* Lets every page-locking in flight (CUDADOUBLE_REGISTER_US_PER_MIB) finish now. */
+static inline void cuda_double_release_registers(void) {
+    if (cuda_double_open() == 0) cuda_double.release_registers();
 }
 
 #endif /* TESTS_CUDA_DOUBLE_BRIDGE_H */

@@ -398,11 +398,13 @@ static void *alloc_slowly(void *arg) {
     return NULL;
 }
 
-/* Page-locking a new object's host pages takes the driver 1-2 GB/s (the double: 10 ms per MiB
- * here). Meanwhile another thread's faults, fetches (engine copies), allocations and frees of
- * other objects complete: the pinning holds neither the runtime lock nor the engine. */
+/* Page-locking a new object's host pages takes the driver 1-2 GB/s. Meanwhile another thread's
+ * faults, fetches (engine copies), allocations and frees of other objects complete: the pinning
+ * holds neither the runtime lock nor the engine. The double pins the 64 MiB object for up to
+ * 12.8 s (200 ms per MiB), long past anything a loaded machine could make the other calls take,
+ * and the test lets it finish as soon as they are done. */
 Test(copy, page_locking_a_new_object_holds_up_nothing_else) {
-    setenv("CUDADOUBLE_REGISTER_US_PER_MIB", "10000", 1);
+    setenv("CUDADOUBLE_REGISTER_US_PER_MIB", "200000", 1);
     setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1); /* translated addresses: the driver locks */
     init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0);
     int32_t *readonly = (int32_t *)alloc(4096), *invalid = (int32_t *)alloc(4096);
@@ -418,6 +420,7 @@ Test(copy, page_locking_a_new_object_holds_up_nothing_else) {
     cr_assert_not_null(small, "%s", adsm_last_error());
     cr_assert_eq(adsm_free(small), ADSM_OK);
     unsigned long long still = cuda_double_counters().registers_in_flight;
+    cuda_double_release_registers();
     pthread_join(t, NULL);
     cr_assert_gt(still, 0, "the other calls waited until the 64 MiB object was page-locked");
     cr_assert_not_null(a.p, "%s", adsm_last_error());

@@ -223,6 +223,7 @@ static struct {
     int procmem; /* /proc/self/mem: DMA into registered pages whatever their protection */
     unsigned long delay_us;
     unsigned long register_us_per_mib; /* time cuMemHostRegister takes to pin, per MiB */
+    int registers_released;            /* cudadouble_release_registers: pinning ends at once, from now on */
     unsigned long unmap_us; /* time cuMemUnmap takes (a real one waits for the GPU) */
     unsigned long long kernel_max_threads;
     struct adsm__cu_ctx_st *ctxs;
@@ -1193,7 +1194,10 @@ CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
     unlock();
     if (!r && g.register_us_per_mib) { /* pinning takes time in proportion, outside the driver's lock */
         __atomic_add_fetch(&g.counters.registers_in_flight, 1, __ATOMIC_RELAXED);
-        usleep((useconds_t)(g.register_us_per_mib * (bytes >> 20)));
+        /* in 1 ms steps, so that a test can end the pinning early (cudadouble_release_registers) */
+        for (unsigned long long left = g.register_us_per_mib * (bytes >> 20);
+             left > 0 && !__atomic_load_n(&g.registers_released, __ATOMIC_ACQUIRE); left -= left < 1000 ? left : 1000)
+            usleep((useconds_t)(left < 1000 ? left : 1000));
         __atomic_sub_fetch(&g.counters.registers_in_flight, 1, __ATOMIC_RELAXED);
     }
     return note(r);
@@ -2192,6 +2196,8 @@ EXPORT void cudadouble_set_address_hook(void (*fn)(int reserved, unsigned long l
     g.address_hook_user = user;
     unlock();
 }
+
+EXPORT void cudadouble_release_registers(void) { __atomic_store_n(&g.registers_released, 1, __ATOMIC_RELEASE); }
 
 EXPORT void cudadouble_get_counters(cudadouble_counters *out) {
     if (!out) return;

@@ -64,6 +64,10 @@ typedef struct cudadouble_counters {
 
 void cudadouble_get_counters(cudadouble_counters *out);
 
+/* Ends every cuMemHostRegister's pinning time (CUDADOUBLE_REGISTER_US_PER_MIB) now and from now
+ * on: a test holds a registration in flight as long as it needs, then lets it finish. */
+void cudadouble_release_registers(void);
+
 /* Calls fn(1, base, size, user) when cuMemAddressReserve made a device range, and fn(0, base,
  * size, user) right after cuMemAddressFree gave one back; outside the double's locks. After a
  * free the range is free address space, and fn may map there as any other thread of the program
