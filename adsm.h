@@ -891,6 +891,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #pragma clang diagnostic ignored "-Wc99-designator"
 #endif
 #endif
+/* The bottom layer first: each file includes what it uses, and only files listed before it. */
 #include "adsm_impl/common.h"
 #include "adsm_impl/os.h"
 #include "adsm_impl/blocktree.h"
@@ -907,6 +908,11 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/device_error.h"
 #include "adsm_impl/backend.h"
 #include "adsm_impl/kernel.h"
+#include "adsm_impl/backend_host.h"
+#include "adsm_impl/emu_streams.h"
+#include "adsm_impl/backend_emu.h"
+#include "adsm_impl/cuda_driver.h"
+#include "adsm_impl/backend_cuda.h"
 #include "adsm_impl/protocol_vtbl.h"
 #include "adsm_impl/directory.h"
 #include "adsm_impl/protocol.h"
@@ -915,9 +921,6 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/protocol_rolling.h"
 #include "adsm_impl/capacity.h"
 #include "adsm_impl/peer.h"
-#include "adsm_impl/backend_host.h"
-#include "adsm_impl/backend_emu.h"
-#include "adsm_impl/backend_cuda.h"
 #include "adsm_impl/fault.h"
 #include "adsm_impl/memops.h"
 #include "adsm_impl/io.h"

@@ -10,6 +10,25 @@
 #ifndef ADSM__API_INCLUDED
 #define ADSM__API_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "stats.h"
+#include "config.h"
+#include "object.h"
+#include "protection.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "protocol.h"
+#include "capacity.h"
+#include "memops.h"
+#include "io.h"
+#include "object_life.h"
+#include "lifecycle.h"
+#include "explicit.h"
+#include "module.h"
+#include "launch.h"
+
 ADSM_API adsm_result adsm_init(const adsm_config *cfg) {
     pthread_mutex_lock(&adsm__rt.init_mutex);
     adsm_result r = adsm__ready() ? adsm__fail(ADSM_ERROR_ALREADY_INITIALIZED,

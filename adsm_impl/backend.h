@@ -8,6 +8,11 @@
 #ifndef ADSM__BACKEND_INCLUDED
 #define ADSM__BACKEND_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "trace.h"
+#include "runtime.h"
+
 #define ADSM__MAX_PARAMS 16
 #define ADSM__EVERY_LAUNCH UINT64_MAX
 

@@ -23,6 +23,19 @@
 #ifndef ADSM__BACKEND_CUDA_INCLUDED
 #define ADSM__BACKEND_CUDA_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "arena.h"
+#include "config.h"
+#include "copy.h"
+#include "copy_queue.h"
+#include "trace.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "device_error.h"
+#include "backend.h"
+#include "kernel.h"
 #include "cuda_driver.h"
 
 #define ADSM__CUDA_MAX_ARGS 4096
@@ -362,7 +375,6 @@ ADSM__PRIVATE adsm__cu_deviceptr adsm__cuda_dptr(const adsm__cuda *c, uintptr_t 
     return (adsm__cu_deviceptr)dev + (adsm__cu_deviceptr)c->delta;
 }
 
-
 ADSM__PRIVATE adsm__cu_mem_alloc_prop adsm__cuda_prop(const adsm__cuda *c) {
     adsm__cu_mem_alloc_prop prop;
     memset(&prop, 0, sizeof prop);
@@ -557,7 +569,6 @@ ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n) {
         if (c->granule_refs[g] > 0) c->granule_refs[g]--;
     for (size_t g = first; g <= last; g++) adsm__cuda_release_run(c, g);
 }
-
 
 /* ---- page-locked host ranges ---------------------------------------------------------------- */
 /* Signal-safe: whether [host, host + n) lies in one page-locked range. Page-locking is for the

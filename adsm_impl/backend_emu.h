@@ -16,6 +16,18 @@
 #ifndef ADSM__BACKEND_EMU_INCLUDED
 #define ADSM__BACKEND_EMU_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "config.h"
+#include "copy.h"
+#include "copy_queue.h"
+#include "trace.h"
+#include "runtime.h"
+#include "device_error.h"
+#include "backend.h"
+#include "kernel.h"
+
 #include <setjmp.h>
 #include <stdio_ext.h>
 

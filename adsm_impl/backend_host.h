@@ -6,6 +6,13 @@
 #ifndef ADSM__BACKEND_HOST_INCLUDED
 #define ADSM__BACKEND_HOST_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "runtime.h"
+#include "device_error.h"
+#include "backend.h"
+#include "kernel.h"
+
 typedef struct adsm__host {
     adsm__pool pool;
     pthread_mutex_t mutex; /* serialises launches on the pool */

@@ -23,6 +23,16 @@
 #ifndef ADSM__CAPACITY_INCLUDED
 #define ADSM__CAPACITY_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "object.h"
+#include "copy.h"
+#include "runtime.h"
+#include "protocol_vtbl.h"
+#include "directory.h"
+#include "protocol.h"
+
 /* Bytes device d can still take (rt->dev_bytes[d] counts its shared objects and its device
  * buffers, which are never evicted). */
 ADSM__PRIVATE size_t adsm__dev_free_bytes(const adsm__runtime *rt, unsigned d) {

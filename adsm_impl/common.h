@@ -1,8 +1,9 @@
 /* adsm_impl/common.h -- includes and helper macros shared by every implementation file.
  *
- * Pulled in first by the ADSM_IMPLEMENTATION section of adsm.h (and directly by white-box tests
- * that exercise one implementation file on its own). It only declares macros and includes system
- * headers, so it is safe in any context, the signal handler included. */
+ * Pulled in first by the ADSM_IMPLEMENTATION section of adsm.h, and by every implementation file
+ * (each includes what it uses, so any one of them compiles on its own: white-box tests include
+ * single files). It only declares macros and includes system headers and adsm.h's public
+ * declarations, so it is safe in any context, the signal handler included. */
 #ifndef ADSM__COMMON_INCLUDED
 #define ADSM__COMMON_INCLUDED
 
@@ -18,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "../adsm.h" /* the public declarations (a no-op inside adsm.h) */
 
 /* Dynamic arrays and hash maps for tables outside the signal path (stb_ds, Debian libstb-dev).
  * Prefixed names only, so nothing like `arrput` leaks into the implementation file. Its functions

@@ -6,6 +6,10 @@
 #ifndef ADSM__CONFIG_INCLUDED
 #define ADSM__CONFIG_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "arena.h"
+
 /* 2 MiB: the size of a transparent huge page. Tracking a 2 MiB huge-page block costs one fault
  * and one PMD update, which keeps tracked CPU writes far above PCIe line rate; see docs/design.md
  * for the measurements behind this choice. */

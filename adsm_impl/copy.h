@@ -22,6 +22,9 @@
 #ifndef ADSM__COPY_INCLUDED
 #define ADSM__COPY_INCLUDED
 
+#include "common.h"
+#include "os.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 

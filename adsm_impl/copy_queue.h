@@ -18,6 +18,9 @@
 #ifndef ADSM__COPY_QUEUE_INCLUDED
 #define ADSM__COPY_QUEUE_INCLUDED
 
+#include "common.h"
+#include "os.h"
+
 /* Worker thread: runs one command (the slot may be changed freely); the value is its result. */
 typedef int (*adsm__queue_exec_fn)(void *ctx, void *cmd);
 

@@ -9,6 +9,9 @@
 #ifndef ADSM__DEVICE_ERROR_INCLUDED
 #define ADSM__DEVICE_ERROR_INCLUDED
 
+#include "common.h"
+#include "os.h"
+
 typedef struct adsm__device_error {
     pthread_mutex_t mutex;
     adsm_result code; /* ADSM_OK: nothing since the last take */

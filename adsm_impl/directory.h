@@ -30,6 +30,15 @@
 #ifndef ADSM__DIRECTORY_INCLUDED
 #define ADSM__DIRECTORY_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "stats.h"
+#include "object.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "backend.h"
+#include "protocol_vtbl.h"
+
 ADSM__PRIVATE uint8_t adsm__dev_bit(unsigned d) { return (uint8_t)(1u << d); }
 
 ADSM__PRIVATE uint8_t adsm__all_devices(const adsm__runtime *rt) { return (uint8_t)((1u << rt->ndev) - 1u); }

@@ -15,6 +15,12 @@
 #ifndef ADSM__EMU_STREAMS_INCLUDED
 #define ADSM__EMU_STREAMS_INCLUDED
 
+#include "common.h"
+#include "blocktree.h"
+#include "config.h"
+#include "backend.h"
+#include "kernel.h"
+
 enum { ADSM__TASK_WAITING = 0, ADSM__TASK_RUNNING, ADSM__TASK_DONE };
 
 typedef struct adsm__emu_task {

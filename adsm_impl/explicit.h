@@ -9,6 +9,21 @@
 #ifndef ADSM__EXPLICIT_INCLUDED
 #define ADSM__EXPLICIT_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "arena.h"
+#include "object.h"
+#include "copy.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "backend.h"
+#include "directory.h"
+#include "capacity.h"
+#include "io.h"
+#include "object_life.h"
+#include "lifecycle.h"
+
 /* Room for a device buffer on device dev: with several devices, evicting shared objects there if
  * need be (capacity.h); the buffer then counts in the device's bytes. Lock and launch_mutex held. */
 ADSM__PRIVATE adsm_result adsm__buffer_room(adsm__runtime *rt, unsigned dev, size_t size, size_t span) {

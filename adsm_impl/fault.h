@@ -11,6 +11,17 @@
 #ifndef ADSM__FAULT_INCLUDED
 #define ADSM__FAULT_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "object.h"
+#include "protection.h"
+#include "trace.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "protocol_vtbl.h"
+#include "directory.h"
+
 #include <signal.h>
 #include <unistd.h>
 

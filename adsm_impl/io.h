@@ -10,6 +10,15 @@
 #ifndef ADSM__IO_INCLUDED
 #define ADSM__IO_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "object.h"
+#include "trace.h"
+#include "runtime.h"
+#include "protocol.h"
+#include "memops.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>

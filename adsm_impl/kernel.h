@@ -8,6 +8,10 @@
 #ifndef ADSM__KERNEL_INCLUDED
 #define ADSM__KERNEL_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "backend.h"
+
 struct adsm__pool;
 /* Runs one chunk; returns 0, or an adsm_result after writing a message into `msg`. */
 typedef int (*adsm__chunk_runner)(struct adsm__pool *p, unsigned worker, adsm_grid chunk, char *msg,

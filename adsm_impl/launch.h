@@ -13,6 +13,21 @@
 #ifndef ADSM__LAUNCH_INCLUDED
 #define ADSM__LAUNCH_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "object.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "backend.h"
+#include "kernel.h"
+#include "directory.h"
+#include "protocol.h"
+#include "capacity.h"
+#include "peer.h"
+#include "lifecycle.h"
+#include "module.h"
+
 ADSM__PRIVATE void adsm__add_range(adsm__range *ranges, size_t *n, uintptr_t addr, size_t len, const char *param) {
     for (size_t i = 0; i < *n; i++)
         if (ranges[i].addr == addr) return;

@@ -8,12 +8,46 @@
 #ifndef ADSM__LIFECYCLE_INCLUDED
 #define ADSM__LIFECYCLE_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "stats.h"
+#include "config.h"
+#include "object.h"
+#include "protection.h"
+#include "copy.h"
+#include "trace.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "backend.h"
+#include "protocol_vtbl.h"
+#include "protocol.h"
+#include "protocol_batch.h"
+#include "protocol_lazy.h"
+#include "protocol_rolling.h"
+#include "backend_host.h"
+#include "backend_emu.h"
+#include "backend_cuda.h"
+#include "fault.h"
+#include "io.h"
+#include "object_life.h"
+
+/* Writes the ADSM_TRACE file, saying what went wrong. */
+ADSM__PRIVATE void adsm__close_trace(adsm__runtime *rt) {
+    uint64_t dropped;
+    int err = adsm__trace_close(&rt->trace, &dropped);
+    if (err) adsm__log(ADSM_LOG_WARN, "ADSM_TRACE: cannot write %s: %s", rt->trace.path, strerror(err));
+    if (dropped)
+        adsm__log(ADSM_LOG_WARN, "ADSM_TRACE: %llu events past the first %zu were dropped", (unsigned long long)dropped,
+                  ADSM__TRACE_EVENTS);
+}
+
 /* The address reservation, the fetch staging slots and the trace buffer, made by adsm__start
  * (the trace file is written here, after the backend's threads stopped). */
 ADSM__PRIVATE void adsm__release_memory(adsm__runtime *rt) {
     adsm__release_reservation(rt);
     adsm__filler_release(&rt->fill);
-    adsm__trace_close(&rt->trace);
+    adsm__close_trace(rt);
     adsm__protection_close(&rt->protection); /* its registrations went with the reservation */
 }
 

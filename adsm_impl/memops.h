@@ -11,6 +11,17 @@
 #ifndef ADSM__MEMOPS_INCLUDED
 #define ADSM__MEMOPS_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "object.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "backend.h"
+#include "protocol_vtbl.h"
+#include "directory.h"
+#include "protocol.h"
+
 /* The part of [a, a + n) that lies in one tracking unit of o (o may be NULL: plain memory up to
  * the next object). Sets *block and *whole (the piece covers every byte of the unit). */
 ADSM__PRIVATE size_t adsm__piece(adsm__runtime *rt, adsm__object *o, uintptr_t a, size_t n, size_t *block,

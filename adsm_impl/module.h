@@ -7,6 +7,13 @@
 #ifndef ADSM__MODULE_INCLUDED
 #define ADSM__MODULE_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "runtime.h"
+#include "kernel.h"
+#include "directory.h"
+#include "lifecycle.h"
+
 ADSM__PRIVATE adsm_result adsm__module_load(const void *image, size_t size, int source, const char *const *options,
                                             const char *fn) {
     adsm__runtime *rt = &adsm__rt;

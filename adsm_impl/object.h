@@ -10,6 +10,10 @@
 #ifndef ADSM__OBJECT_INCLUDED
 #define ADSM__OBJECT_INCLUDED
 
+#include "common.h"
+#include "blocktree.h"
+#include "config.h"
+
 enum { ADSM__INVALID = 0, ADSM__READONLY = 1, ADSM__DIRTY = 2 };
 
 struct adsm__object;

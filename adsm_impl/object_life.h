@@ -10,6 +10,15 @@
 #ifndef ADSM__OBJECT_LIFE_INCLUDED
 #define ADSM__OBJECT_LIFE_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "arena.h"
+#include "object.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "directory.h"
+
 ADSM__PRIVATE void adsm__object_destroy(adsm__object *o) {
     free(o->blocks);
     free(o);

@@ -7,6 +7,8 @@
 #ifndef ADSM__OS_INCLUDED
 #define ADSM__OS_INCLUDED
 
+#include "common.h"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -440,8 +442,6 @@ ADSM__PRIVATE void adsm__clear_error(void) {
     adsm__tls_error[0] = 0;
 }
 
-#endif /* ADSM__OS_INCLUDED */
-
 /* ---- machine context ------------------------------------------------------------------------ */
 #include <ucontext.h>
 
@@ -473,3 +473,5 @@ ADSM__PRIVATE int adsm__fault_is_write(const void *context) {
     return -1;
 #endif
 }
+
+#endif /* ADSM__OS_INCLUDED */

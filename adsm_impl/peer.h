@@ -13,6 +13,13 @@
 #ifndef ADSM__PEER_INCLUDED
 #define ADSM__PEER_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "object.h"
+#include "runtime.h"
+#include "directory.h"
+#include "protocol.h"
+
 /* A unit device d must take from another device: Invalid on the host, not current on d. */
 ADSM__PRIVATE int adsm__needs_peer(const adsm__block *head, unsigned d) {
     return head->state == ADSM__INVALID && !(head->dev_valid & adsm__dev_bit(d));

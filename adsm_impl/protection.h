@@ -29,6 +29,10 @@
 #ifndef ADSM__PROTECTION_INCLUDED
 #define ADSM__PROTECTION_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "object.h"
+
 #include <errno.h>
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>

@@ -16,6 +16,19 @@
 #ifndef ADSM__PROTOCOL_INCLUDED
 #define ADSM__PROTOCOL_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "stats.h"
+#include "object.h"
+#include "protection.h"
+#include "copy.h"
+#include "trace.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "protocol_vtbl.h"
+#include "directory.h"
+
 /* Tracking is off when the backend shares host memory (host) or the protocol is batch. */
 ADSM__PRIVATE int adsm__tracking(const adsm__runtime *rt) {
     return rt->be->moves_data && rt->proto->kind != ADSM_PROTOCOL_BATCH;

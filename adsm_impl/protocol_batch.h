@@ -11,6 +11,14 @@
 #ifndef ADSM__PROTOCOL_BATCH_INCLUDED
 #define ADSM__PROTOCOL_BATCH_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "object.h"
+#include "runtime.h"
+#include "protocol_vtbl.h"
+#include "directory.h"
+#include "protocol.h"
+
 ADSM__PRIVATE int adsm__untracked_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write,
                                          int overwrite) {
     (void)rt; (void)o; (void)block; (void)is_write; (void)overwrite;

@@ -7,6 +7,9 @@
 #ifndef ADSM__PROTOCOL_LAZY_INCLUDED
 #define ADSM__PROTOCOL_LAZY_INCLUDED
 
+#include "protocol_vtbl.h"
+#include "protocol.h"
+
 static const adsm__protocol_vtbl adsm__protocol_lazy = {
     "lazy", ADSM_PROTOCOL_LAZY, 1, 0, adsm__tracked_access, adsm__tracked_release, adsm__tracked_acquire,
     adsm__tracked_alloc, adsm__tracked_free};

@@ -12,6 +12,9 @@
 #ifndef ADSM__PROTOCOL_ROLLING_INCLUDED
 #define ADSM__PROTOCOL_ROLLING_INCLUDED
 
+#include "protocol_vtbl.h"
+#include "protocol.h"
+
 static const adsm__protocol_vtbl adsm__protocol_rolling = {
     "rolling", ADSM_PROTOCOL_ROLLING, 0, 1, adsm__tracked_access, adsm__tracked_release,
     adsm__tracked_acquire, adsm__tracked_alloc, adsm__tracked_free};

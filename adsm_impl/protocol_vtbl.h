@@ -4,6 +4,9 @@
 #ifndef ADSM__PROTOCOL_VTBL_INCLUDED
 #define ADSM__PROTOCOL_VTBL_INCLUDED
 
+#include "object.h"
+#include "runtime.h"
+
 /* on_access let the runtime lock go (and holds it again): what the caller looked up may be stale,
  * look it up again and retry (the access itself may already be resolved). */
 enum { ADSM__AGAIN = 1 };

@@ -11,6 +11,12 @@
 #ifndef ADSM__RESERVATION_INCLUDED
 #define ADSM__RESERVATION_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "arena.h"
+#include "trace.h"
+#include "runtime.h"
+
 /* Address space adsm maps besides its reservation's halves: fetch slots, its threads' stacks,
  * tables. One more half is mapped as a second view: of device memory (emu), or of the shared
  * half's host pages (cuda's host alias under shared addresses), never both. */

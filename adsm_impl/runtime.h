@@ -6,6 +6,17 @@
 #ifndef ADSM__RUNTIME_INCLUDED
 #define ADSM__RUNTIME_INCLUDED
 
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "arena.h"
+#include "stats.h"
+#include "config.h"
+#include "object.h"
+#include "protection.h"
+#include "copy.h"
+#include "trace.h"
+
 struct adsm__backend_vtbl;
 struct adsm__protocol_vtbl;
 

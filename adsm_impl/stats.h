@@ -5,6 +5,9 @@
 #ifndef ADSM__STATS_INCLUDED
 #define ADSM__STATS_INCLUDED
 
+#include "common.h"
+#include "os.h"
+
 typedef struct adsm__stats {
     uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
     uint64_t h2d_copies, d2h_copies, d2d_copies;

@@ -10,6 +10,9 @@
 #ifndef ADSM__TRACE_INCLUDED
 #define ADSM__TRACE_INCLUDED
 
+#include "common.h"
+#include "os.h"
+
 enum {
     ADSM__TR_FAULT_READ,
     ADSM__TR_FAULT_WRITE,
@@ -41,8 +44,6 @@ typedef struct adsm__tracer {
     uint64_t next;             /* slots claimed so far (atomic); past ADSM__TRACE_EVENTS: dropped */
     char path[512];
 } adsm__tracer;
-
-ADSM__PRIVATE void adsm__log(adsm_log_level level, const char *fmt, ...); /* runtime.h */
 
 static __thread int32_t adsm__tls_tid;
 
@@ -101,24 +102,27 @@ ADSM__PRIVATE void adsm__trace_write_event(FILE *f, const adsm__trace_event *e, 
             (unsigned long long)e->bytes);
 }
 
-/* At shutdown, every recording thread stopped: writes the file and lets the buffer go. */
-ADSM__PRIVATE void adsm__trace_close(adsm__tracer *t) {
-    if (!t->events) return;
-    uint64_t n = ADSM__MIN(t->next, (uint64_t)ADSM__TRACE_EVENTS), dropped = t->next - n, origin = UINT64_MAX;
+/* At shutdown, every recording thread stopped: writes the file and lets the buffer go. Returns 0,
+ * or the errno of a file that could not be opened; *dropped says how many events did not fit.
+ * The caller reports both (the logger lives a layer up, in runtime.h). */
+ADSM__PRIVATE int adsm__trace_close(adsm__tracer *t, uint64_t *dropped) {
+    *dropped = 0;
+    if (!t->events) return 0;
+    uint64_t n = ADSM__MIN(t->next, (uint64_t)ADSM__TRACE_EVENTS), origin = UINT64_MAX;
+    *dropped = t->next - n;
     for (uint64_t i = 0; i < n; i++)
         if (t->events[i].kind != ADSM__TR_NAME && t->events[i].t0 < origin) origin = t->events[i].t0;
     FILE *f = fopen(t->path, "we");
-    if (!f) adsm__log(ADSM_LOG_WARN, "ADSM_TRACE: cannot write %s: %s", t->path, strerror(errno));
+    int err = f ? 0 : errno;
     if (f) {
         fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
         for (uint64_t i = 0; i < n; i++) adsm__trace_write_event(f, &t->events[i], origin, i == 0);
-        fprintf(f, "\n],\"otherData\":{\"dropped_events\":%llu}}\n", (unsigned long long)dropped);
+        fprintf(f, "\n],\"otherData\":{\"dropped_events\":%llu}}\n", (unsigned long long)*dropped);
         fclose(f);
     }
-    if (dropped) adsm__log(ADSM_LOG_WARN, "ADSM_TRACE: %llu events past the first %zu were dropped",
-                           (unsigned long long)dropped, ADSM__TRACE_EVENTS);
     munmap(t->events, ADSM__TRACE_EVENTS * sizeof(adsm__trace_event));
     t->events = NULL;
+    return err;
 }
 
 #endif /* ADSM__TRACE_INCLUDED */

@@ -2,7 +2,8 @@
 # Checks that adsm.h is usable outside Bazel:
 #   (a) as strict C11, with and without ADSM_IMPLEMENTATION (the implementation also at -O2);
 #   (b) as C++17, with and without ADSM_IMPLEMENTATION (the DSL single-source kernels included);
-#   (c) examples/vecadd.c builds with a plain cc line and runs, exiting 0.
+#   (c) examples/vecadd.c builds with a plain cc line and runs, exiting 0;
+#   (0) first, the layering of adsm_impl/: each file includes what it uses, only from layers below.
 # Runs under `bazel test` (sources come from the runfiles tree) or by hand
 # from the repository root.
 set -euo pipefail
@@ -47,6 +48,28 @@ printf '#define ADSM_IMPLEMENTATION\n#include "adsm.h"\nint adsm_header_compile_
 # every opt-out and opt-in the implementation offers compiles warning-free too
 printf '#define ADSM_IMPLEMENTATION\n#define ADSM_NO_INTERPOSE_SIGNALS\n#define ADSM_INTERPOSE_IO\n#define ADSM_INTERPOSE_MEM\n#include "adsm.h"\nint adsm_header_compile_check_;\n' \
     > "$tmp/with_options.c"
+
+# (0) Layering (README "Layout"): every implementation file includes what it uses and compiles on
+# its own, and includes only files listed before it in adsm.h's implementation section. Together
+# these make an upward call impossible: a file can only see declarations of the layers below it.
+mapfile -t layers < <(sed -n 's|^#include "adsm_impl/\(.*\.h\)"$|\1|p' adsm.h)
+((${#layers[@]} > 10)) || fail "cannot read the implementation file list from adsm.h"
+declare -A rank
+for i in "${!layers[@]}"; do rank[${layers[$i]}]=$i; done
+echo "== every file in adsm_impl/ is in adsm.h's list; each includes only files listed before it"
+for path in adsm_impl/*.h; do
+    file=${path#adsm_impl/}
+    [[ -n "${rank[$file]:-}" ]] || fail "$path is not included by adsm.h's implementation section"
+    while read -r used; do
+        [[ -n "${rank[$used]:-}" ]] || fail "$path includes $used, which adsm.h does not list"
+        ((rank[$used] < rank[$file])) || fail "$path includes $used, a layer above it in adsm.h's list"
+    done < <(sed -n 's|^#include "\([a-z_]*\.h\)"$|\1|p' "$path")
+done
+for file in "${layers[@]}"; do
+    printf '#include "adsm_impl/%s"\n' "$file" > "$tmp/alone_${file%.h}.c"
+    step "C11 -pedantic: adsm_impl/$file on its own" \
+        "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I. "$tmp/alone_${file%.h}.c"
+done
 
 # (a) strict C11
 for tu in only_header with_impl with_options; do

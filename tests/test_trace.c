@@ -1,11 +1,12 @@
 /* tests/test_trace.c -- ADSM_TRACE / adsm_config.trace: the file written at adsm_shutdown holds
  * one event per fault the runtime resolved (read and write apart), one per kernel, copies whose
  * bytes add up to adsm_stats' counts, named tracks, and no dropped events; without a path no file
- * is written. */
+ * is written, and one that cannot be written is reported at shutdown. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <unistd.h>
 
 ADSM_KERNEL(twice, ADSM_INOUT(int, x), ADSM_VALUE(size_t, n));
@@ -104,4 +105,25 @@ Test(trace, no_path_no_file) {
     adsm_shutdown();
     cr_assert_eq(access(path, F_OK), -1);
     cr_assert_null(adsm__rt.trace.events);
+}
+
+/* A trace file that cannot be written (its directory is missing) costs nothing but a warning at
+ * adsm_shutdown naming the path and the reason. */
+Test(trace, an_unwritable_path_is_reported_at_shutdown, .init = cr_redirect_stderr) {
+    const char *path = "/nonexistent-adsm-dir/trace.json";
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.trace = path;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    int *x = adsm_alloc(4096);
+    x[0] = 1;
+    adsm_free(x);
+    adsm_shutdown();
+    fflush(stderr);
+    char said[1024] = {0};
+    size_t got = fread(said, 1, sizeof said - 1, cr_get_redirected_stderr());
+    said[got] = 0;
+    cr_assert(strstr(said, "ADSM_TRACE: cannot write /nonexistent-adsm-dir/trace.json: No such file or directory"),
+              "shutdown said: %s", said);
+    cr_assert_null(adsm__rt.trace.events, "the event buffer was not given back");
 }
