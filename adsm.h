@@ -330,9 +330,10 @@
    ADSM_CALL accepts such device pointers as arguments. adsm_memset and adsm_memcpy accept them
    too (on either side of a copy, with plain or shared memory on the other): the device does the
    work, after every launch issued so far. No coherence: what you copy is what the
-   device has. adsm_host_alloc gives host memory of the kind adsm's own objects live on (2 MiB
-   aligned, transparent huge pages; on cuda page-locked with the driver, so copies to and from it
-   are DMA without staging), the fair host side of an explicit program; adsm_host_free frees it.
+   device has. adsm_host_alloc gives host memory of the kind adsm's own objects live on (page
+   granular; from 2 MiB up 2 MiB aligned on transparent huge pages; on cuda page-locked with the
+   driver, so copies to and from it are DMA without staging), the fair host side of an explicit
+   program; adsm_host_free frees it.
 
    9. LIMITS
    ==========

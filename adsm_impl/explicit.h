@@ -177,6 +177,9 @@ ADSM__PRIVATE adsm_result adsm__copy_from_device_unguarded(void *host, const voi
 }
 
 /* ---- host memory for explicit copies -------------------------------------------------------- */
+/* The memory kind of adsm's own objects: page granular, and from a huge page up 2 MiB aligned on
+ * transparent huge pages. A small buffer stays small: rounding every buffer up to a huge page
+ * made a 64-byte buffer cost 2 MiB of memory once written (512 of them: 1 GiB). */
 ADSM__PRIVATE void *adsm__host_alloc_unguarded(size_t size) {
     adsm__runtime *rt = &adsm__rt;
     size_t huge = ADSM__HUGE_PAGE;
@@ -185,16 +188,16 @@ ADSM__PRIVATE void *adsm__host_alloc_unguarded(size_t size) {
         adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_host_alloc(%zu): %s", size, size ? "too large" : "size 0");
         return NULL;
     }
-    size_t span = ADSM__ALIGN_UP(size, huge);
+    size_t span = ADSM__ALIGN_UP(size, rt->page), align = size >= huge ? huge : rt->page;
     adsm__host_buffer *b = (adsm__host_buffer *)calloc(1, sizeof *b);
-    void *p = b ? adsm__map_aligned(span, huge, PROT_READ | PROT_WRITE, 0) : MAP_FAILED;
+    void *p = b ? adsm__map_aligned(span, align, PROT_READ | PROT_WRITE, 0) : MAP_FAILED;
     if (p == MAP_FAILED) {
         free(b);
         adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_host_alloc(%zu): %s", size, strerror(errno));
         return NULL;
     }
     uintptr_t at = (uintptr_t)p;
-    madvise(p, span, MADV_HUGEPAGE);
+    if (size >= huge) madvise(p, span, MADV_HUGEPAGE);
     b->node.start = at;
     b->node.end = at + span;
     if (rt->be->host_lock) b->locked = rt->be->host_lock(rt->be_ctx, at, span);
