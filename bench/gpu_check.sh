@@ -9,7 +9,8 @@
 #   4. the protocol suites and the copy tests (these with and without the host alias) built for
 #      the real driver (-DTEST_ON_REAL_CUDA: the kernels' CUDA C twins through NVRTC), when
 #      Criterion is installed;
-#   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads;
+#   5. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, patterns, fault_path, threads,
+#      objects (the cost of page-locking each object with the driver);
 #   6. bench/transfer with the host alias and without it (ADSM_CUDA_DMA_VIEW=1 and 0);
 #   7. the application study, bench/apps/run.sh (the kernels' CUDA C twins through NVRTC);
 #   8. the fault path on this machine's CPUs: bench/threads and bench/fault_path on emu, with
@@ -203,7 +204,7 @@ sweep_log=$out/gpu_sweep.log
 ADSM_BENCH_OUT=$out bench/sweep.sh --quick > "$sweep_log" 2>&1
 rc=$?
 [[ $rc -eq 0 ]] || { say "sweep.sh FAILED (exit $rc); its log:"; block "$sweep_log"; status=1; }
-for t in vecadd stencil3d transfer patterns fault_path threads; do
+for t in vecadd stencil3d transfer patterns fault_path threads objects; do
     if [[ -f $out/$t.md ]]; then
         say ""
         cat "$out/$t.md" >> "$report"

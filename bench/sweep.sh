@@ -5,7 +5,8 @@
 # (CPU access patterns between calls: lazy, adaptive rolling and explicit, time and bytes; no
 # plot), bench/fault_path (one write fault against a bare handler, per object size) and
 # bench/threads (faults from several threads; one thread's faults while another fetches; again
-# with ADSM_FAULT_ENGINE=userfaultfd) and
+# with ADSM_FAULT_ENGINE=userfaultfd), bench/objects (what making and freeing an object costs,
+# against the explicit program's host + device buffers) and
 # bench/tiles/run.sh (tiled Cholesky and matmul on 1, 2 and 4 emulated devices). Prints the tables,
 # writes CSV files and draws PNG plots into bench/results/ (or $ADSM_BENCH_OUT).
 #
@@ -25,12 +26,12 @@ mkdir -p "$out"
 echo "== building the benchmarks" >&2
 if command -v bazel >/dev/null; then
     bazel build -c opt //:bench_vecadd //:bench_stencil3d //:bench_transfer //:bench_patterns //:bench_fault_path \
-        //:bench_threads >&2
+        //:bench_threads //:bench_objects >&2
     bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 else
     bin=$out/bin
     mkdir -p "$bin"
-    for b in vecadd stencil3d transfer patterns fault_path threads; do
+    for b in vecadd stencil3d transfer patterns fault_path threads objects; do
         cc -std=c11 -O2 -I. "bench/$b/$b.c" -pthread -ldl -o "$bin/bench_$b"
     done
 fi
@@ -53,6 +54,8 @@ if ADSM_FAULT_ENGINE=userfaultfd "$bin/bench_threads" "$mode" > "$out/threads_us
 else
     echo "(not run: $(tail -n 1 "$out/threads_userfaultfd.md"))"
 fi
+echo "== objects: making and freeing shared objects against host + device buffers ($mode)" >&2
+"$bin/bench_objects" "$mode" | tee "$out/objects.md"
 if command -v bazel >/dev/null; then
     echo "== tiles: tiled Cholesky and matmul on 1, 2 and 4 emulated devices" >&2
     bench/tiles/run.sh --runs "$([[ $mode == --full ]] && echo 5 || echo 3)" | tee "$out/tiles.md"
