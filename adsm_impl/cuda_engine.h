@@ -214,11 +214,120 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_do_launch(adsm__cuda *c, adsm__cuda_cmd
     return r;
 }
 
-/* Engine thread: one command. Returns 0, or -1 when it failed (the error is recorded). */
+/* Engine thread: a memset or a device-to-device copy, after the kernels that may use the range. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_device_op(adsm__cuda *c, const adsm__cuda_op *op) {
+    adsm__cu_result r = adsm__cuda_ops_ready(c);
+    if (r == 0 && op->type == ADSM__CMD_D2D)
+        r = c->cu.cuMemcpyDtoDAsync(adsm__cuda_dptr(c, op->dst), adsm__cuda_dptr(c, op->src), op->n, c->ops);
+    else if (r == 0)
+        r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, op->dst), (unsigned char)op->value, op->n, c->ops);
+    return r == 0 ? c->cu.cuEventRecord(c->ops_last, c->ops) : r;
+}
+
+/* Engine thread: backs [dst, dst + n) with device memory, zeroed. Out of memory is not a device
+ * error (the allocation fails): op->status says so. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_map(adsm__cuda *c, adsm__cuda_op *op) {
+    adsm__cu_result r = adsm__cuda_map(c, op->dst, op->n);
+    /* starts zeroed; nothing else can use a range just mapped, so this waits for nothing */
+    if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, op->dst), 0, op->n, c->ops);
+    if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->ops);
+    op->status = r == ADSM__CUDA_ERROR_OUT_OF_MEMORY ? 1 : 0;
+    return r;
+}
+
+/* Engine thread: gives [dst, dst + n) back. Copies in flight may still use the range; no kernel
+ * does (dev_free's callers waited for those using it), and the kernels using other objects keep
+ * running. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_unmap(adsm__cuda *c, const adsm__cuda_op *op) {
+    adsm__cu_result r = adsm__cuda_stream_wait(c, c->h2d);
+    if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
+    if (r == 0) r = adsm__cuda_stream_wait(c, c->ops);
+    if (r == 0) adsm__cuda_unmap(c, op->dst, op->n);
+    return r;
+}
+
+/* Engine thread: the driver lets go of page-locked host pages, once no copy in flight reads or
+ * writes them. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_unregister(adsm__cuda *c, const adsm__cuda_op *op) {
+    adsm__cu_result r = adsm__cuda_stream_wait(c, c->h2d);
+    if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
+    (void)c->cu.cuMemHostUnregister((void *)op->dst);
+    return r;
+}
+
+/* Engine thread: a drain's settle: asynchronous direct uploads are done reading host pages. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_settle(adsm__cuda *c) {
+    adsm__cu_result r = ADSM__LOAD(&c->h2d_reading) ? adsm__cuda_stream_wait(c, c->h2d) : 0;
+    if (r == 0) ADSM__STORE(&c->h2d_reading, 0);
+    return r;
+}
+
+/* Engine thread: launch `seq` may take its event slot once the completion thread is past the
+ * launch that held it (or the device is lost). */
+ADSM__PRIVATE void adsm__cuda_await_event_slot(adsm__cuda *c, uint64_t seq) {
+    for (;;) {
+        int gen = ADSM__LOAD(&c->completion_gen);
+        if (seq - ADSM__LOAD(&c->completed_seq) <= ADSM__CUDA_EVENTS || ADSM__LOAD(&c->lost)) return;
+        adsm__futex_wait(&c->completion_gen, gen);
+    }
+}
+
+/* Engine thread: a launch, on the stream its accesses allow, then its events, for the completion
+ * thread and for the streams ordered after it. A launch the driver refuses with the context
+ * still fine is recorded as ADSM_ERROR_LAUNCH_FAILED and is not a device error; a sticky fault
+ * is returned. */
+ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_launch(adsm__cuda *c, adsm__cuda_cmd *cmd) {
+    const adsm__cuda_op *op = &cmd->op;
+    uint64_t seq = op->seq;
+    unsigned slot = (unsigned)(seq % ADSM__CUDA_EVENTS), stream = 0;
+    char text[400];
+    adsm__cuda_await_event_slot(c, seq);
+    adsm__cu_result r = adsm__cuda_launch_stream(c, cmd, &stream);
+    if (r == 0)
+        r = adsm__cuda_do_launch(c, cmd, stream, text, sizeof text);
+    else
+        adsm__cu_describe(c, r, "cuStreamWaitEvent before a launch", text, sizeof text);
+    if (r != 0 && adsm__cu_code(r) != ADSM_ERROR_KERNEL_CRASHED) { /* refused, context still fine */
+        adsm__cuda_record_error(c, ADSM_ERROR_LAUNCH_FAILED, text, 0);
+        r = 0;
+    }
+    c->kev_kernel[slot] = op->kernel;
+    c->kev_seq[slot] = seq;
+    c->kev_stream[slot] = (unsigned char)stream;
+    if (c->kev_access) c->kev_access[slot] = cmd->access;
+    c->kev_issued_ns[slot] = adsm__now_ns();
+    c->last_kernel = op->kernel;
+    if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->ks[stream]);
+    if (r == 0) r = c->cu.cuEventRecord(c->ks_last[stream], c->ks[stream]);
+    ADSM__STORE(&c->issued_seq, seq);
+    ADSM__ADD(&c->issued_gen, 1);
+    adsm__futex_wake_all(&c->issued_gen);
+    return r;
+}
+
+/* Engine thread: records a command's failure (r from the driver, or -1: a host copy failed with
+ * errno) as the device's error, which loses the device. */
+ADSM__PRIVATE void adsm__cuda_record_failure(adsm__cuda *c, adsm__cu_result r, const char *what) {
+    char text[400];
+    if (r != (adsm__cu_result)-1 && adsm__cu_code(r) == ADSM_ERROR_KERNEL_CRASHED && c->last_kernel) {
+        /* a sticky fault surfaces at whatever call comes next: name the kernel, not the call */
+        char where[200];
+        snprintf(where, sizeof where, "kernel '%s' (or device work queued before it) failed, seen at %s",
+                 c->last_kernel->name, what);
+        adsm__cu_describe(c, r, where, text, sizeof text);
+    } else if (r != (adsm__cu_result)-1) {
+        adsm__cu_describe(c, r, what, text, sizeof text);
+    } else {
+        snprintf(text, sizeof text, "copying fetched data into host memory failed: %s", strerror(errno));
+    }
+    adsm__cuda_record_error(c, r == (adsm__cu_result)-1 ? ADSM_ERROR_SYSTEM : adsm__cu_code(r), text, 1);
+}
+
+/* Engine thread: one command. Returns 0, or -1 when it failed (the error is recorded, but for a
+ * map out of memory, which op->status reports). */
 ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     adsm__cuda_op *op = &cmd->op;
-    char text[400];
-    const char *what = "";
+    const char *what = ""; /* the driver call a failure is reported at */
     adsm__cu_result r = 0;
     uint64_t t0 = adsm__now_ns();
     switch (op->type) {
@@ -235,12 +344,7 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     case ADSM__CMD_D2D:
     case ADSM__CMD_MEMSET:
         what = op->type == ADSM__CMD_D2D ? "cuMemcpyDtoDAsync" : "cuMemsetD8Async";
-        r = adsm__cuda_ops_ready(c);
-        if (r == 0 && op->type == ADSM__CMD_D2D)
-            r = c->cu.cuMemcpyDtoDAsync(adsm__cuda_dptr(c, op->dst), adsm__cuda_dptr(c, op->src), op->n, c->ops);
-        else if (r == 0)
-            r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, op->dst), (unsigned char)op->value, op->n, c->ops);
-        if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->ops);
+        r = adsm__cuda_exec_device_op(c, op);
         break;
     case ADSM__CMD_PEER:
         what = "cuMemcpyPeerAsync";
@@ -248,80 +352,26 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
         break;
     case ADSM__CMD_MAP:
         what = "cuMemCreate/cuMemMap";
-        r = adsm__cuda_map(c, op->dst, op->n);
-        /* starts zeroed; nothing else can use a range just mapped, so this waits for nothing */
-        if (r == 0) r = c->cu.cuMemsetD8Async(adsm__cuda_dptr(c, op->dst), 0, op->n, c->ops);
-        if (r == 0) r = c->cu.cuEventRecord(c->ops_last, c->ops);
-        op->status = r == ADSM__CUDA_ERROR_OUT_OF_MEMORY ? 1 : 0;
-        if (r == ADSM__CUDA_ERROR_OUT_OF_MEMORY) return -1; /* not fatal: the allocation fails */
+        r = adsm__cuda_exec_map(c, op);
+        if (op->status == 1) return -1; /* not fatal: the allocation fails */
         break;
     case ADSM__CMD_UNMAP:
         what = "cuMemUnmap";
-        /* copies in flight may still use the range; no kernel does (dev_free's callers waited
-         * for those using it), and the kernels using other objects keep running */
-        r = adsm__cuda_stream_wait(c, c->h2d);
-        if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
-        if (r == 0) r = adsm__cuda_stream_wait(c, c->ops);
-        if (r == 0) adsm__cuda_unmap(c, op->dst, op->n);
+        r = adsm__cuda_exec_unmap(c, op);
         break;
-    case ADSM__CMD_UNREGISTER:
-        /* copies in flight may still read or write the pages */
-        r = adsm__cuda_stream_wait(c, c->h2d);
-        if (r == 0) r = adsm__cuda_stream_wait(c, c->d2h);
-        (void)c->cu.cuMemHostUnregister((void *)op->dst);
-        break;
-    case ADSM__CMD_SETTLE: /* a drain: asynchronous direct uploads done reading host pages */
+    case ADSM__CMD_UNREGISTER: r = adsm__cuda_exec_unregister(c, op); break;
+    case ADSM__CMD_SETTLE:
         what = "cuEventSynchronize";
-        if (ADSM__LOAD(&c->h2d_reading)) r = adsm__cuda_stream_wait(c, c->h2d);
-        if (r == 0) ADSM__STORE(&c->h2d_reading, 0);
+        r = adsm__cuda_exec_settle(c);
         break;
-    case ADSM__CMD_LAUNCH: {
-        uint64_t seq = op->seq;
-        unsigned slot = (unsigned)(seq % ADSM__CUDA_EVENTS);
-        for (;;) { /* the event slot is free once the completion thread is past it */
-            int gen = ADSM__LOAD(&c->completion_gen);
-            if (seq - ADSM__LOAD(&c->completed_seq) <= ADSM__CUDA_EVENTS || ADSM__LOAD(&c->lost)) break;
-            adsm__futex_wait(&c->completion_gen, gen);
-        }
-        unsigned stream = 0;
-        r = adsm__cuda_launch_stream(c, cmd, &stream);
-        if (r == 0)
-            r = adsm__cuda_do_launch(c, cmd, stream, text, sizeof text);
-        else
-            adsm__cu_describe(c, r, "cuStreamWaitEvent before a launch", text, sizeof text);
-        if (r != 0 && adsm__cu_code(r) != ADSM_ERROR_KERNEL_CRASHED) { /* refused, context still fine */
-            adsm__cuda_record_error(c, ADSM_ERROR_LAUNCH_FAILED, text, 0);
-            r = 0;
-        }
-        c->kev_kernel[slot] = op->kernel;
-        c->kev_seq[slot] = seq;
-        c->kev_stream[slot] = (unsigned char)stream;
-        if (c->kev_access) c->kev_access[slot] = cmd->access;
-        c->kev_issued_ns[slot] = adsm__now_ns();
-        c->last_kernel = op->kernel;
-        if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->ks[stream]);
-        if (r == 0) r = c->cu.cuEventRecord(c->ks_last[stream], c->ks[stream]);
-        ADSM__STORE(&c->issued_seq, seq);
-        ADSM__ADD(&c->issued_gen, 1);
-        adsm__futex_wake_all(&c->issued_gen);
+    case ADSM__CMD_LAUNCH:
         what = "cuEventRecord";
+        r = adsm__cuda_exec_launch(c, cmd);
         break;
-    }
     default: break;
     }
     if (r == 0) return 0;
-    if (r != (adsm__cu_result)-1 && adsm__cu_code(r) == ADSM_ERROR_KERNEL_CRASHED && c->last_kernel) {
-        /* a sticky fault surfaces at whatever call comes next: name the kernel, not the call */
-        char where[200];
-        snprintf(where, sizeof where, "kernel '%s' (or device work queued before it) failed, seen at %s",
-                 c->last_kernel->name, what);
-        adsm__cu_describe(c, r, where, text, sizeof text);
-    } else if (r != (adsm__cu_result)-1) {
-        adsm__cu_describe(c, r, what, text, sizeof text);
-    } else {
-        snprintf(text, sizeof text, "copying fetched data into host memory failed: %s", strerror(errno));
-    }
-    adsm__cuda_record_error(c, r == (adsm__cu_result)-1 ? ADSM_ERROR_SYSTEM : adsm__cu_code(r), text, 1);
+    adsm__cuda_record_failure(c, r, what);
     return -1;
 }
 
