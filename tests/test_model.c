@@ -778,7 +778,7 @@ MODEL_TEST(cuda_lazy_64k_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_LAZY, 64 * KI
  * of 16 MiB (8 granules: objects take whole granules there) that must evict */
 #define MODEL_TEST_GPUS(tname, protocol, bs, rs, ops, devices, through, drop, memory)                \
     Test(model, tname) {                                                                            \
-        static const variant v = {#tname, ADSM_BACKEND_CUDA, protocol, bs, rs, ops, devices, through, drop, memory}; \
+        static const variant v = {#tname, ADSM_BACKEND_CUDA, protocol, bs, rs, ops, devices, through, drop, memory, 0}; \
         run_model(&v);                                                                              \
     }
 MODEL_TEST_GPUS(cuda3_lazy_64k, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 5000, 3, 0, 0, 0)
@@ -827,7 +827,7 @@ MODEL_TEST_POLICY(emu2_rolling_4k_rs3_drop, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 1
 /* ... with devices of 1 MiB: launches evict what other launches left there */
 #define MODEL_TEST_CAPACITY(tname, protocol, bs, rs, ops, devices, memory)                          \
     Test(model, tname) {                                                                            \
-        static const variant v = {#tname, ADSM_BACKEND_EMU, protocol, bs, rs, ops, devices, 0, 0, memory}; \
+        static const variant v = {#tname, ADSM_BACKEND_EMU, protocol, bs, rs, ops, devices, 0, 0, memory, 0}; \
         run_model(&v);                                                                              \
     }
 MODEL_TEST_CAPACITY(emu3_lazy_64k_1m, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 15000, 3, 1 * MIB)
@@ -835,7 +835,7 @@ MODEL_TEST_CAPACITY(emu2_rolling_4k_rs3_1m, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 1
 /* ... and everything at once: small devices, write-through, dropped replicas */
 Test(model, emu3_rolling_64k_1m_through_drop) {
     static const variant v = {"emu3_rolling_64k_1m_through_drop", ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0,
-                              10000, 3, 1, 1, 1 * MIB};
+                              10000, 3, 1, 1, 1 * MIB, 0};
     run_model(&v);
 }
 #endif
