@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the GMAC paper's two block-size experiments on this machine's default backend (emu when
 # there is no GPU): bench/vecadd (Figure 11) and bench/stencil3d (Figure 9), then bench/transfer
-# (upload/download bandwidth through adsm against explicit copies; no plot), bench/patterns
-# (CPU access patterns between calls: lazy, adaptive rolling and explicit, time and bytes; no
-# plot), bench/fault_path (one write fault against a bare handler, per object size) and
+# (upload/download bandwidth through adsm against explicit copies; no plot), bench/objects (what
+# making and freeing an object costs, against the explicit program's host + device buffers),
+# bench/patterns (CPU access patterns between calls: lazy, adaptive rolling and explicit, time
+# and bytes; no plot), bench/fault_path (one write fault against a bare handler, per object size),
 # bench/threads (faults from several threads; one thread's faults while another fetches; again
-# with ADSM_FAULT_ENGINE=userfaultfd), bench/objects (what making and freeing an object costs,
-# against the explicit program's host + device buffers) and
+# with ADSM_FAULT_ENGINE=userfaultfd) and
 # bench/tiles/run.sh (tiled Cholesky and matmul on 1, 2 and 4 emulated devices). Prints the tables,
 # writes CSV files and draws PNG plots into bench/results/ (or $ADSM_BENCH_OUT).
 #
@@ -42,6 +42,8 @@ echo "== stencil3d volume x block-size sweep ($mode)" >&2
 "$bin/bench_stencil3d" "$mode" --csv "$out/stencil3d.csv" | tee "$out/stencil3d.md"
 echo "== transfer bandwidth: adsm uploads/downloads against explicit copies ($mode)" >&2
 "$bin/bench_transfer" "$mode" --csv "$out/transfer.csv" | tee "$out/transfer.md"
+echo "== objects: making and freeing shared objects against host + device buffers ($mode)" >&2
+"$bin/bench_objects" "$mode" | tee "$out/objects.md"
 echo "== access patterns: lazy, adaptive rolling and explicit copies, time and bytes ($mode)" >&2
 "$bin/bench_patterns" "$mode" --csv "$out/patterns.csv" | tee "$out/patterns.md"
 echo "== fault path: adsm's write fault against a bare handler ($mode)" >&2
@@ -54,8 +56,6 @@ if ADSM_FAULT_ENGINE=userfaultfd "$bin/bench_threads" "$mode" > "$out/threads_us
 else
     echo "(not run: $(tail -n 1 "$out/threads_userfaultfd.md"))"
 fi
-echo "== objects: making and freeing shared objects against host + device buffers ($mode)" >&2
-"$bin/bench_objects" "$mode" | tee "$out/objects.md"
 if command -v bazel >/dev/null; then
     echo "== tiles: tiled Cholesky and matmul on 1, 2 and 4 emulated devices" >&2
     bench/tiles/run.sh --runs "$([[ $mode == --full ]] && echo 5 || echo 3)" | tee "$out/tiles.md"
