@@ -911,6 +911,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/kernel.h"
 #include "adsm_impl/backend_host.h"
 #include "adsm_impl/emu_streams.h"
+#include "adsm_impl/emu_device.h"
 #include "adsm_impl/backend_emu.h"
 #include "adsm_impl/cuda_driver.h"
 #include "adsm_impl/cuda_device.h"

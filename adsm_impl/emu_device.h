@@ -1,0 +1,285 @@
+/* adsm_impl/emu_device.h -- the emulated device itself: the child process that holds device
+ * memory and runs kernels, and what it shares with its parent (the command messages, the DMA
+ * jobs, struct adsm__emu). The parent's side, the backend, is backend_emu.h, whose top comment
+ * describes the whole.
+ *
+ * Contexts: the device process only, for the functions here (forked at initialisation; its
+ * main thread reads commands from the socket, a worker pool runs kernels). Each kernel chunk runs
+ * under sigsetjmp, so a crashing kernel, or one that writes memory it may only read (device
+ * memory is read-only outside the kernel's OUT/INOUT objects), fails its launch instead of the
+ * program. */
+#ifndef ADSM__EMU_DEVICE_INCLUDED
+#define ADSM__EMU_DEVICE_INCLUDED
+
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "copy_queue.h"
+#include "runtime.h"
+#include "device_error.h"
+#include "backend.h"
+#include "kernel.h"
+#include "emu_streams.h"
+
+#include <setjmp.h>
+#include <stdio_ext.h>
+
+#define ADSM__DMA_RING 1024 /* queued DMA jobs */
+#define ADSM__EMU_MAX_ARGS 4096
+
+enum { ADSM__EMU_ALLOC = 1, ADSM__EMU_FREE, ADSM__EMU_LAUNCH, ADSM__EMU_QUIT, ADSM__EMU_DONE, ADSM__EMU_READY };
+
+typedef struct adsm__emu_msg {
+    uint32_t type;
+    int32_t status;
+    uint64_t seq;
+    uintptr_t addr;
+    size_t len;
+    const adsm_kernel_desc *kernel; /* valid in the device process: same binary, forked */
+    adsm_grid grid;
+    uint32_t nwritable, ninputs;
+    uint64_t ran_from, ran_to; /* DONE: when the kernel ran in the device process (CLOCK_MONOTONIC is
+                                  one clock for both processes), for ADSM_TRACE */
+    adsm__range writable[ADSM__MAX_PARAMS];
+    adsm__range inputs[ADSM__MAX_PARAMS];
+    char text[256];
+    ADSM__ALIGNAS(16) unsigned char args[ADSM__EMU_MAX_ARGS];
+} adsm__emu_msg;
+
+/* One job of the DMA thread, in queue order: a host->device copy, or a launch to send to the
+ * device process once the copies queued before it landed (as a GPU stream orders them). */
+typedef struct adsm__dma_job {
+    uintptr_t dev, host;
+    size_t len;
+    uint64_t after_seq; /* launches that may still read the old bytes: the copy waits for them */
+    struct adsm__emu_msg *launch; /* a launch message (malloc'd, the DMA thread frees it), or NULL */
+} adsm__dma_job;
+
+typedef struct adsm__emu {
+    adsm__runtime *rt;
+    uintptr_t base;
+    size_t half, capacity;
+    adsm__own_fd devfd;    /* the memfd of device memory (os.h: never the program's file) */
+    unsigned char *window; /* parent's view of device memory: window[addr - base] */
+    uint64_t *backed;      /* one bit per 2 MiB granule of device memory the DMA side backed */
+    adsm__own_fd sock;     /* the parent's end of the socket to the device process */
+    pid_t child;
+    unsigned workers;
+    pthread_t completion_thread;
+    int completion_started;
+    struct adsm__emu_msg *completion_msg; /* the completion thread's receive buffer */
+    adsm__queue queue; /* DMA jobs, run by the DMA thread (copy_queue.h); not started: copies are
+                          synchronous and launches go straight to the device process */
+
+    /* launch completion, published by the completion thread; issued_seq: the last launch sent to
+     * this device (launch numbers are the runtime's, shared by every device) */
+    uint64_t completed_seq, issued_seq;
+    int completion_gen, lost, quitting;
+    adsm__device_error errors; /* the first launch error since the last adsm_sync */
+
+    /* device process only */
+    adsm__tree device_objects; /* allocated device ranges, to tell a forbidden write from a crash;
+                                  under objects_mutex (kernels of several streams may crash) */
+    pthread_mutex_t objects_mutex;
+    adsm__emu_sched sched;     /* kernels in flight, on streams (emu_streams.h) */
+    unsigned streams;
+    adsm__emu_msg msg;         /* the main thread's receive buffer */
+} adsm__emu;
+
+/* ---- device process ---------------------------------------------------------------------- */
+static __thread sigjmp_buf *adsm__tls_kernel_jmp;
+static __thread int adsm__tls_kernel_signal, adsm__tls_kernel_write;
+static __thread uintptr_t adsm__tls_kernel_addr;
+
+static void adsm__emu_kernel_signal(int sig, siginfo_t *si, void *context) {
+    if (!adsm__tls_kernel_jmp) { /* not inside a kernel: a bug in the device process itself */
+        adsm__default_action(sig);
+        raise(sig);
+        return;
+    }
+    adsm__tls_kernel_signal = sig;
+    adsm__tls_kernel_addr = (uintptr_t)si->si_addr;
+    adsm__tls_kernel_write = adsm__fault_is_write(context);
+    siglongjmp(*adsm__tls_kernel_jmp, 1);
+}
+
+ADSM__PRIVATE int adsm__emu_classify(adsm__emu *e, const adsm__emu_msg *m, char *msg, size_t size) {
+    uintptr_t a = adsm__tls_kernel_addr;
+    const char *kname = m->kernel->name;
+    if (adsm__tls_kernel_signal == SIGSEGV && adsm__tls_kernel_write != 0) {
+        for (uint32_t i = 0; i < m->ninputs; i++) {
+            if (a >= m->inputs[i].addr && a - m->inputs[i].addr < m->inputs[i].len) {
+                snprintf(msg, size, "kernel '%s' wrote its IN parameter '%s' (address %p)", kname,
+                         m->inputs[i].param, (void *)a);
+                return ADSM_ERROR_KERNEL_WROTE_INPUT;
+            }
+        }
+    }
+    pthread_mutex_lock(&e->objects_mutex);
+    int shared = adsm__tree_find(&e->device_objects, a) != NULL;
+    pthread_mutex_unlock(&e->objects_mutex);
+    if (adsm__tls_kernel_signal == SIGSEGV && adsm__tls_kernel_write != 0 && shared) {
+        snprintf(msg, size, "kernel '%s' wrote shared memory at %p that is not one of its OUT/INOUT parameters",
+                 kname, (void *)a);
+        return ADSM_ERROR_KERNEL_WROTE_INPUT;
+    }
+    snprintf(msg, size, "kernel '%s' crashed: %s at address %p", kname, strsignal(adsm__tls_kernel_signal),
+             (void *)a);
+    return ADSM_ERROR_KERNEL_CRASHED;
+}
+
+ADSM__PRIVATE int adsm__emu_run_chunk(adsm__pool *p, unsigned worker, adsm_grid chunk, char *msg, size_t size) {
+    adsm__emu *e = (adsm__emu *)adsm__rt.be_ctx;
+    sigjmp_buf jb;
+    (void)worker;
+    if (sigsetjmp(jb, 1) == 0) {
+        adsm__tls_kernel_jmp = &jb;
+        p->kernel->entry(chunk, p->args);
+        adsm__tls_kernel_jmp = NULL;
+        return 0;
+    }
+    adsm__tls_kernel_jmp = NULL;
+    return adsm__emu_classify(e, (const adsm__emu_msg *)adsm__emu_pool_launch(p), msg, size);
+}
+
+/* Each worker gets an alternate signal stack, so a kernel that overflows its stack still fails
+ * its launch cleanly. Called on the worker thread before its first chunk. */
+ADSM__PRIVATE void adsm__emu_ensure_altstack(void) {
+    static __thread void *stack;
+    if (stack) return;
+    stack = malloc(1 << 16);
+    if (!stack) return;
+    stack_t ss;
+    ss.ss_sp = stack;
+    ss.ss_size = 1 << 16;
+    ss.ss_flags = 0;
+    sigaltstack(&ss, NULL);
+}
+
+ADSM__PRIVATE int adsm__emu_run_chunk_guarded(adsm__pool *p, unsigned worker, adsm_grid chunk, char *msg,
+                                              size_t size) {
+    adsm__emu_ensure_altstack();
+    return adsm__emu_run_chunk(p, worker, chunk, msg, size);
+}
+
+ADSM__PRIVATE void adsm__emu_set_ranges(const adsm__range *r, uint32_t n, int prot) {
+    for (uint32_t i = 0; i < n; i++) adsm__protect(r[i].addr, r[i].len, prot);
+}
+
+/* What kernel bodies print is flushed when the kernel ends, so it is out before adsm_sync
+ * returns (the device process leaves with _exit, which would drop it). */
+ADSM__PRIVATE void adsm__emu_flush_kernel_output(void) {
+    fflush(stdout);
+    fflush(stderr);
+}
+
+/* A stream runs one launch's kernel: its OUT/INOUT objects writable meanwhile (kernels that
+ * overlap write disjoint objects: emu_streams.h). */
+ADSM__PRIVATE void adsm__emu_device_run(void *ctx, adsm__pool *pool, adsm__emu_task *t) {
+    (void)ctx;
+    adsm__emu_msg *m = (adsm__emu_msg *)t->launch;
+    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE);
+    t->ran_from = adsm__now_ns();
+    t->status = adsm__pool_run(pool, m->kernel, m->grid, m->args, t->text, sizeof t->text);
+    t->ran_to = adsm__now_ns();
+    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ);
+    adsm__emu_flush_kernel_output();
+}
+
+/* A launch is done, and so are every earlier one: DONE to the parent, in the launch's message. */
+ADSM__PRIVATE void adsm__emu_device_report(void *ctx, adsm__emu_task *t) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    adsm__emu_msg *reply = (adsm__emu_msg *)t->launch;
+    reply->type = ADSM__EMU_DONE;
+    reply->ran_from = t->ran_from;
+    reply->ran_to = t->ran_to;
+    reply->status = t->status;
+    snprintf(reply->text, sizeof reply->text, "%s", t->status ? t->text : "");
+    send(e->sock.fd, reply, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);
+}
+
+/* A launch message arrived (n bytes in e->msg): a task of its own, run when it may. */
+ADSM__PRIVATE void adsm__emu_device_launch(adsm__emu *e, size_t n) {
+    adsm__emu_msg *m = (adsm__emu_msg *)malloc(sizeof *m);
+    if (!m) _exit(5); /* the parent sees the device lost */
+    memcpy(m, &e->msg, n);
+    adsm__emu_submit(&e->sched, m, m->writable, m->nwritable, m->inputs, m->ninputs);
+}
+
+ADSM__PRIVATE void adsm__emu_device_alloc(adsm__emu *e, uintptr_t addr, size_t len) {
+    adsm__tree_node *n = (adsm__tree_node *)calloc(1, sizeof *n);
+    adsm__protect(addr, len, PROT_READ);
+    if (!n) return; /* only costs the precise error message of a forbidden write */
+    n->start = addr;
+    n->end = addr + len;
+    pthread_mutex_lock(&e->objects_mutex);
+    if (adsm__tree_insert(&e->device_objects, n) != 0) free(n);
+    pthread_mutex_unlock(&e->objects_mutex);
+}
+
+ADSM__PRIVATE void adsm__emu_device_free(adsm__emu *e, uintptr_t addr, size_t len) {
+    pthread_mutex_lock(&e->objects_mutex);
+    adsm__tree_node *n = adsm__tree_find(&e->device_objects, addr);
+    if (n) adsm__tree_remove(&e->device_objects, n);
+    pthread_mutex_unlock(&e->objects_mutex);
+    adsm__protect(addr, len, PROT_NONE);
+    free(n);
+}
+
+/* The device process keeps only its socket and the standard descriptors, and drops what the
+ * program had buffered in stdio before the fork (the program prints that itself). */
+ADSM__PRIVATE void adsm__emu_device_hygiene(int sock) {
+    adsm__close_fds_except(sock);
+    __fpurge(stdout);
+    __fpurge(stderr);
+}
+
+/* The device process: owns device memory at the objects' addresses and serves commands from the
+ * parent in order until told to quit or the parent goes away. Never returns. */
+ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = adsm__emu_kernel_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    int crash_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof crash_signals / sizeof *crash_signals; i++)
+        adsm__real_sigaction()(crash_signals[i], &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sa.sa_flags = 0;
+    adsm__real_sigaction()(SIGINT, &sa, NULL); /* the parent decides when the device goes away */
+    adsm__rt.state = ADSM__RT_OFF; /* this process is the device: interposed calls pass through */
+    e->sock.fd = sock; /* its own end: stream threads report on it */
+    /* Device memory replaces the host view of the shared half; safe host addresses vanish. */
+    if (mmap((void *)e->base, e->half, PROT_NONE, MAP_SHARED | MAP_FIXED, e->devfd.fd, 0) == MAP_FAILED ||
+        mmap((void *)(e->base + e->half), e->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+             -1, 0) == MAP_FAILED)
+        _exit(3);
+    munmap(e->window, e->half);
+    adsm__emu_device_hygiene(sock);
+    adsm__tree_init(&e->device_objects);
+    pthread_mutex_init(&e->objects_mutex, NULL);
+    e->sched.nstreams = e->streams;
+    e->sched.workers = e->workers;
+    e->sched.runner = adsm__emu_run_chunk_guarded;
+    e->sched.ctx = e;
+    e->sched.run = adsm__emu_device_run;
+    e->sched.report = adsm__emu_device_report;
+    if (adsm__emu_sched_start(&e->sched) != 0) _exit(4);
+    adsm__emu_msg *m = &e->msg;
+    m->type = ADSM__EMU_READY;
+    if (send(sock, m, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL) < 0) _exit(0);
+    for (;;) {
+        ssize_t n = recv(sock, m, sizeof *m, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) _exit(0);
+        switch (m->type) {
+        case ADSM__EMU_ALLOC: adsm__emu_device_alloc(e, m->addr, m->len); break;
+        case ADSM__EMU_FREE: adsm__emu_device_free(e, m->addr, m->len); break;
+        case ADSM__EMU_LAUNCH: adsm__emu_device_launch(e, (size_t)n); break;
+        default: _exit(0);
+        }
+    }
+}
+
+#endif /* ADSM__EMU_DEVICE_INCLUDED */
