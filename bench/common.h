@@ -1,12 +1,20 @@
-/* bench/common.h -- what the benchmarks share: the median each table reports (ratios of medians
- * of variants measured in one run), and a fixed-seed random order of distinct indices for the
- * fault benchmarks. Header-only, main thread; include as "bench/common.h" (build with -I.). */
+/* bench/common.h -- what the benchmarks share: a monotonic clock, the median each table reports
+ * (ratios of medians of variants measured in one run), and a fixed-seed random order of distinct
+ * indices for the fault benchmarks. Header-only, main thread; include as "bench/common.h" (build with -I.). */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* Seconds on the monotonic clock. */
+static inline double bench_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* qsort order of doubles, ascending. */
 static inline int bench_cmp_double(const void *a, const void *b) {

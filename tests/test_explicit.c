@@ -143,8 +143,9 @@ Test(explicit, shutdown_with_live_buffers) {
     adsm_shutdown();
 }
 
-/* adsm_host_alloc (3 MiB: 2 MiB aligned), plain writable memory the copies use like any other, freed by
- * adsm_host_free; a pointer it did not give is refused with a message, and nothing is lost. */
+/* adsm_host_alloc (3 MiB: 2 MiB aligned), plain writable memory the copies use like any other,
+ * freed by adsm_host_free; a pointer it did not give is refused with a message, and nothing is
+ * lost. */
 Test(explicit, host_alloc_round_trip) {
     init(ADSM_BACKEND_EMU);
     size_t n = 3 << 20; /* not a multiple of a huge page */

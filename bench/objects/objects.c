@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench/common.h"
 
@@ -36,12 +35,6 @@ typedef struct timing {
     double alloc_us, free_us; /* per object */
 } timing;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void die(const char *what, size_t size) {
     fprintf(stderr, "objects: %s (%zu bytes) failed: %s\n", what, size, adsm_last_error());
     exit(1);
@@ -51,23 +44,23 @@ static void die(const char *what, size_t size) {
  * (its first byte) between the two phases, outside the timing, so that no variant frees memory
  * it never used. */
 static timing round_of(int v, size_t size, size_t n, void **host, void **dev) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (size_t i = 0; i < n; i++) {
         if (v == V_ADSM && !(host[i] = adsm_alloc(size))) die("adsm_alloc", size);
         if (v == V_EXPLICIT && (!(host[i] = adsm_host_alloc(size)) || !(dev[i] = adsm_dev_alloc(size))))
             die("adsm_host_alloc + adsm_dev_alloc", size);
         if (v == V_MALLOC && !(host[i] = malloc(size))) die("malloc", size);
     }
-    double t1 = now_s();
+    double t1 = bench_now_s();
     for (size_t i = 0; i < n; i++) ((volatile unsigned char *)host[i])[0] = (unsigned char)i;
-    double t2 = now_s();
+    double t2 = bench_now_s();
     for (size_t i = 0; i < n; i++) {
         if (v == V_ADSM && adsm_free(host[i]) != ADSM_OK) die("adsm_free", size);
         if (v == V_EXPLICIT && (adsm_dev_free(dev[i]) != ADSM_OK || adsm_host_free(host[i]) != ADSM_OK))
             die("adsm_dev_free + adsm_host_free", size);
         if (v == V_MALLOC) free(host[i]);
     }
-    double t3 = now_s();
+    double t3 = bench_now_s();
     timing t = {(t1 - t0) * 1e6 / (double)n, (t3 - t2) * 1e6 / (double)n};
     return t;
 }
@@ -86,7 +79,12 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) full = 0;
         else if (!strcmp(argv[i], "--full")) full = 1;
-        else if (!strcmp(argv[i], "--runs") && i + 1 < argc && (runs = atoi(argv[++i])) >= 1 && runs <= MAX_RUNS) {
+        else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+            runs = atoi(argv[++i]);
+            if (runs < 1 || runs > MAX_RUNS) {
+                usage(argv[0]);
+                return 1;
+            }
         } else {
             usage(argv[0]);
             return !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") ? 0 : 1;

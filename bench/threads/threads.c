@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench/common.h"
 
@@ -40,12 +39,6 @@ ADSM_KERNEL_DEF(fill, (ADSM_OUT(unsigned char, a), ADSM_VALUE(size_t, n)), g, {
         if (i < n) a[i] = (unsigned char)(i * 7 + 1);
     }
 });
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what) {
     fprintf(stderr, "threads: %s failed: %s\n", what, adsm_last_error());
@@ -86,13 +79,13 @@ typedef struct worker {
 static void *work(void *arg) {
     worker *w = (worker *)arg;
     pthread_barrier_wait(w->go);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     unsigned sum = 0;
     for (size_t b = 0; b < w->blocks; b++) {
         if (w->write) w->obj[b * w->block] = 1;
         else sum += w->obj[b * w->block];
     }
-    w->seconds = now_s() - t0;
+    w->seconds = bench_now_s() - t0;
     w->sum = sum;
     return NULL;
 }
@@ -141,9 +134,9 @@ static void *fetch_large(void *arg) {
 static double small_faults(unsigned char *const *small, int *during, const large_fetch *l) {
     double us[SMALL_FAULTS];
     for (int i = 0; i < SMALL_FAULTS; i++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         *(volatile unsigned char *)small[i] = 1;
-        us[i] = (now_s() - t0) * 1e6;
+        us[i] = (bench_now_s() - t0) * 1e6;
     }
     if (during) *during = l && !__atomic_load_n(&l->done, __ATOMIC_ACQUIRE);
     return bench_median(us, SMALL_FAULTS);
