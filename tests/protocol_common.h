@@ -52,6 +52,10 @@ void k_sum3(adsm_grid g, int32_t *x, const int32_t *a, const int32_t *b, size_t 
 /* The device the protocol tests run on: the emu backend, or (built with -DTEST_ON_CUDA_DOUBLE) the
  * cuda backend loaded against the driver test double, where the same tests must move the same
  * bytes and compute the same results. */
+#if defined(TEST_ON_REAL_CUDA) || defined(TEST_ON_CUDA_DOUBLE)
+/* the cuda backend, on a real driver or on the double: what queues on a stream returns at once */
+#define TEST_ON_CUDA 1
+#endif
 #if defined(TEST_ON_REAL_CUDA)
 /* bench/gpu_check.sh builds the suites a third time for a real GPU: the kernels' CUDA C twins,
  * compiled by NVRTC at start-up (the same parameters, in order, as the declarations above). */

@@ -330,7 +330,7 @@ static void faults_elsewhere(int memset_it) {
 }
 
 Test(copy, faults_elsewhere_do_not_wait_for_a_fetch) { faults_elsewhere(0); }
-#ifndef TEST_ON_CUDA_DOUBLE /* on cuda a device memset is queued on a stream and returns at once */
+#ifndef TEST_ON_CUDA /* on cuda a device memset is queued on a stream and returns at once */
 Test(copy, faults_elsewhere_do_not_wait_for_a_device_memset) { faults_elsewhere(1); }
 #endif
 
@@ -368,7 +368,7 @@ ParameterizedTest(int *at_sync, copy, batch_copies_do_not_hold_other_calls) {
     cr_assert_eq(pthread_create(&t, NULL, batch_call_or_sync, &b), 0);
     while (busy_units_of(b.big) == 0 && !__atomic_load_n(&b.done, __ATOMIC_ACQUIRE)) {}
     cr_assert_not_null(adsm_safe(b.small), "a lookup under the runtime lock: %s", adsm_last_error());
-#ifndef TEST_ON_CUDA_DOUBLE /* on cuda an allocation maps device memory on the engine, behind the copy */
+#ifndef TEST_ON_CUDA /* on cuda an allocation maps device memory on the engine, behind the copy */
     int32_t *fresh = (int32_t *)adsm_alloc(4096);
     cr_assert_not_null(fresh, "%s", adsm_last_error());
     cr_assert_eq(adsm_memset(fresh, 7, 4096), ADSM_OK, "%s", adsm_last_error());
