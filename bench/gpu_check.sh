@@ -6,14 +6,16 @@
 #   2. what adsm chose there: the device line adsm logs (address placement: shared or translated;
 #      pinned or pageable staging) and every warning;
 #   3. the examples, each with its output and exit status;
-#   4. the protocol suites and the copy tests (these with and without the host alias) built for
-#      the real driver (-DTEST_ON_REAL_CUDA: the kernels' CUDA C twins through NVRTC), when
-#      Criterion is installed;
-#   5. bench/transfer with the host alias and without it (ADSM_CUDA_DMA_VIEW=1 and 0);
+#   4. the protocol suites and the copy tests (these in each placement: host alias, staged,
+#      translated) built for the real driver (-DTEST_ON_REAL_CUDA: the kernels' CUDA C twins
+#      through NVRTC), when Criterion is installed;
+#   5. where objects' host pages live: bench/host_pages (page-locking and first writes per kind
+#      of host memory), bench/placement (vecadd's phases in each placement) and bench/transfer in
+#      each placement (host alias, ADSM_CUDA_DMA_VIEW=0, ADSM_CUDA_SAME_ADDRESS=0);
 #   6. bench/sweep.sh --quick: vecadd and stencil3d sweeps, transfer, objects (the cost of
 #      page-locking each object with the driver), patterns, fault_path, threads, within 240 s;
-#   7. the application study, bench/apps/run.sh (the kernels' CUDA C twins through NVRTC), within
-#      150 s;
+#   7. the application study, bench/apps/run.sh --runs 2 (the kernels' CUDA C twins through
+#      NVRTC), within 200 s;
 #   8. the fault path on this machine's CPUs: bench/threads and bench/fault_path on emu, with
 #      both fault engines (the build machine has only 2 CPUs).
 # Exit status: 0 when every example and test passed, 1 otherwise (the report is written either
@@ -21,7 +23,7 @@
 # stb and Criterion (and no package archive to get them from) takes them from .gpu_kit/, which
 # bench/gpu_kit.sh fills elsewhere: the packages are unpacked into $out/kit, not installed.
 #
-#   bench/gpu_check.sh              about 5-10 minutes (each example may take 2, each suite 3)
+#   bench/gpu_check.sh              about 8-9 minutes on an H200 (each example may take 2, each suite 3)
 # The report grows as each part ends, so one cut short still says what ran.
 #   bench/gpu_check.sh --build-only builds the examples and the tests, runs nothing (any machine)
 set -uo pipefail
@@ -39,6 +41,7 @@ build_only=0
 # .gpu_kit/ (bench/gpu_kit.sh): headers and libraries from Debian packages, unpacked here and
 # found through the compiler's search paths; the test binaries find the libraries by their rpath.
 test_link=()
+test_libs= # the kit's library folders, for the loader when the tests run
 kit_note="stb and Criterion: the system's"
 if compgen -G ".gpu_kit/*.deb" > /dev/null; then
     kit=$(cd "$out" && pwd)/kit
@@ -54,6 +57,9 @@ if compgen -G ".gpu_kit/*.deb" > /dev/null; then
     export CPATH=$kit/usr/include${CPATH:+:$CPATH}
     export LIBRARY_PATH=$libs${LIBRARY_PATH:+:$LIBRARY_PATH}
     test_link=(-L"$kit/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$libs" -Wl,-rpath-link,"$libs")
+    # the rpath (a RUNPATH) serves only the test's own needs, not what libcriterion.so loads in
+    # turn (libgit2, nanomsg): the first GPU run found them missing, so the loader is told too
+    test_libs=$libs
     kit_note="stb and Criterion: from .gpu_kit ($(ls .gpu_kit/*.deb | wc -l) packages)"
 fi
 
@@ -128,6 +134,9 @@ say "NVRTC: $nvrtc_note"
 say "driver: $driver_note"
 say '```'
 
+# Runs a test binary with the kit's libraries where the loader finds them.
+run_test() { LD_LIBRARY_PATH=$test_libs${LD_LIBRARY_PATH:+${test_libs:+:}$LD_LIBRARY_PATH} "$@"; }
+
 # ---- examples -----------------------------------------------------------------------------------
 say ""
 say "## Examples (ADSM_BACKEND=cuda)"
@@ -170,15 +179,19 @@ if echo '#include <criterion/criterion.h>' | "$CC" -E -x c - > /dev/null 2>&1; t
             continue
         fi
         if [[ $build_only -eq 1 ]]; then
-            "$bin/$t" --list > "$log" 2>&1 && say "- $t: built, $(grep -c '──\|├\|└' "$log") tests listed" ||
+            run_test "$bin/$t" --list > "$log" 2>&1 && say "- $t: built, $(grep -c '──\|├\|└' "$log") tests listed" ||
                 { say "- $t: built but does not start"; block "$log"; status=1; }
             continue
         fi
-        # the copy tests also without the host alias: both copy paths on the real driver
-        for view in 1 $([[ $t == test_copy ]] && echo 0); do
-            vlog=$log name=$t
-            if [[ $view -eq 0 ]]; then vlog=$out/gpu_${t}_staged.log name="$t (ADSM_CUDA_DMA_VIEW=0: staged)"; fi
-            ADSM_CUDA_DMA_VIEW=$view timeout 180 "$bin/$t" --jobs 1 > "$vlog" 2>&1
+        # the copy tests in every placement: the host alias (default), staged copies, and
+        # translated addresses (the driver page-locks the objects' own pages)
+        for placement in alias $([[ $t == test_copy ]] && echo staged translated); do
+            vlog=$log name=$t view=1 same=1
+            case $placement in
+            staged) vlog=$out/gpu_${t}_staged.log name="$t (ADSM_CUDA_DMA_VIEW=0: staged)" view=0 ;;
+            translated) vlog=$out/gpu_${t}_translated.log name="$t (ADSM_CUDA_SAME_ADDRESS=0: translated)" same=0 ;;
+            esac
+            ADSM_CUDA_DMA_VIEW=$view ADSM_CUDA_SAME_ADDRESS=$same run_test timeout 180 "$bin/$t" --jobs 1 > "$vlog" 2>&1
             rc=$?
             if [[ $rc -eq 0 ]]; then say "- $name: passed ($(grep -o 'Tested: [0-9]*' "$vlog" | head -1))"
             else say "- $name: FAILED (exit $rc)"; status=1; fi
@@ -198,30 +211,37 @@ if [[ $build_only -eq 1 ]]; then
     exit $status
 fi
 
-# ---- the host alias against pinned staging ----------------------------------------------------
+# ---- where the objects' host pages live ---------------------------------------------------------
 # Under shared addresses the objects' host pages are shared memory with a second, page-locked view
 # (the host alias: DMA, no CPU copy, but no huge pages unless shmem_enabled allows them);
-# ADSM_CUDA_DMA_VIEW=0 gives anonymous huge pages and stages every copy. Which pays more is only
-# seen on a GPU. bench/transfer both ways, in one run each, before the sweep (the question this
-# check exists for first, so that a sweep cut short cannot leave it unanswered).
+# ADSM_CUDA_DMA_VIEW=0 gives anonymous huge pages and stages every copy; ADSM_CUDA_SAME_ADDRESS=0
+# translates addresses and the driver locks the objects' own (huge) pages. Which pays more is
+# only seen on a GPU: bench/host_pages (the memory kinds alone), bench/placement (vecadd's phases
+# in each) and bench/transfer in each, before the sweep, so that a sweep cut short cannot leave
+# the question this check exists for unanswered.
 say ""
-say "## Shared addresses: the host alias (ADSM_CUDA_DMA_VIEW=1, the default) against pinned staging (0)"
-say "shmem huge pages here: $(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled 2> /dev/null || echo unknown)"
-if "$CC" -std=c11 -O2 -I. bench/transfer/transfer.c -pthread -ldl -lm -o "$bin/bench_transfer" > "$out/gpu_bench_transfer.log" 2>&1; then
-    for view in 1 0; do
-        log=$out/gpu_transfer_view$view.md
-        ADSM_CUDA_DMA_VIEW=$view ADSM_LOG=warn timeout 120 "$bin/bench_transfer" --quick > "$log" 2>&1
-        rc=$?
-        say ""
-        say "### ADSM_CUDA_DMA_VIEW=$view"
-        [[ $rc -eq 0 ]] || { say "bench/transfer FAILED (exit $rc):"; status=1; }
-        cat "$log" >> "$report"
-    done
-else
-    say "bench/transfer: BUILD FAILED"
-    block "$out/gpu_bench_transfer.log"
-    status=1
-fi
+say "## Where objects' host pages live: host alias (default), staged (ADSM_CUDA_DMA_VIEW=0), translated (ADSM_CUDA_SAME_ADDRESS=0)"
+say "transparent huge pages here: anonymous $(cat /sys/kernel/mm/transparent_hugepage/enabled 2> /dev/null || echo unknown)," \
+    "shmem $(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled 2> /dev/null || echo unknown)"
+for b in host_pages placement transfer; do
+    "$CC" -std=c11 -O2 -I. "bench/$b/$b.c" -pthread -ldl -lm -o "$bin/bench_$b" > "$out/gpu_bench_$b.log" 2>&1 ||
+        { say "bench/$b: BUILD FAILED"; block "$out/gpu_bench_$b.log"; status=1; }
+done
+for run in "host_pages - --runs 3" "placement - --runs 5" "transfer alias --quick" "transfer staged --quick" \
+    "transfer translated --quick"; do
+    read -r b placement args <<< "$run"
+    [[ -x $bin/bench_$b ]] || continue
+    view=1 same=1
+    [[ $placement == staged ]] && view=0
+    [[ $placement == translated ]] && same=0
+    log=$out/gpu_${b}_$placement.md
+    ADSM_CUDA_DMA_VIEW=$view ADSM_CUDA_SAME_ADDRESS=$same ADSM_LOG=warn timeout 120 "$bin/bench_$b" $args > "$log" 2>&1
+    rc=$?
+    say ""
+    [[ $placement == - ]] || say "### bench/$b, placement: $placement"
+    [[ $rc -eq 0 ]] || { say "bench/$b FAILED (exit $rc):"; status=1; }
+    cat "$log" >> "$report"
+done
 
 # ---- benchmarks -------------------------------------------------------------------------------
 say ""
@@ -242,7 +262,7 @@ done
 say ""
 say "## Application study (bench/apps/run.sh)"
 apps_log=$out/gpu_apps.log
-ADSM_BENCH_OUT=$out timeout 150 bench/apps/run.sh > "$apps_log" 2>&1
+ADSM_BENCH_OUT=$out timeout 200 bench/apps/run.sh --runs 2 > "$apps_log" 2>&1
 rc=$?
 [[ $rc -eq 0 ]] || { say "bench/apps/run.sh FAILED (exit $rc); its log:"; block "$apps_log"; status=1; }
 [[ -f $out/apps/apps.md ]] && cat "$out/apps/apps.md" >> "$report"

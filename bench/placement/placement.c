@@ -1,0 +1,189 @@
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+/* bench/placement/placement.c -- where vecadd's time goes, phase by phase, under each way the cuda
+ * backend can place an object's host pages; the question the first GPU run (H200, 2026-11-26)
+ * raised: adsm's vecadd took 1.8-2.4x the explicit program there although its copies ran at the
+ * explicit copies' rate.
+ *
+ * The program is vecadd's timed part (bench/vecadd): allocate three vectors of --elements floats,
+ * the CPU writes two, one kernel adds them, the CPU reads the sum. Phases, each timed: alloc, init
+ * (the CPU's writes), call, sync (explicit: the copy back too), read, free. Variants, every one in
+ * one process, run after run in turn (so drift hits all alike), median of --runs per phase:
+ *   explicit     adsm_host_alloc + adsm_dev_alloc, copies by hand (the care adsm takes)
+ *   lazy, rolling adsm_alloc objects, 2 MiB blocks, in each placement the backend offers:
+ *                  alias       (cuda, the default) shared addresses; host pages are shared
+ *                              memory with a second, page-locked view the copies use
+ *                  staged      (cuda, ADSM_CUDA_DMA_VIEW=0) shared addresses; anonymous (huge)
+ *                              pages, every copy through adsm's pinned staging
+ *                  translated  (cuda, ADSM_CUDA_SAME_ADDRESS=0) device addresses differ from
+ *                              host ones; anonymous (huge) pages, page-locked by the driver
+ *                  default     (emu, host) the backend's only placement
+ * The placement is chosen by setting the environment variable before each adsm_init.
+ *
+ *   gcc -std=c11 -O2 -I. bench/placement/placement.c -pthread -ldl -o /tmp/bp && /tmp/bp [--runs N] [--elements N]
+ *   (defaults: 5 runs, 8 Mi elements = 32 MiB per vector). Main thread only. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/common.h"
+
+ADSM_KERNEL_DEF(placement_add, (ADSM_OUT(float, c), ADSM_IN(float, a), ADSM_IN(float, b), ADSM_VALUE(size_t, n)), g, {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = a[i] + b[i];
+    }
+});
+
+#define MAX_RUNS 31
+enum { P_ALLOC, P_INIT, P_CALL, P_SYNC, P_READ, P_FREE, P_COUNT };
+static const char *const phase_name[P_COUNT] = {"alloc", "init", "call", "sync", "read", "free"};
+
+typedef struct placement {
+    const char *name, *var, *value; /* the environment variable that selects it (NULL: none) */
+} placement;
+static const placement cuda_placements[] = {
+    {"alias", NULL, NULL}, {"staged", "ADSM_CUDA_DMA_VIEW", "0"}, {"translated", "ADSM_CUDA_SAME_ADDRESS", "0"}};
+static const placement only_placement = {"default", NULL, NULL};
+
+typedef struct variant {
+    const char *name;
+    int explicit_copies;
+    adsm_protocol_kind protocol;
+    placement where;
+    double ms[P_COUNT][MAX_RUNS], total[MAX_RUNS];
+} variant;
+
+static size_t n_elems = (size_t)8 << 20;
+
+static void die(const char *what) {
+    fprintf(stderr, "placement: %s failed: %s\n", what, adsm_last_error());
+    exit(1);
+}
+
+static void start(const variant *v) {
+    unsetenv("ADSM_CUDA_DMA_VIEW");
+    unsetenv("ADSM_CUDA_SAME_ADDRESS");
+    if (v->where.var) setenv(v->where.var, v->where.value, 1);
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.protocol = v->protocol;
+    cfg.block_size = (size_t)2 << 20;
+    if (adsm_init(&cfg) != ADSM_OK) die("adsm_init");
+    if (ADSM_PREPARE(placement_add) != ADSM_OK) die("ADSM_PREPARE"); /* NVRTC before the clock */
+}
+
+/* One run of the program; t[0..P_COUNT] are the phases' boundaries in seconds. Exits on a wrong sum. */
+static void run_once(const variant *v, double t[P_COUNT + 1]) {
+    const size_t n = n_elems, bytes = n * sizeof(float);
+    const adsm_grid grid = adsm_grid_1d((uint32_t)((n + 255) / 256), 256);
+    float *a, *b, *c, *da = NULL, *db = NULL, *dc = NULL;
+    t[P_ALLOC] = bench_now_s();
+    if (v->explicit_copies) {
+        a = adsm_host_alloc(bytes), b = adsm_host_alloc(bytes), c = adsm_host_alloc(bytes);
+        da = adsm_dev_alloc(bytes), db = adsm_dev_alloc(bytes), dc = adsm_dev_alloc(bytes);
+        if (!da || !db || !dc) die("adsm_dev_alloc");
+    } else {
+        a = adsm_alloc(bytes), b = adsm_alloc(bytes), c = adsm_alloc(bytes);
+    }
+    if (!a || !b || !c) die("allocation");
+    t[P_INIT] = bench_now_s();
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (float)(i & 1023);
+        b[i] = 1.0f;
+    }
+    t[P_CALL] = bench_now_s();
+    if (v->explicit_copies) {
+        if (adsm_copy_to_device(da, a, bytes) != ADSM_OK || adsm_copy_to_device(db, b, bytes) != ADSM_OK)
+            die("adsm_copy_to_device");
+        if (ADSM_CALL(placement_add, grid, dc, da, db, n) != ADSM_OK) die("ADSM_CALL");
+    } else if (ADSM_CALL(placement_add, grid, c, a, b, n) != ADSM_OK) {
+        die("ADSM_CALL");
+    }
+    t[P_SYNC] = bench_now_s();
+    if (adsm_sync() != ADSM_OK) die("adsm_sync");
+    if (v->explicit_copies && adsm_copy_from_device(c, dc, bytes) != ADSM_OK) die("adsm_copy_from_device");
+    t[P_READ] = bench_now_s();
+    double sum = 0; /* exact: every term and partial sum is an integer below 2^53 */
+    for (size_t i = 0; i < n; i++) sum += c[i];
+    t[P_FREE] = bench_now_s();
+    if (v->explicit_copies) {
+        if (adsm_dev_free(da) != ADSM_OK || adsm_dev_free(db) != ADSM_OK || adsm_dev_free(dc) != ADSM_OK ||
+            adsm_host_free(a) != ADSM_OK || adsm_host_free(b) != ADSM_OK || adsm_host_free(c) != ADSM_OK)
+            die("free");
+    } else if (adsm_free(a) != ADSM_OK || adsm_free(b) != ADSM_OK || adsm_free(c) != ADSM_OK) {
+        die("adsm_free");
+    }
+    t[P_COUNT] = bench_now_s();
+    double want = (double)(n / 1024) * (1024.0 * 1025.0 / 2); /* sum of (i & 1023) + 1 */
+    for (size_t i = n - n % 1024; i < n; i++) want += (double)(i & 1023) + 1;
+    if (sum != want) {
+        fprintf(stderr, "placement: WRONG RESULT in %s/%s: sum %.17g, expected %.17g\n", v->name, v->where.name, sum, want);
+        exit(2);
+    }
+}
+
+static void usage(const char *argv0) {
+    fprintf(stderr, "usage: %s [--runs N (1-%d)] [--elements N]\n", argv0, MAX_RUNS);
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    int runs = 5;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--elements") && i + 1 < argc) n_elems = strtoull(argv[++i], NULL, 10);
+        else usage(argv[0]);
+    }
+    if (runs < 1 || runs > MAX_RUNS || n_elems < 1) usage(argv[0]);
+
+    /* which placements the default backend offers: ask it */
+    if (adsm_init(NULL) != ADSM_OK) die("adsm_init");
+    char backend[32];
+    snprintf(backend, sizeof backend, "%s", adsm_backend_name());
+    adsm_shutdown();
+    int on_cuda = !strcmp(backend, "cuda");
+    const placement *where = on_cuda ? cuda_placements : &only_placement;
+    int nwhere = on_cuda ? 3 : 1;
+
+    static variant v[7];
+    int nv = 0;
+    v[nv++] = (variant){.name = "explicit", .explicit_copies = 1, .protocol = ADSM_PROTOCOL_LAZY, .where = only_placement};
+    for (int w = 0; w < nwhere; w++) {
+        v[nv++] = (variant){.name = "lazy", .protocol = ADSM_PROTOCOL_LAZY, .where = where[w]};
+        v[nv++] = (variant){.name = "rolling", .protocol = ADSM_PROTOCOL_ROLLING, .where = where[w]};
+    }
+    for (int r = 0; r < runs; r++) {
+        fprintf(stderr, "placement: round %d of %d\n", r + 1, runs);
+        for (int k = 0; k < nv; k++) {
+            variant *x = &v[(k + r) % nv]; /* a different variant first each round */
+            double t[P_COUNT + 1];
+            start(x);
+            run_once(x, t);
+            adsm_shutdown();
+            for (int p = 0; p < P_COUNT; p++) x->ms[p][r] = (t[p + 1] - t[p]) * 1e3;
+            x->total[r] = (t[P_COUNT] - t[0]) * 1e3;
+        }
+    }
+    unsetenv("ADSM_CUDA_DMA_VIEW");
+    unsetenv("ADSM_CUDA_SAME_ADDRESS");
+
+    printf("## placement: vecadd's phases by where the objects' host pages live (backend %s, %zu floats per "
+           "vector, 2 MiB blocks, median of %d runs)\n\n",
+           backend, n_elems, runs);
+    printf("ms per phase; total = alloc to free; x expl = total over the explicit program's.\n\n");
+    printf("| variant | placement |");
+    for (int p = 0; p < P_COUNT; p++) printf(" %s ms |", phase_name[p]);
+    printf(" total ms | x expl |\n| --- | --- |");
+    for (int p = 0; p <= P_COUNT + 1; p++) printf(" ---: |");
+    printf("\n");
+    double base = bench_median_of(v[0].total, runs);
+    for (int k = 0; k < nv; k++) {
+        printf("| %s | %s |", v[k].name, k == 0 ? "-" : v[k].where.name);
+        for (int p = 0; p < P_COUNT; p++) printf(" %.1f |", bench_median_of(v[k].ms[p], runs));
+        double total = bench_median_of(v[k].total, runs);
+        printf(" %.1f | %.2f |\n", total, total / base);
+    }
+    return 0;
+}
