@@ -164,11 +164,13 @@ ADSM__PRIVATE void adsm__prefault(void *p, size_t n, size_t page) {
  * copies are DMA straight between them and device memory: at their addresses, or through the
  * host alias where the shared half has one (reservation.h). The driver pins pages for writing,
  * so the range is made writable first (the protocol protects it right after, in on_alloc);
- * pinned pages stay pinned whatever their protection later, and DMA ignores the protection. */
+ * pinned pages stay pinned whatever their protection later, and DMA ignores the protection.
+ * Through the alias, the program's view is then mapped onto the pages the locking allocated. */
 ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     if (!rt->be->host_lock || !rt->be->moves_data) return;
     if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
     o->locked = rt->be->host_lock(rt->be_ctx, adsm__host_dma(rt, o->host), o->span);
+    if (o->locked) adsm__host_alias_map_ahead(rt, o->host, o->span);
 }
 
 /* The bookkeeping of a new object (tens of MiB for a large one with small blocks), touched

@@ -46,8 +46,9 @@
  * /proc/self/mem). A registration may not overlap a reserved device range (the unified address
  * space has the range already) or another registration, and its pages must be mapped read-write
  * when it is made: the driver pins them for writing (pin_user_pages with FOLL_WRITE), which the
- * kernel refuses on a PROT_NONE or read-only mapping (here CUDA_ERROR_INVALID_VALUE); pinned
- * pages stay pinned whatever their protection later. Copies from or to pageable memory are
+ * kernel refuses on a PROT_NONE or read-only mapping (here CUDA_ERROR_INVALID_VALUE), and which
+ * allocates every page of the range (here too); pinned pages stay pinned whatever their
+ * protection later. Copies from or to pageable memory are
  * synchronous and go through a private buffer, as the real driver stages them.
  *
  * Thread contexts: every cu* function and cudadouble_* function runs on the calling application
@@ -1163,6 +1164,18 @@ static bool host_range_writable(uintptr_t a, size_t n) {
 /* Page-locks the caller's [ptr, ptr + bytes): page-aligned is not required (the real driver
  * rounds), but it must not overlap a reserved device range or another pinned range, and its
  * pages must be mapped read-write. */
+/* Allocates and maps every page of [p, p + n) for writing (the range is mapped read-write:
+ * checked before). MADV_POPULATE_WRITE where the kernel has it (5.14), else a write of what each
+ * page already holds, which no other thread can be racing on: nothing uses a range being pinned. */
+static void populate_for_writing(void *p, size_t n) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+    if (madvise(p, n, MADV_POPULATE_WRITE) == 0) return;
+    long page = sysconf(_SC_PAGESIZE);
+    for (volatile unsigned char *b = (volatile unsigned char *)p; b < (unsigned char *)p + n; b += page) *b = *b;
+}
+
 CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
     lock();
     struct adsm__cu_ctx_st *ctx = NULL;
@@ -1192,6 +1205,9 @@ CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
         }
     }
     unlock();
+    /* pinning faults the pages in for writing, as pin_user_pages with FOLL_WRITE does: a range
+     * of a file's pages (adsm's host alias) is allocated here, not at the program's first touch */
+    if (!r) populate_for_writing(ptr, bytes);
     if (!r && g.register_us_per_mib) { /* pinning takes time in proportion, outside the driver's lock */
         __atomic_add_fetch(&g.counters.registers_in_flight, 1, __ATOMIC_RELAXED);
         /* in 1 ms steps, so that a test can end the pinning early (cudadouble_release_registers) */
