@@ -81,6 +81,12 @@ ADSM__PRIVATE void adsm__cuda_alias_host(adsm__cuda *c, adsm__runtime *rt) {
     adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: objects' host pages are shared memory with a second view at "
               "%p, page-locked there for DMA (ADSM_CUDA_DMA_VIEW=0 stages every copy instead)",
               (void *)rt->host_alias);
+    /* measured on the first GPU (docs/design.md section 1): the alias's cost is per object made */
+    if (adsm__shmem_gets_huge_pages() == 0)
+        adsm__log(ADSM_LOG_INFO, "cuda: shared memory gets no huge pages here (transparent_hugepage/shmem_enabled): "
+                  "making an object and first writing it cost about 1 ms per MiB; a program that allocates for "
+                  "one use runs faster with ADSM_CUDA_DMA_VIEW=0, or ADSM_CUDA_SAME_ADDRESS=0 where kernels follow "
+                  "no pointers stored in objects (README, \"Choosing a placement on cuda\")");
 }
 
 /* Normal context, runtime lock not held (object_life.h). Page-locks an object's host pages (or

@@ -172,6 +172,35 @@ ADSM__PRIVATE int adsm__alias_shared_half(adsm__runtime *rt) {
     return 0;
 }
 
+/* Whether a transparent-huge-page setting as sysfs shows it ("always within_size advise [never]
+ * deny force": the choice in brackets) gives huge pages to memory adsm advises (MADV_HUGEPAGE):
+ * 1 for always, within_size, advise (madvise in the anonymous memory's file) and force, 0 for
+ * never and deny, -1 when unreadable. */
+ADSM__PRIVATE int adsm__thp_setting_gives_huge_pages(const char *setting) {
+    const char *open = setting ? strchr(setting, '[') : NULL, *close = open ? strchr(open, ']') : NULL;
+    if (!close) return -1;
+    static const char *const huge[] = {"always", "within_size", "advise", "madvise", "force"},
+                             *const none[] = {"never", "deny"};
+    size_t len = (size_t)(close - open - 1);
+    for (size_t i = 0; i < sizeof huge / sizeof *huge; i++)
+        if (strlen(huge[i]) == len && !strncmp(open + 1, huge[i], len)) return 1;
+    for (size_t i = 0; i < sizeof none / sizeof *none; i++)
+        if (strlen(none[i]) == len && !strncmp(open + 1, none[i], len)) return 0;
+    return -1;
+}
+
+/* Normal context: whether shared memory (the host alias's) gets huge pages on this system; as
+ * above. */
+ADSM__PRIVATE int adsm__shmem_gets_huge_pages(void) {
+    char text[128] = {0};
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "re");
+    if (!f) return -1;
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[got] = 0;
+    return adsm__thp_setting_gives_huge_pages(text);
+}
+
 /* Any context: where the backends' copies reach the host bytes at `host`: through the alias for
  * the shared half where there is one, else at `host` itself. */
 ADSM__PRIVATE uintptr_t adsm__host_dma(const adsm__runtime *rt, uintptr_t host) {

@@ -1167,6 +1167,30 @@ Test(cuda_double, a_freed_object_gives_its_alias_pages_back) {
     adsm_shutdown();
 }
 
+/* The setting sysfs shows for transparent huge pages (the choice in brackets) read as the kernel
+ * means it: the hint adsm logs about the host alias's cost rests on it. */
+typedef struct thp_setting {
+    char text[64]; /* held in the parameter itself: the test runs in a fresh process */
+    int huge;
+} thp_setting;
+
+ParameterizedTestParameters(cuda_double, thp_settings_read_as_the_kernel_means_them) {
+    static thp_setting settings[] = {
+        {"always within_size advise [never] deny force\n", 0}, {"always within_size [advise] never deny force", 1},
+        {"[always] within_size advise never deny force\n", 1}, {"always [within_size] advise never deny force", 1},
+        {"always within_size advise never [deny] force", 0},   {"always within_size advise never deny [force]", 1},
+        {"always madvise [never]\n", 0},                        {"[always] madvise never", 1},
+        {"always [madvise] never", 1}, /* the anonymous memory's file says madvise */
+        {"", -1},                                               {"never", -1},
+        {"[nev", -1},
+    };
+    return cr_make_param_array(thp_setting, settings, sizeof settings / sizeof *settings);
+}
+
+ParameterizedTest(thp_setting *t, cuda_double, thp_settings_read_as_the_kernel_means_them) {
+    cr_assert_eq(adsm__thp_setting_gives_huge_pages(t->text), t->huge, "\"%s\"", t->text);
+}
+
 /* Pages of [p, p + n) the process's page table maps (/proc/self/pagemap: bit 63, present). */
 static size_t mapped_pages(uintptr_t p, size_t n) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), count = 0;
