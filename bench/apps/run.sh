@@ -10,21 +10,25 @@
 #   bench/apps/run.sh            quick sizes, 3 rounds: a few minutes on 2 cores
 #   bench/apps/run.sh --full     Parboil-like sizes, 5 rounds
 #   bench/apps/run.sh --runs N   N rounds
+#   bench/apps/run.sh --sweep-runs N   N rounds of the tpacf sweep (default: as many as --runs)
 #
 # Builds with Bazel (-c opt) when it is there, else with cc. Plots need gnuplot (.ci/setup).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mode=--quick
 runs=3
+sweep_runs=
 while (($#)); do
     case "$1" in
     --quick) mode=--quick ;;
     --full) mode=--full; runs=5 ;;
     --runs) runs=$2; shift ;;
-    *) echo "usage: $0 [--quick|--full] [--runs N]" >&2; exit 2 ;;
+    --sweep-runs) sweep_runs=$2; shift ;;
+    *) echo "usage: $0 [--quick|--full] [--runs N] [--sweep-runs N]" >&2; exit 2 ;;
     esac
     shift
 done
+sweep_runs=${sweep_runs:-$runs}
 out=${ADSM_BENCH_OUT:-bench/results}/apps
 mkdir -p "$out"
 size=()
@@ -93,7 +97,7 @@ sweep=$out/tpacf_sweep.csv
 echo "$header" >"$sweep"
 if [[ " ${apps[*]} " == *" tpacf "* ]]; then
     echo "== tpacf across block sizes and rolling sizes (Figure 12)" >&2
-    for ((r = 1; r <= runs; r++)); do
+    for ((r = 1; r <= sweep_runs; r++)); do
         echo "$r,$("$bin/app_tpacf_explicit" "${size[@]}")" >>"$sweep"
         for bs in 128K 256K 512K 1M 2M 4M 8M 16M 32M; do
             for rs in 2 4 8; do
