@@ -115,7 +115,7 @@ static const adsm_param_desc short_pointer_params[2] = {{"out", ADSM_ACCESS_OUT,
 /* offset + size wraps around to 7 */
 static const adsm_param_desc wrapping_params[2] = {{"out", ADSM_ACCESS_IN, SIZE_MAX, 8}, N_PARAM};
 
-#define DESC(name, nparams, params, entry) {name, nparams, sizeof(fill_args), params, entry, body_marker}
+#define DESC(name, nparams, params, entry) {name, nparams, sizeof(fill_args), params, entry, body_marker, NULL, NULL}
 
 static const adsm_kernel_desc good_desc = DESC("hand_fill", 2, good_params, fill_entry);
 

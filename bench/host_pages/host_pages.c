@@ -15,7 +15,9 @@
  *
  *   gcc -std=c11 -O2 -I. bench/host_pages/host_pages.c -ldl -o /tmp/bh && /tmp/bh [--mib N] [--runs N]
  * Main thread only. */
+#ifndef _GNU_SOURCE /* memfd_create; the build may define it already */
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
