@@ -6,8 +6,9 @@
  * the arenas hand out addresses in each. Normal thread context only, during adsm_init and
  * adsm_shutdown (initialisation mutex held): it maps, unmaps and allocates; except
  * adsm__host_dma and adsm__in_host_alias, arithmetic any context may call (the fault handler's
- * fetches do), adsm__host_alias_map_ahead (a new object) and adsm__host_pages_release (a free). Backends may call adsm__move_reservation
- * and adsm__alias_shared_half from their init; nothing here calls a backend. */
+ * fetches do), adsm__host_alias_map_ahead (a new object) and adsm__host_pages_release (a free).
+ * Backends may call adsm__move_reservation and adsm__alias_shared_half from their init; nothing
+ * here calls a backend. */
 #ifndef ADSM__RESERVATION_INCLUDED
 #define ADSM__RESERVATION_INCLUDED
 
@@ -177,15 +178,16 @@ ADSM__PRIVATE int adsm__alias_shared_half(adsm__runtime *rt) {
  * 1 for always, within_size, advise (madvise in the anonymous memory's file) and force, 0 for
  * never and deny, -1 when unreadable. */
 ADSM__PRIVATE int adsm__thp_setting_gives_huge_pages(const char *setting) {
+    static const struct {
+        const char *word;
+        int huge;
+    } choices[] = {{"always", 1}, {"within_size", 1}, {"advise", 1}, {"madvise", 1}, {"force", 1},
+                   {"never", 0},  {"deny", 0}};
     const char *open = setting ? strchr(setting, '[') : NULL, *close = open ? strchr(open, ']') : NULL;
     if (!close) return -1;
-    static const char *const huge[] = {"always", "within_size", "advise", "madvise", "force"},
-                             *const none[] = {"never", "deny"};
     size_t len = (size_t)(close - open - 1);
-    for (size_t i = 0; i < sizeof huge / sizeof *huge; i++)
-        if (strlen(huge[i]) == len && !strncmp(open + 1, huge[i], len)) return 1;
-    for (size_t i = 0; i < sizeof none / sizeof *none; i++)
-        if (strlen(none[i]) == len && !strncmp(open + 1, none[i], len)) return 0;
+    for (size_t i = 0; i < sizeof choices / sizeof *choices; i++)
+        if (strlen(choices[i].word) == len && !strncmp(open + 1, choices[i].word, len)) return choices[i].huge;
     return -1;
 }
 
@@ -223,10 +225,9 @@ ADSM__PRIVATE int adsm__in_host_alias(const adsm__runtime *rt, uintptr_t a, size
  * about 0.5 ms per MiB on the first GPU machine measured, against 0.16 ms per MiB populated in
  * bulk, and the view's protection changes keep the mappings, so later writes do not fault
  * again (docs/design.md section 1, "Where objects' host pages live on cuda"). Anonymous pages
- * (no alias) get huge pages instead and need nothing. 1 if the view was populated. */
-ADSM__PRIVATE int adsm__host_alias_map_ahead(const adsm__runtime *rt, uintptr_t host, size_t n) {
-    if (adsm__host_dma(rt, host) == host) return 0;
-    return madvise((void *)host, n, MADV_POPULATE_READ) == 0;
+ * (no alias) get huge pages instead and need nothing. A refusal only leaves the faults. */
+ADSM__PRIVATE void adsm__host_alias_map_ahead(const adsm__runtime *rt, uintptr_t host, size_t n) {
+    if (adsm__host_dma(rt, host) != host) madvise((void *)host, n, MADV_POPULATE_READ);
 }
 
 /* Normal context (a free): gives back the host pages of [host, host + n), so the next object

@@ -136,6 +136,16 @@ say "NVRTC: $nvrtc_note"
 say "driver: $driver_note"
 say '```'
 
+# The switches that select a placement on cuda (alias, the default; staged; translated), set in
+# view and same for ADSM_CUDA_DMA_VIEW and ADSM_CUDA_SAME_ADDRESS.
+placement_switches() {
+    view=1 same=1
+    case $1 in
+    staged) view=0 ;;
+    translated) same=0 ;;
+    esac
+}
+
 # Runs a test binary with the kit's libraries where the loader finds them.
 run_test() { LD_LIBRARY_PATH=$test_libs${LD_LIBRARY_PATH:+${test_libs:+:}$LD_LIBRARY_PATH} "$@"; }
 
@@ -188,10 +198,11 @@ if echo '#include <criterion/criterion.h>' | "$CC" -E -x c - > /dev/null 2>&1; t
         # the copy tests in every placement: the host alias (default), staged copies, and
         # translated addresses (the driver page-locks the objects' own pages)
         for placement in alias $([[ $t == test_copy ]] && echo staged translated); do
-            vlog=$log name=$t view=1 same=1
+            placement_switches "$placement"
+            vlog=$log name=$t
             case $placement in
-            staged) vlog=$out/gpu_${t}_staged.log name="$t (ADSM_CUDA_DMA_VIEW=0: staged)" view=0 ;;
-            translated) vlog=$out/gpu_${t}_translated.log name="$t (ADSM_CUDA_SAME_ADDRESS=0: translated)" same=0 ;;
+            staged) vlog=$out/gpu_${t}_staged.log name="$t (ADSM_CUDA_DMA_VIEW=0: staged)" ;;
+            translated) vlog=$out/gpu_${t}_translated.log name="$t (ADSM_CUDA_SAME_ADDRESS=0: translated)" ;;
             esac
             ADSM_CUDA_DMA_VIEW=$view ADSM_CUDA_SAME_ADDRESS=$same run_test timeout 180 "$bin/$t" --jobs 1 > "$vlog" 2>&1
             rc=$?
@@ -233,9 +244,7 @@ for run in "host_pages - --runs 3" "placement - --runs 5" "transfer alias --quic
     "transfer translated --quick"; do
     read -r b placement args <<< "$run"
     [[ -x $bin/bench_$b ]] || continue
-    view=1 same=1
-    [[ $placement == staged ]] && view=0
-    [[ $placement == translated ]] && same=0
+    placement_switches "$placement"
     log=$out/gpu_${b}_$placement.md
     ADSM_CUDA_DMA_VIEW=$view ADSM_CUDA_SAME_ADDRESS=$same ADSM_LOG=warn timeout 120 "$bin/bench_$b" $args > "$log" 2>&1
     rc=$?

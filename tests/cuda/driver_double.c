@@ -1161,21 +1161,25 @@ static bool host_range_writable(uintptr_t a, size_t n) {
     return at >= end;
 }
 
-/* Page-locks the caller's [ptr, ptr + bytes): page-aligned is not required (the real driver
- * rounds), but it must not overlap a reserved device range or another pinned range, and its
- * pages must be mapped read-write. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
 /* Allocates and maps every page of [p, p + n) for writing (the range is mapped read-write:
  * checked before). MADV_POPULATE_WRITE where the kernel has it (5.14), else a write of what each
  * page already holds, which no other thread can be racing on: nothing uses a range being pinned. */
 static void populate_for_writing(void *p, size_t n) {
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
     if (madvise(p, n, MADV_POPULATE_WRITE) == 0) return;
-    long page = sysconf(_SC_PAGESIZE);
-    for (volatile unsigned char *b = (volatile unsigned char *)p; b < (unsigned char *)p + n; b += page) *b = *b;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), end = (uintptr_t)p + n;
+    for (uintptr_t a = (uintptr_t)p & ~(page - 1); a < end; a += page) { /* every page, an unaligned range's too */
+        volatile unsigned char *b = (volatile unsigned char *)(a < (uintptr_t)p ? (uintptr_t)p : a);
+        *b = *b;
+    }
 }
 
+/* Page-locks the caller's [ptr, ptr + bytes): page-aligned is not required (the real driver
+ * rounds), but it must not overlap a reserved device range or another pinned range, and its
+ * pages must be mapped read-write. */
 CUresult cuMemHostRegister(void *ptr, size_t bytes, unsigned int flags) {
     lock();
     struct adsm__cu_ctx_st *ctx = NULL;
