@@ -120,10 +120,13 @@
                           at most 8                                    (one GPU: ADSM_DEVICE)
        ADSM_CUDA_STAGING  bytes per pinned staging buffer (2 per direction), 64K..1G  (8M)
        ADSM_CUDA_SAME_ADDRESS  1: device addresses equal host addresses where the driver allows,
-                          0: always translate (diagnostic)              (1)
+                          0: always translate (the fastest placement measured, for programs
+                          whose kernels follow no pointers stored in objects)  (1)
        ADSM_CUDA_DMA_VIEW 1: under shared addresses, objects' host pages are shared memory with a
-                          second view the driver page-locks (DMA, no CPU copy); 0: anonymous
+                          second view the driver page-locks (DMA, no CPU copy; without shmem
+                          huge pages, about 1 ms per MiB to make and first write); 0: anonymous
                           huge pages, copies through pinned staging     (1)
+                          (README, "Choosing a placement on cuda")
        ADSM_CUDA_DRIVER   driver library to load                       (libcuda.so.1, then libcuda.so)
        ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so.N for the driver's
                           major N down to 12, then libnvrtc.so if not newer than the driver)
