@@ -15,7 +15,7 @@
 #include "tests/protocol_common.h"
 
 /* a protocol bug may loop on a fault forever: fail instead of hanging */
-TestSuite(batch, .timeout = 20);
+TestSuite(batch, .timeout = 120);
 
 #include <pthread.h>
 #include <unistd.h>

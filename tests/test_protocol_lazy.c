@@ -13,7 +13,7 @@
 #include "tests/protocol_common.h"
 
 /* a protocol bug may loop on a fault forever: fail instead of hanging */
-TestSuite(lazy, .timeout = 20);
+TestSuite(lazy, .timeout = 120);
 
 /* 200000 bytes: not a multiple of the page or of any block size, so copies must be clamped. */
 #define N ((size_t)50000)

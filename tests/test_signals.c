@@ -49,7 +49,7 @@ static void alarm_handler(int sig) {
     handled = 1;
 }
 
-Test(signals, handler_touching_shared_memory_outside_adsm, .timeout = 20) {
+Test(signals, handler_touching_shared_memory_outside_adsm, .timeout = 120) {
     init();
     shared = adsm_alloc(N * sizeof(int));
     cr_assert_eq(ADSM_CALL(fill, adsm_grid_1d(N / 64, 64), shared, 10, (size_t)N), ADSM_OK);
@@ -218,7 +218,7 @@ static int *filled_invalid_object(void) {
     return p;
 }
 
-Test(signals, thread_created_with_every_signal_blocked_touches_shared_memory, .timeout = 20) {
+Test(signals, thread_created_with_every_signal_blocked_touches_shared_memory, .timeout = 120) {
     init();
     int *p = filled_invalid_object();
     sigset_t all, before;
@@ -234,7 +234,7 @@ Test(signals, thread_created_with_every_signal_blocked_touches_shared_memory, .t
     adsm_shutdown();
 }
 
-Test(signals, thread_blocking_every_signal_with_sigprocmask_touches_shared_memory, .timeout = 20) {
+Test(signals, thread_blocking_every_signal_with_sigprocmask_touches_shared_memory, .timeout = 120) {
     init();
     int *p = filled_invalid_object();
     pthread_t t;
@@ -247,7 +247,7 @@ Test(signals, thread_blocking_every_signal_with_sigprocmask_touches_shared_memor
 }
 
 /* A handler installed with every signal in its mask may still touch shared memory. */
-Test(signals, handler_with_full_mask_touching_shared_memory, .timeout = 20) {
+Test(signals, handler_with_full_mask_touching_shared_memory, .timeout = 120) {
     init();
     shared = filled_invalid_object();
     struct sigaction sa;
@@ -277,10 +277,10 @@ static void touch_device_buffer(void) {
     ((volatile int *)d)[0] = 1;
 }
 
-Test(signals, touch_after_free_says_why_before_dying, .timeout = 20) {
+Test(signals, touch_after_free_says_why_before_dying, .timeout = 120) {
     expect_death_message(touch_after_free, "no live object holds");
 }
 
-Test(signals, touch_of_a_device_buffer_says_why_before_dying, .timeout = 20) {
+Test(signals, touch_of_a_device_buffer_says_why_before_dying, .timeout = 120) {
     expect_death_message(touch_device_buffer, "adsm_dev_alloc");
 }
