@@ -67,6 +67,26 @@ ADSM__PRIVATE void adsm__cuda_note_lock_refusal(adsm__cuda *c, int object, size_
     }
 }
 
+/* Initialisation: what pages the alias got (reservation.h), and what 4 KiB pages cost where the
+ * kernel refused huge ones (measured on the first GPU, docs/design.md section 1). */
+ADSM__PRIVATE void adsm__cuda_say_alias_pages(const adsm__runtime *rt) {
+    if (rt->alias_pages == ADSM__ALIAS_HUGE_BY_SETTING)
+        adsm__log(ADSM_LOG_INFO, "cuda: the host alias has 2 MiB pages (transparent_hugepage/shmem_enabled)");
+    else if (rt->alias_pages == ADSM__ALIAS_HUGE_BY_COLLAPSE)
+        adsm__log(ADSM_LOG_INFO, "cuda: shared memory gets huge pages only on request here: each object's host "
+                  "alias is collapsed into 2 MiB pages (MADV_COLLAPSE) before it is page-locked");
+    else if (rt->alias_pages == ADSM__ALIAS_SMALL_FOR_BLOCKS)
+        adsm__log(ADSM_LOG_INFO, "cuda: the host alias has 4 KiB pages: with blocks under 2 MiB, protecting a block "
+                  "inside a 2 MiB page would unmap all of it, and every 4 KiB page would fault in again");
+    else
+        adsm__log(ADSM_LOG_INFO, "cuda: the host alias has 4 KiB pages (%s): making an object and first writing it "
+                  "cost about 1 ms per MiB; a program that allocates for one use runs faster with "
+                  "ADSM_CUDA_DMA_VIEW=0, or ADSM_CUDA_SAME_ADDRESS=0 where kernels follow no pointers stored in "
+                  "objects (README, \"Choosing a placement on cuda\")",
+                  rt->cfg.cuda_alias_collapse ? (rt->alias_refusal ? strerror(rt->alias_refusal) : "refused")
+                                              : "ADSM_CUDA_ALIAS_COLLAPSE=0");
+}
+
 /* Initialisation, first GPU under shared addresses: the objects' host pages are its device address
  * space (its range sits at their addresses, or the host reservation moved onto it), so they are
  * given a second view, the host alias (reservation.h), which the driver can page-lock and DMA
@@ -81,12 +101,7 @@ ADSM__PRIVATE void adsm__cuda_alias_host(adsm__cuda *c, adsm__runtime *rt) {
     adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: objects' host pages are shared memory with a second view at "
               "%p, page-locked there for DMA (ADSM_CUDA_DMA_VIEW=0 stages every copy instead)",
               (void *)rt->host_alias);
-    /* measured on the first GPU (docs/design.md section 1): the alias's cost is per object made */
-    if (adsm__shmem_gets_huge_pages() == 0)
-        adsm__log(ADSM_LOG_INFO, "cuda: shared memory gets no huge pages here (transparent_hugepage/shmem_enabled): "
-                  "making an object and first writing it cost about 1 ms per MiB; a program that allocates for "
-                  "one use runs faster with ADSM_CUDA_DMA_VIEW=0, or ADSM_CUDA_SAME_ADDRESS=0 where kernels follow "
-                  "no pointers stored in objects (README, \"Choosing a placement on cuda\")");
+    adsm__cuda_say_alias_pages(rt);
 }
 
 /* Normal context, runtime lock not held (object_life.h). Page-locks an object's host pages (or

@@ -165,10 +165,12 @@ ADSM__PRIVATE void adsm__prefault(void *p, size_t n, size_t page) {
  * host alias where the shared half has one (reservation.h). The driver pins pages for writing,
  * so the range is made writable first (the protocol protects it right after, in on_alloc);
  * pinned pages stay pinned whatever their protection later, and DMA ignores the protection.
- * Through the alias, the program's view is then mapped onto the pages the locking allocated. */
+ * Through the alias, its pages are first made 2 MiB pages where the kernel grants them (pinned
+ * pages cannot be), and the program's view is then mapped onto the pages the locking allocated. */
 ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     if (!rt->be->host_lock || !rt->be->moves_data) return;
     if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
+    adsm__host_alias_huge_pages(rt, o->host, o->span);
     o->locked = rt->be->host_lock(rt->be_ctx, adsm__host_dma(rt, o->host), o->span);
     if (o->locked) adsm__host_alias_map_ahead(rt, o->host, o->span);
 }

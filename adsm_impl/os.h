@@ -146,16 +146,26 @@ ADSM__PRIVATE int adsm__future_mappings_locked(void) {
     return locked;
 }
 
-/* Maps n bytes of the shared file fd with protection prot, never locked: under
- * mlockall(MCL_FUTURE) every new mapping is locked and, where accessible, filled at once, which for
- * a view of all of the emulated device's memory would fill the host's RAM. There it is mapped
- * inaccessible first (nothing to fill), unlocked, then opened; elsewhere in one step (valgrind
- * takes minutes to open a range that large with mprotect). MAP_FAILED (errno set) when refused. */
+/* Maps n bytes of the shared file fd with protection prot at an address aligned to 2 MiB, never
+ * locked. Aligned, so that the file's huge pages (offsets aligned to 2 MiB) can be mapped whole
+ * (reservation.h collapses the host alias's). Never locked: under mlockall(MCL_FUTURE) every new
+ * mapping is locked and, where accessible, filled at once, which for a view of all of the
+ * emulated device's memory would fill the host's RAM. There it is mapped inaccessible first
+ * (nothing to fill), unlocked, then opened; elsewhere in one step (valgrind takes minutes to open
+ * a range that large with mprotect). MAP_FAILED (errno set) when refused. */
 ADSM__PRIVATE void *adsm__map_shared_unlocked(size_t n, int prot, int fd) {
-    if (!adsm__future_mappings_locked()) return mmap(NULL, n, prot, MAP_SHARED | MAP_NORESERVE, fd, 0);
-    void *p = mmap(NULL, n, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-    if (p == MAP_FAILED) return MAP_FAILED;
-    (void)munlock(p, n); /* a no-op unless the program locks its future mappings */
+    int locked = adsm__future_mappings_locked();
+    void *at = adsm__map_aligned(n, (size_t)2 << 20, PROT_NONE, MAP_NORESERVE);
+    if (at == MAP_FAILED) return MAP_FAILED;
+    void *p = mmap(at, n, locked ? PROT_NONE : prot, MAP_SHARED | MAP_NORESERVE | MAP_FIXED, fd, 0);
+    if (p == MAP_FAILED) {
+        int saved_errno = errno;
+        munmap(at, n);
+        errno = saved_errno;
+        return MAP_FAILED;
+    }
+    if (!locked) return p;
+    (void)munlock(p, n);
     if (mprotect(p, n, prot) == 0) return p;
     int saved_errno = errno;
     munmap(p, n);

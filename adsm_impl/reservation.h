@@ -129,6 +129,59 @@ ADSM__PRIVATE adsm_result adsm__replace_reservation(adsm__runtime *rt) {
     return adsm__rebase_arenas(rt, (uintptr_t)p);
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1; older kernels refuse it (EINVAL) */
+#endif
+
+enum { ADSM__ALIAS_SMALL, ADSM__ALIAS_SMALL_FOR_BLOCKS, ADSM__ALIAS_HUGE_BY_SETTING, ADSM__ALIAS_HUGE_BY_COLLAPSE };
+#define ADSM__HUGE_PAGE ((size_t)2 << 20)
+
+/* Normal context, a new object's alias range [at, at + n) before it is page-locked and published:
+ * gives every 2 MiB of it that lies whole inside the range one 2 MiB page, whatever shmem_enabled
+ * says (MADV_COLLAPSE is independent of it since Linux 6.1; only "deny" refuses). The kernel
+ * collapses only ranges with a resident page, so one byte per 2 MiB is written first (the object
+ * is new: its bytes are zero, and stay so). Before cuMemHostRegister, since pinned pages cannot be
+ * collapsed. EAGAIN (a page briefly busy) is worth another try; anything else leaves 4 KiB pages,
+ * which work the same, only slower. 0, or the errno of the refusal. */
+ADSM__PRIVATE int adsm__alias_collapse(uintptr_t at, size_t n) {
+    uintptr_t lo = ADSM__ALIGN_UP(at, ADSM__HUGE_PAGE), hi = ADSM__ALIGN_DOWN(at + n, ADSM__HUGE_PAGE);
+    if (hi <= lo) return 0;
+    for (uintptr_t a = lo; a < hi; a += ADSM__HUGE_PAGE) *(volatile unsigned char *)a = 0;
+    for (int tries = 0; tries < 3; tries++) {
+        if (madvise((void *)lo, hi - lo, MADV_COLLAPSE) == 0) return 0;
+        if (errno != EAGAIN) break;
+    }
+    return errno;
+}
+
+ADSM__PRIVATE int adsm__shmem_gets_huge_pages(void);
+
+/* Initialisation, the alias just made: which pages it will have. Where shmem_enabled gives huge
+ * pages to memory adsm advises, the alias has them already; else one collapse of the alias's first
+ * 2 MiB tells whether this kernel grants them on request (its page is then given back), and each
+ * new object's range is collapsed in turn (adsm__alias_collapse). Not with blocks under 2 MiB: a
+ * protection change inside a 2 MiB page of shared memory drops its whole mapping, and every 4 KiB
+ * page of it then faults in again (bench/fault_cost, kind D: 12-175 us per adsm fault at 64 KiB
+ * to 1 MiB blocks, against 6-17 on 4 KiB pages). ADSM_CUDA_ALIAS_COLLAPSE=0 keeps 4 KiB pages (to
+ * measure them, or where collapsing misbehaves). */
+ADSM__PRIVATE void adsm__alias_choose_pages(adsm__runtime *rt) {
+    rt->alias_pages = ADSM__ALIAS_SMALL;
+    rt->alias_refusal = 0;
+    if (adsm__shmem_gets_huge_pages() == 1) {
+        rt->alias_pages = ADSM__ALIAS_HUGE_BY_SETTING;
+        return;
+    }
+    if (!rt->cfg.cuda_alias_collapse) return;
+    if (rt->cfg.block_size < ADSM__HUGE_PAGE) {
+        rt->alias_pages = ADSM__ALIAS_SMALL_FOR_BLOCKS;
+        return;
+    }
+    rt->alias_refusal = adsm__alias_collapse(rt->host_alias, ADSM__HUGE_PAGE);
+    if (madvise((void *)rt->host_alias, ADSM__HUGE_PAGE, MADV_REMOVE) != 0)
+        memset((void *)rt->host_alias, 0, ADSM__HUGE_PAGE);
+    if (!rt->alias_refusal) rt->alias_pages = ADSM__ALIAS_HUGE_BY_COLLAPSE;
+}
+
 /* ---- the host alias -------------------------------------------------------------------------
  * Under shared addresses (cuda, placements 1 and 2) the objects' host pages are device address
  * space in the driver's unified map, so the driver must never be handed them as host pointers,
@@ -170,6 +223,7 @@ ADSM__PRIVATE int adsm__alias_shared_half(adsm__runtime *rt) {
     madvise(alias, rt->half, MADV_DONTFORK);
     madvise(view, rt->half, MADV_DONTFORK);
     rt->host_alias = (uintptr_t)alias;
+    adsm__alias_choose_pages(rt);
     return 0;
 }
 
@@ -218,6 +272,21 @@ ADSM__PRIVATE int adsm__in_host_alias(const adsm__runtime *rt, uintptr_t a, size
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels refuse it (EINVAL) and lose nothing */
 #endif
+
+/* Normal context, a new object before it is page-locked: its alias range in 2 MiB pages where
+ * adsm collapses them. A refusal after the probe succeeded (out of huge pages: ENOMEM, EBUSY)
+ * leaves this object 4 KiB pages; it is said once, at info. */
+ADSM__PRIVATE void adsm__host_alias_huge_pages(adsm__runtime *rt, uintptr_t host, size_t n) {
+    uintptr_t at = adsm__host_dma(rt, host);
+    if (at == host || rt->alias_pages != ADSM__ALIAS_HUGE_BY_COLLAPSE) return;
+    int refusal = adsm__alias_collapse(at, n), none = 0;
+    /* objects are made by several threads at once: the first refusal is the one said */
+    if (!refusal || !__atomic_compare_exchange_n(&rt->alias_refusal, &none, refusal, 0, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED))
+        return;
+    adsm__log(ADSM_LOG_INFO, "host alias: the kernel would not collapse a new object's %zu bytes into 2 MiB pages "
+              "(MADV_COLLAPSE: %s): it has 4 KiB pages, as may later ones (said once)", n, strerror(refusal));
+}
 
 /* Normal context, a new object before it is published: maps the program's view of an aliased
  * range onto the pages the alias already holds (page-locking allocated them), in one call.

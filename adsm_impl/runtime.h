@@ -58,6 +58,10 @@ typedef struct adsm__runtime {
     /* 0, or a second, always writable view of the shared half's host pages (one memfd mapped
      * twice): cuda under shared addresses page-locks and fills objects through it (reservation.h) */
     uintptr_t host_alias;
+    /* the alias's page size (reservation.h): ADSM__ALIAS_SMALL (4 KiB pages; alias_refusal says
+     * why, an errno), ADSM__ALIAS_HUGE_BY_SETTING (shmem_enabled gives huge pages) or
+     * ADSM__ALIAS_HUGE_BY_COLLAPSE (each new object's pages collapsed into 2 MiB pages) */
+    int alias_pages, alias_refusal;
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */
     size_t dev_granule; /* device memory comes in units this large (cuda's granule); 0: pages */

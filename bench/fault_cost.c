@@ -10,6 +10,8 @@
  *   A  anonymous private, 4 KiB pages (MADV_NOHUGEPAGE)
  *   B  anonymous private, 2 MiB aligned, MADV_HUGEPAGE (THP checked via smaps)
  *   C  memfd, MAP_SHARED
+ *   D  memfd, MAP_SHARED, 2 MiB aligned and collapsed into 2 MiB pages (MADV_COLLAPSE, whatever
+ *      shmem_enabled says): what adsm gives an object's host alias on cuda (reservation.h)
  *
  * Tests:
  *   1. tracked writes: 64 MiB region, populated, PROT_READ; one byte written
@@ -42,8 +44,12 @@
 #define HPAGE (2 * MiB)
 #define REPS 5
 
-enum kind { KIND_A, KIND_B, KIND_C, NKINDS };
-static const char *kind_name[NKINDS] = {"A anon 4K", "B anon THP", "C memfd shared"};
+enum kind { KIND_A, KIND_B, KIND_C, KIND_D, NKINDS };
+static const char *kind_name[NKINDS] = {"A anon 4K", "B anon THP", "C memfd shared", "D memfd collapsed"};
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
 
 /* ---------- helpers ---------- */
 
@@ -129,17 +135,29 @@ static void region_alloc(struct region *r, enum kind k, size_t len)
     memset(r, 0, sizeof *r);
     r->kind = k;
     r->fd = -1;
-    if (k == KIND_C) {
+    if (k == KIND_C || k == KIND_D) {
         r->fd = memfd_create("adsm-bench", MFD_CLOEXEC);
         if (r->fd < 0)
             die("memfd_create");
         if (ftruncate(r->fd, (off_t)len))
             die("ftruncate");
-        r->map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+        /* D: at a 2 MiB-aligned address (inside a larger reservation), as adsm maps its views */
+        r->maplen = len + (k == KIND_D ? HPAGE : 0);
+        r->map = mmap(NULL, r->maplen, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (r->map == MAP_FAILED)
+            die("mmap reservation");
+        uintptr_t b = (uintptr_t)r->map;
+        if (k == KIND_D)
+            b = (b + HPAGE - 1) & ~(uintptr_t)(HPAGE - 1);
+        r->base = mmap((void *)b, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, r->fd, 0);
+        if (r->base == MAP_FAILED)
             die("mmap memfd");
-        r->maplen = len;
-        r->base = r->map;
+        if (k == KIND_D) {
+            for (size_t off = 0; off < len; off += HPAGE)
+                r->base[off] = 0;
+            if (madvise(r->base, len, MADV_COLLAPSE))
+                die("MADV_COLLAPSE (Linux before 6.1, or shmem_enabled deny?)");
+        }
     } else {
         size_t extra = (k == KIND_B) ? HPAGE : 0;
         r->maplen = len + extra;
@@ -448,8 +466,8 @@ int main(void)
         printf("| %s | %ld | %ld | %ld | %ld | %d |\n", size_str(bsizes[i], sb), t->thp_pop,
                t->thp_prot, t->thp_written, t->thp_reprot, t->vmas_written);
     }
-    printf("\n(kind A AnonHugePages after populate: %ld kB; kind C ShmemPmdMapped: %ld kB)\n",
-           res12[KIND_A][0].thp_pop, res12[KIND_C][0].thp_pop);
+    printf("\n(kind A AnonHugePages after populate: %ld kB; kind C ShmemPmdMapped: %ld kB; kind D: %ld kB)\n",
+           res12[KIND_A][0].thp_pop, res12[KIND_C][0].thp_pop, res12[KIND_D][0].thp_pop);
 
     /* ---- test 3 ---- */
     g_memfd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
@@ -467,7 +485,7 @@ int main(void)
             if (have_pm)
                 test3((enum kind)k, fbs[i], F_PROCMEM, src, &pm);
             test3((enum kind)k, fbs[i], F_MPROT, src, &mp);
-            if (k == KIND_C) {
+            if (k == KIND_C || k == KIND_D) {
                 test3((enum kind)k, fbs[i], F_ALIAS, src, &al);
                 test3((enum kind)k, fbs[i], F_PWRITE_FD, src, &pf);
             }
@@ -479,7 +497,7 @@ int main(void)
                          pm.gbs > -1e8 ? strerror((int)-pm.gbs) : "short write");
             else
                 snprintf(c1, sizeof c1, "%.2f%s", pm.gbs, pm.verified ? "" : " (BAD DATA)");
-            if (k == KIND_C) {
+            if (k == KIND_C || k == KIND_D) {
                 snprintf(c2, sizeof c2, "%.2f%s", al.gbs, al.verified ? "" : " (BAD DATA)");
                 snprintf(c3, sizeof c3, "%.2f%s", pf.gbs, pf.verified ? "" : " (BAD DATA)");
             } else {

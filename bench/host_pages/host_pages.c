@@ -8,10 +8,18 @@
  *   shmem, cold        a memfd mapped twice (adsm's host alias under shared addresses): the driver
  *                      locks the second view, then the CPU writes through the first
  *   shmem, populated   the same, with both views populated first (MADV_POPULATE_WRITE)
- * Columns: populate ms (shmem, populated only: the lock view, then the program's view), register
- * ms (cuMemHostRegister), write ms (the CPU's first pass of writes through the program's view),
- * total. Needs a GPU and its driver (libcuda.so.1, or $ADSM_CUDA_DRIVER, loaded at run time); says
- * so and exits 1 without.
+ *   shmem, collapsed   what adsm does now: one byte per 2 MiB written through the lock view, which
+ *                      is then collapsed into 2 MiB pages (MADV_COLLAPSE, whatever shmem_enabled
+ *                      says), page-locked, and the program's view mapped onto it
+ *                      (MADV_POPULATE_READ)
+ * Both views of the memfd sit at 2 MiB-aligned addresses, as adsm's do. Columns: prepare ms (what
+ * comes before or after the locking: populating, or collapsing and mapping ahead), register ms
+ * (cuMemHostRegister), write ms (the CPU's first pass of writes through the program's view),
+ * total and its ratio to anonymous THP; protect us (one 2 MiB block of the program's view made
+ * read-only and writable again, as a protocol does, mean over the blocks); read ms (a CPU pass
+ * reading the lock view, the side a DMA reads). Needs a GPU and its driver (libcuda.so.1, or
+ * $ADSM_CUDA_DRIVER, loaded at run time: the driver test double, which page-locks as the driver
+ * does, makes it run anywhere); says so and exits 1 without.
  *
  *   gcc -std=c11 -O2 -I. bench/host_pages/host_pages.c -ldl -o /tmp/bh && /tmp/bh [--mib N] [--runs N]
  * Main thread only. */
@@ -28,8 +36,14 @@
 
 #include "bench/common.h"
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
 #endif
 #define MAX_RUNS 15
 #define HUGE ((size_t)2 << 20)
@@ -43,12 +57,17 @@ typedef int (*cu_unregister_fn)(void *);
 static cu_register_fn cu_register;
 static cu_unregister_fn cu_unregister;
 
-enum { K_ANON, K_SHMEM_COLD, K_SHMEM_POPULATED, K_COUNT };
-static const char *const kind_name[K_COUNT] = {"anonymous THP", "shmem, cold", "shmem, populated"};
+enum { K_ANON, K_SHMEM_COLD, K_SHMEM_POPULATED, K_SHMEM_COLLAPSED, K_COUNT };
+static const char *const kind_name[K_COUNT] = {"anonymous THP", "shmem, cold", "shmem, populated",
+                                               "shmem, collapsed"};
+
+enum { C_PREPARE, C_REGISTER, C_WRITE, C_TOTAL, C_PROTECT, C_READ, C_COUNT };
 
 typedef struct timing {
-    double populate, reg, write;
+    double prepare, reg, write, protect_us, read;
 } timing;
+
+static volatile unsigned long long read_sink;
 
 static void die(const char *what) {
     fprintf(stderr, "host_pages: %s\n", what);
@@ -74,40 +93,81 @@ static void open_driver(void) {
         die("no GPU context (cuInit, cuDevicePrimaryCtxRetain or cuCtxSetCurrent failed)");
 }
 
-static void locked_write(char *lock, char *program, size_t bytes, timing *t) {
+/* bytes of MAP_SHARED fd (or anonymous memory, fd < 0) at a 2 MiB-aligned address */
+static char *map_aligned(size_t bytes, int fd) {
+    char *raw = mmap(NULL, bytes + HUGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) die("mmap failed");
+    char *p = (char *)(((uintptr_t)raw + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+    int flags = MAP_FIXED | (fd < 0 ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_SHARED);
+    if (mmap(p, bytes, PROT_READ | PROT_WRITE, flags, fd, 0) == MAP_FAILED) die("mmap failed");
+    return p;
+}
+
+/* what a protocol does to a block: read-only, then writable again; us per 2 MiB block */
+static double protect_blocks(char *p, size_t bytes) {
+    double t0 = bench_now_s();
+    for (size_t off = 0; off + HUGE <= bytes; off += HUGE) {
+        mprotect(p + off, HUGE, PROT_READ);
+        mprotect(p + off, HUGE, PROT_READ | PROT_WRITE);
+    }
+    return (bench_now_s() - t0) * 1e6 / (double)(bytes / HUGE);
+}
+
+static double read_pass_ms(const char *p, size_t bytes) {
+    double t0 = bench_now_s();
+    unsigned long long sum = 0;
+    for (size_t off = 0; off < bytes; off += sizeof sum) sum += *(const unsigned long long *)(p + off);
+    read_sink = sum;
+    return (bench_now_s() - t0) * 1e3;
+}
+
+/* registers the lock view, runs `after` (mapping the program's view ahead), then the program's
+ * first writes, protection changes and a read of the lock view */
+static void locked_write(char *lock, char *program, size_t bytes, int map_ahead, timing *t) {
     double t0 = bench_now_s();
     if (cu_register(lock, bytes, 0)) die("cuMemHostRegister failed");
     double t1 = bench_now_s();
+    if (map_ahead) {
+        madvise(program, bytes, MADV_POPULATE_READ);
+        t->prepare += (bench_now_s() - t1) * 1e3;
+        t1 = bench_now_s();
+    }
     memset(program, 1, bytes);
     double t2 = bench_now_s();
-    cu_unregister(lock);
     t->reg = (t1 - t0) * 1e3, t->write = (t2 - t1) * 1e3;
+    t->protect_us = protect_blocks(program, bytes);
+    t->read = read_pass_ms(lock, bytes);
+    cu_unregister(lock);
+}
+
+/* one byte per 2 MiB, then MADV_COLLAPSE, as adsm's reservation.h does for a new object */
+static void collapse(char *lock, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += HUGE) lock[off] = 0;
+    int r = -1;
+    for (int tries = 0; tries < 3 && r != 0; tries++) r = madvise(lock, bytes, MADV_COLLAPSE);
+    if (r != 0) die("MADV_COLLAPSE refused (Linux before 6.1, or shmem_enabled deny?)");
 }
 
 static timing measure(int kind, size_t bytes) {
-    timing t = {0, 0, 0};
+    timing t = {0, 0, 0, 0, 0};
     if (kind == K_ANON) {
-        char *raw = mmap(NULL, bytes + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (raw == MAP_FAILED) die("mmap failed");
-        char *p = (char *)(((uintptr_t)raw + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+        char *p = map_aligned(bytes, -1);
         madvise(p, bytes, MADV_HUGEPAGE);
-        locked_write(p, p, bytes, &t);
-        munmap(raw, bytes + HUGE);
+        locked_write(p, p, bytes, 0, &t);
+        munmap(p, bytes);
         return t;
     }
     int fd = memfd_create("host_pages", MFD_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) die("memfd failed");
-    char *program = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    char *lock = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    char *program = map_aligned(bytes, fd), *lock = map_aligned(bytes, fd);
     close(fd);
-    if (program == MAP_FAILED || lock == MAP_FAILED) die("mmap failed");
-    if (kind == K_SHMEM_POPULATED) {
-        double t0 = bench_now_s();
-        if (madvise(lock, bytes, MADV_POPULATE_WRITE) || madvise(program, bytes, MADV_POPULATE_WRITE))
-            die("MADV_POPULATE_WRITE refused (Linux before 5.14?)");
-        t.populate = (bench_now_s() - t0) * 1e3;
-    }
-    locked_write(lock, program, bytes, &t);
+    double t0 = bench_now_s();
+    if (kind == K_SHMEM_POPULATED &&
+        (madvise(lock, bytes, MADV_POPULATE_WRITE) || madvise(program, bytes, MADV_POPULATE_WRITE)))
+        die("MADV_POPULATE_WRITE refused (Linux before 5.14?)");
+    if (kind == K_SHMEM_COLLAPSED) collapse(lock, bytes);
+    t.prepare = (bench_now_s() - t0) * 1e3;
+    locked_write(lock, program, bytes, kind == K_SHMEM_COLLAPSED, &t);
     munmap(program, bytes);
     munmap(lock, bytes);
     return t;
@@ -123,17 +183,25 @@ int main(int argc, char **argv) {
     }
     if (mib < 1 || runs < 1 || runs > MAX_RUNS) die("usage: host_pages [--mib N] [--runs N (1-15)]");
     open_driver();
-    double ms[K_COUNT][4][MAX_RUNS];
+    double ms[K_COUNT][C_COUNT][MAX_RUNS];
     for (int r = 0; r < runs; r++)
         for (int k = 0; k < K_COUNT; k++) {
             timing t = measure(k, mib << 20);
-            ms[k][0][r] = t.populate, ms[k][1][r] = t.reg, ms[k][2][r] = t.write;
-            ms[k][3][r] = t.populate + t.reg + t.write;
+            ms[k][C_PREPARE][r] = t.prepare, ms[k][C_REGISTER][r] = t.reg, ms[k][C_WRITE][r] = t.write;
+            ms[k][C_TOTAL][r] = t.prepare + t.reg + t.write;
+            ms[k][C_PROTECT][r] = t.protect_us, ms[k][C_READ][r] = t.read;
         }
-    printf("## host_pages: page-locking and first writes, %zu MiB, median of %d runs\n\n", mib, runs);
-    printf("| host memory | populate ms | register ms | write ms | total ms |\n| --- | ---: | ---: | ---: | ---: |\n");
+    double med[K_COUNT][C_COUNT];
     for (int k = 0; k < K_COUNT; k++)
-        printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", kind_name[k], bench_median_of(ms[k][0], runs),
-               bench_median_of(ms[k][1], runs), bench_median_of(ms[k][2], runs), bench_median_of(ms[k][3], runs));
+        for (int c = 0; c < C_COUNT; c++) med[k][c] = bench_median_of(ms[k][c], runs);
+    printf("## host_pages: page-locking and first writes, %zu MiB, median of %d runs\n\n", mib, runs);
+    printf("x anon: over anonymous THP's median, same column.\n\n");
+    printf("| host memory | prepare ms | register ms | write ms | total ms | x anon | protect us | x anon | read ms "
+           "| x anon |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int k = 0; k < K_COUNT; k++)
+        printf("| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n", kind_name[k], med[k][C_PREPARE],
+               med[k][C_REGISTER], med[k][C_WRITE], med[k][C_TOTAL], med[k][C_TOTAL] / med[K_ANON][C_TOTAL],
+               med[k][C_PROTECT], med[k][C_PROTECT] / med[K_ANON][C_PROTECT], med[k][C_READ],
+               med[k][C_READ] / med[K_ANON][C_READ]);
     return 0;
 }
