@@ -62,8 +62,16 @@ ADSM__PRIVATE void *adsm__alloc(size_t size, int safe, const char *fn) {
     return r == ADSM_OK ? (void *)o->host : NULL;
 }
 
-ADSM__PRIVATE void *adsm__alloc_unguarded(size_t size) { return adsm__alloc(size, 0, "adsm_alloc"); }
-ADSM__PRIVATE void *adsm__safe_alloc_unguarded(size_t size) { return adsm__alloc(size, 1, "adsm_safe_alloc"); }
+/* Making an object, a span of the trace (where its time goes: page-locking it, on cuda). */
+ADSM__PRIVATE void *adsm__alloc_traced(size_t size, int safe, const char *fn) {
+    uint64_t t0 = adsm__now_ns();
+    void *p = adsm__alloc(size, safe, fn);
+    adsm__trace(&adsm__rt.trace, ADSM__TR_ALLOC, t0, (uintptr_t)p, p ? size : 0);
+    return p;
+}
+
+ADSM__PRIVATE void *adsm__alloc_unguarded(size_t size) { return adsm__alloc_traced(size, 0, "adsm_alloc"); }
+ADSM__PRIVATE void *adsm__safe_alloc_unguarded(size_t size) { return adsm__alloc_traced(size, 1, "adsm_safe_alloc"); }
 
 ADSM__PRIVATE void *adsm__safe_unguarded(const void *host_ptr) {
     adsm__runtime *rt = &adsm__rt;
@@ -214,7 +222,15 @@ ADSM_API void *adsm_safe_alloc(size_t size) { ADSM__GUARDED(void *, adsm__safe_a
 
 ADSM_API void *adsm_safe(const void *host_ptr) { ADSM__GUARDED(void *, adsm__safe_unguarded(host_ptr)); }
 
-ADSM_API adsm_result adsm_free(void *ptr) { ADSM__GUARDED(adsm_result, adsm__free_unguarded(ptr)); }
+/* Freeing an object, a span of the trace (its size is not known once it is gone: bytes 0). */
+ADSM__PRIVATE adsm_result adsm__free_traced(void *ptr) {
+    uint64_t t0 = adsm__now_ns();
+    adsm_result r = adsm__free_unguarded(ptr);
+    if (ptr) adsm__trace(&adsm__rt.trace, ADSM__TR_FREE, t0, (uintptr_t)ptr, 0);
+    return r;
+}
+
+ADSM_API adsm_result adsm_free(void *ptr) { ADSM__GUARDED(adsm_result, adsm__free_traced(ptr)); }
 
 ADSM_API void *adsm_dev_alloc(size_t size) { ADSM__GUARDED(void *, adsm__dev_alloc_unguarded(0, size)); }
 

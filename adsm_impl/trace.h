@@ -2,7 +2,7 @@
  * format that Perfetto (ui.perfetto.dev) and chrome://tracing open.
  *
  * Events: CPU faults, fetches into host pages, copies to and from the device, evictions, kernel
- * runs on the device, I/O pieces, each with its address and bytes, one track per thread (the
+ * runs on the device, I/O pieces, making and freeing objects, each with its address and bytes, one track per thread (the
  * program's threads, the copy engine) and one for the device's kernels. Recording runs in any
  * context, the SIGSEGV handler included: one atomic add claims a slot in a buffer mapped at
  * initialisation, nothing allocates or locks; when the buffer is full, events are dropped and
@@ -22,12 +22,15 @@ enum {
     ADSM__TR_EVICT,  /* rolling decides to evict a unit (instant) */
     ADSM__TR_KERNEL, /* a kernel on the device, as the device timed it */
     ADSM__TR_IO,     /* one system call of adsm_read and friends */
+    ADSM__TR_ALLOC,  /* adsm_alloc / adsm_safe_alloc: making an object (its pages page-locked on cuda) */
+    ADSM__TR_FREE,   /* adsm_free: waiting for its users, its copies, and giving its memory back */
     ADSM__TR_NAME,   /* names the calling thread's track: addr is a string literal */
     ADSM__TR_KINDS
 };
 
 static const char *const adsm__trace_names[ADSM__TR_KINDS] = {
-    "fault (read)", "fault (write)", "fetch", "copy to device", "copy from device", "evict", "kernel", "I/O", ""};
+    "fault (read)", "fault (write)", "fetch", "copy to device", "copy from device", "evict", "kernel", "I/O",
+    "alloc", "free", ""};
 
 #define ADSM__TRACE_EVENTS ((size_t)1 << 20) /* 32 MiB of events; beyond that, dropped and counted */
 #define ADSM__TRACE_DEVICE_TID 999999        /* the device's kernels: a track of their own */

@@ -1,6 +1,6 @@
 /* tests/test_trace.c -- ADSM_TRACE / adsm_config.trace: the file written at adsm_shutdown holds
- * one event per fault the runtime resolved (read and write apart), one per kernel, copies whose
- * bytes add up to adsm_stats' counts, named tracks, and no dropped events; without a path no file
+ * one event per fault the runtime resolved (read and write apart), one per kernel, one per object
+ * made and freed, copies whose bytes add up to adsm_stats' counts, named tracks, and no dropped events; without a path no file
  * is written, and one that cannot be written is reported at shutdown. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
@@ -84,6 +84,10 @@ Test(trace, events_match_the_stats) {
     cr_assert_gt(s.evictions, 0);
     cr_assert_eq(sum_bytes(text, "copy to device"), s.h2d_bytes);
     cr_assert_eq(sum_bytes(text, "fetch"), s.d2h_bytes);
+    /* making and freeing the object are spans too, so a breakdown of the run adds up */
+    cr_assert_eq(count_events(text, "alloc"), 1);
+    cr_assert_eq(sum_bytes(text, "alloc"), n * sizeof *x);
+    cr_assert_eq(count_events(text, "free"), 1);
     cr_assert(strstr(text, "\"name\":\"emu copy engine\""), "the copy engine's track has no name");
     cr_assert(strstr(text, "\"name\":\"device: kernels\""));
     free(text);

@@ -145,7 +145,7 @@ set xtics rotate by -30
 set ylabel 'percent of wall time'
 set yrange [0:*]
 set title "Where rolling's time goes (from ADSM_TRACE; copies overlap the rest)"
-plot for [i=2:6] '$out/fig10.dat' using i:xtic(1) title columnheader
+plot for [i=2:7] '$out/fig10.dat' using i:xtic(1) title columnheader
 GP
 fi
 if [[ -f $out/fig12.dat ]]; then

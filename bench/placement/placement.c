@@ -13,6 +13,9 @@
  *   explicit     adsm_host_alloc + adsm_dev_alloc, copies by hand (the care adsm takes)
  *   lazy, rolling adsm_alloc objects, 2 MiB blocks, in each placement the backend offers:
  *                  alias       (cuda, the default) shared addresses; host pages are shared
+ *                              memory in 2 MiB pages where the kernel grants them (collapsed)
+ *                  alias 4K    (cuda, ADSM_CUDA_ALIAS_COLLAPSE=0) the same in 4 KiB pages (where
+ *                              shmem_enabled gives none): the alias before the collapse
  *                              memory with a second, page-locked view the copies use
  *                  staged      (cuda, ADSM_CUDA_DMA_VIEW=0) shared addresses; anonymous (huge)
  *                              pages, every copy through adsm's pinned staging
@@ -44,7 +47,8 @@ typedef struct placement {
     const char *name, *var, *value; /* the environment variable that selects it (NULL: none) */
 } placement;
 static const placement cuda_placements[] = {
-    {"alias", NULL, NULL}, {"staged", "ADSM_CUDA_DMA_VIEW", "0"}, {"translated", "ADSM_CUDA_SAME_ADDRESS", "0"}};
+    {"alias", NULL, NULL}, {"alias 4K", "ADSM_CUDA_ALIAS_COLLAPSE", "0"}, {"staged", "ADSM_CUDA_DMA_VIEW", "0"},
+    {"translated", "ADSM_CUDA_SAME_ADDRESS", "0"}};
 static const placement only_placement = {"default", NULL, NULL};
 
 typedef struct variant {
@@ -65,6 +69,7 @@ static void die(const char *what) {
 static void start(const variant *v) {
     unsetenv("ADSM_CUDA_DMA_VIEW");
     unsetenv("ADSM_CUDA_SAME_ADDRESS");
+    unsetenv("ADSM_CUDA_ALIAS_COLLAPSE");
     if (v->where.var) setenv(v->where.var, v->where.value, 1);
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -168,6 +173,7 @@ int main(int argc, char **argv) {
     }
     unsetenv("ADSM_CUDA_DMA_VIEW");
     unsetenv("ADSM_CUDA_SAME_ADDRESS");
+    unsetenv("ADSM_CUDA_ALIAS_COLLAPSE");
 
     printf("## placement: vecadd's phases by where the objects' host pages live (backend %s, %zu floats per "
            "vector, 2 MiB blocks, median of %d runs)\n\n",
