@@ -109,12 +109,28 @@ ADSM__PRIVATE adsm_result adsm__untracked_release(adsm__runtime *rt, adsm__objec
 ADSM__PRIVATE void adsm__untracked_free(adsm__runtime *rt, adsm__object *o) { (void)rt; (void)o; }
 
 static const adsm__protocol_vtbl adsm__protocol_batch = {
-    "batch", ADSM_PROTOCOL_BATCH, 1, 0, adsm__batch_access, adsm__batch_release, adsm__batch_acquire,
-    adsm__untracked_alloc, adsm__untracked_free};
+    .name = "batch",
+    .kind = ADSM_PROTOCOL_BATCH,
+    .whole_object = 1,
+    .eager = 0,
+    .on_access = adsm__batch_access,
+    .release = adsm__batch_release,
+    .acquire = adsm__batch_acquire,
+    .on_alloc = adsm__untracked_alloc,
+    .on_free = adsm__untracked_free,
+};
 
 /* Host backend: one memory, nothing to keep coherent. */
 static const adsm__protocol_vtbl adsm__protocol_untracked = {
-    "untracked", ADSM_PROTOCOL_DEFAULT, 1, 0, adsm__untracked_access, adsm__untracked_release,
-    adsm__tracked_acquire, adsm__untracked_alloc, adsm__untracked_free};
+    .name = "untracked",
+    .kind = ADSM_PROTOCOL_DEFAULT,
+    .whole_object = 1,
+    .eager = 0,
+    .on_access = adsm__untracked_access,
+    .release = adsm__untracked_release,
+    .acquire = adsm__tracked_acquire,
+    .on_alloc = adsm__untracked_alloc,
+    .on_free = adsm__untracked_free,
+};
 
 #endif /* ADSM__PROTOCOL_BATCH_INCLUDED */

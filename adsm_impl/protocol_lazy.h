@@ -11,7 +11,15 @@
 #include "protocol.h"
 
 static const adsm__protocol_vtbl adsm__protocol_lazy = {
-    "lazy", ADSM_PROTOCOL_LAZY, 1, 0, adsm__tracked_access, adsm__tracked_release, adsm__tracked_acquire,
-    adsm__tracked_alloc, adsm__tracked_free};
+    .name = "lazy",
+    .kind = ADSM_PROTOCOL_LAZY,
+    .whole_object = 1,
+    .eager = 0,
+    .on_access = adsm__tracked_access,
+    .release = adsm__tracked_release,
+    .acquire = adsm__tracked_acquire,
+    .on_alloc = adsm__tracked_alloc,
+    .on_free = adsm__tracked_free,
+};
 
 #endif /* ADSM__PROTOCOL_LAZY_INCLUDED */

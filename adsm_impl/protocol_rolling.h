@@ -16,7 +16,15 @@
 #include "protocol.h"
 
 static const adsm__protocol_vtbl adsm__protocol_rolling = {
-    "rolling", ADSM_PROTOCOL_ROLLING, 0, 1, adsm__tracked_access, adsm__tracked_release,
-    adsm__tracked_acquire, adsm__tracked_alloc, adsm__tracked_free};
+    .name = "rolling",
+    .kind = ADSM_PROTOCOL_ROLLING,
+    .whole_object = 0,
+    .eager = 1,
+    .on_access = adsm__tracked_access,
+    .release = adsm__tracked_release,
+    .acquire = adsm__tracked_acquire,
+    .on_alloc = adsm__tracked_alloc,
+    .on_free = adsm__tracked_free,
+};
 
 #endif /* ADSM__PROTOCOL_ROLLING_INCLUDED */
