@@ -29,9 +29,10 @@
 #include "protocol_vtbl.h"
 #include "directory.h"
 
-/* Tracking is off when the backend shares host memory (host) or the protocol is batch. */
+/* Tracking is off when the backend shares host memory (host), the protocol is batch, or objects
+ * are managed memory (um). */
 ADSM__PRIVATE int adsm__tracking(const adsm__runtime *rt) {
-    return rt->be->moves_data && rt->proto->kind != ADSM_PROTOCOL_BATCH;
+    return rt->be->moves_data && rt->proto->kind != ADSM_PROTOCOL_BATCH && !rt->proto->managed;
 }
 
 ADSM__PRIVATE void adsm__unit_of(const adsm__runtime *rt, const adsm__object *o, size_t block, size_t *first,
