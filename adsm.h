@@ -95,7 +95,7 @@
    variable, else the default. A bad value fails adsm_init (or the first call) with
    ADSM_ERROR_INVALID_CONFIG and a message naming the variable.
        ADSM_BACKEND       auto | emu | host | cuda                     (auto: cuda if a GPU answers, else emu)
-       ADSM_PROTOCOL      batch | lazy | rolling                       (rolling)
+       ADSM_PROTOCOL      batch | lazy | rolling | um | um-prefetch    (rolling)
        ADSM_BLOCK_SIZE    power of two, multiple of the page size, 4K..1G; K/M/G suffixes (2M)
        ADSM_ROLLING_SIZE  dirty blocks kept before eager eviction, 2..16M; 0 = adaptive (0)
        ADSM_ROLLING_STEP  adaptive: the smallest rolling size, per live object (2)
@@ -428,7 +428,9 @@ typedef enum adsm_protocol_kind {
     ADSM_PROTOCOL_DEFAULT = 0, /* environment, else rolling */
     ADSM_PROTOCOL_BATCH,
     ADSM_PROTOCOL_LAZY,
-    ADSM_PROTOCOL_ROLLING
+    ADSM_PROTOCOL_ROLLING,
+    ADSM_PROTOCOL_UM,         /* cuda: objects in CUDA managed memory, the driver's coherence */
+    ADSM_PROTOCOL_UM_PREFETCH /* cuda: the same, with prefetches from the kernel annotations */
 } adsm_protocol_kind;
 
 typedef enum adsm_log_level {
@@ -928,6 +930,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/protocol_batch.h"
 #include "adsm_impl/protocol_lazy.h"
 #include "adsm_impl/protocol_rolling.h"
+#include "adsm_impl/protocol_um.h"
 #include "adsm_impl/capacity.h"
 #include "adsm_impl/peer.h"
 #include "adsm_impl/fault.h"

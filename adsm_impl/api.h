@@ -79,7 +79,8 @@ ADSM__PRIVATE void *adsm__safe_unguarded(const void *host_ptr) {
     adsm__lock(&rt->lock);
     uintptr_t a = (uintptr_t)host_ptr, dev = 0;
     adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
-    if (o && a < o->host + o->size) dev = adsm__dev_out(rt, o->dev + (a - o->host));
+    if (o && a < o->host + o->size) /* managed memory: one address for the CPU and the device */
+        dev = o->managed ? a : adsm__dev_out(rt, o->dev + (a - o->host));
     adsm__unlock(&rt->lock);
     if (!dev) adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_safe(%p): not inside a live shared object", host_ptr);
     return (void *)dev;

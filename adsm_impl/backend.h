@@ -107,6 +107,16 @@ typedef struct adsm__backend_vtbl {
     /* optional, signal-safe: device memory [dev, dev + n) as the CPU can read it in place (emu),
      * after the kernels that may write it finished; NULL where only copies reach it */
     const void *(*device_view)(void *ctx, uintptr_t dev, size_t n);
+    /* optional (cuda), for the protocols whose objects live in managed memory (protocol_um.h):
+     * n bytes, zeroed, that the CPU and the device reach at one address *addr, the driver keeping
+     * them coherent; freed once no kernel uses them. Normal context, no lock needed. */
+    adsm_result (*managed_alloc)(void *ctx, size_t n, uintptr_t *addr);
+    void (*managed_free)(void *ctx, uintptr_t addr);
+    /* optional (cuda): asks the driver to move [addr, addr + n) of managed memory to the device
+     * ahead of the next launch (to_device) or to the host; a hint, ordered on the launch stream;
+     * `managed_settle` waits until the moves asked so far landed. Normal context. 0 or -1. */
+    int (*managed_prefetch)(void *ctx, uintptr_t addr, size_t n, int to_device);
+    int (*managed_settle)(void *ctx);
 } adsm__backend_vtbl;
 
 /* A copy a backend made, started at t0: its time in the stats and, under ADSM_TRACE, its span on

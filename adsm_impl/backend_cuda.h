@@ -432,6 +432,54 @@ ADSM__PRIVATE adsm_result adsm__cuda_start(void *ctx) {
 
 ADSM__PRIVATE unsigned adsm__cuda_device_count(void *ctx) { return ((adsm__cuda *)ctx)->ndevices; }
 
+/* ---- managed memory (protocol_um.h) ----------------------------------------------------------
+ * Unified memory beside adsm's own protocols: objects in cuMemAllocManaged memory, which the
+ * driver migrates on faults (um) or where prefetches send it (um-prefetch). Called from the
+ * program's threads with the context made current around each driver call. */
+ADSM__PRIVATE adsm_result adsm__cuda_managed_alloc(void *ctx, size_t n, uintptr_t *addr) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (!c->cu.cuMemAllocManaged || !c->cu.cuMemFree)
+        return adsm__fail(ADSM_ERROR_UNSUPPORTED, "cuda backend: this driver has no managed memory (cuMemAllocManaged)");
+    if (ADSM__LOAD(&c->lost)) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "cuda backend: the device is lost");
+    adsm__cu_deviceptr p = 0;
+    adsm__cu_context prev = adsm__cuda_enter(c);
+    adsm__cu_result r = c->cu.cuMemAllocManaged(&p, n, ADSM__CU_MEM_ATTACH_GLOBAL);
+    adsm__cuda_leave(c, prev);
+    if (r == ADSM__CUDA_ERROR_OUT_OF_MEMORY)
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: no managed memory left for %zu bytes", n);
+    if (r != 0) return adsm__cu_fail(c, r, "cuMemAllocManaged");
+    *addr = (uintptr_t)p;
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE void adsm__cuda_managed_free(void *ctx, uintptr_t addr) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    adsm__cu_context prev = adsm__cuda_enter(c);
+    c->cu.cuMemFree((adsm__cu_deviceptr)addr);
+    adsm__cuda_leave(c, prev);
+}
+
+/* On the first kernel stream, where a launch with one stream runs next (CUDA 12.2's location
+ * argument: the driver's ordinal, or the host). */
+ADSM__PRIVATE int adsm__cuda_managed_prefetch(void *ctx, uintptr_t addr, size_t n, int to_device) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    if (!c->cu.cuMemPrefetchAsync || ADSM__LOAD(&c->lost)) return -1;
+    adsm__cu_mem_location where = {to_device ? ADSM__CU_MEM_LOCATION_TYPE_DEVICE : ADSM__CU_MEM_LOCATION_TYPE_HOST,
+                                   to_device ? c->device : 0};
+    adsm__cu_context prev = adsm__cuda_enter(c);
+    adsm__cu_result r = c->cu.cuMemPrefetchAsync((adsm__cu_deviceptr)addr, n, where, 0, c->ks[0]);
+    adsm__cuda_leave(c, prev);
+    return r == 0 ? 0 : -1;
+}
+
+ADSM__PRIVATE int adsm__cuda_managed_settle(void *ctx) {
+    adsm__cuda *c = (adsm__cuda *)ctx;
+    adsm__cu_context prev = adsm__cuda_enter(c);
+    adsm__cu_result r = c->cu.cuStreamSynchronize(c->ks[0]);
+    adsm__cuda_leave(c, prev);
+    return r == 0 ? 0 : -1;
+}
+
 static const adsm__backend_vtbl adsm__backend_cuda = {
     .name = "cuda",
     .moves_data = 1,
@@ -458,6 +506,10 @@ static const adsm__backend_vtbl adsm__backend_cuda = {
     .host_lock = adsm__cuda_host_lock,
     .host_unlock = adsm__cuda_host_unlock,
     .host_direct = adsm__cuda_host_direct,
+    .managed_alloc = adsm__cuda_managed_alloc,
+    .managed_free = adsm__cuda_managed_free,
+    .managed_prefetch = adsm__cuda_managed_prefetch,
+    .managed_settle = adsm__cuda_managed_settle,
 };
 
 #endif /* ADSM__BACKEND_CUDA_INCLUDED */

@@ -61,7 +61,8 @@ static const adsm__name_value adsm__backend_names[] = {
     {"cuda", ADSM_BACKEND_CUDA}, {NULL, 0}};
 static const adsm__name_value adsm__protocol_names[] = {
     {"batch", ADSM_PROTOCOL_BATCH}, {"lazy", ADSM_PROTOCOL_LAZY},
-    {"rolling", ADSM_PROTOCOL_ROLLING}, {NULL, 0}};
+    {"rolling", ADSM_PROTOCOL_ROLLING}, {"um", ADSM_PROTOCOL_UM}, {"um-prefetch", ADSM_PROTOCOL_UM_PREFETCH},
+    {NULL, 0}};
 static const adsm__name_value adsm__log_names[] = {
     {"error", ADSM_LOG_ERROR}, {"warn", ADSM_LOG_WARN}, {"info", ADSM_LOG_INFO},
     {"debug", ADSM_LOG_DEBUG}, {NULL, 0}};
@@ -335,7 +336,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     } else if ((r = adsm__env_path("ADSM_TRACE", s->trace_path, sizeof s->trace_path)) != ADSM_OK) {
         return r;
     }
-    if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_ROLLING ||
+    if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_UM_PREFETCH ||
         log < 0 || log > ADSM_LOG_DEBUG || engine < 0 || engine > ADSM_FAULT_ENGINE_USERFAULTFD)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG,
                           "adsm_config: backend, protocol, log_level or fault_engine out of range");

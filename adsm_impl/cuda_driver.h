@@ -125,7 +125,11 @@ enum {
     X(CU_MEM_ALLOCATION_TYPE_PINNED, 0x1)                       \
     X(CU_MEM_ALLOC_GRANULARITY_MINIMUM, 0x0)                    \
     X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, 0x1)                \
-    X(CU_MEMHOSTREGISTER_PORTABLE, 0x01)
+    X(CU_MEMHOSTREGISTER_PORTABLE, 0x01)                        \
+    X(CU_MEM_ATTACH_GLOBAL, 0x1)                                \
+    X(CU_MEM_LOCATION_TYPE_HOST, 0x2)                           \
+    X(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 83)                   \
+    X(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 89)
 
 enum {
 #define ADSM__CU_CONSTANT_ENUM(name, value) ADSM__##name = value,
@@ -202,7 +206,12 @@ enum {
        unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, adsm__cu_stream stream,           \
        void **params, void **extra))                                                                             \
     X(cuFuncGetParamInfo, 12040, 0, adsm__cu_result,                                                             \
-      (adsm__cu_function f, size_t index, size_t *offset, size_t *size))
+      (adsm__cu_function f, size_t index, size_t *offset, size_t *size))                                        \
+    X(cuMemAllocManaged, 6000, 0, adsm__cu_result, (adsm__cu_deviceptr * ptr, size_t bytes, unsigned int flags)) \
+    X(cuMemFree, 3020, 0, adsm__cu_result, (adsm__cu_deviceptr ptr))                                             \
+    X(cuMemPrefetchAsync, 12020, 0, adsm__cu_result,                                                             \
+      (adsm__cu_deviceptr ptr, size_t bytes, adsm__cu_mem_location location, unsigned int flags,                \
+       adsm__cu_stream stream))
 
 /* cuGetProcAddress itself comes from dlsym, under its versioned symbol name. */
 #define ADSM__CU_GET_PROC_ADDRESS_SYMBOL "cuGetProcAddress_v2"

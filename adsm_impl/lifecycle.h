@@ -25,6 +25,7 @@
 #include "protocol_batch.h"
 #include "protocol_lazy.h"
 #include "protocol_rolling.h"
+#include "protocol_um.h"
 #include "backend_host.h"
 #include "backend_emu.h"
 #include "backend_cuda.h"
@@ -55,8 +56,24 @@ ADSM__PRIVATE const adsm__protocol_vtbl *adsm__protocol_for(adsm_protocol_kind k
     switch (kind) {
     case ADSM_PROTOCOL_BATCH: return &adsm__protocol_batch;
     case ADSM_PROTOCOL_LAZY: return &adsm__protocol_lazy;
+    case ADSM_PROTOCOL_UM: return &adsm__protocol_um;
+    case ADSM_PROTOCOL_UM_PREFETCH: return &adsm__protocol_um_prefetch;
     default: return &adsm__protocol_rolling;
     }
+}
+
+/* The unified-memory protocols need the backend's managed memory (cuda), and drive one device:
+ * elsewhere they are refused, not quietly replaced. */
+ADSM__PRIVATE adsm_result adsm__protocol_fits(const adsm__runtime *rt) {
+    const adsm__protocol_vtbl *asked = adsm__protocol_for(rt->cfg.protocol);
+    if (!asked->managed) return ADSM_OK;
+    if (!rt->be->managed_alloc)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_PROTOCOL=%s: unified memory is the CUDA driver's; the %s "
+                          "backend has none (batch, lazy and rolling run everywhere)", asked->name, rt->be->name);
+    if (rt->ndev > 1)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_PROTOCOL=%s drives one GPU; %u are in use (ADSM_DEVICES)",
+                          asked->name, rt->ndev);
+    return ADSM_OK;
 }
 
 ADSM__PRIVATE adsm_result adsm__backend_start(adsm__runtime *rt) {
@@ -187,7 +204,8 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
         return r;
     }
     rt->proto = rt->be->moves_data ? adsm__protocol_for(rt->cfg.protocol) : &adsm__protocol_untracked;
-    if ((r = adsm__protection_start(rt)) != ADSM_OK || (r = adsm__fault_install(rt)) != ADSM_OK) {
+    if ((r = adsm__protocol_fits(rt)) != ADSM_OK || (r = adsm__protection_start(rt)) != ADSM_OK ||
+        (r = adsm__fault_install(rt)) != ADSM_OK) {
         adsm__fault_uninstall(rt);
         adsm__devices_stop(rt);
         adsm__release_memory(rt);

@@ -84,8 +84,13 @@ ADSM__PRIVATE adsm_result adsm__object_dev_alloc(adsm__runtime *rt, adsm__object
     return ADSM_OK;
 }
 
-/* Gives back what only this object uses (stage 2: device memory; 1: host pages): no lock needed. */
+/* Gives back what only this object uses (stage 2: device memory; 1: host pages; managed memory
+ * at any stage): no lock needed. */
 ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, int stage) {
+    if (o->managed) {
+        rt->be->managed_free(rt->be_ctx, o->host);
+        return;
+    }
     if (stage >= 2) adsm__object_dev_free(rt, o, rt->ndev);
     if (stage >= 1 && !o->device_only) {
         if (o->locked) rt->be->host_unlock(rt->be_ctx, adsm__host_dma(rt, o->host), o->span); /* before the pages go */
@@ -106,6 +111,7 @@ ADSM__PRIVATE void adsm__object_uncharge(adsm__runtime *rt, adsm__object *o) {
 
 /* Returns the address range to its arena (and the device room), then frees the bookkeeping. */
 ADSM__PRIVATE void adsm__object_unreserve(adsm__runtime *rt, adsm__object *o, int stage) {
+    if (o->managed) stage = 0; /* no range, no device room taken */
     if (stage >= 2) adsm__object_uncharge(rt, o);
     if (stage >= 1 && o->device_only) {
         adsm__arena_free(&rt->va_shared, o->dev, o->span);
@@ -244,11 +250,36 @@ ADSM__PRIVATE adsm_result adsm__object_publish(adsm__runtime *rt, adsm__object *
     return ADSM_OK;
 }
 
+/* Creates an object in the backend's managed memory, for the protocols that want it
+ * (protocol_um.h): no range of adsm's, no device memory or page-locking of its own, nothing
+ * charged to the device's room (managed memory may exceed it); one address on both sides, so a
+ * "safe" object is an ordinary one. Called without the runtime lock. */
+ADSM__PRIVATE adsm_result adsm__object_create_managed(adsm__runtime *rt, size_t size, const char *fn,
+                                                      adsm__object **out) {
+    adsm__object *o = adsm__object_new(rt, size, 0);
+    if (!o) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of host memory for the bookkeeping of %zu bytes", size);
+    uintptr_t addr = 0;
+    adsm_result r = rt->be->managed_alloc(rt->be_ctx, o->span, &addr);
+    (void)fn; /* the backend's message names the driver call */
+    if (r != ADSM_OK) {
+        adsm__object_destroy(o);
+        return r;
+    }
+    o->host = o->dev = addr;
+    o->managed = 1;
+    adsm__lock(&rt->lock);
+    r = adsm__object_publish(rt, o);
+    adsm__unlock(&rt->lock);
+    if (r == ADSM_OK) *out = o;
+    return r;
+}
+
 /* Creates a shared object. Called without the runtime lock; takes it for the reservation and the
  * publication, and lets it go while the host pages are page-locked (cuda: 1-2 GB/s in the
  * driver), when nothing else can reach the object yet. */
 ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, int safe, const char *fn,
                                               adsm__object **out) {
+    if (rt->proto->managed) return adsm__object_create_managed(rt, size, fn, out);
     adsm__object *o = adsm__object_new(rt, size, safe);
     if (!o) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of host memory for the bookkeeping of %zu bytes", size);
     adsm__lock(&rt->lock);

@@ -16,6 +16,9 @@ typedef struct adsm__protocol_vtbl {
     adsm_protocol_kind kind;
     int whole_object; /* unit of tracking: the object (batch, lazy) or one block (rolling) */
     int eager;        /* evict the oldest dirty unit past the rolling size (rolling) */
+    /* objects live in the backend's managed memory, kept coherent by the driver: nothing is
+     * protected or copied by adsm (um, um-prefetch: protocol_um.h) */
+    int managed;
     /* a CPU read or write of block `block` needs the protocol; overwrite: the caller will
      * replace the whole unit, so Invalid data need not be fetched. 0, ADSM__AGAIN (see above),
      * or -1 on a system error */

@@ -161,7 +161,7 @@ tests_on_the_real_driver() {
     say ""
     say "## Protocol and copy tests on the real driver"
     if echo '#include <criterion/criterion.h>' | "$CC" -E -x c - > /dev/null 2>&1; then
-        for t in test_protocol_batch test_protocol_lazy test_protocol_rolling test_copy; do
+        for t in test_protocol_batch test_protocol_lazy test_protocol_rolling test_protocol_um test_copy; do
             log=$out/gpu_$t.log
             if ! "$CC" -std=c11 -O1 -g -D_GNU_SOURCE -DTEST_ON_REAL_CUDA -I. "tests/$t.c" -pthread -ldl -lcriterion \
                 "${test_link[@]}" -o "$bin/$t" > "$log" 2>&1; then

@@ -126,7 +126,7 @@ static adsm_fault_engine_kind test_fault_engine;
 
 static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
                              size_t rolling_size, size_t rolling_step) {
-    static const char *const protocol_names[] = {"", "batch", "lazy", "rolling"};
+    static const char *const protocol_names[] = {"", "batch", "lazy", "rolling", "um", "um-prefetch"};
     clear_adsm_env();
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);

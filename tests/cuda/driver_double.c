@@ -13,7 +13,8 @@
  * device's compute capability as major*10+minor, comma-separated, e.g. "90,80"; 90 for those not
  * listed: a module whose PTX .target is newer than its context's device is refused, as the JIT
  * refuses it), CUDADOUBLE_NO_PARAM_INFO=1 (cuFuncGetParamInfo
- * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
+ * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_MANAGED=1 (no managed
+ * memory: the device attributes say 0, cuMemAllocManaged answers NOT_SUPPORTED), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
  * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
  * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
  * driver out of lockable memory does), CUDADOUBLE_REGISTER_BUDGET (bytes registrations may hold
@@ -50,6 +51,10 @@
  * allocates every page of the range (here too); pinned pages stay pinned whatever their
  * protection later. Copies from or to pageable memory are
  * synchronous and go through a private buffer, as the real driver stages them.
+ *
+ * Managed memory (cuMemAllocManaged, cuMemFree, cuMemPrefetchAsync with the location argument of
+ * CUDA 12.2+): plain host pages that the CPU, kernels and copies of every device reach at one
+ * address, as unified memory does; prefetches move nothing and are counted by destination.
  *
  * Thread contexts: every cu* function and cudadouble_* function runs on the calling application
  * thread and is thread safe (one global mutex `g.mu` and one condition variable `g.cv`, plus a
@@ -194,6 +199,14 @@ struct pinned {
     struct adsm__cu_ctx_st *ctx; /* else only for copies in the registering context */
 };
 
+/* cuMemAllocManaged memory: plain host pages that the CPU and every device (kernels, copies) reach
+ * at one address, as unified memory does; where its pages are is only counted (prefetches). */
+struct managed {
+    struct managed *next;
+    char *p;
+    size_t size;
+};
+
 struct kernel_reg {
     struct kernel_reg *next;
     char *name;
@@ -216,7 +229,7 @@ static struct {
     int compute[64]; /* per device: major*10 + minor (CUDADOUBLE_COMPUTE) */
     int driver_version;
     size_t memory;
-    bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets, no_peer;
+    bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets, no_peer, no_managed;
     size_t register_budget, registered_total; /* CUDADOUBLE_REGISTER_BUDGET: lockable bytes (0: no limit) */
     CUresult param_info_error;
     void (*address_hook)(int reserved, unsigned long long base, size_t size, void *user);
@@ -239,6 +252,7 @@ static struct {
     struct phys *phys;
     struct resv *resv;
     struct pinned *pinned;
+    struct managed *managed;
     struct kernel_reg *kernels;
     cudadouble_counters counters;
 } g = {
@@ -357,8 +371,16 @@ static struct resv *resv_containing(dptr_t d, size_t n) {
 /* Shadow pointer of device range [d, d+n) when every byte is mapped and device `dev` has at
  * least `prot` access to it (1 read, 3 read-write; dev -1: some device has); NULL otherwise.
  * n == 0 checks the byte at d. */
+static struct managed *managed_containing(dptr_t d, size_t n) {
+    if (!range_ok(d, n)) return NULL;
+    for (struct managed *m = g.managed; m; m = m->next)
+        if (d >= (uintptr_t)m->p && d + n <= (uintptr_t)m->p + m->size) return m;
+    return NULL;
+}
+
 static char *dev_view(int dev, dptr_t d, size_t n, unsigned prot) {
     if (n == 0) n = 1;
+    if (managed_containing(d, n)) return (char *)(uintptr_t)d; /* every device reaches it */
     struct resv *r = resv_containing(d, n);
     if (!r) return NULL;
     unsigned long long who = dev < 0 ? ~0ull : 1ull << dev;
@@ -624,6 +646,7 @@ CUresult cuInit(unsigned int flags) {
     g.memory = (size_t)env_ull("CUDADOUBLE_MEMORY", (size_t)1 << 30);
     g.no_param_info = env_flag("CUDADOUBLE_NO_PARAM_INFO");
     g.no_pinned = env_flag("CUDADOUBLE_NO_PINNED");
+    g.no_managed = env_flag("CUDADOUBLE_NO_MANAGED");
     g.no_register = env_flag("CUDADOUBLE_NO_REGISTER");
     g.register_budget = (size_t)env_ull("CUDADOUBLE_REGISTER_BUDGET", 0);
     if (g.procmem < 0) g.procmem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
@@ -828,6 +851,8 @@ CUresult cuDeviceGetAttribute(int *value, adsm__cu_device_attribute attrib, adsm
         case ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = g.compute[dev] / 10; break;
         case ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = g.compute[dev] % 10; break;
         case ADSM__CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; break;
+        case ADSM__CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *value = !g.no_managed; break;
+        case ADSM__CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *value = !g.no_managed; break;
         default: r = ADSM__CUDA_ERROR_INVALID_VALUE; break;
         }
     }
@@ -1119,6 +1144,71 @@ CUresult cuMemAllocHost(void **ptr, size_t bytes) {
             *ptr = p;
         }
     }
+    unlock();
+    return note(r);
+}
+
+CUresult cuMemAllocManaged(adsm__cu_deviceptr *ptr, size_t bytes, unsigned int flags) {
+    lock();
+    CUresult r = check_ctx(NULL);
+    if (!r && (!ptr || bytes == 0 || flags != ADSM__CU_MEM_ATTACH_GLOBAL)) r = ADSM__CUDA_ERROR_INVALID_VALUE;
+    if (!r && g.no_managed) r = ADSM__CUDA_ERROR_NOT_SUPPORTED;
+    if (!r) {
+        size_t size = (bytes + GRAN - 1) / GRAN * GRAN;
+        struct managed *m = malloc(sizeof *m);
+        void *p = size >= bytes ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                                : MAP_FAILED;
+        if (!m || p == MAP_FAILED) {
+            free(m);
+            if (p != MAP_FAILED) munmap(p, size);
+            r = ADSM__CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            m->p = p;
+            m->size = size;
+            m->next = g.managed;
+            g.managed = m;
+            g.counters.managed_allocs++;
+            *ptr = (uintptr_t)p;
+        }
+    }
+    unlock();
+    return note(r);
+}
+
+/* Only managed memory here (adsm frees device memory with cuMemUnmap); as the driver, it waits
+ * for the device to be idle first. */
+CUresult cuMemFree(adsm__cu_deviceptr ptr) {
+    lock();
+    CUresult r = check_ctx(NULL);
+    struct managed **mp = &g.managed;
+    while (!r && *mp && (uintptr_t)(*mp)->p != ptr) mp = &(*mp)->next;
+    if (!r && !*mp) r = ADSM__CUDA_ERROR_INVALID_VALUE;
+    struct managed *m = r ? NULL : *mp;
+    if (m) *mp = m->next;
+    unlock();
+    if (m) {
+        cuCtxSynchronize();
+        munmap(m->p, m->size);
+        free(m);
+    }
+    return note(r);
+}
+
+/* Counts what would migrate: the range must be managed memory; the location a device or the host. */
+CUresult cuMemPrefetchAsync(adsm__cu_deviceptr ptr, size_t bytes, adsm__cu_mem_location location, unsigned int flags,
+                            adsm__cu_stream stream) {
+    lock();
+    struct adsm__cu_ctx_st *ctx = NULL;
+    struct adsm__cu_stream_st *s = NULL;
+    CUresult r = check_ctx(&ctx);
+    if (!r) r = check_stream(stream, ctx, &s);
+    if (!r && (flags != 0 || bytes == 0 || !managed_containing(ptr, bytes))) r = ADSM__CUDA_ERROR_INVALID_VALUE;
+    if (!r && location.type == ADSM__CU_MEM_LOCATION_TYPE_DEVICE && check_dev(location.id) == 0)
+        g.counters.prefetch_device_bytes += bytes;
+    else if (!r && location.type == ADSM__CU_MEM_LOCATION_TYPE_HOST)
+        g.counters.prefetch_host_bytes += bytes;
+    else if (!r)
+        r = ADSM__CUDA_ERROR_INVALID_DEVICE;
     unlock();
     return note(r);
 }

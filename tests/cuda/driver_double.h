@@ -60,6 +60,9 @@ typedef struct cudadouble_counters {
     unsigned long long peer_bytes, peer_direct_bytes;
     /* host->device bytes whose copy has run (the others above count copies when submitted) */
     unsigned long long h2d_landed_bytes;
+    /* cuMemAllocManaged calls that succeeded; bytes cuMemPrefetchAsync was asked to move to a
+     * device and to the host */
+    unsigned long long managed_allocs, prefetch_device_bytes, prefetch_host_bytes;
 } cudadouble_counters;
 
 void cudadouble_get_counters(cudadouble_counters *out);

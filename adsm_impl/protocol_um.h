@@ -1,0 +1,105 @@
+/* adsm_impl/protocol_um.h -- unified memory beside adsm's own protocols, so that the same programs
+ * measure both in one run: "um" puts every object in the backend's managed memory (cuda:
+ * cuMemAllocManaged) and leaves coherence to the driver, which migrates pages on faults from
+ * either side; "um-prefetch" adds the hints adsm's kernel annotations give: before a launch every
+ * object the kernel names is prefetched to the device (cuMemPrefetchAsync on the launch stream;
+ * objects it only writes too, so the device does not fault their pages in one by one), and at
+ * adsm_sync the objects a kernel may have written are prefetched back to the host. Nothing is
+ * protected, so no fault reaches adsm; adsm_memcpy, adsm_memset and the I/O calls work on the
+ * memory in place. Prefetched bytes count in adsm_stats (h2d_bytes, d2h_bytes); what the driver
+ * moves on faults is not seen.
+ *
+ * Only where the backend has managed memory (cuda; lifecycle.h refuses these protocols on emu and
+ * host, saying so). Normal thread context, runtime lock held. */
+#ifndef ADSM__PROTOCOL_UM_INCLUDED
+#define ADSM__PROTOCOL_UM_INCLUDED
+
+#include "common.h"
+#include "object.h"
+#include "runtime.h"
+#include "backend.h"
+#include "protocol_vtbl.h"
+#include "protocol.h"
+
+ADSM__PRIVATE int adsm__um_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write, int overwrite) {
+    (void)rt, (void)o, (void)block, (void)is_write, (void)overwrite;
+    return 0;
+}
+
+/* The program's accesses go to the memory itself: every block is the program's to write (the
+ * state the memops and I/O paths read to take the CPU path); no protection changes. */
+ADSM__PRIVATE int adsm__um_alloc(adsm__runtime *rt, adsm__object *o) {
+    (void)rt;
+    for (size_t b = 0; b < o->nblocks; b++) o->blocks[b].state = ADSM__DIRTY;
+    return 0;
+}
+
+ADSM__PRIVATE void adsm__um_free(adsm__runtime *rt, adsm__object *o) { (void)rt, (void)o; }
+
+ADSM__PRIVATE adsm_result adsm__um_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
+                                           adsm__object *const *used, size_t nused, uint64_t seq) {
+    (void)rt, (void)writes, (void)nwrites, (void)used, (void)nused, (void)seq;
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__um_acquire(adsm__runtime *rt) {
+    (void)rt;
+    return ADSM_OK;
+}
+
+/* um-prefetch: every object the kernel names goes to the device ahead of it; those it may write
+ * are remembered for adsm_sync. A refused prefetch is only a hint lost (the driver still
+ * migrates on faults). */
+ADSM__PRIVATE adsm_result adsm__um_prefetch_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
+                                                    adsm__object *const *used, size_t nused, uint64_t seq) {
+    (void)seq;
+    for (size_t i = 0; i < nused; i++)
+        if (rt->be->managed_prefetch(rt->be_ctx, used[i]->host, used[i]->size, 1) == 0)
+            ADSM__ADD(&rt->stats.h2d_bytes, used[i]->size);
+    for (size_t i = 0; i < nwrites; i++) writes[i]->device_newer = 1;
+    return ADSM_OK;
+}
+
+/* um-prefetch, after every launch finished: what kernels may have written comes home in one
+ * batch of prefetches, waited for together. */
+ADSM__PRIVATE adsm_result adsm__um_prefetch_acquire(adsm__runtime *rt) {
+    int asked = 0;
+    for (adsm__object *o = rt->first_object; o; o = o->next) {
+        if (!o->device_newer) continue;
+        o->device_newer = 0;
+        if (rt->be->managed_prefetch(rt->be_ctx, o->host, o->size, 0) != 0) continue;
+        ADSM__ADD(&rt->stats.d2h_bytes, o->size);
+        asked = 1;
+    }
+    if (asked && rt->be->managed_settle(rt->be_ctx) != 0)
+        return adsm__fail(ADSM_ERROR_SYSTEM, "um-prefetch: waiting for the prefetches to the host failed");
+    return ADSM_OK;
+}
+
+static const adsm__protocol_vtbl adsm__protocol_um = {
+    .name = "um",
+    .kind = ADSM_PROTOCOL_UM,
+    .whole_object = 1,
+    .eager = 0,
+    .managed = 1,
+    .on_access = adsm__um_access,
+    .release = adsm__um_release,
+    .acquire = adsm__um_acquire,
+    .on_alloc = adsm__um_alloc,
+    .on_free = adsm__um_free,
+};
+
+static const adsm__protocol_vtbl adsm__protocol_um_prefetch = {
+    .name = "um-prefetch",
+    .kind = ADSM_PROTOCOL_UM_PREFETCH,
+    .whole_object = 1,
+    .eager = 0,
+    .managed = 1,
+    .on_access = adsm__um_access,
+    .release = adsm__um_prefetch_release,
+    .acquire = adsm__um_prefetch_acquire,
+    .on_alloc = adsm__um_alloc,
+    .on_free = adsm__um_free,
+};
+
+#endif /* ADSM__PROTOCOL_UM_INCLUDED */

@@ -1,0 +1,165 @@
+/* tests/test_protocol_um.c -- the unified-memory protocols (adsm_impl/protocol_um.h): um, whose
+ * objects are CUDA managed memory kept coherent by the driver, and um-prefetch, which adds
+ * prefetches from the kernel annotations. Built for the cuda backend on the driver test double
+ * (tests/cuda/, which models cuMemAllocManaged memory as host pages every device reaches and
+ * counts prefetches by destination) and, by bench/gpu_check.sh, for a real GPU. Each test runs
+ * in its own process, under both protocols where both apply. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include "tests/protocol_common.h"
+
+TestSuite(um, .timeout = 120);
+
+#define N ((size_t)300000) /* not a multiple of a page or a block */
+#define S (N * sizeof(int32_t))
+
+ParameterizedTestParameters(um, both) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+static void expect_no_faults(void) {
+    adsm_stats s = stats();
+    cr_assert_eq(s.read_faults + s.write_faults, 0, "%llu faults: nothing is protected under um",
+                 (unsigned long long)(s.read_faults + s.write_faults));
+}
+
+/* The CPU writes inputs in place, a kernel reads them and writes its output, the CPU reads the
+ * result after adsm_sync; no fault reaches adsm, and one pointer serves both sides. */
+static void inputs_in_and_results_out(adsm_protocol_kind protocol) {
+    init(TEST_DEVICE_BACKEND, protocol, 2 * MIB, 0);
+    int32_t *a = alloc(S), *b = alloc(S), *c = alloc(S);
+    cr_assert_eq(adsm_safe(a), (void *)a, "managed memory has one address for the CPU and the device");
+    reset();
+    for (size_t i = 0; i < N; i++) wr(&a[i], (int32_t)i), wr(&b[i], (int32_t)(2 * i));
+    CALL_OK(k_add, grid_for(N), c, a, b, N);
+    sync_ok();
+    for (size_t i = 0; i < N; i++)
+        if (rd(&c[i]) != (int32_t)(3 * i)) cr_assert_fail("c[%zu] = %d, expected %d", i, rd(&c[i]), (int)(3 * i));
+    CALL_OK(k_incr, grid_for(N), c, N); /* INOUT: the kernel reads what it wrote before */
+    sync_ok();
+    cr_assert_eq(rd(&c[N - 1]), (int32_t)(3 * (N - 1) + 1));
+    expect_no_faults();
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(adsm_free(b), ADSM_OK);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    adsm_shutdown();
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, both) { inputs_in_and_results_out(*protocol); }
+
+#ifdef TEST_ON_CUDA_DOUBLE
+static cudadouble_counters counters(void) {
+    cudadouble_counters c;
+    cuda_double.get_counters(&c);
+    return c;
+}
+
+/* um-prefetch sends every object a kernel names to the device before it runs, and at adsm_sync
+ * brings back those it may have written, once; um asks for nothing. Prefetched bytes count in
+ * adsm_stats. */
+ParameterizedTestParameters(um, prefetches_follow_the_annotations) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, prefetches_follow_the_annotations) {
+    int prefetch = *protocol == ADSM_PROTOCOL_UM_PREFETCH;
+    init(TEST_DEVICE_BACKEND, *protocol, 2 * MIB, 0);
+    int32_t *a = alloc(S), *b = alloc(2 * S), *c = alloc(S), *idle = alloc(S);
+    cr_assert_eq(cuda_double_open(), 0);
+    (void)idle; /* named by no kernel: never prefetched */
+    reset();
+    cudadouble_counters before = counters();
+    CALL_OK(k_add, grid_for(N), c, a, b, N);
+    sync_ok();
+    cudadouble_counters after = counters();
+    unsigned long long to_device = after.prefetch_device_bytes - before.prefetch_device_bytes;
+    unsigned long long to_host = after.prefetch_host_bytes - before.prefetch_host_bytes;
+    cr_assert_eq(to_device, prefetch ? 4 * S : 0, "%llu bytes prefetched to the device", to_device);
+    cr_assert_eq(to_host, prefetch ? S : 0, "%llu bytes prefetched home: only the kernel's output", to_host);
+    adsm_stats s = stats();
+    cr_assert_eq(s.h2d_bytes, to_device);
+    cr_assert_eq(s.d2h_bytes, to_host);
+    sync_ok(); /* nothing ran since: nothing more comes home */
+    cr_assert_eq(counters().prefetch_host_bytes, after.prefetch_host_bytes);
+    cr_assert_eq(counters().managed_allocs - before.managed_allocs, 0);
+    adsm_shutdown();
+}
+
+/* Where the driver has no managed memory, making an object fails with an error that says so, and
+ * nothing is left behind. */
+Test(um, no_managed_memory_fails_the_allocation) {
+    setenv("CUDADOUBLE_NO_MANAGED", "1", 1);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_UM, 2 * MIB, 0);
+    cr_assert_null(adsm_alloc(S));
+    cr_assert(strstr(adsm_last_error(), "cuMemAllocManaged"), "error: %s", adsm_last_error());
+    adsm_stats s = stats();
+    cr_assert_eq(s.objects, 0);
+    adsm_shutdown();
+}
+#endif
+
+/* adsm_memset, adsm_memcpy and adsm_read/adsm_write work on managed memory in place, and what
+ * they write is what a kernel reads. */
+ParameterizedTestParameters(um, memops_work_in_place) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, memops_work_in_place) {
+    init(TEST_DEVICE_BACKEND, *protocol, 2 * MIB, 0);
+    int32_t *a = alloc(S), *b = alloc(S), *c = alloc(S);
+    cr_assert_eq(adsm_memset(a, 0x01, S), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_memcpy(b, a, S), ADSM_OK, "%s", adsm_last_error());
+    CALL_OK(k_add, grid_for(N), c, a, b, N);
+    sync_ok();
+    cr_assert_eq(rd(&c[0]), 2 * 0x01010101);
+    cr_assert_eq(rd(&c[N - 1]), 2 * 0x01010101);
+    expect_no_faults();
+    adsm_shutdown();
+}
+
+/* Objects come and go: each free gives its managed memory back; a second free of the same
+ * pointer, or one inside an object, is refused as with the other protocols. */
+ParameterizedTestParameters(um, objects_come_and_go) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, objects_come_and_go) {
+    init(TEST_DEVICE_BACKEND, *protocol, 2 * MIB, 0);
+    for (int round = 0; round < 50; round++) {
+        int32_t *x = alloc(S);
+        wr(&x[7], round);
+        CALL_OK(k_incr, grid_for(N), x, N);
+        sync_ok();
+        cr_assert_eq(rd(&x[7]), round + 1);
+        cr_assert_eq(adsm_free(&x[1]), ADSM_ERROR_NOT_OBJECT_START);
+        cr_assert_eq(adsm_free(x), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(adsm_free(x), ADSM_ERROR_NOT_SHARED);
+    }
+    cr_assert_eq(stats().objects, 0);
+    adsm_shutdown();
+}
+
+/* Unified memory is the CUDA driver's: the emulated device refuses the protocols at adsm_init,
+ * naming the setting, rather than running something else under their name. */
+ParameterizedTestParameters(um, refused_on_the_emulated_device) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, refused_on_the_emulated_device) {
+    clear_adsm_env();
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.protocol = *protocol;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "ADSM_PROTOCOL=um"), "error: %s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "the emu backend has none"), "error: %s", adsm_last_error());
+}
