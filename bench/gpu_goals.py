@@ -10,6 +10,8 @@ Reads (each optional; a goal whose input is missing reads "not measured"):
   stencil3d.csv         rolling (its best block per volume) <= 1.1x explicit at every volume
   transfer.csv          lazy's uploads at the largest size >= 0.9x the explicit pinned copy
   apps/apps.csv         every application under lazy and rolling <= 1.05x explicit (medians)
+and, where the run has CUDA managed memory's columns (um, um-prefetch: cuda only), adsm's best
+no slower than um-prefetch on every program, and faster than fault-driven um on vecadd.
 Ratios are of medians measured in one run, as the benchmarks print them."""
 import csv
 import os
@@ -62,6 +64,20 @@ def vecadd_goals(res, goals):
         line(goals, goal, f"{ratio:.2f}x ({int(best['block_size']) >> 10} KiB)", ratio <= 1.05)
 
 
+def vecadd_unified_goals(res, goals):
+    """adsm (lazy or rolling at its best block) against CUDA managed memory, same program, same run."""
+    data = rows(os.path.join(res, "vecadd.csv")) or []
+    ours = [float(r["wall_ms"]) for r in data if r["variant"] in ("lazy", "rolling")]
+    for v, rule in (("um-prefetch", "<= 1.0x"), ("um", "< 1.0x")):
+        goal = f"vecadd: adsm's best {rule} {v} (managed memory)"
+        theirs = [float(r["wall_ms"]) for r in data if r["variant"] == v]
+        if not ours or not theirs:
+            line(goals, goal, "-", None)
+            continue
+        ratio = min(ours) / theirs[0]
+        line(goals, goal, f"{ratio:.2f}x", ratio <= 1.0 if v == "um-prefetch" else ratio < 1.0)
+
+
 def stencil_goals(res, goals):
     data = rows(os.path.join(res, "stencil3d.csv"))
     best = {}
@@ -74,6 +90,11 @@ def stencil_goals(res, goals):
     for vol in sorted(best):
         line(goals, f"stencil3d {vol}^3: rolling (best block) <= 1.1x explicit", f"{best[vol]:.2f}x",
              best[vol] <= 1.1)
+    for r in data or []:
+        if r["variant"] == "um-prefetch" and int(r["volume"]) in best:
+            vol, theirs = int(r["volume"]), float(r["ratio_to_explicit"])
+            line(goals, f"stencil3d {vol}^3: rolling (best block) <= 1.0x um-prefetch", f"{best[vol] / theirs:.2f}x",
+                 best[vol] <= theirs)
 
 
 def transfer_goals(res, goals):
@@ -105,12 +126,15 @@ def apps_goals(res, goals):
             if (app, v) in med:
                 ratio = med[(app, v)] / med[(app, "explicit")]
                 line(goals, f"{app}: {v} <= 1.05x explicit", f"{ratio:.2f}x", ratio <= 1.05)
+        if (app, "um-prefetch") in med and (app, "lazy") in med and (app, "rolling") in med:
+            ratio = min(med[(app, "lazy")], med[(app, "rolling")]) / med[(app, "um-prefetch")]
+            line(goals, f"{app}: adsm's best <= 1.0x um-prefetch", f"{ratio:.2f}x", ratio <= 1.0)
 
 
 def main():
     res = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     goals = []
-    for part in (host_pages_goals, vecadd_goals, stencil_goals, transfer_goals, apps_goals):
+    for part in (host_pages_goals, vecadd_goals, vecadd_unified_goals, stencil_goals, transfer_goals, apps_goals):
         part(res, goals)
     print("| goal | measured | |")
     print("| --- | ---: | --- |")

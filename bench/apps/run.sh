@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The application study (GMAC paper, Figures 7, 8, 10 and 12) on this machine's default backend:
 # every application under bench/apps/ in its explicit version and its adsm version under batch,
-# lazy and rolling, in rounds (one run of each variant per round, so drift hits all alike; the
+# lazy and rolling (and with ADSM_BACKEND=cuda under um and um-prefetch too: CUDA managed
+# memory, the same program unchanged), in rounds (one run of each variant per round, so drift hits all alike; the
 # variant that runs first changes from round to round, because the first large allocation after
 # another program's exit pays the kernel's huge-page compaction, up to 10x its copy time), then
 # tpacf across block sizes and rolling sizes, then the line counts. Prints the tables, writes
@@ -72,10 +73,13 @@ echo "$header" >"$csv"
 for ((r = 1; r <= runs; r++)); do
     echo "== round $r of $runs" >&2
     variants=(explicit batch lazy rolling)
+    # CUDA managed memory beside them, where there is a GPU (the emulated device refuses it)
+    [[ ${ADSM_BACKEND:-} == cuda ]] && variants+=(um um-prefetch)
+    nv=${#variants[@]}
     for a in "${apps[@]}"; do
         echo "   $a" >&2
-        for ((k = 0; k < 4; k++)); do
-            v=${variants[$(((k + r) % 4))]}
+        for ((k = 0; k < nv; k++)); do
+            v=${variants[$(((k + r) % nv))]}
             if [[ $v == explicit ]]; then
                 echo "$r,$("$bin/app_${a}_explicit" "${size[@]}")" >>"$csv"
             else

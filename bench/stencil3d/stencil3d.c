@@ -135,7 +135,7 @@ static const char *size_name(size_t b, char *buf, size_t len) {
 }
 
 /* ---- variants ------------------------------------------------------------------------------- */
-enum { V_EXPLICIT, V_LAZY, V_ROLLING };
+enum { V_EXPLICIT, V_LAZY, V_ROLLING, V_UM, V_UM_PREFETCH };
 typedef struct variant {
     const char *name; /* CSV name */
     int kind;
@@ -149,8 +149,13 @@ static variant variants[] = {
     {"rolling", V_ROLLING, 256u << 10},
     {"rolling", V_ROLLING, 1u << 20},
     {"rolling", V_ROLLING, 32u << 20},
+    /* cuda only (unified memory is the CUDA driver's): the last two, left out elsewhere */
+    {"um", V_UM, 0},
+    {"um-prefetch", V_UM_PREFETCH, 0},
 };
 #define NVARIANTS (sizeof variants / sizeof variants[0])
+/* the variants this backend runs: all on cuda, all but unified memory's elsewhere */
+static size_t nvariants = NVARIANTS - 2;
 
 typedef struct measure {
     double ms;
@@ -180,13 +185,18 @@ static measure run_variant(bench_ctx *c, variant *v, uint32_t edge, float *final
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     if (v->kind == V_LAZY) cfg.protocol = ADSM_PROTOCOL_LAZY;
+    if (v->kind == V_UM) cfg.protocol = ADSM_PROTOCOL_UM;
+    if (v->kind == V_UM_PREFETCH) cfg.protocol = ADSM_PROTOCOL_UM_PREFETCH;
     if (v->kind == V_ROLLING) {
         cfg.protocol = ADSM_PROTOCOL_ROLLING;
         cfg.block_size = v->block_size;
     }
     check(adsm_init(&cfg), "adsm_init");
     check(adsm_module_load_source(stencil_step_cuda, NULL), "adsm_module_load_source");
-    if (!c->backend[0]) snprintf(c->backend, sizeof c->backend, "%s", adsm_backend_name());
+    if (!c->backend[0]) {
+        snprintf(c->backend, sizeof c->backend, "%s", adsm_backend_name());
+        if (!strcmp(c->backend, "cuda")) nvariants = NVARIANTS;
+    }
     if (v->kind == V_LAZY) v->block_size = adsm_block_size();
     /* every run starts with an empty file, so no variant inherits another's page cache */
     if (ftruncate(c->dump_fd, 0) != 0) {
@@ -361,7 +371,7 @@ int main(int argc, char **argv) {
         /* Runs are interleaved (every variant once, then again), so slow drift of a shared
          * machine spreads over all variants; the explicit run of each round is the reference. */
         for (int r = 0; r < runs; r++) {
-            for (size_t v = 0; v < NVARIANTS; v++) {
+            for (size_t v = 0; v < nvariants; v++) {
                 results[e][v][r] = run_variant(&c, &variants[v], edge, v == V_EXPLICIT ? ref : got);
                 if (v != V_EXPLICIT) verify(ref, got, n, &variants[v], edge, r);
                 if (r == runs - 1) {
@@ -420,7 +430,7 @@ int main(int argc, char **argv) {
     for (size_t e = 0; e < nedges; e++) {
         double med[NVARIANTS];
         int med_run[NVARIANTS];
-        for (size_t v = 0; v < NVARIANTS; v++) {
+        for (size_t v = 0; v < nvariants; v++) {
             double t[64];
             for (int k = 0; k < runs; k++) t[k] = results[e][v][k].ms;
             qsort(t, (size_t)runs, sizeof t[0], bench_cmp_double);
@@ -429,7 +439,7 @@ int main(int argc, char **argv) {
             for (int k = 0; k < runs; k++)
                 if (results[e][v][k].ms == t[(runs - 1) / 2]) med_run[v] = k;
         }
-        for (size_t v = 0; v < NVARIANTS; v++) {
+        for (size_t v = 0; v < nvariants; v++) {
             const adsm_stats *s = &results[e][v][med_run[v]].st;
             char label[48], h[32], d[32];
             variant_label(&variants[v], label, sizeof label);

@@ -12,6 +12,10 @@
  *   batch, lazy, rolling
  *             adsm_alloc objects, CPU init, ADSM_CALL, adsm_sync, CPU read; one point per block
  *             size, 4K .. 32M.
+ *   um, um-prefetch
+ *             on cuda only: the same program on CUDA managed memory, the driver migrating pages
+ *             on faults (um) or where the kernel annotations prefetch them (um-prefetch); one
+ *             point each (no blocks).
  * One measurement = adsm_init (protocol, block size) + adsm_reset_stats, then the timed part
  * (allocation, CPU init, call, sync, CPU read-back and check), then free + adsm_shutdown (not
  * timed: init and shutdown fork and reap the emulated device). The CPU read-back loop is the
@@ -59,10 +63,11 @@ static const size_t block_sizes[NBLOCKS] = {
     (size_t)128 << 10, (size_t)256 << 10, (size_t)512 << 10, (size_t)1 << 20,  (size_t)2 << 20,
     (size_t)4 << 20,   (size_t)8 << 20,   (size_t)16 << 20,  (size_t)32 << 20};
 
-typedef enum { V_EXPLICIT, V_BATCH, V_LAZY, V_ROLLING } variant;
-static const char *variant_name[] = {"explicit", "batch", "lazy", "rolling"};
-static const adsm_protocol_kind variant_protocol[] = {ADSM_PROTOCOL_DEFAULT, ADSM_PROTOCOL_BATCH,
-                                                      ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
+typedef enum { V_EXPLICIT, V_BATCH, V_LAZY, V_ROLLING, V_UM, V_UM_PREFETCH } variant;
+static const char *variant_name[] = {"explicit", "batch", "lazy", "rolling", "um", "um-prefetch"};
+static const adsm_protocol_kind variant_protocol[] = {ADSM_PROTOCOL_DEFAULT, ADSM_PROTOCOL_BATCH, ADSM_PROTOCOL_LAZY,
+                                                      ADSM_PROTOCOL_ROLLING, ADSM_PROTOCOL_UM,
+                                                      ADSM_PROTOCOL_UM_PREFETCH};
 
 /* one measurement */
 typedef struct sample {
@@ -133,7 +138,7 @@ static sample measure(variant v, size_t block_size) {
     /* on cuda, compile the single-source kernel before the clock starts */
     if (ADSM_PREPARE(vecadd) != ADSM_OK) die("ADSM_PREPARE(vecadd)", where);
     snprintf(backend, sizeof backend, "%s", adsm_backend_name());
-    if (v != V_EXPLICIT && adsm_block_size() != block_size) {
+    if (v != V_EXPLICIT && v < V_UM && adsm_block_size() != block_size) {
         fprintf(stderr, "vecadd: asked for block size %zu, runtime uses %zu\n", block_size, adsm_block_size());
         exit(1);
     }
@@ -282,7 +287,7 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < n_elems; i++) ref[i] = init_a(i) + init_b(i);
 
-    const int npoints = 1 + 3 * NBLOCKS;
+    int npoints = 1 + 3 * NBLOCKS + 2; /* the last two: unified memory, on cuda only */
     point *pts = calloc((size_t)npoints, sizeof *pts);
     if (!pts) return 1;
     double t_start = now_ns();
@@ -303,6 +308,12 @@ int main(int argc, char **argv) {
                     p->wall_ms / pts[0].wall_ms, (unsigned long long)p->faults, (unsigned long long)p->evictions,
                     (now_ns() - t_start) / 1e9);
         }
+    }
+    if (strcmp(backend, "cuda") != 0) npoints -= 2;
+    for (variant v = V_UM; v <= V_UM_PREFETCH && k < npoints; v++) {
+        pts[k++] = run_point(v, 0, runs);
+        fprintf(stderr, "[%2d/%d] %-11s wall %8.1f ms  x%.2f explicit\n", k, npoints, variant_name[v],
+                pts[k - 1].wall_ms, pts[k - 1].wall_ms / pts[0].wall_ms);
     }
     for (int i = 0; i < npoints; i++) pts[i].ratio = pts[i].wall_ms / pts[0].wall_ms;
 
