@@ -228,8 +228,13 @@ static void check_range(model *m, object *o, size_t off, size_t len, const char 
          adsm_block_state(o->p + i) ? adsm_block_state(o->p + i) : '?', adsm_block_size());
 }
 
+static int unified(const model *m) {
+    return m->v->protocol == ADSM_PROTOCOL_UM || m->v->protocol == ADSM_PROTOCOL_UM_PREFETCH;
+}
+/* Reads of a kernel's outputs while it runs: lazy and rolling wait for the kernel (a fault);
+ * batch and unified memory do not (the CPU would race the device), so the model leaves them. */
 static int tracked_reads_ok(const model *m) {
-    return m->v->backend == ADSM_BACKEND_HOST || m->v->protocol != ADSM_PROTOCOL_BATCH;
+    return m->v->backend == ADSM_BACKEND_HOST || (m->v->protocol != ADSM_PROTOCOL_BATCH && !unified(m));
 }
 static int can_write(const object *o) { return o->busy == BUSY_NONE; }
 static int can_read(const model *m, const object *o) {
@@ -721,6 +726,13 @@ static void run_model(const variant *v) {
     if (v->backend == ADSM_BACKEND_HOST) {
         cr_expect_eq(st.h2d_bytes + st.d2h_bytes, 0, "[%s] the host backend copied data", v->name);
         cr_expect_eq(st.read_faults + st.write_faults, 0, "[%s] the host backend took faults", v->name);
+    } else if (unified(m)) { /* the driver moves the data; adsm sees only its prefetches */
+        cr_expect_eq(st.read_faults + st.write_faults, 0, "[%s] faults under unified memory", v->name);
+        cr_expect_eq(st.evictions, 0, "[%s] evictions under unified memory", v->name);
+        if (v->protocol == ADSM_PROTOCOL_UM)
+            cr_expect_eq(st.h2d_bytes + st.d2h_bytes, 0, "[%s] um prefetched", v->name);
+        else if (m->ops >= 1000)
+            cr_expect_gt(st.h2d_bytes, 0, "[%s] um-prefetch prefetched nothing", v->name);
     } else if (m->ops >= 1000) {
         cr_expect_gt(st.h2d_bytes, 0, "[%s] nothing went to the device", v->name);
         cr_expect_gt(st.d2h_bytes, 0, "[%s] nothing came back from the device", v->name);
@@ -774,6 +786,10 @@ MODEL_TEST(cuda_rolling_4k_rs3, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 4 * KI
 MODEL_TEST(cuda_rolling_64k, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 10000)
 MODEL_TEST(cuda_rolling_4k_rs3_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 3000)
 MODEL_TEST(cuda_lazy_64k_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 3000)
+/* CUDA managed memory (the double's: host pages every device reaches), the driver's coherence */
+MODEL_TEST(cuda_um, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_UM, 2 * MIB, 0, 5000)
+MODEL_TEST(cuda_um_prefetch, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_UM_PREFETCH, 2 * MIB, 0, 5000)
+MODEL_TEST(cuda_um_prefetch_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_UM_PREFETCH, 2 * MIB, 0, 2000)
 /* several GPUs of the double: kernels on random GPUs, replicas, peer copies; every policy; GPUs
  * of 16 MiB (8 granules: objects take whole granules there) that must evict */
 #define MODEL_TEST_GPUS(tname, protocol, bs, rs, ops, devices, through, drop, memory)                \
