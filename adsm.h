@@ -123,15 +123,18 @@
                           0: always translate (the fastest placement measured, for programs
                           whose kernels follow no pointers stored in objects)  (1)
        ADSM_CUDA_DMA_VIEW 1: under shared addresses, objects' host pages are shared memory with a
-                          second view the driver page-locks (DMA, no CPU copy; without shmem
-                          huge pages, about 1 ms per MiB to make and first write); 0: anonymous
+                          second view the driver page-locks (DMA, no CPU copy); 0: anonymous
                           huge pages, copies through pinned staging     (1)
                           (README, "Choosing a placement on cuda")
+       ADSM_CUDA_ALIAS_COLLAPSE 1: that shared memory in 2 MiB pages (MADV_COLLAPSE, Linux 6.1+)
+                          where shmem_enabled gives none and blocks are 2 MiB or more; 0: 4 KiB
+                          pages there (about 1 ms per MiB to make and first write)   (1)
        ADSM_CUDA_DRIVER   driver library to load                       (libcuda.so.1, then libcuda.so)
        ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so.N for the driver's
                           major N down to 12, then libnvrtc.so if not newer than the driver)
        ADSM_TRACE         file to write at adsm_shutdown: a timeline of faults, fetches, copies,
-                          evictions, kernels and I/O pieces in Chrome's trace-event JSON (opens in
+                          evictions, kernels, I/O pieces and objects made and freed in Chrome's
+                          trace-event JSON (opens in
                           Perfetto or chrome://tracing; bench/trace_timeline.py draws it). Up to
                           1M events; later ones are dropped and counted.  (none; adsm_config.trace)
 
@@ -165,6 +168,12 @@
                 regrets grew the window, a write fault takes the idle blocks of its huge page
                 (of its object once the window holds half of the live blocks; a fetch too) when
                 they fit the window without evicting, as lazy would.
+       um, um-prefetch  (cuda only, for comparison) objects in CUDA managed memory
+                (cuMemAllocManaged), kept coherent by the driver: nothing is protected, no
+                fault reaches adsm. um-prefetch prefetches every object a kernel names to the
+                device before the launch and, at adsm_sync, those it may have written back home;
+                prefetched bytes count in adsm_stats. Between a call and adsm_sync the CPU leaves
+                the kernel's outputs alone (as under batch). One GPU; refused on emu and host.
 
    5. BACKENDS
    ===========
