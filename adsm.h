@@ -102,7 +102,10 @@
        ADSM_BLOCK_EXACT   1: rolling takes one block per fault (no huge-page fetch, no
                           write-ahead; section 4)                      (0)
        ADSM_EMU_MEMORY    emulated device memory capacity (half of RAM, or of the cgroup's
-                          memory limit where lower, at most 32G)
+                          memory limit where lower, at most 32G). One device: the objects
+                          together must fit. Several: each object must fit one, and a launch
+                          never starts with its device holding more; rolling's evictions in
+                          between may pass it until the next launch there (README)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device, 1..256 (CPU count, <= 64)
        ADSM_EMU_DEVICES   emulated devices, 1..8, each its own process and memory (1)
        ADSM_STREAMS       kernels one device (emu or GPU) runs at once, 1..16 (4 with several devices, 1 with one)
