@@ -120,11 +120,13 @@ typedef struct adsm__backend_vtbl {
 } adsm__backend_vtbl;
 
 /* A copy a backend made, started at t0: its time in the stats and, under ADSM_TRACE, its span on
- * the copying thread's track. Signal-safe. */
+ * the copying thread's track (a copy to a device from another device's memory, directory.h,
+ * labelled as such). Signal-safe. */
 ADSM__PRIVATE void adsm__copy_timed(adsm__runtime *rt, int to_device, uint64_t t0, uintptr_t dev, size_t n) {
     uint64_t t1 = adsm__now_ns();
     ADSM__ADD(to_device ? &rt->stats.h2d_ns : &rt->stats.d2h_ns, t1 - t0);
-    if (rt->trace.events) adsm__trace_on(&rt->trace, 0, to_device ? ADSM__TR_H2D : ADSM__TR_D2H, t0, t1, dev, n);
+    unsigned kind = !to_device ? ADSM__TR_D2H : adsm__tls_copy_between_devices ? ADSM__TR_D2D : ADSM__TR_H2D;
+    if (rt->trace.events) adsm__trace_on(&rt->trace, 0, kind, t0, t1, dev, n);
 }
 
 #endif /* ADSM__BACKEND_INCLUDED */

@@ -172,6 +172,13 @@ ADSM__PRIVATE void adsm__emu_lose(adsm__emu *e, const char *why) {
     adsm__futex_wake_all(&e->completion_gen);
 }
 
+/* This device's number among the runtime's (ADSM_TRACE's kernel track). */
+ADSM__PRIVATE unsigned adsm__emu_index(const adsm__emu *e) {
+    for (unsigned d = 0; d < ADSM__MAX_DEVICES; d++)
+        if (e->rt->dev_ctx[d] == e) return d;
+    return 0;
+}
+
 ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
     adsm__emu *e = (adsm__emu *)arg;
     adsm__emu_msg *m = e->completion_msg;
@@ -181,7 +188,8 @@ ADSM__PRIVATE void *adsm__emu_completion_main(void *arg) {
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
         if (m->type != ADSM__EMU_DONE) continue;
-        adsm__trace_on(&e->rt->trace, ADSM__TRACE_DEVICE_TID, ADSM__TR_KERNEL, m->ran_from, m->ran_to, 0, m->seq);
+        adsm__trace_on(&e->rt->trace, adsm__trace_kernel_tid(adsm__emu_index(e), m->stream), ADSM__TR_KERNEL,
+                       m->ran_from, m->ran_to, 0, m->seq);
         if (m->status != 0) adsm__emu_record_error(e, (adsm_result)m->status, m->text);
         ADSM__STORE(&e->completed_seq, m->seq);
         ADSM__ADD(&e->completion_gen, 1);

@@ -158,7 +158,8 @@ struct adsm__cuda {
     unsigned char kev_stream[ADSM__CUDA_EVENTS];
     adsm__cuda_launch_access *kev_access;
     uint64_t kev_issued_ns[ADSM__CUDA_EVENTS]; /* ADSM_TRACE: when each launch was issued */
-    uint64_t last_kernel_done_ns;              /* ADSM_TRACE: when the completion thread saw the last end */
+    /* ADSM_TRACE: when the completion thread saw the last kernel of each stream end */
+    uint64_t last_kernel_done_ns[ADSM__CUDA_MAX_STREAMS];
     const adsm_kernel_desc *last_kernel; /* engine thread: the newest launch, to name in faults */
     uint64_t issued_seq, completed_seq;
     uint64_t sent_seq; /* the last launch the runtime sent this device (several devices: a subsequence) */

@@ -349,6 +349,7 @@ ADSM__PRIVATE int adsm__cuda_execute(adsm__cuda *c, adsm__cuda_cmd *cmd) {
     case ADSM__CMD_PEER:
         what = "cuMemcpyPeerAsync";
         r = adsm__cuda_do_peer(c, op);
+        adsm__trace_on(&c->rt->trace, 0, ADSM__TR_D2D, t0, adsm__now_ns(), op->dst, op->n);
         break;
     case ADSM__CMD_MAP:
         what = "cuMemCreate/cuMemMap";
@@ -410,14 +411,15 @@ ADSM__PRIVATE adsm__cuda_op adsm__cuda_range_cmd(int type, uintptr_t dst, uintpt
 
 /* ---- completion thread --------------------------------------------------------------------- */
 /* ADSM_TRACE's kernel span on cuda: the events carry no timing (blocking waits need them without),
- * so a kernel runs, as far as the trace knows, from its launch or (one stream) the previous
- * kernel's end, whichever is later, to when this thread saw it finish. */
+ * so a kernel runs, as far as the trace knows, from its launch or the previous kernel's end on its
+ * stream (a stream runs its kernels one after another), whichever is later, to when this thread
+ * saw it finish; each device and stream has its own track, where the spans follow one another. */
 ADSM__PRIVATE void adsm__cuda_trace_kernel(adsm__cuda *c, unsigned slot, uint64_t seq) {
     if (!c->rt->trace.events) return;
-    uint64_t now = adsm__now_ns(), from = c->kev_issued_ns[slot];
-    if (c->nstreams == 1) from = ADSM__MAX(from, c->last_kernel_done_ns);
-    adsm__trace_on(&c->rt->trace, ADSM__TRACE_DEVICE_TID, ADSM__TR_KERNEL, from, now, 0, seq);
-    c->last_kernel_done_ns = now;
+    unsigned stream = c->kev_stream[slot];
+    uint64_t now = adsm__now_ns(), from = ADSM__MAX(c->kev_issued_ns[slot], c->last_kernel_done_ns[stream]);
+    adsm__trace_on(&c->rt->trace, adsm__trace_kernel_tid(c->index, stream), ADSM__TR_KERNEL, from, now, 0, seq);
+    c->last_kernel_done_ns[stream] = now;
 }
 
 ADSM__PRIVATE void *adsm__cuda_completion_main(void *arg) {

@@ -226,8 +226,11 @@ ADSM__PRIVATE int adsm__copy_peer(adsm__runtime *rt, adsm__object *o, size_t fir
         return 0;
     }
     const void *src = rt->be->device_view ? rt->be->device_view(rt->dev_ctx[s], o->dev + off, len) : NULL;
-    if (!src || rt->be->to_device(rt->dev_ctx[d], o->dev + off, (uintptr_t)src, len, 0, adsm__copy_after(rt, o, d)) != 0)
-        return -1;
+    adsm__tls_copy_between_devices = 1; /* synchronous: timed on this thread (the trace's label) */
+    int rc = !src || rt->be->to_device(rt->dev_ctx[d], o->dev + off, (uintptr_t)src, len, 0,
+                                       adsm__copy_after(rt, o, d)) != 0;
+    adsm__tls_copy_between_devices = 0;
+    if (rc) return -1;
     adsm__count_to_device(rt, d, 1, len);
     return 0;
 }

@@ -40,6 +40,7 @@ typedef struct adsm__emu_msg {
     uint32_t nwritable, ninputs;
     uint64_t ran_from, ran_to; /* DONE: when the kernel ran in the device process (CLOCK_MONOTONIC is
                                   one clock for both processes), for ADSM_TRACE */
+    uint32_t stream;           /* DONE: the device's stream that ran it (ADSM_TRACE's track) */
     adsm__range writable[ADSM__MAX_PARAMS];
     adsm__range inputs[ADSM__MAX_PARAMS];
     char text[256];
@@ -193,6 +194,7 @@ ADSM__PRIVATE void adsm__emu_device_report(void *ctx, adsm__emu_task *t) {
     reply->type = ADSM__EMU_DONE;
     reply->ran_from = t->ran_from;
     reply->ran_to = t->ran_to;
+    reply->stream = t->stream;
     reply->status = t->status;
     snprintf(reply->text, sizeof reply->text, "%s", t->status ? t->text : "");
     send(e->sock.fd, reply, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);

@@ -28,6 +28,7 @@ typedef struct adsm__emu_task {
     const adsm__range *writable, *inputs; /* in it: what the kernel may write, and only read */
     uint32_t nwritable, ninputs;
     int state, status;
+    uint32_t stream; /* the stream that ran it (ADSM_TRACE's track) */
     uint64_t ran_from, ran_to;
     char text[256];
 } adsm__emu_task;
@@ -93,6 +94,7 @@ ADSM__PRIVATE void adsm__emu_dispatch(adsm__emu_sched *s) {
         adsm__emu_stream *st = adsm__idle_stream(s);
         if (!st) return;
         t->state = ADSM__TASK_RUNNING;
+        t->stream = (uint32_t)(st - s->streams);
         st->task = t;
         pthread_cond_signal(&st->go);
     }

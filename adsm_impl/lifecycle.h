@@ -43,6 +43,19 @@ ADSM__PRIVATE void adsm__close_trace(adsm__runtime *rt) {
                   ADSM__TRACE_EVENTS);
 }
 
+/* At exit, for a program that ends without adsm_shutdown (README's own example does): its
+ * ADSM_TRACE file is written from what was recorded so far, and says so at info. adsm's threads
+ * are left running, as the process is ending; the buffer stays mapped, so a late event lands
+ * there. Not in a forked child that exits (the trace is its parent's). Normal context. */
+static void adsm__trace_at_exit(void) {
+    adsm__runtime *rt = &adsm__rt;
+    uint64_t dropped = 0;
+    if (!rt->trace.events || rt->trace.pid != getpid()) return;
+    int err = adsm__trace_write(&rt->trace, &dropped);
+    if (err) adsm__log(ADSM_LOG_WARN, "ADSM_TRACE: cannot write %s at exit: %s", rt->trace.path, strerror(err));
+    else adsm__log(ADSM_LOG_INFO, "ADSM_TRACE: %s written at exit (adsm_shutdown was not called)", rt->trace.path);
+}
+
 /* The address reservation, the fetch staging slots and the trace buffer, made by adsm__start
  * (the trace file is written here, after the backend's threads stopped). */
 ADSM__PRIVATE void adsm__release_memory(adsm__runtime *rt) {
@@ -188,6 +201,7 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
         adsm__release_memory(rt);
         return r;
     }
+    if (rt->trace.events && !rt->trace_exit_registered) rt->trace_exit_registered = atexit(adsm__trace_at_exit) == 0;
     adsm__tree_init(&rt->objects);
     adsm__tree_init(&rt->safe_dev);
     adsm__tree_init(&rt->host_buffers);

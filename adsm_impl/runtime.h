@@ -46,6 +46,7 @@ typedef struct adsm__source_image {
 typedef struct adsm__runtime {
     int state;                  /* ADSM__RT_*, read atomically by the fault handler */
     int atfork_registered;      /* adsm__forked is registered with pthread_atfork (once per process) */
+    int trace_exit_registered; /* adsm__trace_at_exit is registered with atexit */
     pthread_mutex_t init_mutex; /* serialises adsm_init / adsm_shutdown */
     pthread_mutex_t launch_mutex; /* serialises launches: release may let the runtime lock go */
     adsm__settings cfg;

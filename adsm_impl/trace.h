@@ -1,12 +1,14 @@
 /* adsm_impl/trace.h -- ADSM_TRACE: a timeline of what adsm did, in the Chrome trace-event JSON
  * format that Perfetto (ui.perfetto.dev) and chrome://tracing open.
  *
- * Events: CPU faults, fetches into host pages, copies to and from the device, evictions, kernel
- * runs on the device, I/O pieces, making and freeing objects, each with its address and bytes, one track per thread (the
- * program's threads, the copy engine) and one for the device's kernels. Recording runs in any
- * context, the SIGSEGV handler included: one atomic add claims a slot in a buffer mapped at
- * initialisation, nothing allocates or locks; when the buffer is full, events are dropped and
- * counted. The file is written at adsm_shutdown, in normal context. */
+ * Events: CPU faults, fetches into host pages, copies to and from the device and between devices,
+ * evictions, kernel runs on the devices, I/O pieces, making and freeing objects, each with its
+ * address and bytes (a kernel: its launch number), one track per thread (the program's threads,
+ * the copy engines) and one per device and kernel stream, so that the spans on a track nest, as
+ * Perfetto requires. Recording runs in any context, the SIGSEGV handler included: one atomic add
+ * claims a slot in a buffer mapped at initialisation, nothing allocates or locks; when the buffer
+ * is full, events are dropped and counted. The file is written at adsm_shutdown, or at exit for a
+ * program that ends without it (lifecycle.h), in normal context. */
 #ifndef ADSM__TRACE_INCLUDED
 #define ADSM__TRACE_INCLUDED
 
@@ -24,16 +26,29 @@ enum {
     ADSM__TR_IO,     /* one system call of adsm_read and friends */
     ADSM__TR_ALLOC,  /* adsm_alloc / adsm_safe_alloc: making an object (its pages page-locked on cuda) */
     ADSM__TR_FREE,   /* adsm_free: waiting for its users, its copies, and giving its memory back */
+    ADSM__TR_D2D,    /* a copy from one device's memory to another's */
     ADSM__TR_NAME,   /* names the calling thread's track: addr is a string literal */
     ADSM__TR_KINDS
 };
 
 static const char *const adsm__trace_names[ADSM__TR_KINDS] = {
     "fault (read)", "fault (write)", "fetch", "copy to device", "copy from device", "evict", "kernel", "I/O",
-    "alloc", "free", ""};
+    "alloc", "free", "copy between devices", ""};
 
 #define ADSM__TRACE_EVENTS ((size_t)1 << 20) /* 32 MiB of events; beyond that, dropped and counted */
-#define ADSM__TRACE_DEVICE_TID 999999        /* the device's kernels: a track of their own */
+/* Kernels: a track per device and kernel stream, ADSM__TRACE_DEVICE_TID + device * 32 + stream */
+#define ADSM__TRACE_DEVICE_TID 999000
+#define ADSM__TRACE_STREAMS 32
+#define ADSM__TRACE_DEVICES 8
+
+ADSM__PRIVATE int32_t adsm__trace_kernel_tid(unsigned device, unsigned stream) {
+    return ADSM__TRACE_DEVICE_TID + (int32_t)((device % ADSM__TRACE_DEVICES) * ADSM__TRACE_STREAMS +
+                                              stream % ADSM__TRACE_STREAMS);
+}
+
+/* Set around a copy the runtime makes from one device's memory to another's through a backend's
+ * host-to-device verb (directory.h, emu): the copy's span is then labelled as between devices. */
+static __thread int adsm__tls_copy_between_devices;
 
 typedef struct adsm__trace_event {
     uint64_t t0, t1; /* CLOCK_MONOTONIC ns; equal for an instant */
@@ -45,6 +60,7 @@ typedef struct adsm__trace_event {
 typedef struct adsm__tracer {
     adsm__trace_event *events; /* NULL: not tracing */
     uint64_t next;             /* slots claimed so far (atomic); past ADSM__TRACE_EVENTS: dropped */
+    pid_t pid;                 /* the process tracing (a forked child that exits writes nothing) */
     char path[512];
 } adsm__tracer;
 
@@ -84,9 +100,23 @@ ADSM__PRIVATE int adsm__trace_open(adsm__tracer *t, const char *path) {
     if (p == MAP_FAILED) return -1;
     memcpy(t->path, path, strlen(path) + 1);
     t->events = (adsm__trace_event *)p;
+    t->pid = getpid();
     adsm__trace_on(t, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "program (first adsm call)", 0);
-    adsm__trace_on(t, ADSM__TRACE_DEVICE_TID, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "device: kernels", 0);
     return 0;
+}
+
+ADSM__PRIVATE int adsm__trace_is_kernel_track(int32_t tid) {
+    return tid >= ADSM__TRACE_DEVICE_TID && tid < ADSM__TRACE_DEVICE_TID + ADSM__TRACE_DEVICES * ADSM__TRACE_STREAMS;
+}
+
+/* The kernel tracks' names, for those that hold events (seen: one flag per track). */
+ADSM__PRIVATE void adsm__trace_name_kernel_tracks(FILE *f, const unsigned char *seen) {
+    for (int i = 0; i < ADSM__TRACE_DEVICES * ADSM__TRACE_STREAMS; i++) {
+        if (!seen[i]) continue;
+        fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":"
+                   "\"device %d: kernels, stream %d\"}}",
+                ADSM__TRACE_DEVICE_TID + i, i / ADSM__TRACE_STREAMS, i % ADSM__TRACE_STREAMS);
+    }
 }
 
 ADSM__PRIVATE void adsm__trace_write_event(FILE *f, const adsm__trace_event *e, uint64_t origin, int first) {
@@ -101,8 +131,32 @@ ADSM__PRIVATE void adsm__trace_write_event(FILE *f, const adsm__trace_event *e, 
             adsm__trace_names[e->kind], e->tid, ts);
     if (e->t1 > e->t0) fprintf(f, "\"dur\":%.3f,", dur);
     else fputs("\"s\":\"t\",", f);
-    fprintf(f, "\"args\":{\"address\":\"0x%llx\",\"bytes\":%llu}}", (unsigned long long)e->addr,
-            (unsigned long long)e->bytes);
+    if (e->kind == ADSM__TR_KERNEL) /* a kernel's event carries its launch number in `bytes` */
+        fprintf(f, "\"args\":{\"launch\":%llu}}", (unsigned long long)e->bytes);
+    else
+        fprintf(f, "\"args\":{\"address\":\"0x%llx\",\"bytes\":%llu}}", (unsigned long long)e->addr,
+                (unsigned long long)e->bytes);
+}
+
+/* Writes the file from the events recorded so far. Returns 0, or the errno of a file that could
+ * not be opened; *dropped says how many events did not fit. Normal context. */
+ADSM__PRIVATE int adsm__trace_write(const adsm__tracer *t, uint64_t *dropped) {
+    uint64_t next = __atomic_load_n(&t->next, __ATOMIC_ACQUIRE);
+    uint64_t n = ADSM__MIN(next, (uint64_t)ADSM__TRACE_EVENTS), origin = UINT64_MAX;
+    unsigned char seen[ADSM__TRACE_DEVICES * ADSM__TRACE_STREAMS] = {0};
+    *dropped = next - n;
+    for (uint64_t i = 0; i < n; i++) {
+        if (t->events[i].kind != ADSM__TR_NAME && t->events[i].t0 < origin) origin = t->events[i].t0;
+        if (adsm__trace_is_kernel_track(t->events[i].tid)) seen[t->events[i].tid - ADSM__TRACE_DEVICE_TID] = 1;
+    }
+    FILE *f = fopen(t->path, "we");
+    if (!f) return errno;
+    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
+    for (uint64_t i = 0; i < n; i++) adsm__trace_write_event(f, &t->events[i], origin, i == 0);
+    adsm__trace_name_kernel_tracks(f, seen);
+    fprintf(f, "\n],\"otherData\":{\"dropped_events\":%llu}}\n", (unsigned long long)*dropped);
+    fclose(f);
+    return 0;
 }
 
 /* At shutdown, every recording thread stopped: writes the file and lets the buffer go. Returns 0,
@@ -111,18 +165,7 @@ ADSM__PRIVATE void adsm__trace_write_event(FILE *f, const adsm__trace_event *e, 
 ADSM__PRIVATE int adsm__trace_close(adsm__tracer *t, uint64_t *dropped) {
     *dropped = 0;
     if (!t->events) return 0;
-    uint64_t n = ADSM__MIN(t->next, (uint64_t)ADSM__TRACE_EVENTS), origin = UINT64_MAX;
-    *dropped = t->next - n;
-    for (uint64_t i = 0; i < n; i++)
-        if (t->events[i].kind != ADSM__TR_NAME && t->events[i].t0 < origin) origin = t->events[i].t0;
-    FILE *f = fopen(t->path, "we");
-    int err = f ? 0 : errno;
-    if (f) {
-        fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
-        for (uint64_t i = 0; i < n; i++) adsm__trace_write_event(f, &t->events[i], origin, i == 0);
-        fprintf(f, "\n],\"otherData\":{\"dropped_events\":%llu}}\n", (unsigned long long)*dropped);
-        fclose(f);
-    }
+    int err = adsm__trace_write(t, dropped);
     munmap(t->events, ADSM__TRACE_EVENTS * sizeof(adsm__trace_event));
     t->events = NULL;
     return err;

@@ -7,6 +7,7 @@
 
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 ADSM_KERNEL(twice, ADSM_INOUT(int, x), ADSM_VALUE(size_t, n));
@@ -89,7 +90,7 @@ Test(trace, events_match_the_stats) {
     cr_assert_eq(sum_bytes(text, "alloc"), n * sizeof *x);
     cr_assert_eq(count_events(text, "free"), 1);
     cr_assert(strstr(text, "\"name\":\"emu copy engine\""), "the copy engine's track has no name");
-    cr_assert(strstr(text, "\"name\":\"device: kernels\""));
+    cr_assert(strstr(text, "\"name\":\"device 0: kernels, stream 0\""), "the kernels' track has no name");
     free(text);
     unlink(path);
 }
@@ -130,4 +131,122 @@ Test(trace, an_unwritable_path_is_reported_at_shutdown, .init = cr_redirect_stde
     cr_assert(strstr(said, "ADSM_TRACE: cannot write /nonexistent-adsm-dir/trace.json: No such file or directory"),
               "shutdown said: %s", said);
     cr_assert_null(adsm__rt.trace.events, "the event buffer was not given back");
+}
+
+/* ---- tracks, labels and ending without adsm_shutdown (issue 34, point 9) ---------------------- */
+
+/* One kernel event as written on its own line: its track and its span (us). */
+typedef struct kernel_span {
+    int tid;
+    double ts, dur;
+} kernel_span;
+
+static size_t kernel_spans(const char *text, kernel_span *out, size_t max) {
+    size_t n = 0;
+    for (const char *p = strstr(text, "{\"ph\":\"X\",\"name\":\"kernel\""); p && n < max;
+         p = strstr(p + 1, "{\"ph\":\"X\",\"name\":\"kernel\"")) {
+        kernel_span k;
+        cr_assert_eq(sscanf(p, "{\"ph\":\"X\",\"name\":\"kernel\",\"pid\":1,\"tid\":%d,\"ts\":%lf,\"dur\":%lf", &k.tid,
+                            &k.ts, &k.dur),
+                     3, "a kernel event not as written: %.120s", p);
+        cr_assert(strncmp(strstr(p, "\"args\":"), "\"args\":{\"launch\":", 17) == 0,
+                  "a kernel's args are not its launch number: %.160s", p);
+        out[n++] = k;
+    }
+    return n;
+}
+
+static int by_track_then_start(const void *a, const void *b) {
+    const kernel_span *x = a, *y = b;
+    if (x->tid != y->tid) return x->tid < y->tid ? -1 : 1;
+    return x->ts < y->ts ? -1 : x->ts > y->ts;
+}
+
+static char *trace_path(void) {
+    static char path[] = "/tmp/adsm_trace_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    return path;
+}
+
+/* Kernels of two devices, several streams each: every device and stream has a track of its own,
+ * named, and the spans on each track follow one another (Perfetto requires them to nest);
+ * copies from one device to the other are labelled so, and each label's bytes are its stats'. */
+Test(trace, every_device_and_stream_has_its_own_track) {
+    char *path = trace_path();
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.protocol = ADSM_PROTOCOL_LAZY;
+    cfg.emu_devices = 2;
+    cfg.streams = 4;
+    cfg.emu_memory = (size_t)64 << 20;
+    cfg.trace = path;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    const size_t n = 64 * 1024;
+    int *x[4];
+    for (int k = 0; k < 4; k++) {
+        x[k] = adsm_alloc(n * sizeof(int));
+        cr_assert_not_null(x[k], "%s", adsm_last_error());
+        for (size_t i = 0; i < n; i++) x[k][i] = (int)i;
+    }
+    for (int round = 0; round < 3; round++)
+        for (int k = 0; k < 4; k++) /* independent objects: the streams run them at once */
+            cr_assert_eq(ADSM_CALL_ON(k % 2, twice, adsm_grid_1d(n / 256, 256), x[k], n), ADSM_OK, "%s",
+                         adsm_last_error());
+    cr_assert_eq(ADSM_CALL_ON(1, twice, adsm_grid_1d(n / 256, 256), x[0], n), ADSM_OK); /* x[0] moves 0 -> 1 */
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(x[0][5], 5 * 16);
+    adsm_stats s;
+    adsm_get_stats(&s);
+    adsm_shutdown();
+    char *text = slurp(path);
+    cr_assert(strstr(text, "\"device 0: kernels, stream "), "no track for device 0's kernels");
+    cr_assert(strstr(text, "\"device 1: kernels, stream "), "no track for device 1's kernels");
+    kernel_span spans[64];
+    size_t k = kernel_spans(text, spans, 64);
+    cr_assert_eq(k, s.launches, "%zu kernel events for %llu launches", k, (unsigned long long)s.launches);
+    qsort(spans, k, sizeof *spans, by_track_then_start);
+    for (size_t i = 1; i < k; i++)
+        if (spans[i].tid == spans[i - 1].tid)
+            cr_assert_geq(spans[i].ts + 0.002, spans[i - 1].ts + spans[i - 1].dur,
+                          "track %d: a kernel at %.3f us starts inside the one before (%.3f + %.3f)", spans[i].tid,
+                          spans[i].ts, spans[i - 1].ts, spans[i - 1].dur);
+    cr_assert_gt(s.d2d_bytes, 0, "no copy between the devices");
+    cr_assert_eq(sum_bytes(text, "copy between devices"), s.d2d_bytes);
+    cr_assert_eq(sum_bytes(text, "copy to device"), s.h2d_bytes);
+    free(text);
+    unlink(path);
+}
+
+/* A program that ends with exit() and no adsm_shutdown (README's usage example does) still gets
+ * its trace, written at exit; a forked child of it that exits writes nothing over it. */
+Test(trace, written_at_exit_without_shutdown) {
+    char *path = trace_path();
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        adsm_config cfg = {0};
+        cfg.backend = ADSM_BACKEND_EMU;
+        cfg.trace = path;
+        if (adsm_init(&cfg) != ADSM_OK) _exit(2);
+        int *x = adsm_alloc(1 << 20);
+        if (!x) _exit(3);
+        x[0] = 1;
+        if (ADSM_CALL(twice, adsm_grid_1d(1, 256), x, 256) != ADSM_OK || adsm_sync() != ADSM_OK) _exit(4);
+        pid_t child = fork(); /* exits at once: the trace is not its own */
+        if (child == 0) exit(0);
+        waitpid(child, NULL, 0);
+        exit(0);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the traced program failed: status %d", st);
+    char *text = slurp(path);
+    cr_assert(strstr(text, "\"traceEvents\":["), "not a trace-event file");
+    cr_assert(strstr(text, "\"dropped_events\":0"), "the file was not finished");
+    cr_assert_eq(count_events(text, "alloc"), 1);
+    cr_assert_eq(count_events(text, "kernel"), 1);
+    free(text);
+    unlink(path);
 }
