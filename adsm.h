@@ -592,6 +592,17 @@ ADSM_API ssize_t adsm_pwrite(int fd, const void *buf, size_t count, off_t offset
 ADSM_API size_t adsm_fread(void *ptr, size_t size, size_t nmemb, FILE *stream);
 ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream);
 
+/* For code that hands shared memory to something adsm cannot see (another process reading the
+   pages, as MPI's transports do; a library that takes a buffer apart itself). adsm_is_shared: 1
+   when any byte of [ptr, ptr + n) lies in a live shared object, else 0 (never initialises adsm).
+   adsm_touch: makes the shared bytes of the range current on the host as CPU reads (write 0) or
+   writes (write 1) of every byte would, without touching one: Invalid blocks are fetched, a
+   kernel still writing them waited for, under batch an object a kernel wrote comes home first;
+   with write the blocks become Dirty (the devices' copies stale). Plain memory in the range is
+   left alone. Not a pin: a later kernel call or a rolling eviction changes the states again. */
+ADSM_API int adsm_is_shared(const void *ptr, size_t n);
+ADSM_API adsm_result adsm_touch(const void *ptr, size_t n, int write);
+
 /* The explicit path, for programs that mix styles and for baselines: device-only buffers (a
    device address; the CPU must not touch it), synchronous copies ordered after every launch
    issued so far, and ADSM_CALL accepts these device pointers as kernel arguments. No coherence:
@@ -948,6 +959,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/fault.h"
 #include "adsm_impl/memops.h"
 #include "adsm_impl/io.h"
+#include "adsm_impl/touch.h"
 #include "adsm_impl/object_life.h"
 #include "adsm_impl/lifecycle.h"
 #include "adsm_impl/explicit.h"

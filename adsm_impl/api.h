@@ -1,6 +1,6 @@
 /* adsm_impl/api.h -- the public functions: initialisation, shared objects, introspection, and
  * the entry points of everything else (the work is done in lifecycle.h, object_life.h,
- * explicit.h, module.h, launch.h, memops.h and io.h).
+ * explicit.h, module.h, launch.h, memops.h, io.h and touch.h).
  *
  * Every function here runs in normal thread context and is thread safe: object and protocol
  * state changes happen under the runtime lock (the one the fault handler takes); initialisation
@@ -23,6 +23,7 @@
 #include "capacity.h"
 #include "memops.h"
 #include "io.h"
+#include "touch.h"
 #include "object_life.h"
 #include "lifecycle.h"
 #include "explicit.h"
@@ -331,6 +332,12 @@ ADSM_API adsm_result adsm_set_affinity(const void *ptr, int dev) {
 }
 
 ADSM_API char adsm_block_state(const void *ptr) { ADSM__GUARDED(char, adsm__block_state_unguarded(ptr)); }
+
+ADSM_API int adsm_is_shared(const void *ptr, size_t n) { ADSM__GUARDED(int, adsm__is_shared_unguarded(ptr, n)); }
+
+ADSM_API adsm_result adsm_touch(const void *ptr, size_t n, int write) {
+    ADSM__GUARDED(adsm_result, adsm__touch_unguarded(ptr, n, write));
+}
 
 ADSM_API ssize_t adsm_read(int fd, void *buf, size_t count) {
     ADSM__GUARDED(ssize_t, adsm__read_unguarded(fd, buf, count));
