@@ -325,16 +325,23 @@
    The bounce buffer sits at the same offset within a page as your buffer, so O_DIRECT accepts
    and refuses the same buffers as it would without adsm; idle bounce buffers are reused.
        #define ADSM_INTERPOSE_IO    before ADSM_IMPLEMENTATION: that translation unit also defines
-                                    read, write, pread, pwrite, fread, fwrite (and the
-                                    _FORTIFY_SOURCE __read_chk/__fread_chk), so unchanged code
-                                    works on shared memory. Other I/O calls (readv, fgets, ...)
-                                    are not covered. Also in a static program (-static,
-                                    glibc), where libc's own are reached without dlsym.
+                                    read, write, pread, pwrite, fread, fwrite (pread64 and
+                                    pwrite64 too, what _FILE_OFFSET_BITS=64 calls, and the
+                                    checked __read_chk, __pread_chk, __pread64_chk and
+                                    __fread_chk that _FORTIFY_SOURCE calls where the compiler
+                                    knows a buffer's size), so unchanged code works on shared
+                                    memory. Fortify's checks stay: an overflowing call ends the
+                                    process as libc's would. Builds with gcc and clang, C and
+                                    C++, at every _FORTIFY_SOURCE level. Other I/O calls
+                                    (readv, fgets, ...) are not covered. Also in a static
+                                    program (-static, glibc), where libc's own are reached
+                                    without dlsym.
    adsm_memset / adsm_memcpy act where the valid copy is: memset of a whole Invalid or ReadOnly
    block runs on the device only and leaves it Invalid (nothing moves, no host page is touched;
    the CPU's next read fetches it); memcpy from
    device-valid blocks into whole device-valid blocks copies device to device (d2d_bytes).
-       #define ADSM_INTERPOSE_MEM   also defines memset and memcpy. Calls the compiler inlines
+       #define ADSM_INTERPOSE_MEM   also defines memset and memcpy (and the checked
+                                    __memset_chk, __memcpy_chk). Calls the compiler inlines
                                     (small constant sizes) never reach it: use adsm_memset /
                                     adsm_memcpy where it matters. Not in a static program:
                                     libc itself calls memcpy there before threads exist.

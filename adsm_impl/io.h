@@ -434,18 +434,29 @@ ADSM__PRIVATE size_t adsm__fwrite_unguarded(const void *ptr, size_t size, size_t
 }
 
 /* ---- opt-in interposition of the libc names --------------------------------------------- */
-#ifdef ADSM_INTERPOSE_IO
-ssize_t read(int fd, void *buf, size_t count) { return adsm_read(fd, buf, count); }
-ssize_t write(int fd, const void *buf, size_t count) { return adsm_write(fd, buf, count); }
-ssize_t pread(int fd, void *buf, size_t count, off_t offset) { return adsm_pread(fd, buf, count, offset); }
-ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) { return adsm_pwrite(fd, buf, count, offset); }
-size_t fread(void *ptr, size_t size, size_t nmemb, FILE *stream) { return adsm_fread(ptr, size, nmemb, stream); }
-size_t fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
-    return adsm_fwrite(ptr, size, nmemb, stream);
-}
-/* A checked call that would overflow its buffer, where libc's checked version cannot be found (a
- * static program): libc's own report ("buffer overflow detected"), which ends the process, as the
- * checked version would. */
+/* Each libc name is the symbol of a function of adsm's own (adsm__libc_read for read, ...), made
+ * an alias of it by the assembler; the compiler never sees a function called read here. With
+ * _FORTIFY_SOURCE, glibc's headers define read, pread, fread, memcpy and memset as inline
+ * wrappers in this translation unit already: C++ does not let it define them again ("redefinition
+ * of 'read'", clang++), clang takes a later C definition for an inline one (-Wstatic-in-inline),
+ * and clang calls its private copies of the wrappers (memcpy.inline) without emitting them when
+ * the symbol is defined here under the same name, even through an asm label. A plain definition
+ * would also replace the wrappers, and with them fortify's checks, in the whole translation unit.
+ * The adsm__libc_* names carry C linkage and their own name as symbol in C++ too. ELF only
+ * (Linux), as adsm is. */
+#if defined(ADSM_INTERPOSE_IO) || defined(ADSM_INTERPOSE_MEM)
+#define ADSM__EXPORT_AS(name, fn) \
+    __asm__(".globl " #name "\n\t.type " #name ", %function\n\t.set " #name ", " #fn);
+#define ADSM__INTERPOSER __attribute__((used, visibility("default")))
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* A checked call (_FORTIFY_SOURCE) that would overflow its buffer: libc's own report ("buffer
+ * overflow detected"), which ends the process, as libc's checked version would have. */
+#ifdef __GLIBC__
+void __chk_fail(void) __attribute__((noreturn));
+#endif
 ADSM__PRIVATE void adsm__overflow_reported(void) {
 #ifdef __GLIBC__
     __chk_fail();
@@ -453,29 +464,58 @@ ADSM__PRIVATE void adsm__overflow_reported(void) {
     abort();
 #endif
 }
+#endif
 
-/* _FORTIFY_SOURCE builds call these checked entry points instead of the plain names. */
-ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
-ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen) {
-    if (count > buflen) { /* libc's checked version reports the overflow */
-        ssize_t (*real)(int, void *, size_t, size_t);
-        *(void **)&real = dlsym(RTLD_NEXT, "__read_chk");
-        if (!real) adsm__overflow_reported();
-        return real(fd, buf, count, buflen);
-    }
-    return adsm_read(fd, buf, count);
+#ifdef ADSM_INTERPOSE_IO
+ADSM__INTERPOSER ssize_t adsm__libc_read(int fd, void *buf, size_t count) { return adsm_read(fd, buf, count); }
+ADSM__INTERPOSER ssize_t adsm__libc_write(int fd, const void *buf, size_t count) { return adsm_write(fd, buf, count); }
+ADSM__INTERPOSER ssize_t adsm__libc_pread(int fd, void *buf, size_t count, off_t offset) {
+    return adsm_pread(fd, buf, count, offset);
 }
-size_t __fread_chk(void *ptr, size_t ptrlen, size_t size, size_t nmemb, FILE *stream);
-size_t __fread_chk(void *ptr, size_t ptrlen, size_t size, size_t nmemb, FILE *stream) {
-    size_t bytes;
-    if (__builtin_mul_overflow(size, nmemb, &bytes) || bytes > ptrlen) {
-        size_t (*real)(void *, size_t, size_t, size_t, FILE *);
-        *(void **)&real = dlsym(RTLD_NEXT, "__fread_chk");
-        if (!real) adsm__overflow_reported();
-        return real(ptr, ptrlen, size, nmemb, stream);
-    }
+ADSM__INTERPOSER ssize_t adsm__libc_pwrite(int fd, const void *buf, size_t count, off_t offset) {
+    return adsm_pwrite(fd, buf, count, offset);
+}
+ADSM__INTERPOSER size_t adsm__libc_fread(void *ptr, size_t size, size_t nmemb, FILE *stream) {
     return adsm_fread(ptr, size, nmemb, stream);
 }
+ADSM__INTERPOSER size_t adsm__libc_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream) {
+    return adsm_fwrite(ptr, size, nmemb, stream);
+}
+ADSM__EXPORT_AS(read, adsm__libc_read)
+ADSM__EXPORT_AS(write, adsm__libc_write)
+ADSM__EXPORT_AS(pread, adsm__libc_pread)
+ADSM__EXPORT_AS(pwrite, adsm__libc_pwrite)
+ADSM__EXPORT_AS(fread, adsm__libc_fread)
+ADSM__EXPORT_AS(fwrite, adsm__libc_fwrite)
+
+/* _FORTIFY_SOURCE builds call the checked entry points instead of the plain names wherever the
+ * compiler knows the buffer's size (at level 3 also sizes known only at run time), so a
+ * fortified read into shared memory would reach libc and fail with EFAULT: adsm defines them
+ * too, checks the size as libc does, and does the call itself. */
+ADSM__INTERPOSER ssize_t adsm__libc_read_chk(int fd, void *buf, size_t count, size_t buflen) {
+    if (count > buflen) adsm__overflow_reported();
+    return adsm_read(fd, buf, count);
+}
+ADSM__INTERPOSER ssize_t adsm__libc_pread_chk(int fd, void *buf, size_t count, off_t offset, size_t buflen) {
+    if (count > buflen) adsm__overflow_reported();
+    return adsm_pread(fd, buf, count, offset);
+}
+ADSM__INTERPOSER size_t adsm__libc_fread_chk(void *ptr, size_t ptrlen, size_t size, size_t nmemb, FILE *stream) {
+    size_t bytes;
+    if (__builtin_mul_overflow(size, nmemb, &bytes) || bytes > ptrlen) adsm__overflow_reported();
+    return adsm_fread(ptr, size, nmemb, stream);
+}
+ADSM__EXPORT_AS(__read_chk, adsm__libc_read_chk)
+ADSM__EXPORT_AS(__pread_chk, adsm__libc_pread_chk)
+ADSM__EXPORT_AS(__fread_chk, adsm__libc_fread_chk)
+
+/* With _FILE_OFFSET_BITS=64 the program's pread and pwrite are glibc's pread64 and pwrite64 (the
+ * same functions where off_t has 64 bits, as on x86-64 and aarch64). */
+#if defined(__GLIBC__) && defined(__LP64__)
+ADSM__EXPORT_AS(pread64, adsm__libc_pread)
+ADSM__EXPORT_AS(pwrite64, adsm__libc_pwrite)
+ADSM__EXPORT_AS(__pread64_chk, adsm__libc_pread_chk)
+#endif
 #endif /* ADSM_INTERPOSE_IO */
 
 #ifdef ADSM_INTERPOSE_MEM
@@ -503,7 +543,7 @@ ADSM__PRIVATE void *adsm__resolve_next(const char *name) {
     return f;
 }
 
-void *memcpy(void *d, const void *s, size_t n) ADSM__NOEXCEPT {
+ADSM__INTERPOSER void *adsm__libc_memcpy(void *d, const void *s, size_t n) ADSM__NOEXCEPT {
     if (adsm__mem_is_plain((uintptr_t)d, n) && adsm__mem_is_plain((uintptr_t)s, n)) {
         adsm__memcpy_fn f = __atomic_load_n(&adsm__real_memcpy_fn, __ATOMIC_ACQUIRE);
         if (!f && adsm__tls_resolving) {
@@ -522,7 +562,7 @@ void *memcpy(void *d, const void *s, size_t n) ADSM__NOEXCEPT {
     return d;
 }
 
-void *memset(void *d, int v, size_t n) ADSM__NOEXCEPT {
+ADSM__INTERPOSER void *adsm__libc_memset(void *d, int v, size_t n) ADSM__NOEXCEPT {
     if (adsm__mem_is_plain((uintptr_t)d, n)) {
         adsm__memset_fn f = __atomic_load_n(&adsm__real_memset_fn, __ATOMIC_ACQUIRE);
         if (!f && adsm__tls_resolving) {
@@ -539,6 +579,28 @@ void *memset(void *d, int v, size_t n) ADSM__NOEXCEPT {
     adsm_memset(d, v, n);
     return d;
 }
+
+/* The checked versions a _FORTIFY_SOURCE build calls where it knows the destination's size but
+ * not the count: the same check as libc's, then the above (libc's would copy into shared memory
+ * without adsm, a fault per page, and an Invalid block's memset would fetch it first). */
+ADSM__INTERPOSER void *adsm__libc_memcpy_chk(void *d, const void *s, size_t n, size_t dlen) ADSM__NOEXCEPT {
+    if (n > dlen) adsm__overflow_reported();
+    return adsm__libc_memcpy(d, s, n);
+}
+ADSM__INTERPOSER void *adsm__libc_memset_chk(void *d, int v, size_t n, size_t dlen) ADSM__NOEXCEPT {
+    if (n > dlen) adsm__overflow_reported();
+    return adsm__libc_memset(d, v, n);
+}
+ADSM__EXPORT_AS(memcpy, adsm__libc_memcpy)
+ADSM__EXPORT_AS(memset, adsm__libc_memset)
+ADSM__EXPORT_AS(__memcpy_chk, adsm__libc_memcpy_chk)
+ADSM__EXPORT_AS(__memset_chk, adsm__libc_memset_chk)
 #endif /* ADSM_INTERPOSE_MEM */
+
+#if defined(ADSM_INTERPOSE_IO) || defined(ADSM_INTERPOSE_MEM)
+#ifdef __cplusplus
+}
+#endif
+#endif
 
 #endif /* ADSM__IO_INCLUDED */

@@ -3,10 +3,23 @@
 #   (a) as strict C11, with and without ADSM_IMPLEMENTATION (the implementation also at -O2);
 #   (b) as C++17, with and without ADSM_IMPLEMENTATION (the DSL single-source kernels included);
 #   (c) examples/vecadd.c builds with a plain cc line and runs, exiting 0;
+#   (e) with _FORTIFY_SOURCE=2 and 3, gcc, g++, clang and clang++ build the implementation with and
+#       without ADSM_INTERPOSE_IO / ADSM_INTERPOSE_MEM, warning-free, and a fortified program's
+#       checked calls into shared memory work;
 #   (0) first, the layering of adsm_impl/: each file includes what it uses, only from layers below.
 # Runs under `bazel test` (sources come from the runfiles tree) or by hand
-# from the repository root.
+# from the repository root. With the argument `fortify` only (e) runs, with `basic` all but (e)
+# (BUILD.bazel runs them as two targets, which run side by side); with none, everything.
 set -euo pipefail
+
+mode=${1:-all}
+case $mode in
+    all | basic | fortify) ;;
+    *)
+        echo "usage: $0 [basic|fortify]" >&2
+        exit 2
+        ;;
+esac
 
 fail() {
     echo "FAIL: $*" >&2
@@ -41,6 +54,163 @@ step() {
     echo "   $*"
     "$@" || fail "$what (command: $*)"
 }
+
+# (e) _FORTIFY_SOURCE (its own Bazel target, `header_compile.sh fortify`: 40 compiles). glibc's
+# fortify wrappers define read, pread, fread, memcpy and memset as inline functions in the
+# program's own translation units, and call checked versions (__read_chk, ...) where the compiler
+# knows a buffer's size. Every compiler and language (gcc, g++, clang, clang++) builds the
+# implementation at -O2 with _FORTIFY_SOURCE=2 and 3, with and without ADSM_INTERPOSE_IO and
+# ADSM_INTERPOSE_MEM, under -Wall -Wextra -Werror (clang++ used to stop at "redefinition of
+# 'read'", clang to warn -Wstatic-in-inline). The four compilers are required: .ci/setup installs
+# them, and a missing one fails this test instead of skipping its builds.
+fortify_checks() {
+    for compiler in gcc g++ clang clang++; do
+        command -v "$compiler" > /dev/null || fail "$compiler is not installed (.ci/setup installs it); the _FORTIFY_SOURCE builds need it"
+    done
+    printf '#define ADSM_IMPLEMENTATION\n#include "adsm.h"\nint adsm_header_compile_check_;\n' > "$tmp/fortify_impl.c"
+    # fortify_build ID COMPILER LEVEL FLAGS...: the implementation into $tmp/fortify_ID.o; on failure
+    # the command and its output land in $tmp/fortify_ID.failed
+    fortify_build() {
+        local id=$1 compiler=$2 level=$3
+        shift 3
+        local lang=(-x c -std=c11 -pedantic)
+        [[ $compiler == *++ ]] && lang=(-x c++ -std=c++17)
+        local cmd=("$compiler" "${lang[@]}" -O2 -U_FORTIFY_SOURCE "-D_FORTIFY_SOURCE=$level" -Wall -Wextra -Werror "$@"
+            -I. -c -o "$tmp/fortify_$id.o" "$tmp/fortify_impl.c")
+        if ! "${cmd[@]}" > "$tmp/fortify_$id.log" 2>&1; then
+            { echo "   ${cmd[*]}"; cat "$tmp/fortify_$id.log"; } > "$tmp/fortify_$id.failed"
+        elif nm -u "$tmp/fortify_$id.o" | grep -q '\.inline$'; then
+            # clang's private copies of fortify's wrappers, called but not emitted: a link error
+            { echo "   ${cmd[*]}"; echo "undefined:"; nm -u "$tmp/fortify_$id.o" | grep '\.inline$'; } \
+                > "$tmp/fortify_$id.failed"
+        fi
+    }
+    echo "== the implementation with _FORTIFY_SOURCE=2 and 3: gcc, g++, clang, clang++ x none, IO, MEM, IO+MEM (-O2 -Werror)"
+    jobs_max=$(nproc 2> /dev/null || echo 2)
+    running=0
+    for compiler in gcc g++ clang clang++; do
+        for level in 2 3; do
+            for options in none io mem io_mem; do
+                case $options in
+                    none) flags=() ;;
+                    io) flags=(-DADSM_INTERPOSE_IO) ;;
+                    mem) flags=(-DADSM_INTERPOSE_MEM) ;;
+                    io_mem) flags=(-DADSM_INTERPOSE_IO -DADSM_INTERPOSE_MEM) ;;
+                esac
+                fortify_build "${compiler}_${level}_$options" "$compiler" "$level" "${flags[@]}" &
+                running=$((running + 1))
+                if ((running >= jobs_max)); then
+                    wait -n || true
+                    running=$((running - 1))
+                fi
+            done
+        done
+    done
+    wait
+    if compgen -G "$tmp/fortify_*.failed" > /dev/null; then
+        for failed in "$tmp"/fortify_*.failed; do
+            echo "-- ${failed#"$tmp"/fortify_}" | sed 's/\.failed$//'
+            cat "$failed"
+        done
+        fail "the implementation does not build with _FORTIFY_SOURCE (above)"
+    fi
+
+    # ... and a program's fortified calls reach adsm: a translation unit of the program's own, built
+    # with _FORTIFY_SOURCE, calls read, pread, fread, memcpy and memset on a shared object a kernel
+    # wrote (its pages protected) whose size the compiler knows, so glibc's wrappers call the checked
+    # versions; the implementation (ADSM_INTERPOSE_IO and ADSM_INTERPOSE_MEM) is the object file just
+    # built. libc's own checked read would fail with EFAULT there, libc's memcpy and memset would fetch
+    # the blocks first. Level 2 also with _FILE_OFFSET_BITS=64 (pread is pread64 there).
+    cat > "$tmp/fortified_io.c" <<'PROGRAM'
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fileno, pread (g++ defines it already) */
+#endif
+#include "adsm.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+ADSM_KERNEL(fill, ADSM_OUT(int32_t, p), ADSM_VALUE(size_t, n));
+void fill(adsm_grid g, int32_t *p, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) { if (i < n) p[i] = -1; }
+}
+
+#define N ((size_t)65536)
+/* adsm_alloc with a result size the compiler knows (alloc_size): fortified calls on it are checked
+ * (not static: clang forgets alloc_size on a static function) */
+void *sized_alloc(size_t n) __attribute__((noinline, alloc_size(1)));
+void *sized_alloc(size_t n) { return adsm_alloc(n); }
+
+static int failed(const char *what) {
+    fprintf(stderr, "fortified_io: %s\n", what);
+    return 1;
+}
+
+/* a kernel writes the object: the CPU's copy is invalid and its pages protected; counters reset */
+static int invalidate(unsigned char *obj) {
+    return ADSM_CALL(fill, adsm_grid_1d((uint32_t)(N / 4 / 256), 256), (int32_t *)obj, N / 4) == ADSM_OK &&
+           adsm_sync() == ADSM_OK && adsm_reset_stats() == ADSM_OK;
+}
+
+static int nothing_fetched(void) {
+    adsm_stats s;
+    return adsm_get_stats(&s) == ADSM_OK && s.d2h_bytes == 0;
+}
+
+int main(int argc, char **argv) {
+    static unsigned char data[N + 10];
+    volatile size_t count = N; /* not a constant: the checked call decides at run time */
+    size_t n = count, i;
+    int bad = 0;
+    for (i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i * 7 + 3);
+    FILE *f = argc == 2 ? fopen(argv[1], "w+") : NULL;
+    if (!f || fwrite(data, 1, sizeof data, f) != sizeof data || fflush(f) != 0) return failed("cannot write the file");
+    int fd = fileno(f);
+    unsigned char *obj = (unsigned char *)sized_alloc(N);
+    if (!obj) return failed(adsm_last_error());
+    if (__glibc_objsize0(obj) != N) return failed("the compiler does not know the object's size");
+    if (!invalidate(obj) || lseek(fd, 0, SEEK_SET) != 0) return failed("setup for read");
+    if (read(fd, obj, n) != (ssize_t)N || memcmp(obj, data, N) != 0) bad |= failed("read");
+    if (!invalidate(obj)) return failed("setup for pread");
+    if (pread(fd, obj, n, 10) != (ssize_t)N || memcmp(obj, data + 10, N) != 0) bad |= failed("pread");
+    if (!invalidate(obj) || fseek(f, 0, SEEK_SET) != 0) return failed("setup for fread");
+    if (fread(obj, 1, n, f) != N || memcmp(obj, data, N) != 0) bad |= failed("fread");
+    if (!invalidate(obj)) return failed("setup for memcpy");
+    if (memcpy(obj, data, n) != obj || !nothing_fetched() || memcmp(obj, data, N) != 0) bad |= failed("memcpy");
+    if (!invalidate(obj)) return failed("setup for memset");
+    if (memset(obj, 0x5a, n) != obj || !nothing_fetched()) bad |= failed("memset");
+    for (i = 0; i < N; i++)
+        if (obj[i] != 0x5a) break;
+    if (i < N) bad |= failed("memset's bytes");
+    fclose(f);
+    adsm_free(obj);
+    adsm_shutdown();
+    return bad;
+}
+PROGRAM
+    for compiler in gcc g++ clang clang++; do
+        lang=(-x c -std=c11 -pedantic)
+        [[ $compiler == *++ ]] && lang=(-x c++ -std=c++17)
+        for level in 2 3; do
+            extra=()
+            [[ $level == 2 ]] && extra=(-D_FILE_OFFSET_BITS=64)
+            step "fortified program, $compiler, _FORTIFY_SOURCE=$level ${extra[*]}" \
+                "$compiler" "${lang[@]}" -O2 -U_FORTIFY_SOURCE "-D_FORTIFY_SOURCE=$level" "${extra[@]}" -Wall -Wextra \
+                -Werror -I. -c -o "$tmp/fortified_io.o" "$tmp/fortified_io.c"
+            step "link it with the implementation ($compiler, IO+MEM)" \
+                "$compiler" -o "$tmp/fortified_io" "$tmp/fortified_io.o" "$tmp/fortify_${compiler}_${level}_io_mem.o" \
+                -pthread -ldl
+            step "run it" env ADSM_BACKEND=emu "$tmp/fortified_io" "$tmp/fortified_io.data"
+        done
+    done
+}
+
+if [[ $mode == fortify ]]; then
+    fortify_checks
+    echo "PASS: header_compile_test fortify"
+    exit 0
+fi
 
 printf '#include "adsm.h"\nint adsm_header_compile_check_;\n' > "$tmp/only_header.c"
 printf '#define ADSM_IMPLEMENTATION\n#include "adsm.h"\nint adsm_header_compile_check_;\n' \
@@ -218,5 +388,9 @@ step "build examples/file_vecadd.c (ADSM_INTERPOSE_IO) with -static -O2 -D_FORTI
 echo "== run the static file_vecadd"
 out=$(cd "$tmp" && ADSM_BACKEND=emu ./file_vecadd_static 2>&1) || fail "the static file_vecadd failed: $out"
 grep -q " 0 wrong" <<< "$out" || fail "the static file_vecadd gave wrong results: $out"
+
+if [[ $mode == all ]]; then
+    fortify_checks
+fi
 
 echo "PASS: header_compile_test"
