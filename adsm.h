@@ -280,6 +280,12 @@
    implementation also defines sigaction() and signal(): while adsm is initialised, a SIGSEGV
    disposition the program (or a library) sets, before or after adsm_init, becomes the one adsm
    passes foreign faults to, and is what sigaction() reads back; adsm's handler stays first.
+   That disposition is honoured as the kernel would: the handler runs with its sa_mask (and
+   SIGSEGV unless SA_NODEFER) added to the interrupted code's mask, SA_RESETHAND puts SIG_DFL
+   back as it is entered (a crash reporter that returns sees the fault again and the process
+   dies of it), and SIG_IGN ignores a SIGSEGV sent with kill() but not a real fault. One
+   difference: it runs on the thread's alternate signal stack whenever there is one, even
+   without SA_ONSTACK (adsm's own handler asks for it).
    With ADSM_FAULT_ENGINE=userfaultfd the same holds for SIGBUS, which that engine's write
    faults raise. adsm holds a few descriptors (/proc/self/mem, the userfaultfd, the emulated
    device's socket); a program that closes them behind adsm's back (a daemon closing everything

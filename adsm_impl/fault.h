@@ -6,8 +6,10 @@
  * futex lock, after checking that the interrupted thread does not hold it already (a fault while
  * the runtime itself holds the lock is reported with write(2) and treated as a real crash).
  * Faults outside shared memory, before initialisation, or on freed shared memory go to the
- * handler installed before adsm, or get the default action, so the program dies as it would
- * have without adsm; in a forked child, a fault on shared memory is explained first. */
+ * program's own disposition (set before adsm_init, or recorded by the sigaction below), applied
+ * as the kernel would have (its sa_mask, SA_NODEFER, SA_RESETHAND, SIG_IGN), or get the default
+ * action, so the program dies as it would have without adsm; in a forked child, a fault on
+ * shared memory is explained first. */
 #ifndef ADSM__FAULT_INCLUDED
 #define ADSM__FAULT_INCLUDED
 
@@ -23,6 +25,8 @@
 #include "directory.h"
 
 #include <signal.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 /* The disposition adsm passes the foreign faults of signal `sig` to. */
@@ -40,17 +44,50 @@ __attribute__((noinline)) static void adsm__fault_unresolved(int sig, uintptr_t 
     __asm__ volatile("" ::: "memory");
 }
 
-/* Hands the fault to whoever would have had it without adsm. */
+/* The thread's signal mask while the program's handler runs, as the kernel would have set it on
+ * delivering the signal to that handler: the mask of the interrupted code, plus the handler's
+ * sa_mask, plus the signal itself unless SA_NODEFER. (adsm's own handler runs with only the
+ * signal added.) Set with the system call: libc's and adsm's sigprocmask both filter. */
+ADSM__PRIVATE void adsm__mask_as_kernel_would(int sig, const struct sigaction *act, const void *context) {
+    sigset_t set;
+    sigemptyset(&set);
+    if (context) set = ((const ucontext_t *)context)->uc_sigmask;
+    else (void)syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &set, (size_t)(_NSIG / 8));
+    for (int s = 1; s < _NSIG; s++)
+        if (sigismember(&act->sa_mask, s) == 1) sigaddset(&set, s);
+    if (!(act->sa_flags & SA_NODEFER)) sigaddset(&set, sig);
+    else if (sigismember(&act->sa_mask, sig) != 1) sigdelset(&set, sig);
+    (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &set, NULL, (size_t)(_NSIG / 8));
+}
+
+/* Hands the fault to whoever would have had it without adsm, with the program's disposition in
+ * full: its handler (SA_SIGINFO or not) with the mask the kernel would have given it (sa_mask,
+ * SA_NODEFER), SA_RESETHAND (the disposition goes back to SIG_DFL as the handler is entered, so
+ * a handler that returns from a real fault sees the fault again and the process dies of it, as
+ * it would have), SIG_IGN (a signal someone sent is ignored; a real fault kills, as the kernel
+ * does for an ignored fault), SIG_DFL. Signal context: no lock (the disposition adsm__sigaction
+ * records is read field by field; SA_RESETHAND's reset is one atomic exchange, so of two threads
+ * faulting at once only one gets the handler, as with the kernel's). */
 ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
-    const struct sigaction *prev = adsm__prev_handler(sig);
-    if (prev->sa_flags & SA_SIGINFO) {
-        if (prev->sa_sigaction) {
-            prev->sa_sigaction(sig, si, context);
-            return;
+    struct sigaction *prev = adsm__prev_handler(sig), act;
+    memset(&act, 0, sizeof act);
+    act.sa_flags = __atomic_load_n(&prev->sa_flags, __ATOMIC_ACQUIRE);
+    act.sa_mask = prev->sa_mask;
+    /* sa_handler and sa_sigaction share their storage */
+    void (*handler)(int) = __atomic_load_n(&prev->sa_handler, __ATOMIC_ACQUIRE);
+    if (act.sa_flags & SA_RESETHAND) /* as the handler is entered */
+        while (handler != SIG_DFL && handler != SIG_IGN &&
+               !__atomic_compare_exchange_n(&prev->sa_handler, &handler, SIG_DFL, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE)) {
         }
-    } else if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
-        prev->sa_handler(sig);
-        return;
+    if (handler == SIG_IGN && si->si_code <= 0) return; /* sent (kill, raise): ignored */
+    if (handler != SIG_DFL && handler != SIG_IGN) {
+        adsm__mask_as_kernel_would(sig, &act, context);
+        if (act.sa_flags & SA_SIGINFO) /* void (*)(void): the cast every function type allows */
+            ((void (*)(int, siginfo_t *, void *))(void (*)(void))handler)(sig, si, context);
+        else
+            handler(sig);
+        return; /* the kernel puts the interrupted code's mask back (sigreturn) */
     }
     /* Default action: restore it and let the fault happen again (a real fault re-executes the
      * instruction; a raised signal is raised again), so the process dies of the signal. */

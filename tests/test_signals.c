@@ -1,15 +1,20 @@
 /* tests/test_signals.c -- signals and processes around adsm: a program's own signal handler that
  * touches shared memory while the interrupted thread is outside adsm (works), SIGSEGV sent with
- * kill() or raise() (passed on, as without adsm), and fork() followed by exec (the child runs);
- * a forked child that touches shared memory or calls adsm is told it may only exec or _exit. */
+ * kill() or raise() (passed on, as without adsm), the program's own SIGSEGV disposition in full
+ * (handler, SA_RESETHAND, sa_mask, SA_NODEFER, SIG_IGN: compared with a child without adsm), and
+ * fork() followed by exec (the child runs); a forked child that touches shared memory or calls adsm
+ * is told it may only exec or _exit. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -283,4 +288,184 @@ Test(signals, touch_after_free_says_why_before_dying, .timeout = 120) {
 
 Test(signals, touch_of_a_device_buffer_says_why_before_dying, .timeout = 120) {
     expect_death_message(touch_device_buffer, "adsm_dev_alloc");
+}
+
+/* ---- the program's own SIGSEGV disposition, in full (issue 34, item 7) --------------------- */
+/* Each scenario installs a SIGSEGV disposition (handler, SA_SIGINFO, SA_RESETHAND, SA_NODEFER,
+ * sa_mask, SIG_IGN) and then faults outside shared memory (or raises SIGSEGV). It runs twice, in
+ * forked children: once without adsm, once with adsm running and the disposition set before or
+ * after adsm_init. The two must end alike (exit status or signal) and their handlers must have
+ * run as often, each time with the same signals blocked. The handler reports each call as one
+ * byte on a pipe: '@' plus 1 if SIGUSR1 is blocked, 2 if SIGSEGV is, 4 if SIGUSR2 is (never in a
+ * mask here). A child still running after 10 s is killed by SIGALRM (the SA_RESETHAND handler
+ * that returns used to run for ever with adsm). */
+typedef enum { ACT_RETURN, ACT_EXIT_ON_THIRD_CALL, ACT_FAULT_AGAIN } handler_act;
+typedef enum { BY_FAULT, BY_RAISE } fault_how;
+typedef enum { BY_SIGACTION, BY_SIGNAL, IGNORED } install_how;
+
+typedef struct disposition_case {
+    char name[40];
+    install_how install;
+    int flags;        /* SA_SIGINFO, SA_RESETHAND, SA_NODEFER */
+    int mask_usr1;    /* SIGUSR1 in sa_mask */
+    handler_act act;
+    fault_how how;
+    int after_init;   /* with adsm: the disposition is set after adsm_init (else before) */
+    /* what the child without adsm does, so the scenario tests what it means to */
+    int dies;         /* of SIGSEGV; else exits with `code` */
+    int code;
+    char calls[8];    /* the handler's reports */
+} disposition_case;
+
+static int report_fd = -1;
+static volatile sig_atomic_t handler_calls;
+static handler_act handler_does;
+static volatile char *foreign_page; /* PROT_NONE, outside adsm's reservation */
+
+static void report_call(void) {
+    sigset_t m;
+    sigemptyset(&m);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &m, (size_t)(_NSIG / 8)); /* the kernel's view */
+    char b = (char)('@' | (sigismember(&m, SIGUSR1) == 1 ? 1 : 0) | (sigismember(&m, SIGSEGV) == 1 ? 2 : 0) |
+                    (sigismember(&m, SIGUSR2) == 1 ? 4 : 0));
+    handler_calls++;
+    if (write(report_fd, &b, 1) != 1) _exit(120);
+    if (handler_does == ACT_EXIT_ON_THIRD_CALL && handler_calls == 3) _exit(7);
+    if (handler_does == ACT_FAULT_AGAIN) {
+        if (handler_calls > 1) _exit(9);
+        foreign_page[0] = 1; /* a fault inside the handler */
+    }
+}
+static void plain_segv_handler(int sig) {
+    (void)sig;
+    report_call();
+}
+static void info_segv_handler(int sig, siginfo_t *si, void *ctx) {
+    (void)sig;
+    (void)si;
+    (void)ctx;
+    report_call();
+}
+
+static void set_disposition(const disposition_case *c) {
+    if (c->install == BY_SIGNAL) {
+        if (signal(SIGSEGV, plain_segv_handler) == SIG_ERR) _exit(101);
+        return;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    if (c->mask_usr1) sigaddset(&sa.sa_mask, SIGUSR1);
+    sa.sa_flags = c->flags;
+    if (c->install == IGNORED) sa.sa_handler = SIG_IGN;
+    else if (c->flags & SA_SIGINFO) sa.sa_sigaction = info_segv_handler;
+    else sa.sa_handler = plain_segv_handler;
+    if (sigaction(SIGSEGV, &sa, NULL) != 0) _exit(102);
+}
+
+/* adsm runs, and resolves its own faults: a kernel's output read on the CPU. */
+static void adsm_running(int with_object) {
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.protocol = ADSM_PROTOCOL_ROLLING;
+    cfg.block_size = 4096;
+    if (!with_object) {
+        if (adsm_init(&cfg) != ADSM_OK) _exit(103);
+        return;
+    }
+    int *p = adsm_alloc(N * sizeof(int));
+    if (!p || ADSM_CALL(fill, adsm_grid_1d(N / 64, 64), p, 3, (size_t)N) != ADSM_OK || adsm_sync() != ADSM_OK) _exit(104);
+    if (adsm_block_state(p) != 'I' || p[N - 1] != 3 + N - 1) _exit(105);
+}
+
+static void disposition_child(const disposition_case *c, int with_adsm) {
+    alarm(10);
+    handler_does = c->act;
+    if (with_adsm && c->after_init) adsm_running(0);
+    set_disposition(c);
+    if (with_adsm && !c->after_init) adsm_running(0);
+    if (with_adsm) adsm_running(1); /* adsm's handler holds SIGSEGV, the program's is behind it */
+    if (c->how == BY_FAULT) {
+        foreign_page[0] = 1;
+    } else {
+        raise(SIGSEGV);
+        raise(SIGSEGV);
+    }
+    _exit(0);
+}
+
+typedef struct disposition_outcome {
+    int status;
+    char calls[64];
+} disposition_outcome;
+
+static disposition_outcome run_disposition_child(const disposition_case *c, int with_adsm) {
+    disposition_outcome o;
+    memset(&o, 0, sizeof o);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        close(fds[0]);
+        report_fd = fds[1];
+        disposition_child(c, with_adsm);
+    }
+    close(fds[1]);
+    cr_assert_eq(waitpid(pid, &o.status, 0), pid);
+    size_t used = 0;
+    ssize_t n;
+    while (used < sizeof o.calls - 1 && (n = read(fds[0], o.calls + used, sizeof o.calls - 1 - used)) > 0)
+        used += (size_t)n;
+    close(fds[0]);
+    return o;
+}
+
+static void describe_status(int status, char *out, size_t cap) {
+    if (WIFSIGNALED(status)) snprintf(out, cap, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else if (WIFEXITED(status)) snprintf(out, cap, "exit %d", WEXITSTATUS(status));
+    else snprintf(out, cap, "status %d", status);
+}
+
+#define DISPOSITION_CASES(when)                                                                                    \
+    {"SA_SIGINFO|SA_RESETHAND, returns", BY_SIGACTION, SA_SIGINFO | SA_RESETHAND, 0, ACT_RETURN, BY_FAULT, when, 1, 0, "B"}, \
+    {"SA_SIGINFO, sa_mask SIGUSR1", BY_SIGACTION, SA_SIGINFO, 1, ACT_EXIT_ON_THIRD_CALL, BY_FAULT, when, 0, 7, "CCC"},      \
+    {"SA_SIGINFO|SA_NODEFER, sa_mask SIGUSR1", BY_SIGACTION, SA_SIGINFO | SA_NODEFER, 1, ACT_EXIT_ON_THIRD_CALL, BY_FAULT,  \
+     when, 0, 7, "AAA"},                                                                                                   \
+    {"SA_RESETHAND|SA_NODEFER (System V)", BY_SIGACTION, SA_RESETHAND | SA_NODEFER, 0, ACT_RETURN, BY_FAULT, when, 1, 0,  \
+     "@"},                                                                                                                 \
+    {"signal() (BSD)", BY_SIGNAL, 0, 0, ACT_EXIT_ON_THIRD_CALL, BY_FAULT, when, 0, 7, "BBB"},                             \
+    {"SA_NODEFER, faults in the handler", BY_SIGACTION, SA_SIGINFO | SA_NODEFER, 0, ACT_FAULT_AGAIN, BY_FAULT, when, 0, 9, \
+     "@@"},                                                                                                                \
+    {"faults in the handler", BY_SIGACTION, SA_SIGINFO, 0, ACT_FAULT_AGAIN, BY_FAULT, when, 1, 0, "B"},                   \
+    {"SA_RESETHAND, raise() twice", BY_SIGACTION, SA_SIGINFO | SA_RESETHAND, 0, ACT_RETURN, BY_RAISE, when, 1, 0, "B"},   \
+    {"SIG_IGN, raise() twice", IGNORED, 0, 0, ACT_RETURN, BY_RAISE, when, 0, 0, ""},                                       \
+    {"SIG_IGN, a fault", IGNORED, 0, 0, ACT_RETURN, BY_FAULT, when, 1, 0, ""}
+
+static disposition_case disposition_cases[] = {DISPOSITION_CASES(0), DISPOSITION_CASES(1)};
+
+ParameterizedTestParameters(signals, program_sigsegv_disposition_as_without_adsm) {
+    return cr_make_param_array(disposition_case, disposition_cases, sizeof disposition_cases / sizeof *disposition_cases);
+}
+
+ParameterizedTest(disposition_case *c, signals, program_sigsegv_disposition_as_without_adsm, .timeout = 60) {
+    const char *when = c->after_init ? "set after adsm_init" : "set before adsm_init";
+    foreign_page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq((void *)foreign_page, MAP_FAILED);
+    disposition_outcome plain = run_disposition_child(c, 0), with = run_disposition_child(c, 1);
+    char ps[64], ws[64];
+    describe_status(plain.status, ps, sizeof ps);
+    describe_status(with.status, ws, sizeof ws);
+    /* the scenario does what it means to without adsm */
+    if (c->dies)
+        cr_assert(WIFSIGNALED(plain.status) && WTERMSIG(plain.status) == SIGSEGV, "%s, without adsm: %s", c->name, ps);
+    else
+        cr_assert(WIFEXITED(plain.status) && WEXITSTATUS(plain.status) == c->code, "%s, without adsm: %s", c->name, ps);
+    cr_assert_str_eq(plain.calls, c->calls, "%s, without adsm: handler calls \"%s\"", c->name, plain.calls);
+    /* and the same with adsm */
+    cr_assert_eq(with.status, plain.status, "%s (%s): with adsm %s, without %s", c->name, when, ws, ps);
+    cr_assert_str_eq(with.calls, plain.calls,
+                     "%s (%s): the handler's calls and masks with adsm \"%.20s\", without \"%s\" ('@' + 1: SIGUSR1 "
+                     "blocked, 2: SIGSEGV blocked)",
+                     c->name, when, with.calls, plain.calls);
 }
