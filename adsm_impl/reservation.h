@@ -162,20 +162,23 @@ ADSM__PRIVATE int adsm__shmem_gets_huge_pages(void);
  * new object's range is collapsed in turn (adsm__alias_collapse). Not with blocks under 2 MiB: a
  * protection change inside a 2 MiB page of shared memory drops its whole mapping, and every 4 KiB
  * page of it then faults in again (bench/fault_cost, kind D: 12-175 us per adsm fault at 64 KiB
- * to 1 MiB blocks, against 6-17 on 4 KiB pages). ADSM_CUDA_ALIAS_COLLAPSE=0 keeps 4 KiB pages (to
- * measure them, or where collapsing misbehaves). */
+ * to 1 MiB blocks, against 6-17 on 4 KiB pages); there both views are advised away from huge
+ * pages, which shmem_enabled may otherwise give them. ADSM_CUDA_ALIAS_COLLAPSE=0 keeps 4 KiB pages
+ * (to measure them, or where collapsing misbehaves). */
 ADSM__PRIVATE void adsm__alias_choose_pages(adsm__runtime *rt) {
     rt->alias_pages = ADSM__ALIAS_SMALL;
     rt->alias_refusal = 0;
+    if (rt->cfg.block_size < ADSM__HUGE_PAGE) {
+        madvise((void *)rt->host_alias, rt->half, MADV_NOHUGEPAGE);
+        madvise((void *)rt->base, rt->half, MADV_NOHUGEPAGE);
+        rt->alias_pages = ADSM__ALIAS_SMALL_FOR_BLOCKS;
+        return;
+    }
     if (adsm__shmem_gets_huge_pages() == 1) {
         rt->alias_pages = ADSM__ALIAS_HUGE_BY_SETTING;
         return;
     }
     if (!rt->cfg.cuda_alias_collapse) return;
-    if (rt->cfg.block_size < ADSM__HUGE_PAGE) {
-        rt->alias_pages = ADSM__ALIAS_SMALL_FOR_BLOCKS;
-        return;
-    }
     rt->alias_refusal = adsm__alias_collapse(rt->host_alias, ADSM__HUGE_PAGE);
     if (madvise((void *)rt->host_alias, ADSM__HUGE_PAGE, MADV_REMOVE) != 0)
         memset((void *)rt->host_alias, 0, ADSM__HUGE_PAGE);

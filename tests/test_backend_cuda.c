@@ -1267,14 +1267,15 @@ ParameterizedTestParameters(cuda_double, the_alias_has_2_mib_pages_where_the_ker
 
 /* with blocks under 2 MiB the alias keeps 4 KiB pages (reservation.h says why) */
 ParameterizedTest(alias_case *t, cuda_double, the_alias_has_2_mib_pages_where_the_kernel_grants_them) {
-    int by_setting = adsm__shmem_gets_huge_pages() == 1, small_blocks = t->block && t->block < 2 * MIB;
+    int small_blocks = t->block && t->block < 2 * MIB;
+    int by_setting = !small_blocks && adsm__shmem_gets_huge_pages() == 1;
     int collapsing = *t->collapse == '1' && !small_blocks && kernel_collapses_shmem();
     int huge = by_setting || collapsing;
     init_setting("ADSM_CUDA_ALIAS_COLLAPSE", t->collapse, ADSM_PROTOCOL_LAZY, t->block);
-    int want = by_setting     ? ADSM__ALIAS_HUGE_BY_SETTING
-               : collapsing   ? ADSM__ALIAS_HUGE_BY_COLLAPSE
-               : *t->collapse == '1' && small_blocks ? ADSM__ALIAS_SMALL_FOR_BLOCKS
-                              : ADSM__ALIAS_SMALL;
+    int want = small_blocks ? ADSM__ALIAS_SMALL_FOR_BLOCKS
+               : by_setting ? ADSM__ALIAS_HUGE_BY_SETTING
+               : collapsing ? ADSM__ALIAS_HUGE_BY_COLLAPSE
+                            : ADSM__ALIAS_SMALL;
     cr_assert_eq(adsm__rt.alias_pages, want, "the alias's pages: %d, expected %d", adsm__rt.alias_pages, want);
     const size_t size = 8 * MIB;
     float *a = adsm_alloc(size);
