@@ -180,9 +180,9 @@
 
    5. BACKENDS
    ===========
-       emu   a discrete accelerator emulated by a child process that owns device memory at the
-             same addresses; a DMA thread copies asynchronously; kernels run on a worker pool in
-             the child. Host and device memory are really separate: coherence bugs show up.
+       emu   a discrete accelerator emulated by a process of its own that owns device memory at
+             the same addresses; a DMA thread copies asynchronously; kernels run on a worker pool
+             in that process. Host and device memory are really separate: coherence bugs show up.
        host  the device is the CPU: no copies, no faults, kernels run in the calling process.
        cuda  an NVIDIA GPU through the CUDA driver API, loaded at run time (no CUDA needed to
              build; a CUDA 12.0 or newer driver to run). ADSM_BACKEND=auto picks it when a device
@@ -312,9 +312,13 @@
    explained on stderr before the child dies (a fork made while adsm is not running may start
    its own). The emu backend's device process (forked by adsm_init) keeps only
    descriptors 0, 1 and 2 of the program's, so pipes, sockets and file locks behave as without
-   adsm; what a kernel body prints to stdout/stderr is flushed when the kernel ends. It is a
-   child of the program: a loop that waits for every child (wait() until ECHILD) waits for it
-   too, so wait for your own pids (waitpid), or call adsm_shutdown first.
+   adsm; what a kernel body prints to stdout/stderr is flushed when the kernel ends (ps shows it
+   as adsm-emu-device). It is not a child of the program (adsm_init forks it through a process
+   that exits at once, so init or the nearest child subreaper adopts it): a loop that reaps every
+   child (wait() until ECHILD) ends, and the program's SIGCHLD handler never hears of it. Only
+   where the program itself adopts orphans (PID 1 of a container, PR_SET_CHILD_SUBREAPER) is the
+   device its child again: such a loop waits for it there, so wait for your own pids or call
+   adsm_shutdown first (adsm reaps it then).
 
    8. I/O AND BULK MEMORY
    ======================

@@ -1,9 +1,10 @@
-/* adsm_impl/backend_emu.h -- a discrete accelerator emulated by a child process.
+/* adsm_impl/backend_emu.h -- a discrete accelerator emulated by a process of its own.
  *
- * Device memory is one sparse memfd. The device process (forked at initialisation) maps it over
- * the shared half of the address reservation, so every object lives at the same address on both
- * sides; the parent reaches it only through a second mapping, the DMA window. Host and device
- * memory are really separate: a missing copy is a wrong answer, as on a GPU.
+ * Device memory is one sparse memfd. The device process (forked at initialisation, and not the
+ * program's child: see "lifetime" below) maps it over the shared half of the address
+ * reservation, so every object lives at the same address on both sides; the parent reaches it
+ * only through a second mapping, the DMA window. Host and device memory are really separate: a
+ * missing copy is a wrong answer, as on a GPU.
  *
  * The device process's side (its command loop, kernels on a worker pool, the messages and
  * struct adsm__emu it shares with this side) is emu_device.h; its streams are emu_streams.h.
@@ -29,6 +30,8 @@
 #include "device_error.h"
 #include "backend.h"
 #include "emu_device.h"
+
+#include <poll.h>
 
 ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq);
 
@@ -304,18 +307,52 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
 }
 
 /* ---- parent: lifetime ----------------------------------------------------------------------- */
+/* The device process is not a child of the program: adsm_init forks a go-between, which forks the
+ * device and exits, so the device is an orphan that the system's reaper (init, or the nearest
+ * child subreaper above the program) adopts. A program that reaps every child (`while (wait(&st)
+ * > 0)`) never waits for it, and its SIGCHLD handler never hears of it. adsm needs no parent's
+ * rights over it: the device's death is seen on the socket (the completion thread's end of file),
+ * and a pidfd, taken while the go-between still holds the device's number, signals it at shutdown
+ * without the risk of a number reused by then. Where the program is itself the reaper (PID 1 of a
+ * container, a child subreaper) the orphan comes back to it as a child: adsm notes that and reaps
+ * it at shutdown, as before. */
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434 /* the same number on every architecture (Linux 5.3) */
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+
+ADSM__PRIVATE void adsm__emu_kill(adsm__emu *e) {
+    int pidfd = adsm__own_fd_get(&e->pidfd);
+    if (pidfd >= 0) (void)syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0u);
+    else if (e->child > 0) kill(e->child, SIGKILL); /* no pidfd (before Linux 5.3): by number */
+}
+
+/* Waits until the device process is gone: reaped if it is the program's child, else until its
+ * pidfd says it exited (its reaper collects it). */
+ADSM__PRIVATE void adsm__emu_await_exit(adsm__emu *e) {
+    int pidfd = adsm__own_fd_get(&e->pidfd);
+    if (e->child <= 0) return;
+    if (e->child_is_ours) {
+        while (waitpid(e->child, NULL, 0) < 0 && errno == EINTR) {}
+    } else if (pidfd >= 0) {
+        struct pollfd p = {pidfd, POLLIN, 0};
+        while (poll(&p, 1, -1) < 0 && errno == EINTR) {}
+    }
+}
+
 ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
     ADSM__STORE(&e->quitting, 1);
     adsm__queue_stop(&e->queue); /* runs the jobs still queued first */
     int sock = adsm__own_fd_get(&e->sock);
     if (sock >= 0) shutdown(sock, SHUT_RDWR);
-    else if (e->child > 0) kill(e->child, SIGKILL); /* ends the completion thread's recv */
+    else adsm__emu_kill(e); /* ends the completion thread's recv */
     if (e->completion_started) pthread_join(e->completion_thread, NULL);
-    if (e->child > 0) {
-        kill(e->child, SIGKILL);
-        while (waitpid(e->child, NULL, 0) < 0 && errno == EINTR) {}
-    }
+    adsm__emu_kill(e);
+    adsm__emu_await_exit(e);
+    adsm__own_fd_close(&e->pidfd);
     adsm__own_fd_close(&e->sock);
     if (e->window) munmap(e->window, e->half);
     adsm__own_fd_close(&e->devfd);
@@ -323,6 +360,68 @@ ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     free(e->completion_msg);
     adsm__device_error_destroy(&e->errors);
     free(e);
+}
+
+/* Reads a whole value from a pipe; 0 on success. */
+ADSM__PRIVATE int adsm__emu_read_all(int fd, void *buf, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = read(fd, (char *)buf + done, n - done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+/* Starts the device process through a go-between (above). The go-between forks the device, tells
+ * the program its number on `report`, and waits for end of file on `hold` before it exits: until
+ * then the device's number cannot be given to another process, so the pidfd the program takes
+ * meanwhile is the device's. Returns the device's pid, or -1 with errno. */
+ADSM__PRIVATE pid_t adsm__emu_spawn(adsm__emu *e, int sv[2]) {
+    int report[2], hold[2];
+    if (pipe2(report, O_CLOEXEC) != 0) return -1;
+    if (pipe2(hold, O_CLOEXEC) != 0) {
+        close(report[0]);
+        close(report[1]);
+        return -1;
+    }
+    pid_t between = fork();
+    if (between == 0) { /* the go-between: one thread, a copy of the program */
+        close(report[0]);
+        close(hold[1]);
+        close(sv[0]);
+        pid_t device = fork();
+        if (device == 0) {
+            close(report[1]);
+            close(hold[0]);
+            adsm__emu_device_main(e, sv[1]);
+        }
+        int answer = device > 0 ? (int)device : -errno;
+        if (write(report[1], &answer, sizeof answer) != (ssize_t)sizeof answer) _exit(1);
+        char c;
+        while (read(hold[0], &c, 1) < 0 && errno == EINTR) {}
+        _exit(0);
+    }
+    int saved = errno, answer = -1;
+    close(report[1]);
+    close(hold[0]);
+    if (between > 0 && adsm__emu_read_all(report[0], &answer, sizeof answer) != 0) answer = -ECHILD;
+    if (answer > 0) adsm__own_fd_set(&e->pidfd, (int)syscall(SYS_pidfd_open, (pid_t)answer, 0u));
+    close(hold[1]); /* the go-between exits; the device is adopted */
+    close(report[0]);
+    if (between < 0) {
+        errno = saved;
+        return -1;
+    }
+    while (waitpid(between, NULL, 0) < 0 && errno == EINTR) {}
+    if (answer <= 0) {
+        errno = -answer;
+        return -1;
+    }
+    /* adopted by the program itself (PID 1, a child subreaper): its child now, reaped by adsm */
+    e->child_is_ours = waitpid((pid_t)answer, NULL, WNOHANG) == 0;
+    return (pid_t)answer;
 }
 
 /* Waits for the device process to say it is set up: until then it still holds the program's
@@ -350,6 +449,7 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
      * their issue order unless the program asks for streams (emu_streams.h) */
     e->streams = rt->cfg.streams ? rt->cfg.streams : rt->cfg.emu_devices > 1 ? ADSM__DEFAULT_STREAMS : 1;
     e->sock.fd = -1;
+    e->pidfd.fd = -1;
     adsm__device_error_init(&e->errors);
     adsm__own_fd_set(&e->devfd, adsm__memfd("adsm-emu-device", e->half));
     if (e->devfd.fd < 0) {
@@ -369,11 +469,7 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: socketpair failed: %s", strerror(errno));
     }
     rt->be_ctx = e; /* the device process finds its state here */
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(sv[0]);
-        adsm__emu_device_main(e, sv[1]);
-    }
+    pid_t pid = adsm__emu_spawn(e, sv);
     close(sv[1]);
     adsm__own_fd_set(&e->sock, sv[0]);
     if (pid < 0) {

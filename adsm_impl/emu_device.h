@@ -1,4 +1,4 @@
-/* adsm_impl/emu_device.h -- the emulated device itself: the child process that holds device
+/* adsm_impl/emu_device.h -- the emulated device itself: the process that holds device
  * memory and runs kernels, and what it shares with its parent (the command messages, the DMA
  * jobs, struct adsm__emu). The parent's side, the backend, is backend_emu.h, whose top comment
  * describes the whole.
@@ -23,6 +23,7 @@
 
 #include <setjmp.h>
 #include <stdio_ext.h>
+#include <sys/prctl.h>
 
 #define ADSM__DMA_RING 1024 /* queued DMA jobs */
 #define ADSM__EMU_MAX_ARGS 4096
@@ -64,7 +65,11 @@ typedef struct adsm__emu {
     unsigned char *window; /* parent's view of device memory: window[addr - base] */
     uint64_t *backed;      /* one bit per 2 MiB granule of device memory the DMA side backed */
     adsm__own_fd sock;     /* the parent's end of the socket to the device process */
-    pid_t child;
+    pid_t child;           /* the device process: not the program's child (backend_emu.h) */
+    adsm__own_fd pidfd;    /* a pidfd of it (-1: the kernel has none): signals that cannot reach
+                              another process once the device is gone and its number reused */
+    int child_is_ours;     /* the program reaps orphans itself (PID 1, a child subreaper): the device
+                              came back to it as a child, and adsm reaps it */
     unsigned workers;
     pthread_t completion_thread;
     int completion_started;
@@ -239,6 +244,7 @@ ADSM__PRIVATE void adsm__emu_device_hygiene(int sock) {
 /* The device process: owns device memory at the objects' addresses and serves commands from the
  * parent in order until told to quit or the parent goes away. Never returns. */
 ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
+    prctl(PR_SET_NAME, "adsm-emu-device", 0, 0, 0); /* what ps and top show */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = adsm__emu_kernel_signal;

@@ -173,33 +173,7 @@ static inline void no_interrupt(void) {
     setitimer(ITIMER_REAL, &it, NULL);
 }
 
-/* ---- processes --------------------------------------------------------------------------------- */
-/* Number of live child processes of this process (the emu device is one). */
-static inline int child_processes(void) {
-    DIR *d = opendir("/proc");
-    cr_assert_not_null(d);
-    int n = 0;
-    pid_t self = getpid();
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        char path[300], buf[1024];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0) continue;
-        ssize_t r = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (r <= 0) continue;
-        buf[r] = 0;
-        char *rp = strrchr(buf, ')'); /* "pid (comm) state ppid ..." */
-        char state;
-        int ppid;
-        if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == self && state != 'Z') n++;
-    }
-    closedir(d);
-    return n;
-}
-
+/* ---- threads ----------------------------------------------------------------------------------- */
 /* Threads of this process. */
 static inline int thread_count(void) {
     FILE *f = fopen("/proc/self/status", "r");

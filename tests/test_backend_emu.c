@@ -1,14 +1,20 @@
 /* tests/test_backend_emu.c -- the emulated device process as a neighbour of the program: it holds
  * none of the program's descriptors (pipes reach end of file, pclose returns, file locks go with
- * the program's close), it does not print what the program had buffered before the fork, and
- * what kernel bodies print reaches the program's stdout before adsm_sync returns. */
+ * the program's close), it does not print what the program had buffered before the fork, what
+ * kernel bodies print reaches the program's stdout before adsm_sync returns, and it is not the
+ * program's child (a loop that reaps every child ends; adsm reaps it itself where the program is
+ * the reaper of orphans). */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 ADSM_KERNEL(say, ADSM_OUT(int, c), ADSM_VALUE(int, v));
@@ -102,4 +108,147 @@ Test(emu_process, output_buffered_before_fork_is_printed_once_and_kernel_output_
     cr_assert_geq(pread(fd, text, sizeof text - 1, 0), 0);
     cr_expect_eq(count_of(text, "buffered before the device starts"), 1, "[%s]", text);
     cr_expect_eq(count_of(text, "kernel says 7"), 1, "[%s]", text);
+}
+
+/* ---- programs that reap every child (issue 34, item 4) ------------------------------------- */
+/* The emulated device is not a child of the program, so a program that forks a worker and reaps
+ * every child (`while (wait(&st) > 0)`, or waitpid(-1) or waitid(P_ALL) likewise) sees its worker
+ * and then ECHILD, instead of waiting for ever for the device, and adsm keeps its device: a kernel
+ * call works afterwards. Nor does the program's SIGCHLD handler hear of the device, even when it
+ * goes at adsm_shutdown. Each case runs in a forked child of the test with a 20 s alarm (the loop
+ * used to hang there: the device was a child that never exits). */
+typedef enum { REAP_WAIT, REAP_WAITPID, REAP_WAITID } reap_style;
+static const char *const reap_names[] = {"while (wait(&st) > 0)", "while (waitpid(-1, &st, 0) > 0)",
+                                         "while (waitid(P_ALL, 0, &si, WEXITED) == 0)"};
+
+/* Exit codes of the reaping child: what went wrong. */
+enum {
+    REAPER_OK = 0,
+    REAPER_NO_INIT = 10,
+    REAPER_NO_FORK,
+    REAPER_REAPED_OTHER, /* something besides the worker, or the worker's status wrong */
+    REAPER_NOT_ECHILD,   /* the loop ended on another error */
+    REAPER_DEVICE_GONE,  /* a kernel call after the loop failed */
+    REAPER_SIGCHLD,      /* the SIGCHLD handler ran other than once (the worker) */
+    REAPER_NO_WORKER,    /* the loop never reaped the worker */
+};
+static const char *reaper_says(int code) {
+    switch (code) {
+    case REAPER_NO_INIT: return "adsm_init failed";
+    case REAPER_NO_FORK: return "fork failed";
+    case REAPER_REAPED_OTHER: return "the loop reaped a process other than the worker (the device?)";
+    case REAPER_NOT_ECHILD: return "the loop ended on an error other than ECHILD";
+    case REAPER_DEVICE_GONE: return "a kernel call after the loop failed: adsm lost its device";
+    case REAPER_SIGCHLD: return "the program's SIGCHLD handler heard of a process besides its worker";
+    case REAPER_NO_WORKER: return "the worker was never reaped";
+    default: return "?";
+    }
+}
+
+static volatile sig_atomic_t sigchld_heard;
+static void on_sigchld(int sig) {
+    (void)sig;
+    sigchld_heard++;
+}
+
+/* One reap of any child in the given style: its pid and exit code, or -1 with errno. */
+static pid_t reap_one(reap_style how, int *code) {
+    int st = 0;
+    pid_t pid;
+    if (how == REAP_WAITID) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_ALL, 0, &si, WEXITED) != 0) return -1;
+        *code = si.si_code == CLD_EXITED ? si.si_status : -1;
+        return si.si_pid;
+    }
+    pid = how == REAP_WAIT ? wait(&st) : waitpid(-1, &st, 0);
+    *code = pid > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return pid;
+}
+
+static int reaping_program(reap_style how) {
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    if (adsm_init(&cfg) != ADSM_OK) return REAPER_NO_INIT;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigchld;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCHLD, &sa, NULL);
+    int *c = adsm_alloc(4096);
+    pid_t worker = fork();
+    if (worker < 0) return REAPER_NO_FORK;
+    if (worker == 0) _exit(3);
+    pid_t pid;
+    int code, reaped_worker = 0;
+    while ((pid = reap_one(how, &code)) > 0) {
+        if (pid != worker || code != 3) return REAPER_REAPED_OTHER;
+        reaped_worker = 1;
+    }
+    if (errno != ECHILD) return REAPER_NOT_ECHILD;
+    if (!reaped_worker) return REAPER_NO_WORKER;
+    if (!c || ADSM_CALL(say, adsm_grid_1d(1, 64), c, 5) != ADSM_OK || adsm_sync() != ADSM_OK || c[63] != 5)
+        return REAPER_DEVICE_GONE;
+    adsm_free(c);
+    adsm_shutdown(); /* the device goes: no SIGCHLD for the program */
+    return sigchld_heard == 1 ? REAPER_OK : REAPER_SIGCHLD;
+}
+
+static int status_of_child(int (*body)(int), int arg) {
+    fflush(stdout);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        alarm(20);
+        _exit(body(arg));
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static int reaping_program_arg(int how) { return reaping_program((reap_style)how); }
+
+ParameterizedTestParameters(emu_process, program_reaping_every_child_keeps_its_device) {
+    static reap_style styles[] = {REAP_WAIT, REAP_WAITPID, REAP_WAITID};
+    return cr_make_param_array(reap_style, styles, sizeof styles / sizeof *styles);
+}
+
+ParameterizedTest(reap_style *how, emu_process, program_reaping_every_child_keeps_its_device, .timeout = 60) {
+    int status = status_of_child(reaping_program_arg, (int)*how);
+    cr_assert(!(WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM),
+              "%s: still reaping after 20 s (waiting for the emulated device?)", reap_names[*how]);
+    cr_assert(WIFEXITED(status), "%s: the program died of signal %d", reap_names[*how], WTERMSIG(status));
+    cr_assert_eq(WEXITSTATUS(status), REAPER_OK, "%s: %s", reap_names[*how], reaper_says(WEXITSTATUS(status)));
+}
+
+/* Where the program reaps orphans itself (PID 1 in a container, or a child subreaper), the device
+ * comes back to it as a child (the documented limit: a loop over every child waits for it there);
+ * adsm knows, and reaps it at adsm_shutdown, leaving no zombie. */
+static int subreaper_program(int unused) {
+    (void)unused;
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) return 20;
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    if (adsm_init(&cfg) != ADSM_OK) return REAPER_NO_INIT;
+    adsm__emu *e = (adsm__emu *)adsm__rt.be_ctx; /* white-box */
+    if (!e->child_is_ours || waitpid(e->child, NULL, WNOHANG) != 0) return 21;
+    int *c = adsm_alloc(4096);
+    if (!c || ADSM_CALL(say, adsm_grid_1d(1, 64), c, 6) != ADSM_OK || adsm_sync() != ADSM_OK || c[63] != 6)
+        return REAPER_DEVICE_GONE;
+    adsm_shutdown();
+    errno = 0;
+    if (waitpid(-1, NULL, WNOHANG) != -1 || errno != ECHILD) return 22; /* the device, as a zombie */
+    return REAPER_OK;
+}
+
+Test(emu_process, subreaper_program_gets_its_device_reaped_at_shutdown, .timeout = 60) {
+    int status = status_of_child(subreaper_program, 0);
+    cr_assert(WIFEXITED(status), "the program died of signal %d", WTERMSIG(status));
+    cr_assert_eq(WEXITSTATUS(status), REAPER_OK,
+                 "exit %d (20: prctl failed, 21: adsm did not take the device for its child, 22: a zombie was "
+                 "left)",
+                 WEXITSTATUS(status));
 }

@@ -60,6 +60,20 @@ static void resolve(void) {
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* White-box: the emulated device's process runs (it is not a child of the program: its
+ * /proc/PID/comm names it). */
+static int device_process_alive(void) {
+    const adsm__emu *e = (const adsm__emu *)adsm__rt.be_ctx;
+    char path[64], comm[32] = "";
+    if (!e || e->child <= 0) return 0;
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)e->child);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int named = fgets(comm, sizeof comm, f) && strncmp(comm, "adsm-emu-device", 15) == 0;
+    fclose(f);
+    return named;
+}
+
 static void start(adsm_protocol_kind protocol, size_t bs) {
     resolve();
     init(ADSM_BACKEND_EMU, protocol, bs, 4096);
@@ -85,7 +99,7 @@ Test(interpose, libc_names_are_adsms_for_every_module) {
 Test(interpose, before_init_plain_behaviour_and_no_runtime) {
     resolve();
     clear_adsm_env();
-    int threads = thread_count(), children = child_processes();
+    int threads = thread_count();
     CTX("before adsm_init");
     rng_seed(5);
     size_t len = 10000;
@@ -126,14 +140,14 @@ Test(interpose, before_init_plain_behaviour_and_no_runtime) {
     cr_assert_eq(adsm_get_stats(&s), ADSM_OK);
     cr_assert_eq(s.objects, 0);
     cr_assert_eq(adsm_block_state(buf), 0);
-    cr_assert_eq(child_processes(), children, "an interposed call started the device process");
+    cr_assert_null(adsm__rt.be_ctx, "an interposed call started the device"); /* white-box */
     cr_assert_eq(thread_count(), threads, "an interposed call started runtime threads");
 
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.backend = ADSM_BACKEND_EMU;
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "adsm_init after interposed calls: %s", adsm_last_error());
-    cr_assert_eq(child_processes(), children + 1, "the device process check itself works");
+    cr_assert(device_process_alive(), "the device check itself works");
     adsm_shutdown();
     free(data);
     free(buf);
