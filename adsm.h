@@ -315,7 +315,8 @@
    adsm; what a kernel body prints to stdout/stderr is flushed when the kernel ends (ps shows it
    as adsm-emu-device). It is not a child of the program (adsm_init forks it through a process
    that exits at once, so init or the nearest child subreaper adopts it): a loop that reaps every
-   child (wait() until ECHILD) ends, and the program's SIGCHLD handler never hears of it. Only
+   child (wait() until ECHILD) ends, and the program's SIGCHLD handler never hears of it (only
+   of the go-between's exit, once, inside adsm_init; adsm reaps the go-between itself). Only
    where the program itself adopts orphans (PID 1 of a container, PR_SET_CHILD_SUBREAPER) is the
    device its child again: such a loop waits for it there, so wait for your own pids or call
    adsm_shutdown first (adsm reaps it then).

@@ -310,7 +310,8 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
 /* The device process is not a child of the program: adsm_init forks a go-between, which forks the
  * device and exits, so the device is an orphan that the system's reaper (init, or the nearest
  * child subreaper above the program) adopts. A program that reaps every child (`while (wait(&st)
- * > 0)`) never waits for it, and its SIGCHLD handler never hears of it. adsm needs no parent's
+ * > 0)`) never waits for it, and its SIGCHLD handler never hears of it (only of the go-between's
+ * exit, inside adsm_init; adsm reaps the go-between itself). adsm needs no parent's
  * rights over it: the device's death is seen on the socket (the completion thread's end of file),
  * and a pidfd, taken while the go-between still holds the device's number, signals it at shutdown
  * without the risk of a number reused by then. Where the program is itself the reaper (PID 1 of a
