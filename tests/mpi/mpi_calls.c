@@ -1,0 +1,829 @@
+/* tests/mpi/mpi_calls.c -- MPI calls on shared objects through adsm_mpi.h, run under mpirun by
+ * tests/mpi_calls_test.sh (2 or 4 ranks, each with its own emulated device; the protocol from
+ * ADSM_PROTOCOL, the transport from the MCA parameters).
+ *
+ * Every call family runs with the buffers of each side in each state: Invalid (a kernel's
+ * output, the kernel maybe still running; under batch, not yet synced), ReadOnly, Dirty (the
+ * device's copy stale: the message must carry the host's bytes) and being evicted (rolling:
+ * written, then pushed out by writes elsewhere). After each exchange the receiver checks the
+ * bytes that arrived, that the bytes around them (in the same blocks) kept theirs, even where
+ * its CPU wrote them during a nonblocking receive, that the received range is current on the
+ * host, and that a kernel sees what the host sees (the device copies were made stale). The
+ * sender checks its buffer is current and readable on the host and unchanged.
+ *
+ * Ranks pair up (0-1, 2-3) for point-to-point checks; collectives use every rank. Each failure
+ * prints a line naming the check, the states and the first wrong element; rank 0 prints the
+ * totals, and the exit status is 1 when any check failed anywhere. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <mpi.h>
+#define ADSM_MPI_IMPLEMENTATION
+#include "adsm_mpi.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- kernels -------------------------------------------------------------------------------- */
+/* x[i] = pattern(seed, i) */
+ADSM_KERNEL(k_pattern, ADSM_OUT(uint32_t, x), ADSM_VALUE(size_t, n), ADSM_VALUE(uint32_t, seed));
+static uint32_t pattern(uint32_t seed, size_t i) { return seed * 1000003u + (uint32_t)i * 7u + 1u; }
+void k_pattern(adsm_grid g, uint32_t *x, size_t n, uint32_t seed) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) x[i] = pattern(seed, i);
+    }
+}
+
+/* dst[i] = src[i]: what the device holds, brought back through a kernel */
+ADSM_KERNEL(k_copy, ADSM_OUT(uint32_t, dst), ADSM_IN(uint32_t, src), ADSM_VALUE(size_t, n));
+void k_copy(adsm_grid g, uint32_t *dst, const uint32_t *src, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) dst[i] = src[i];
+    }
+}
+
+/* ---- set-up --------------------------------------------------------------------------------- */
+static int rank, nranks, partner;
+static int failures, checks;
+static const char *proto; /* batch, lazy or rolling */
+static size_t block_words;  /* uint32s per block */
+static size_t obj_words;    /* uint32s per test object */
+static uint32_t *obj, *obj2, *scratch, *churn; /* shared objects */
+static uint32_t *expect;                       /* plain: what obj should hold */
+
+enum { ST_INVALID, ST_READONLY, ST_DIRTY, ST_EVICTING, NSTATES };
+static const char *const state_names[] = {"Invalid", "ReadOnly", "Dirty", "evicting"};
+
+static const char *context = "";
+static char context_buf[160];
+#define CONTEXT(...) (snprintf(context_buf, sizeof context_buf, __VA_ARGS__), context = context_buf)
+
+#define FAIL(...)                                                                          \
+    do {                                                                                   \
+        failures++;                                                                        \
+        printf("rank %d (%s): FAIL %s: ", rank, proto, context);                            \
+        printf(__VA_ARGS__);                                                               \
+        printf("\n");                                                                      \
+        fflush(stdout);                                                                    \
+    } while (0)
+
+static void ok_or_die(adsm_result r, const char *what) {
+    if (r != ADSM_OK) {
+        fprintf(stderr, "rank %d: %s: %s\n", rank, what, adsm_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+/* An MPI call returned success (not counted as a check: the Test loops call it any number of times). */
+static void mpi_ok(int rc, const char *what) {
+    if (rc != MPI_SUCCESS) FAIL("%s returned %d", what, rc);
+}
+
+static adsm_grid grid_for(size_t n) { return adsm_grid_1d((uint32_t)((n + 255) / 256), 256); }
+
+static void launch_pattern(uint32_t *x, size_t n, uint32_t seed) {
+    ok_or_die(ADSM_CALL(k_pattern, grid_for(n), x, n, seed), "k_pattern");
+}
+
+static void sync_ok(void) { ok_or_die(adsm_sync(), "adsm_sync"); }
+
+static uint64_t evictions(void) {
+    adsm_stats s;
+    adsm_get_stats(&s);
+    return s.evictions;
+}
+
+static void cpu_write(uint32_t *x, size_t n, uint32_t seed) {
+    for (size_t i = 0; i < n; i++) ((volatile uint32_t *)x)[i] = pattern(seed, i);
+}
+
+static void cpu_read(const uint32_t *x, size_t n) {
+    uint32_t sum = 0;
+    for (size_t i = 0; i < n; i += 16) sum += ((const volatile uint32_t *)x)[i];
+    (void)sum;
+}
+
+/* The whole object: the guard pattern everywhere, on both sides (host written, then flushed). */
+static void reset_object(uint32_t *o, uint32_t guard) {
+    sync_ok();
+    cpu_write(o, obj_words, guard);
+    ok_or_die(ADSM_CALL(k_copy, grid_for(obj_words), scratch, o, obj_words), "k_copy");
+    sync_ok();
+}
+
+/* Leaves x[0..n) holding pattern(seed) on the host's view, in state st. */
+static void make_state(uint32_t *x, size_t n, int st, uint32_t seed) {
+    uint64_t before = evictions();
+    switch (st) {
+    case ST_INVALID: launch_pattern(x, n, seed); break; /* no sync: the kernel may still run */
+    case ST_READONLY:
+        launch_pattern(x, n, seed);
+        sync_ok();
+        cpu_read(x, n);
+        break;
+    case ST_DIRTY:
+    case ST_EVICTING:
+        launch_pattern(x, n, seed ^ 0xdeadu); /* the device's copy: older bytes */
+        sync_ok();
+        cpu_write(x, n, seed);
+        if (st == ST_EVICTING) cpu_write(churn, obj_words, seed + 77u); /* pushes x's blocks out */
+        break;
+    }
+    if (strcmp(proto, "batch") == 0) return; /* no states: every block reads 'D' */
+    int rolling = !strcmp(proto, "rolling");
+    char want = st == ST_INVALID ? 'I' : st == ST_READONLY ? 'R' : 'D';
+    const uint32_t *at = x + n / 2;
+    if (st == ST_DIRTY) at = x + n - 1; /* rolling: the last blocks written are still in the window */
+    if (st == ST_EVICTING && rolling) { /* the first block: evicted, clean again */
+        want = 'R';
+        at = x;
+        if (evictions() == before) FAIL("nothing was evicted");
+    }
+    char got = adsm_block_state(at);
+    checks++;
+    if (got != want) FAIL("state %s: block is '%c', expected '%c'", state_names[st], got, want);
+}
+
+/* ---- checks --------------------------------------------------------------------------------- */
+/* x[0..n) == pattern(seed, from + i), after adsm_sync as above */
+static int same_as(const uint32_t *x, size_t n, uint32_t seed, size_t from, const char *what) {
+    sync_ok();
+    checks++;
+    for (size_t i = 0; i < n; i++)
+        if (((const volatile uint32_t *)x)[i] != pattern(seed, from + i)) {
+            FAIL("%s: element %zu is %u, expected %u", what, i, x[i], pattern(seed, from + i));
+            return 0;
+        }
+    return 1;
+}
+
+/* The object's host bytes equal `expect`, and so do the device's (through a kernel). After
+ * adsm_sync, as a program reads a kernel's output (batch brings it home then: a received message
+ * must not be overwritten by it). */
+static void object_is_expected(const uint32_t *o, const char *what) {
+    sync_ok();
+    checks++;
+    for (size_t i = 0; i < obj_words; i++)
+        if (((const volatile uint32_t *)o)[i] != expect[i]) {
+            FAIL("%s: host element %zu is %u, expected %u", what, i, o[i], expect[i]);
+            return;
+        }
+    ok_or_die(ADSM_CALL(k_copy, grid_for(obj_words), scratch, o, obj_words), "k_copy");
+    sync_ok();
+    checks++;
+    for (size_t i = 0; i < obj_words; i++)
+        if (((const volatile uint32_t *)scratch)[i] != expect[i]) {
+            FAIL("%s: the device's element %zu is %u, expected %u", what, i, scratch[i], expect[i]);
+            return;
+        }
+}
+
+/* A sent or received range must be current on the host: never Invalid (lazy: Dirty after a receive). */
+static void current_on_host(const uint32_t *x, size_t n, int received) {
+    if (!strcmp(proto, "batch")) return;
+    checks++;
+    for (size_t i = 0; i < n; i += block_words / 2 + 1) {
+        char s = adsm_block_state(x + i);
+        if (s == 'I' || (received && !strcmp(proto, "lazy") && s != 'D')) {
+            FAIL("after the call the block at element %zu is '%c'", i, s);
+            return;
+        }
+    }
+}
+
+static void expect_guarded(uint32_t guard) {
+    for (size_t i = 0; i < obj_words; i++) expect[i] = pattern(guard, i);
+}
+
+/* The message region: 4.5 blocks starting 750 elements in (not block aligned). */
+#define REGION_OFF ((size_t)750)
+static size_t region_words(void) { return 4 * block_words + block_words / 2; }
+
+/* One point-to-point exchange, sender state ss, receiver state rs. kind selects the calls. */
+enum { P2P_SEND, P2P_SSEND, P2P_BSEND, P2P_RSEND, P2P_ISEND_WAIT, P2P_ISSEND_WAITALL, P2P_IBSEND_WAITANY,
+       P2P_ISEND_WAITSOME, P2P_ISEND_TEST, P2P_ISEND_TESTALL, P2P_ISEND_TESTANY, P2P_ISEND_TESTSOME,
+       P2P_ISEND_GETSTATUS, P2P_IRSEND_WAIT, P2P_KINDS };
+static const char *const p2p_names[] = {"Send/Recv", "Ssend/Recv", "Bsend/Recv", "Rsend/Irecv+Wait",
+                                        "Isend/Irecv+Wait", "Issend/Irecv+Waitall", "Ibsend/Irecv+Waitany",
+                                        "Isend/Irecv+Waitsome", "Isend/Irecv+Test", "Isend/Irecv+Testall",
+                                        "Isend/Irecv+Testany", "Isend/Irecv+Testsome",
+                                        "Isend/Irecv+Request_get_status", "Irsend/Irecv+Wait"};
+
+/* Completes req with the kind's completion call. */
+static void complete(int kind, MPI_Request *req, MPI_Status *st) {
+    MPI_Request reqs[2] = {MPI_REQUEST_NULL, *req}; /* a null first: indices must be honoured */
+    MPI_Status sts[2];
+    int flag = 0, index = -1, out = 0, idx[2];
+    switch (kind) {
+    case P2P_ISSEND_WAITALL:
+        mpi_ok(MPI_Waitall(2, reqs, sts), "MPI_Waitall");
+        *st = sts[1];
+        break;
+    case P2P_IBSEND_WAITANY:
+        mpi_ok(MPI_Waitany(2, reqs, &index, st), "MPI_Waitany");
+        if (index != 1) FAIL("MPI_Waitany: index %d", index);
+        break;
+    case P2P_ISEND_WAITSOME:
+        mpi_ok(MPI_Waitsome(2, reqs, &out, idx, sts), "MPI_Waitsome");
+        if (out != 1 || idx[0] != 1) FAIL("MPI_Waitsome: %d done, first %d", out, idx[0]);
+        *st = sts[0];
+        break;
+    case P2P_ISEND_TEST:
+        while (!flag) mpi_ok(MPI_Test(&reqs[1], &flag, st), "MPI_Test");
+        break;
+    case P2P_ISEND_TESTALL:
+        while (!flag) mpi_ok(MPI_Testall(2, reqs, &flag, sts), "MPI_Testall");
+        *st = sts[1];
+        break;
+    case P2P_ISEND_TESTANY:
+        while (!flag) mpi_ok(MPI_Testany(2, reqs, &index, &flag, st), "MPI_Testany");
+        if (index != 1) FAIL("MPI_Testany: index %d", index);
+        break;
+    case P2P_ISEND_TESTSOME:
+        while (out == 0) mpi_ok(MPI_Testsome(2, reqs, &out, idx, sts), "MPI_Testsome");
+        *st = sts[0];
+        break;
+    case P2P_ISEND_GETSTATUS:
+        while (!flag) mpi_ok(MPI_Request_get_status(reqs[1], &flag, st), "MPI_Request_get_status");
+        mpi_ok(MPI_Wait(&reqs[1], MPI_STATUS_IGNORE), "MPI_Wait");
+        break;
+    default: mpi_ok(MPI_Wait(&reqs[1], st), "MPI_Wait"); break;
+    }
+    *req = reqs[1];
+    if (*req != MPI_REQUEST_NULL) FAIL("the request was not freed");
+}
+
+static void p2p_send(int kind, uint32_t *x, size_t n) {
+    MPI_Request req;
+    MPI_Status st;
+    switch (kind) {
+    case P2P_SEND: mpi_ok(MPI_Send(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD), "MPI_Send"); return;
+    case P2P_SSEND: mpi_ok(MPI_Ssend(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD), "MPI_Ssend"); return;
+    case P2P_BSEND: mpi_ok(MPI_Bsend(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD), "MPI_Bsend"); return;
+    case P2P_RSEND:
+    case P2P_IRSEND_WAIT:
+        mpi_ok(MPI_Recv(NULL, 0, MPI_BYTE, partner, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv (ready)");
+        if (kind == P2P_RSEND) {
+            mpi_ok(MPI_Rsend(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD), "MPI_Rsend");
+            return;
+        }
+        mpi_ok(MPI_Irsend(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD, &req), "MPI_Irsend");
+        break;
+    case P2P_ISSEND_WAITALL: mpi_ok(MPI_Issend(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD, &req), "MPI_Issend"); break;
+    case P2P_IBSEND_WAITANY: mpi_ok(MPI_Ibsend(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD, &req), "MPI_Ibsend"); break;
+    default: mpi_ok(MPI_Isend(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD, &req), "MPI_Isend"); break;
+    }
+    cpu_read(x, n); /* MPI 3 lets the CPU read a send buffer meanwhile */
+    complete(kind, &req, &st);
+}
+
+/* Receives into x while (nonblocking kinds) the CPU writes the elements right before and after
+ * it, in the same blocks: they must keep those writes. */
+/* Under batch the CPU leaves a kernel's output alone until adsm_sync (its writes would be
+ * overwritten when the output comes home): no writes beside a receive into one. */
+static int may_write_beside(int rs) { return strcmp(proto, "batch") != 0 || rs != ST_INVALID; }
+
+static void p2p_recv(int kind, uint32_t *x, size_t n, uint32_t guard2, int rs) {
+    MPI_Request req;
+    MPI_Status st;
+    int count = -1;
+    if (kind <= P2P_BSEND) {
+        mpi_ok(MPI_Recv(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD, &st), "MPI_Recv");
+    } else {
+        mpi_ok(MPI_Irecv(x, (int)n, MPI_UNSIGNED, partner, 1, MPI_COMM_WORLD, &req), "MPI_Irecv");
+        if (kind == P2P_RSEND || kind == P2P_IRSEND_WAIT)
+            mpi_ok(MPI_Send(NULL, 0, MPI_BYTE, partner, 9, MPI_COMM_WORLD), "MPI_Send (ready)");
+        if (may_write_beside(rs)) {
+            x[-1] = pattern(guard2, 0);
+            x[n] = pattern(guard2, 1);
+            expect[REGION_OFF - 1] = pattern(guard2, 0);
+            expect[REGION_OFF + n] = pattern(guard2, 1);
+        }
+        complete(kind, &req, &st);
+    }
+    MPI_Get_count(&st, MPI_UNSIGNED, &count);
+    checks++;
+    if (count != (int)n) FAIL("the status counts %d elements, expected %zu", count, n);
+}
+
+static void check_p2p(int kind, int ss, int rs) {
+    CONTEXT("%s, sender %s, receiver %s", p2p_names[kind], state_names[ss], state_names[rs]);
+    const size_t n = region_words();
+    const uint32_t guard = 11u + (uint32_t)kind, old = 500u + (uint32_t)(ss * 4 + rs), seed = 900u + (uint32_t)kind;
+    uint32_t *x = obj + REGION_OFF;
+    reset_object(obj, guard);
+    expect_guarded(guard);
+    int sender = rank % 2 == 0;
+    make_state(x, n, sender ? ss : rs, sender ? seed : old);
+    if (sender) {
+        p2p_send(kind, x, n);
+        current_on_host(x, n, 0);
+        for (size_t i = 0; i < n; i++) expect[REGION_OFF + i] = pattern(seed, i);
+    } else {
+        p2p_recv(kind, x, n, guard + 1000u, rs);
+        current_on_host(x, n, 1);
+        for (size_t i = 0; i < n; i++) expect[REGION_OFF + i] = pattern(seed, i);
+    }
+    object_is_expected(obj, sender ? "the sender's object" : "the receiver's object");
+}
+
+/* Sendrecv between partners, both buffers in the object (send region, receive region after it);
+ * Sendrecv_replace on the region. */
+static void check_sendrecv(int ss, int rs) {
+    CONTEXT("Sendrecv, send %s, receive %s", state_names[ss], state_names[rs]);
+    const size_t n = 2 * block_words + 100;
+    const uint32_t guard = 31u, mine = 600u + (uint32_t)rank, theirs = 600u + (uint32_t)partner;
+    uint32_t *s = obj + REGION_OFF, *r = obj + REGION_OFF + n + 3;
+    reset_object(obj, guard);
+    expect_guarded(guard);
+    make_state(s, n, ss, mine);
+    make_state(r, n, rs, 3u);
+    MPI_Status st;
+    mpi_ok(MPI_Sendrecv(s, (int)n, MPI_UNSIGNED, partner, 2, r, (int)n, MPI_UNSIGNED, partner, 2, MPI_COMM_WORLD, &st),
+           "MPI_Sendrecv");
+    for (size_t i = 0; i < n; i++) {
+        expect[REGION_OFF + i] = pattern(mine, i);
+        expect[REGION_OFF + n + 3 + i] = pattern(theirs, i);
+    }
+    current_on_host(r, n, 1);
+    object_is_expected(obj, "after MPI_Sendrecv");
+
+    CONTEXT("Sendrecv_replace, buffer %s", state_names[ss]);
+    reset_object(obj, guard);
+    make_state(s, n, ss, mine);
+    mpi_ok(MPI_Sendrecv_replace(s, (int)n, MPI_UNSIGNED, partner, 3, partner, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+           "MPI_Sendrecv_replace");
+    expect_guarded(guard);
+    for (size_t i = 0; i < n; i++) expect[REGION_OFF + i] = pattern(theirs, i);
+    object_is_expected(obj, "after MPI_Sendrecv_replace");
+}
+
+/* ---- collectives ---------------------------------------------------------------------------- */
+/* Each rank's input: n elements of pattern(100 + r) at obj + REGION_OFF in state ss; the output
+ * n * nranks elements at obj2 + 5 in state rs (old bytes pattern(7)). */
+static void coll_setup(size_t n_in, size_t n_out, int ss, int rs) {
+    reset_object(obj, 41u);
+    reset_object(obj2, 42u);
+    make_state(obj + REGION_OFF, n_in, ss, 100u + (uint32_t)rank);
+    make_state(obj2 + 5, n_out, rs, 7u);
+}
+
+static uint32_t want_old(size_t i) { return pattern(7u, i); } /* an output nothing arrived in */
+
+/* obj2 + 5: the output expected, given elementwise; the rest of obj2 its guard. */
+static void coll_verify(size_t n_out, uint32_t (*want)(size_t i), const char *what) {
+    expect_guarded(42u);
+    for (size_t i = 0; i < n_out; i++) expect[5 + i] = want(i);
+    if (want != want_old) current_on_host(obj2 + 5, n_out, 1);
+    object_is_expected(obj2, what);
+}
+
+static size_t coll_n;
+static uint32_t want_sum(size_t i) {
+    uint32_t s = 0;
+    for (int r = 0; r < nranks; r++) s += pattern(100u + (uint32_t)r, i);
+    return s;
+}
+static uint32_t want_root(size_t i) { return pattern(100u, i); }
+static uint32_t want_gathered(size_t i) { return pattern(100u + (uint32_t)(i / coll_n), i % coll_n); }
+/* Alltoall: block r of my output is block `rank` of rank r's input */
+static uint32_t want_alltoall(size_t i) {
+    return pattern(100u + (uint32_t)(i / coll_n), (size_t)rank * coll_n + i % coll_n);
+}
+static uint32_t want_prefix(size_t i) {
+    uint32_t s = 0;
+    for (int r = 0; r <= rank; r++) s += pattern(100u + (uint32_t)r, i);
+    return s;
+}
+static void check_collectives(int ss, int rs) {
+    const size_t n = block_words + 300;
+    coll_n = n;
+    CONTEXT("Bcast, root %s, others %s", state_names[ss], state_names[rs]);
+    coll_setup(n, n, rank == 0 ? ss : rs, rs);
+    uint32_t *b = rank == 0 ? obj + REGION_OFF : obj2 + 5;
+    mpi_ok(MPI_Bcast(b, (int)n, MPI_UNSIGNED, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    if (rank != 0) coll_verify(n, want_root, "MPI_Bcast's output");
+    else same_as(b, n, 100u, 0, "the root's buffer after MPI_Bcast");
+
+    CONTEXT("Reduce, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n, n, ss, rs);
+    mpi_ok(MPI_Reduce(obj + REGION_OFF, obj2 + 5, (int)n, MPI_UNSIGNED, MPI_SUM, 0, MPI_COMM_WORLD), "MPI_Reduce");
+    coll_verify(n, rank == 0 ? want_sum : want_old, "MPI_Reduce's output");
+
+    CONTEXT("Allreduce, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n, n, ss, rs);
+    mpi_ok(MPI_Allreduce(obj + REGION_OFF, obj2 + 5, (int)n, MPI_UNSIGNED, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    coll_verify(n, want_sum, "MPI_Allreduce's output");
+
+    CONTEXT("Allreduce in place, buffer %s", state_names[ss]);
+    coll_setup(n, n, ss, rs);
+    make_state(obj2 + 5, n, ss, 100u + (uint32_t)rank);
+    mpi_ok(MPI_Allreduce(MPI_IN_PLACE, obj2 + 5, (int)n, MPI_UNSIGNED, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    coll_verify(n, want_sum, "MPI_Allreduce's output in place");
+
+    CONTEXT("Allgather, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n, n * (size_t)nranks, ss, rs);
+    mpi_ok(MPI_Allgather(obj + REGION_OFF, (int)n, MPI_UNSIGNED, obj2 + 5, (int)n, MPI_UNSIGNED, MPI_COMM_WORLD),
+           "MPI_Allgather");
+    coll_verify(n * (size_t)nranks, want_gathered, "MPI_Allgather's output");
+
+    CONTEXT("Alltoall, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n * (size_t)nranks, n * (size_t)nranks, ss, rs);
+    mpi_ok(MPI_Alltoall(obj + REGION_OFF, (int)n, MPI_UNSIGNED, obj2 + 5, (int)n, MPI_UNSIGNED, MPI_COMM_WORLD),
+           "MPI_Alltoall");
+    coll_verify(n * (size_t)nranks, want_alltoall, "MPI_Alltoall's output");
+}
+
+/* The other collectives, once per state pair (the same buffer code underneath). */
+static void check_more_collectives(int ss, int rs) {
+    const size_t n = block_words / 2 + 17;
+    coll_n = n;
+    int counts[8], displs[8];
+    for (int r = 0; r < nranks; r++) {
+        counts[r] = (int)n;
+        displs[r] = (int)n * r;
+    }
+    CONTEXT("Gather, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n, n * (size_t)nranks, ss, rs);
+    mpi_ok(MPI_Gather(obj + REGION_OFF, (int)n, MPI_UNSIGNED, obj2 + 5, (int)n, MPI_UNSIGNED, 0, MPI_COMM_WORLD),
+           "MPI_Gather");
+    coll_verify(n * (size_t)nranks, rank == 0 ? want_gathered : want_old, "MPI_Gather's output");
+
+    CONTEXT("Gatherv, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n, n * (size_t)nranks, ss, rs);
+    mpi_ok(MPI_Gatherv(obj + REGION_OFF, (int)n, MPI_UNSIGNED, obj2 + 5, counts, displs, MPI_UNSIGNED, 0,
+                       MPI_COMM_WORLD), "MPI_Gatherv");
+    coll_verify(n * (size_t)nranks, rank == 0 ? want_gathered : want_old, "MPI_Gatherv's output");
+
+    CONTEXT("Allgatherv, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n, n * (size_t)nranks, ss, rs);
+    mpi_ok(MPI_Allgatherv(obj + REGION_OFF, (int)n, MPI_UNSIGNED, obj2 + 5, counts, displs, MPI_UNSIGNED,
+                          MPI_COMM_WORLD), "MPI_Allgatherv");
+    coll_verify(n * (size_t)nranks, want_gathered, "MPI_Allgatherv's output");
+
+    CONTEXT("Alltoallv, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n * (size_t)nranks, n * (size_t)nranks, ss, rs);
+    mpi_ok(MPI_Alltoallv(obj + REGION_OFF, counts, displs, MPI_UNSIGNED, obj2 + 5, counts, displs, MPI_UNSIGNED,
+                         MPI_COMM_WORLD), "MPI_Alltoallv");
+    coll_verify(n * (size_t)nranks, want_alltoall, "MPI_Alltoallv's output");
+
+    CONTEXT("Scatter, root's input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n * (size_t)nranks, n, ss, rs);
+    mpi_ok(MPI_Scatter(obj + REGION_OFF, (int)n, MPI_UNSIGNED, obj2 + 5, (int)n, MPI_UNSIGNED, 0, MPI_COMM_WORLD),
+           "MPI_Scatter");
+    expect_guarded(42u);
+    for (size_t i = 0; i < n; i++) expect[5 + i] = pattern(100u, (size_t)rank * n + i);
+    object_is_expected(obj2, "MPI_Scatter's output");
+
+    CONTEXT("Scatterv, root's input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n * (size_t)nranks, n, ss, rs);
+    mpi_ok(MPI_Scatterv(obj + REGION_OFF, counts, displs, MPI_UNSIGNED, obj2 + 5, (int)n, MPI_UNSIGNED, 0,
+                        MPI_COMM_WORLD), "MPI_Scatterv");
+    object_is_expected(obj2, "MPI_Scatterv's output");
+
+    CONTEXT("Reduce_scatter_block, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n * (size_t)nranks, n, ss, rs);
+    mpi_ok(MPI_Reduce_scatter_block(obj + REGION_OFF, obj2 + 5, (int)n, MPI_UNSIGNED, MPI_SUM, MPI_COMM_WORLD),
+           "MPI_Reduce_scatter_block");
+    expect_guarded(42u);
+    for (size_t i = 0; i < n; i++) expect[5 + i] = want_sum((size_t)rank * n + i);
+    object_is_expected(obj2, "MPI_Reduce_scatter_block's output");
+
+    CONTEXT("Scan, input %s, output %s", state_names[ss], state_names[rs]);
+    coll_setup(n, n, ss, rs);
+    mpi_ok(MPI_Scan(obj + REGION_OFF, obj2 + 5, (int)n, MPI_UNSIGNED, MPI_SUM, MPI_COMM_WORLD), "MPI_Scan");
+    coll_verify(n, want_prefix, "MPI_Scan's output");
+
+    CONTEXT("Ibcast + Iallreduce + Waitall, root %s, others %s", state_names[ss], state_names[rs]);
+    coll_setup(n, n, rank == 0 ? ss : rs, rs);
+    MPI_Request reqs[2];
+    uint32_t *b = rank == 0 ? obj + REGION_OFF : obj2 + 5;
+    uint32_t *sum = obj2 + 5 + n + 64;
+    make_state(sum, n, rs, 9u);
+    mpi_ok(MPI_Ibcast(b, (int)n, MPI_UNSIGNED, 0, MPI_COMM_WORLD, &reqs[0]), "MPI_Ibcast");
+    mpi_ok(MPI_Iallreduce(obj + REGION_OFF + n + 8, sum, (int)n, MPI_UNSIGNED, MPI_BAND, MPI_COMM_WORLD, &reqs[1]),
+           "MPI_Iallreduce");
+    mpi_ok(MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    if (rank != 0) same_as(b, n, 100u, 0, "MPI_Ibcast's output");
+    /* the input after the region is the object's guard, the same on every rank */
+    checks++;
+    for (size_t i = 0; i < n; i++)
+        if (((volatile uint32_t *)sum)[i] != pattern(41u, REGION_OFF + n + 8 + i)) {
+            FAIL("MPI_Iallreduce's output: element %zu is %u", i, sum[i]);
+            break;
+        }
+}
+
+/* ---- datatypes with gaps, buffers over several objects ------------------------------------- */
+/* A vector of rows: 3 elements taken, 2 skipped. The receiver's CPU writes the skipped ones
+ * during the receive; they must keep those values. */
+static void check_vector(int ss, int rs) {
+    CONTEXT("vector type (3 of every 5), sender %s, receiver %s", state_names[ss], state_names[rs]);
+    const int rows = (int)(3 * block_words / 5);
+    const size_t span = (size_t)rows * 5;
+    MPI_Datatype vec;
+    MPI_Type_vector(rows, 3, 5, MPI_UNSIGNED, &vec);
+    MPI_Type_commit(&vec);
+    uint32_t *x = obj + REGION_OFF;
+    reset_object(obj, 51u);
+    expect_guarded(51u);
+    int sender = rank % 2 == 0;
+    make_state(x, span, sender ? ss : rs, sender ? 700u : 701u);
+    if (sender) {
+        mpi_ok(MPI_Send(x, 1, vec, partner, 4, MPI_COMM_WORLD), "MPI_Send (vector)");
+        for (size_t i = 0; i < span; i++) expect[REGION_OFF + i] = pattern(700u, i);
+    } else {
+        MPI_Request req;
+        mpi_ok(MPI_Irecv(x, 1, vec, partner, 4, MPI_COMM_WORLD, &req), "MPI_Irecv (vector)");
+        uint32_t gaps = may_write_beside(rs) ? 702u : 701u;
+        for (size_t i = 0; i < span; i++) {
+            int taken = i % 5 < 3;
+            expect[REGION_OFF + i] = pattern(taken ? 700u : gaps, i);
+            if (!taken && gaps == 702u) ((volatile uint32_t *)x)[i] = pattern(702u, i); /* the gaps, meanwhile */
+        }
+        mpi_ok(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait (vector)");
+        current_on_host(x, span, 0);
+    }
+    object_is_expected(obj, "the vector's object");
+    MPI_Type_free(&vec);
+}
+
+/* One message over three pieces: the end of obj, a plain array, the start of obj2 (absolute
+ * addresses, MPI_BOTTOM), in states ss (obj) and rs (obj2) on both sides. */
+static void check_spanning(int ss, int rs) {
+    CONTEXT("hindexed over two objects and plain memory, objects %s and %s", state_names[ss], state_names[rs]);
+    static uint32_t plain[1000];
+    const int len[3] = {(int)block_words + 10, 1000, (int)block_words * 2};
+    uint32_t *a = obj + obj_words - (size_t)len[0] - 3, *c = obj2 + 1;
+    MPI_Aint at[3];
+    MPI_Get_address(a, &at[0]);
+    MPI_Get_address(plain, &at[1]);
+    MPI_Get_address(c, &at[2]);
+    MPI_Datatype t;
+    MPI_Type_create_hindexed(3, len, at, MPI_UNSIGNED, &t);
+    MPI_Type_commit(&t);
+    reset_object(obj, 61u);
+    reset_object(obj2, 62u);
+    int sender = rank % 2 == 0;
+    uint32_t seed = sender ? 800u : 810u;
+    make_state(a, (size_t)len[0], ss, seed);
+    for (int i = 0; i < len[1]; i++) plain[i] = pattern(seed + 1, (size_t)i);
+    make_state(c, (size_t)len[2], rs, seed + 2);
+    if (sender) mpi_ok(MPI_Send(MPI_BOTTOM, 1, t, partner, 5, MPI_COMM_WORLD), "MPI_Send (hindexed)");
+    else mpi_ok(MPI_Recv(MPI_BOTTOM, 1, t, partner, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv (hindexed)");
+    same_as(a, (size_t)len[0], 800u, 0, "the first object's piece");
+    same_as(plain, (size_t)len[1], 801u, 0, "the plain piece");
+    same_as(c, (size_t)len[2], 802u, 0, "the second object's piece");
+    checks++;
+    if (obj[obj_words - 1] != pattern(61u, obj_words - 1) || obj2[0] != pattern(62u, 0))
+        FAIL("bytes beside the pieces changed");
+    MPI_Type_free(&t);
+}
+
+/* ---- requests -------------------------------------------------------------------------------- */
+/* Persistent requests, started three times with the buffers in a different state each time. */
+static void check_persistent(void) {
+    const size_t n = 2 * block_words + 9;
+    uint32_t *x = obj + REGION_OFF;
+    MPI_Request req;
+    reset_object(obj, 71u);
+    int sender = rank % 2 == 0;
+    if (sender) mpi_ok(MPI_Send_init(x, (int)n, MPI_UNSIGNED, partner, 6, MPI_COMM_WORLD, &req), "MPI_Send_init");
+    else mpi_ok(MPI_Recv_init(x, (int)n, MPI_UNSIGNED, partner, 6, MPI_COMM_WORLD, &req), "MPI_Recv_init");
+    for (int it = 0; it < 3; it++) {
+        int st = (it + 1) % NSTATES;
+        CONTEXT("persistent, start %d, %s", it, state_names[st]);
+        make_state(x, n, st, sender ? 1000u + (uint32_t)it : 3u);
+        if (it == 1) mpi_ok(MPI_Startall(1, &req), "MPI_Startall");
+        else mpi_ok(MPI_Start(&req), "MPI_Start");
+        mpi_ok(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait (persistent)");
+        same_as(x, n, 1000u + (uint32_t)it, 0, "the persistent buffer");
+    }
+    mpi_ok(MPI_Request_free(&req), "MPI_Request_free (persistent)");
+}
+
+static uint32_t *freed_recv; /* checked after MPI_Finalize */
+
+/* MPI_Request_free on active requests: a send (its mirror must outlive the transfer) and a
+ * receive (its bytes arrive at the latest in MPI_Finalize). */
+static void check_request_free(void) {
+    CONTEXT("MPI_Request_free while active");
+    const size_t n = 3 * block_words;
+    MPI_Request req;
+    reset_object(obj2, 81u);
+    if (rank % 2 == 0) {
+        make_state(obj2, n, ST_INVALID, 1100u);
+        mpi_ok(MPI_Isend(obj2, (int)n, MPI_UNSIGNED, partner, 7, MPI_COMM_WORLD, &req), "MPI_Isend");
+        mpi_ok(MPI_Request_free(&req), "MPI_Request_free");
+        make_state(obj2, n, ST_DIRTY, 1101u); /* MPI forbids this; the message must not change */
+    } else {
+        freed_recv = obj2;
+        mpi_ok(MPI_Irecv(obj2, (int)n, MPI_UNSIGNED, partner, 7, MPI_COMM_WORLD, &req), "MPI_Irecv");
+        mpi_ok(MPI_Request_free(&req), "MPI_Request_free");
+    }
+    checks++;
+    if (req != MPI_REQUEST_NULL) FAIL("the handle was not set to MPI_REQUEST_NULL");
+}
+
+/* A cancelled receive delivers nothing; a short message fills the start of the buffer only. */
+static void check_cancel_and_short(void) {
+    CONTEXT("cancelled receive");
+    const size_t n = 2 * block_words;
+    uint32_t *x = obj + REGION_OFF;
+    reset_object(obj, 91u);
+    expect_guarded(91u);
+    if (rank % 2 == 1) {
+        MPI_Request req;
+        MPI_Status st;
+        int cancelled = 0;
+        make_state(x, n, ST_INVALID, 92u);
+        mpi_ok(MPI_Irecv(x, (int)n, MPI_UNSIGNED, partner, 99, MPI_COMM_WORLD, &req), "MPI_Irecv");
+        mpi_ok(MPI_Cancel(&req), "MPI_Cancel");
+        mpi_ok(MPI_Wait(&req, &st), "MPI_Wait");
+        MPI_Test_cancelled(&st, &cancelled);
+        checks++;
+        if (!cancelled) FAIL("the receive was not cancelled");
+        same_as(x, n, 92u, 0, "a cancelled receive's buffer");
+    }
+    CONTEXT("short message into a longer receive");
+    reset_object(obj, 93u);
+    const size_t sent = block_words + 5;
+    if (rank % 2 == 0) {
+        make_state(x, sent, ST_DIRTY, 94u);
+        mpi_ok(MPI_Send(x, (int)sent, MPI_UNSIGNED, partner, 8, MPI_COMM_WORLD), "MPI_Send");
+    } else {
+        MPI_Status st;
+        int count = 0;
+        make_state(x, n, ST_INVALID, 95u);
+        mpi_ok(MPI_Recv(x, (int)n, MPI_UNSIGNED, partner, 8, MPI_COMM_WORLD, &st), "MPI_Recv");
+        MPI_Get_count(&st, MPI_UNSIGNED, &count);
+        checks++;
+        if (count != (int)sent) FAIL("count %d, expected %zu", count, sent);
+        same_as(x, sent, 94u, 0, "the part that arrived");
+        same_as(x + sent, n - sent, 95u, sent, "the part past the message");
+    }
+}
+
+/* Matched probe: MPI_Mprobe + MPI_Mrecv, MPI_Improbe + MPI_Imrecv. */
+static void check_matched(void) {
+    CONTEXT("Mprobe/Mrecv and Improbe/Imrecv");
+    const size_t n = block_words + 33;
+    uint32_t *x = obj + REGION_OFF;
+    reset_object(obj, 97u);
+    for (int round = 0; round < 2; round++) {
+        if (rank % 2 == 0) {
+            make_state(x, n, round ? ST_READONLY : ST_DIRTY, 1200u + (uint32_t)round);
+            mpi_ok(MPI_Send(x, (int)n, MPI_UNSIGNED, partner, 10, MPI_COMM_WORLD), "MPI_Send");
+            continue;
+        }
+        make_state(x, n, ST_INVALID, 5u);
+        MPI_Message msg;
+        MPI_Status st;
+        if (round == 0) {
+            mpi_ok(MPI_Mprobe(partner, 10, MPI_COMM_WORLD, &msg, &st), "MPI_Mprobe");
+            mpi_ok(MPI_Mrecv(x, (int)n, MPI_UNSIGNED, &msg, &st), "MPI_Mrecv");
+        } else {
+            int flag = 0;
+            MPI_Request req;
+            while (!flag) mpi_ok(MPI_Improbe(partner, 10, MPI_COMM_WORLD, &flag, &msg, &st), "MPI_Improbe");
+            mpi_ok(MPI_Imrecv(x, (int)n, MPI_UNSIGNED, &msg, &req), "MPI_Imrecv");
+            mpi_ok(MPI_Wait(&req, &st), "MPI_Wait");
+        }
+        same_as(x, n, 1200u + (uint32_t)round, 0, "the matched message");
+    }
+}
+
+/* MPI_Pack and MPI_Unpack by the program on shared memory: under batch before adsm_sync too. */
+static void check_pack(void) {
+    CONTEXT("MPI_Pack / MPI_Unpack");
+    const size_t n = block_words + 3;
+    int pos = 0, size = 0;
+    MPI_Pack_size((int)n, MPI_UNSIGNED, MPI_COMM_WORLD, &size);
+    unsigned char *packed = malloc((size_t)size);
+    reset_object(obj, 98u);
+    make_state(obj, n, ST_INVALID, 1300u); /* no sync: batch's output is still on the device */
+    mpi_ok(MPI_Pack(obj, (int)n, MPI_UNSIGNED, packed, size, &pos, MPI_COMM_WORLD), "MPI_Pack");
+    make_state(obj2, n, ST_INVALID, 6u);
+    int upos = 0;
+    mpi_ok(MPI_Unpack(packed, pos, &upos, obj2, (int)n, MPI_UNSIGNED, MPI_COMM_WORLD), "MPI_Unpack");
+    sync_ok(); /* batch: the kernel's output must not come home over the unpacked bytes */
+    same_as(obj2, n, 1300u, 0, "the unpacked object");
+    free(packed);
+}
+
+/* Plain buffers go to MPI untouched: nothing mirrored. */
+static void check_plain_passes_through(void) {
+    CONTEXT("plain memory");
+    static uint32_t plain[4096];
+    adsm_mpi_stats before, after;
+    adsm_mpi_get_stats(&before);
+    for (int i = 0; i < 4096; i++) plain[i] = (uint32_t)(rank * 4096 + i);
+    mpi_ok(MPI_Sendrecv_replace(plain, 4096, MPI_UNSIGNED, partner, 11, partner, 11, MPI_COMM_WORLD,
+                                MPI_STATUS_IGNORE), "MPI_Sendrecv_replace (plain)");
+    adsm_mpi_get_stats(&after);
+    checks++;
+    if (after.mirrored != before.mirrored) FAIL("a plain buffer was mirrored");
+    if (plain[10] != (uint32_t)(partner * 4096 + 10)) FAIL("wrong data: %u", plain[10]);
+}
+
+/* One-sided windows and Bsend buffers on shared memory are refused with the MPI error class. */
+static void check_refusals(void) {
+    CONTEXT("refusals");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    MPI_Win win;
+    int rc = MPI_Win_create(obj, 4096, 1, MPI_INFO_NULL, MPI_COMM_SELF, &win), cls = -1;
+    MPI_Error_class(rc, &cls);
+    checks++;
+    if (cls != MPI_ERR_BASE) FAIL("MPI_Win_create on shared memory: class %d, expected MPI_ERR_BASE", cls);
+    if (!strstr(adsm_mpi_last_error(), "MPI_Win_create")) FAIL("no message: '%s'", adsm_mpi_last_error());
+    void *attached; /* the Bsend buffer main attached: away, so only the refusal can fail */
+    int attached_size;
+    MPI_Buffer_detach(&attached, &attached_size);
+    rc = MPI_Buffer_attach(obj, 65536);
+    MPI_Error_class(rc, &cls);
+    checks++;
+    if (cls != MPI_ERR_BUFFER) FAIL("MPI_Buffer_attach of shared memory: class %d, expected MPI_ERR_BUFFER", cls);
+    if (!strstr(adsm_mpi_last_error(), "MPI_Buffer_attach")) FAIL("no message: '%s'", adsm_mpi_last_error());
+    MPI_Buffer_attach(attached, attached_size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
+}
+
+/* ---- main ----------------------------------------------------------------------------------- */
+static void *alloc_or_die(size_t bytes) {
+    void *p = adsm_alloc(bytes);
+    if (!p) {
+        fprintf(stderr, "rank %d: adsm_alloc: %s\n", rank, adsm_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return p;
+}
+
+int main(int argc, char **argv) {
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg); /* protocol and block size: ADSM_PROTOCOL, ADSM_BLOCK_SIZE */
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.emu_memory = (size_t)256 << 20;
+    cfg.emu_workers = 1;
+    cfg.rolling_size = 4; /* small: evictions happen */
+    if (adsm_init(&cfg) != ADSM_OK) { /* before MPI_Init: the device process forks first */
+        fprintf(stderr, "adsm_init: %s\n", adsm_last_error());
+        return 2;
+    }
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (nranks % 2 || nranks > 8) {
+        if (rank == 0) fprintf(stderr, "run with 2, 4, 6 or 8 ranks\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    partner = rank ^ 1;
+    proto = adsm_protocol_name();
+    block_words = adsm_block_size() / sizeof(uint32_t);
+    obj_words = 12 * block_words;
+    obj = alloc_or_die(obj_words * 4);
+    obj2 = alloc_or_die(obj_words * 4);
+    scratch = alloc_or_die(obj_words * 4);
+    churn = alloc_or_die(obj_words * 4);
+    expect = malloc(obj_words * 4);
+    static char bsend_buffer[32 << 20]; /* every Bsend of the run may still hold its copy */
+    MPI_Buffer_attach(bsend_buffer, sizeof bsend_buffer);
+
+    for (int kind = 0; kind < P2P_KINDS; kind++)
+        for (int ss = 0; ss < NSTATES; ss++)
+            for (int rs = 0; rs < NSTATES; rs++)
+                if (kind <= P2P_ISEND_WAIT || (ss + rs + kind) % 4 == 0) check_p2p(kind, ss, rs); /* all pairs for 5 kinds */
+    for (int ss = 0; ss < NSTATES; ss++)
+        for (int rs = 0; rs < NSTATES; rs++) {
+            check_sendrecv(ss, rs);
+            check_collectives(ss, rs);
+            check_vector(ss, rs);
+            check_spanning(ss, rs);
+        }
+    for (int s = 0; s < NSTATES; s++) check_more_collectives(s, (s + 1) % NSTATES);
+    check_persistent();
+    check_cancel_and_short();
+    check_matched();
+    check_pack();
+    check_plain_passes_through();
+    check_refusals();
+    check_request_free();
+
+    int total[2] = {failures, checks}, sum[2];
+    int detach_size;
+    void *detached;
+    MPI_Buffer_detach(&detached, &detach_size);
+    MPI_Reduce(total, sum, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD); /* plain memory */
+    MPI_Finalize();
+    if (freed_recv) { /* delivered by MPI_Finalize at the latest */
+        context = "a receive freed while active";
+        same_as(freed_recv, 3 * block_words, 1100u, 0, "its buffer after MPI_Finalize");
+    }
+    if (rank == 0) printf("mpi_calls (%s, %d ranks): %d checks, %d failed on rank 0, %d failed in all before "
+                          "MPI_Finalize\n", proto, nranks, sum[1], failures, sum[0]);
+    adsm_shutdown();
+    return failures || (rank == 0 && sum[0]) ? 1 : 0;
+}
