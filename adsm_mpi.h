@@ -19,12 +19,14 @@
    WHY
    Without it a shared object handed to MPI breaks. A protected page (Invalid: PROT_NONE,
    ReadOnly: PROT_READ) is fine for the MPI library's own loads and stores, which fault and adsm
-   resolves, but not for what happens outside this process: Open MPI's shared-memory transport
-   moves a large message with process_vm_readv/writev (CMA), which fails with EFAULT on such a
-   page (no signal reaches adsm; Open MPI prints "Read -1, expected ..." and fails), TCP's
-   readv/writev the same, and RDMA registers the pages the device moves behind adsm's back. A CUDA-
-   aware MPI (or UCX) sees that adsm's pointers lie in a device virtual address range on cuda and
-   reads or writes the device copy, which may be stale or be overwritten by adsm's next flush.
+   resolves, but not for the kernel's accesses on MPI's behalf, which fail with EFAULT and raise
+   no signal adsm could see: Open MPI's shared-memory transport moves a large message with
+   process_vm_readv/writev (CMA; Open MPI 4.1 prints "Read -1, expected ..." and falls back to a
+   slower copy, other versions and UCX fail), its TCP transport's writev fails ("Bad address") and
+   the job dies, RDMA reads pages adsm has not filled. Under batch, a kernel's output is not home
+   before adsm_sync at all. A CUDA-aware MPI (or UCX) sees that adsm's pointers lie in a device
+   virtual address range on cuda and reads or writes the device copy behind adsm, which may be
+   stale or be overwritten by adsm's next flush.
 
    WHAT adsm_mpi HANDS MPI
    Never a shared object's address. A buffer that reaches into a shared object (adsm_is_shared
@@ -38,12 +40,16 @@
        readable on the host.
      - Data received: after the operation completes, the bytes that arrived (the status's count
        for a point-to-point receive) are copied into the object with adsm_memcpy: they are Dirty
-       on the host, every device copy stale. A datatype with gaps is scattered exactly (PMPI_Pack
-       from the mirror, then PMPI_Unpack into the object after adsm_touch): bytes between its
-       elements keep their values, even if the CPU wrote them meanwhile.
-     - Buffers in plain memory go to PMPI unchanged (one datatype query and one adsm_is_shared).
-   The cost is one host copy of each message on each side that is in shared memory; what adsm
-   fetches or flushes is what the CPU touching those bytes would move.
+       on the host, every device copy stale. A datatype with gaps is taken apart into its runs of
+       bytes (MPI_Type_get_envelope/contents; darray and padded predefined pairs are taken whole)
+       and only those are written: bytes between them keep their values, even if the CPU wrote
+       them meanwhile.
+     - Buffers in plain memory go to PMPI unchanged (a datatype query and one adsm_is_shared).
+   The mirror has the layout of the bytes the datatype covers, so MPI gets the program's own
+   datatype and count; where they are spread far apart (MPI_BOTTOM and absolute addresses) it is
+   a sparse mapping that only the data's pages ever occupy. The cost is one host copy of each
+   message on each side that is in shared memory; what adsm fetches or flushes is what the CPU
+   touching those bytes would move (rolling: a fetch takes its 2 MiB huge page's Invalid blocks).
 
    NONBLOCKING AND PERSISTENT REQUESTS
    MPI_Isend, Issend, Irsend, Ibsend, Irecv, Imrecv and the nonblocking collectives below keep
@@ -150,6 +156,9 @@ ADSM_API int adsm_mpi_local_rank(void);
 #include <string.h>
 #include <sys/mman.h>
 
+/* The implementation: the MPI_* definitions run in the threads that call MPI, in normal thread
+ * context (never in a signal handler); they call adsm's public functions only. A mutex guards the
+ * table of requests with mirrors; copies run outside it. */
 #define ADSM_MPI__PRIVATE static
 
 /* ---- state ----------------------------------------------------------------------------------- */
