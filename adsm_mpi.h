@@ -574,7 +574,9 @@ ADSM_MPI__PRIVATE int adsm_mpi__deliver(adsm_mpi__buf *b, const MPI_Status *st, 
     MPI_Aint left = adsm_mpi__arrived(st);
     size_t n = b->runs.n;
     MPI_Aint cut = 0; /* the last run's length when a short message ends inside it */
-    if (left >= 0) {
+    if (left >= 0 && !b->runs.inexact) { /* inexact runs hold more than data: all go back (the
+                                            mirror was filled from the buffer, so what did not
+                                            arrive goes back as it was) */
         for (n = 0; n < b->runs.n && left > 0; n++) {
             cut = left < b->runs.r[n].len ? left : 0;
             left -= b->runs.r[n].len;
