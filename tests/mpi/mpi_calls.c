@@ -24,6 +24,7 @@
 #define ADSM_MPI_IMPLEMENTATION
 #include "adsm_mpi.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -827,6 +828,48 @@ static void check_refusals(void) {
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
 }
 
+/* Two threads per rank exchange with the partner at once (MPI_THREAD_MULTIPLE), each on its own
+ * region of the same object and its own tag: requests and mirrors of both in flight together. */
+typedef struct thread_arg {
+    int id, bad;
+} thread_arg;
+
+static void *exchange_thread(void *p) {
+    thread_arg *a = p;
+    const size_t n = block_words + 77;
+    uint32_t *send = obj2 + (size_t)a->id * 2 * (n + 16), *recv = send + n + 16;
+    for (int it = 0; it < 20; it++) {
+        uint32_t mine = 2000u + (uint32_t)(rank * 100 + a->id * 40 + it), theirs = mine - (uint32_t)rank * 100 +
+                                                                                     (uint32_t)partner * 100;
+        cpu_write(send, n, mine);
+        MPI_Request r[2];
+        MPI_Irecv(recv, (int)n, MPI_UNSIGNED, partner, 20 + a->id, MPI_COMM_WORLD, &r[0]);
+        MPI_Isend(send, (int)n, MPI_UNSIGNED, partner, 20 + a->id, MPI_COMM_WORLD, &r[1]);
+        MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+        for (size_t i = 0; i < n; i++)
+            if (((volatile uint32_t *)recv)[i] != pattern(theirs, i)) {
+                a->bad++;
+                break;
+            }
+    }
+    return NULL;
+}
+
+static void check_threads(int level) {
+    CONTEXT("two threads at once");
+    if (level < MPI_THREAD_MULTIPLE) {
+        FAIL("Open MPI gave thread level %d, not MPI_THREAD_MULTIPLE", level);
+        return;
+    }
+    reset_object(obj2, 131u);
+    pthread_t th[2];
+    thread_arg args[2] = {{0, 0}, {1, 0}};
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, exchange_thread, &args[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    checks++;
+    if (args[0].bad || args[1].bad) FAIL("%d and %d wrong messages", args[0].bad, args[1].bad);
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
 static void *alloc_or_die(size_t bytes) {
     void *p = adsm_alloc(bytes);
@@ -848,7 +891,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "adsm_init: %s\n", adsm_last_error());
         return 2;
     }
-    MPI_Init(&argc, &argv);
+    int level = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     if (nranks % 2 || nranks > 8) {
@@ -886,6 +930,7 @@ int main(int argc, char **argv) {
     check_pack();
     check_plain_passes_through();
     check_refusals();
+    check_threads(level);
     check_request_free();
 
     int total[2] = {failures, checks}, sum[2];
