@@ -368,6 +368,13 @@
    driver, so copies to and from it are DMA without staging), the fair host side of an explicit
    program; adsm_host_free frees it.
 
+   MPI: a program that includes the companion header adsm_mpi.h (after mpi.h, with
+   ADSM_MPI_IMPLEMENTATION in one file) may hand shared memory to its MPI calls: MPI gets plain
+   host mirrors, filled and emptied with adsm_memcpy (its top comment and README, "MPI"). Without
+   it, give MPI plain memory only: its transports reach other processes' pages through system
+   calls (EFAULT on protected pages), and a CUDA-aware MPI takes shared objects for device memory.
+   adsm_is_shared and adsm_touch (above, with the I/O calls) are what such wrappers build on.
+
    9. LIMITS
    ==========
    x86-64 and aarch64 Linux. Objects are page granular (a 1-byte object uses a page). Each run of

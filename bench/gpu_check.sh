@@ -318,6 +318,21 @@ for run in "threads mprotect" "threads userfaultfd" "fault_path auto"; do
     cat "$log" >> "$report"
 done
 
+# ---- MPI (README "MPI"): the distributed stencil with a GPU per rank, where Open MPI is installed
+if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
+    say ""
+    say "## The stencil over 2 MPI ranks (examples/mpi/stencil_mpi.c; $(mpirun --version 2>&1 | head -1))"
+    log=$out/gpu_stencil_mpi.log
+    mpi_root=()
+    [[ $(id -u) -ne 0 ]] || mpi_root=(--allow-run-as-root)
+    rc=1
+    mpicc -std=c11 -O2 -I. examples/mpi/stencil_mpi.c -pthread -ldl -o "$bin/stencil_mpi" > "$log" 2>&1 &&
+        { timeout 180 mpirun "${mpi_root[@]}" --oversubscribe -np 2 "$bin/stencil_mpi" --edge 256 --runs 3 --header \
+              > "$out/gpu_stencil_mpi.md" 2>> "$log"; rc=$?; }
+    [[ $rc -eq 0 ]] || { say "examples/mpi/stencil_mpi.c FAILED (exit $rc); its log:"; block "$log"; status=1; }
+    [[ -f $out/gpu_stencil_mpi.md ]] && cat "$out/gpu_stencil_mpi.md" >> "$report"
+fi
+
 say ""
 say "Overall: $([[ $status -eq 0 ]] && echo 'every example and test passed' || echo 'FAILURES above')."
 echo "report: $report" >&2
