@@ -519,11 +519,31 @@ ADSM_MPI__PRIVATE int adsm_mpi__store(adsm_mpi__buf *b, const adsm_mpi__run *r, 
 /* Looks at a buffer of n blocks. Plain memory: b->dir stays 0. Shared memory: a mirror, filled
  * now for data to send when fill is set (persistent requests fill at MPI_Start), and for data
  * received whose type was not taken apart exactly (so the bytes between come back unchanged). */
+/* Whether the bytes n blocks can reach from base touch shared memory: the bounding box from each
+ * type's true extent, no taking apart (a plain buffer costs a few queries, whatever its type). */
+ADSM_MPI__PRIVATE int adsm_mpi__may_be_shared(uintptr_t base, const adsm_mpi__block *blocks, int n) {
+    MPI_Aint lo = 0, hi = 0;
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        if (blocks[i].type == MPI_DATATYPE_NULL || blocks[i].count <= 0) continue;
+        adsm_mpi__shape s = adsm_mpi__shape_of(blocks[i].type);
+        if (s.size <= 0) continue;
+        MPI_Aint span = (blocks[i].count - 1) * s.extent, l = blocks[i].disp + s.tlb + (span < 0 ? span : 0),
+                 h = blocks[i].disp + s.tlb + s.textent + (span > 0 ? span : 0);
+        lo = any && lo < l ? lo : l;
+        hi = any && hi > h ? hi : h;
+        any = 1;
+    }
+    return any && adsm_is_shared((const void *)(base + (uintptr_t)lo), (size_t)(hi - lo));
+}
+
 ADSM_MPI__PRIVATE int adsm_mpi__prepare(adsm_mpi__buf *b, const char *fn, const void *base,
                                         const adsm_mpi__block *blocks, int n, int dir, int fill) {
     memset(b, 0, sizeof *b);
     b->base = (uintptr_t)base;
     if (n <= 0 || base == MPI_IN_PLACE) return MPI_SUCCESS;
+    ADSM_MPI__ADD(calls, 1);
+    if (!adsm_mpi__may_be_shared(b->base, blocks, n)) return MPI_SUCCESS; /* plain memory: MPI takes it as it is */
     MPI_Aint data = 0;
     for (int i = 0; i < n; i++) {
         if (blocks[i].type == MPI_DATATYPE_NULL || blocks[i].count <= 0) continue;
@@ -538,9 +558,8 @@ ADSM_MPI__PRIVATE int adsm_mpi__prepare(adsm_mpi__buf *b, const char *fn, const 
         b->hi = i == 0 || r->off + r->len > b->hi ? r->off + r->len : b->hi;
         data += r->len;
     }
-    ADSM_MPI__ADD(calls, 1);
     if (!b->runs.n || !adsm_is_shared((const void *)(b->base + (uintptr_t)b->lo), (size_t)(b->hi - b->lo))) {
-        adsm_mpi__release(b); /* plain memory: MPI takes it as it is */
+        adsm_mpi__release(b); /* the box held shared memory between the data, not in it */
         return MPI_SUCCESS;
     }
     ADSM_MPI__ADD(mirrored, 1);
@@ -1129,7 +1148,8 @@ int MPI_Imrecv(void *buf, int count, MPI_Datatype type, MPI_Message *message, MP
 ADSM_MPI__PRIVATE int adsm_mpi__start_one(MPI_Request req) {
     adsm_mpi__pending *p = adsm_mpi__lookup(req, 0);
     if (!p) return MPI_SUCCESS;
-    int rc = adsm_mpi__fill(&p->bufs[0], "MPI_Start");
+    adsm_mpi__buf *b = &p->bufs[0]; /* a receive's mirror is filled only for a type taken whole */
+    int rc = (b->dir & ADSM_MPI__IN) || b->runs.inexact ? adsm_mpi__fill(b, "MPI_Start") : MPI_SUCCESS;
     p->active = rc == MPI_SUCCESS;
     p->delivered = 0;
     return rc;
