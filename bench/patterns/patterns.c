@@ -25,6 +25,8 @@
  *
  * Every run starts from adsm_init, so the adaptive rolling size learns within the run: its cost
  * is in the numbers. Each point is the median over --runs runs after one untimed warm-up run;
+ * lazy's and rolling's runs at one block size alternate (so does which goes first), so both see
+ * the same moments of a shared machine's load;
  * bytes are h2d + d2h from adsm_stats (the explicit copies are counted there too). After each
  * run the object is compared, element by element and untimed, with the same program run on plain
  * memory; a difference exits 1.
@@ -328,26 +330,59 @@ static sample run_explicit(pattern p, unsigned *host, const unsigned *want, cons
     return measure(&s0, &s1, t1 - t0);
 }
 
-/* One point: a warm-up run, then the median of `runs` runs. */
-static point run_point(pattern p, variant v, size_t block, unsigned *host, const unsigned *want) {
+/* The samples of one point, reduced to their medians. */
+typedef struct samples {
+    double ms[MAX_RUNS], h2d[MAX_RUNS], d2h[MAX_RUNS], f[MAX_RUNS], ev[MAX_RUNS], rg[MAX_RUNS], rs[MAX_RUNS];
+} samples;
+
+static void keep(samples *x, int r, const sample *s) {
+    x->ms[r] = s->ns / 1e6;
+    x->h2d[r] = (double)s->h2d;
+    x->d2h[r] = (double)s->d2h;
+    x->f[r] = (double)s->faults;
+    x->ev[r] = (double)s->evictions;
+    x->rg[r] = (double)s->regrets;
+    x->rs[r] = (double)s->rolling_size;
+}
+
+static point reduce(pattern p, variant v, size_t block, samples *x) {
+    point pt = {p, v, block, bench_median(x->ms, runs), bench_median(x->h2d, runs), bench_median(x->d2h, runs),
+                bench_median(x->f, runs), bench_median(x->ev, runs), bench_median(x->rg, runs), bench_median(x->rs, runs)};
+    return pt;
+}
+
+static sample run_one(pattern p, variant v, size_t block, unsigned *host, const unsigned *want) {
     char where[96], bs[24];
     size_label(block, bs, sizeof bs);
     snprintf(where, sizeof where, "%s, %s %s", pattern_name[p], variant_name[v], bs);
-    double ms[MAX_RUNS], h2d[MAX_RUNS], d2h[MAX_RUNS], f[MAX_RUNS], ev[MAX_RUNS], rg[MAX_RUNS], rs[MAX_RUNS];
+    return v == V_EXPLICIT ? run_explicit(p, host, want, where) : run_adsm(p, v, block, want, where);
+}
+
+/* One point: a warm-up run, then the median of `runs` runs. */
+static point run_point(pattern p, variant v, size_t block, unsigned *host, const unsigned *want) {
+    static samples x;
     for (int r = -1; r < runs; r++) {
-        sample s = v == V_EXPLICIT ? run_explicit(p, host, want, where) : run_adsm(p, v, block, want, where);
-        if (r < 0) continue;
-        ms[r] = s.ns / 1e6;
-        h2d[r] = (double)s.h2d;
-        d2h[r] = (double)s.d2h;
-        f[r] = (double)s.faults;
-        ev[r] = (double)s.evictions;
-        rg[r] = (double)s.regrets;
-        rs[r] = (double)s.rolling_size;
+        sample s = run_one(p, v, block, host, want);
+        if (r >= 0) keep(&x, r, &s);
     }
-    point pt = {p, v, block, bench_median(ms, runs), bench_median(h2d, runs), bench_median(d2h, runs), bench_median(f, runs),
-                bench_median(ev, runs), bench_median(rg, runs), bench_median(rs, runs)};
-    return pt;
+    return reduce(p, v, block, &x);
+}
+
+/* Lazy and rolling at one block size: a warm-up run of each, then their runs alternating (which
+ * goes first alternating too), so that both meet the same moments of a shared machine's load and
+ * their ratio is not skewed by it. */
+static void run_pair(pattern p, size_t block, unsigned *host, const unsigned *want, point *lazy, point *rolling) {
+    static samples xl, xr;
+    for (int r = -1; r < runs; r++) {
+        int rolling_first = r > 0 && r % 2;
+        sample a = run_one(p, rolling_first ? V_ROLLING : V_LAZY, block, host, want);
+        sample b = run_one(p, rolling_first ? V_LAZY : V_ROLLING, block, host, want);
+        if (r < 0) continue;
+        keep(&xl, r, rolling_first ? &b : &a);
+        keep(&xr, r, rolling_first ? &a : &b);
+    }
+    *lazy = reduce(p, V_LAZY, block, &xl);
+    *rolling = reduce(p, V_ROLLING, block, &xr);
 }
 
 static void usage(const char *argv0) {
@@ -472,16 +507,17 @@ int main(int argc, char **argv) {
         if (only >= 0 && (int)p != only) continue;
         reference(p, want, n);
         pts[k++] = run_point(p, V_EXPLICIT, 0, host, want);
-        for (size_t b = 0; b < nblocks; b++)
-            for (variant v = V_LAZY; v <= V_ROLLING; v++) {
-                point *pt = &pts[k++];
-                *pt = run_point(p, v, blocks[b], host, want);
+        for (size_t b = 0; b < nblocks; b++) {
+            run_pair(p, blocks[b], host, want, &pts[k], &pts[k + 1]);
+            for (int i = 0; i < 2; i++, k++) {
+                const point *pt = &pts[k];
                 char bs[24];
                 size_label(blocks[b], bs, sizeof bs);
                 fprintf(stderr, "[%2zu/%zu] %-10s %-7s %4s %8.1f ms  %8.1f MiB  evictions %.0f  regrets %.0f  %.0f s\n",
-                        k, npts, pattern_name[p], variant_name[v], bs, pt->ms, mib(pt->h2d + pt->d2h), pt->evictions,
-                        pt->regrets, (now_ns() - t_start) / 1e9);
+                        k + 1, npts, pattern_name[p], variant_name[pt->v], bs, pt->ms, mib(pt->h2d + pt->d2h),
+                        pt->evictions, pt->regrets, (now_ns() - t_start) / 1e9);
             }
+        }
     }
     print_table(pts, npts, nblocks, (now_ns() - t_start) / 1e9, csv);
     if (csv && fclose(csv) != 0) {
