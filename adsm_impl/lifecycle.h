@@ -278,6 +278,7 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     rt->flushes_queued = rt->flushes_settled = 0;
     rt->ahead_sum = 0;
     rt->ahead_epoch++; /* objects are gone, but runs must never outlive a runtime */
+    adsm__rolling_costs_reset(rt);
     stbds_arrfree(rt->batch_sends);
     stbds_arrfree(rt->through);
     adsm__bounce_release_all(rt);

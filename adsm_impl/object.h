@@ -60,10 +60,15 @@ typedef struct adsm__object {
                                                copy to that device waits for it (directory.h) */
     int device_newer;         /* batch: a launch may have written it since it last came home */
     /* rolling write-ahead (protocol.h, adsm__write_run): the block right after the run the last
-     * write fault made Dirty and how many blocks that run was meant to hold, valid while
-     * ahead_epoch equals the runtime's (no kernel call since) */
-    size_t ahead_next, ahead;
+     * write fault made Dirty and how many blocks that run was meant to hold (0 where blocks are
+     * taken one by one: only the position counts there), valid while ahead_epoch equals the
+     * runtime's (no kernel call since); behind: where the current sequential pass began, or the
+     * lowest block it left behind that may still be Dirty (its eviction victims, adsm__victim) */
+    size_t ahead_next, ahead, behind;
     uint64_t ahead_epoch;
+    uint64_t held_epoch;      /* rolling: 1 + the runtime's ahead_epoch when a block of it was
+                                 written again after its eviction (a regret): until the next kernel
+                                 call none of its blocks is evicted (0: never) */
     uint64_t fetch_epoch;     /* rolling: 1 + the runtime's ahead_epoch at this object's last fetch
                                  fault (0: none yet): a write fault that is the first fetch of an
                                  epoch takes its unit alone (protocol.h, adsm__fetch_granule) */

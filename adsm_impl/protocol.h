@@ -308,26 +308,44 @@ ADSM__PRIVATE size_t adsm__rolling_limit(const adsm__runtime *rt) {
     return rt->rolling_limit > ceiling ? ceiling : rt->rolling_limit;
 }
 
-/* Unit b became Dirty. Regret: it had been evicted eagerly since the last kernel call, so that
- * eviction copied bytes the next call copies again; the window was too small by at least the
- * evictions made since b left it. Grow to cover that distance, and at least double, so a random
- * pattern needs a handful of regrets, not one per block, to reach its working set; but never past
- * twice the units this epoch has dirtied (a window larger than that cannot save an eviction now,
- * and would only delay the evictions of a later sequential phase) nor past every live block. */
-ADSM__PRIVATE void adsm__rolling_note_write(adsm__runtime *rt, adsm__block *b) {
-    if (b->evicted_at <= rt->epoch_clock) { /* never evicted, or before the last call */
-        rt->epoch_touched++;
-        return;
+/* Rolling: whether o had a regret since the last kernel call (adsm__rolling_note_writes). */
+ADSM__PRIVATE int adsm__held(const adsm__runtime *rt, const adsm__object *o) {
+    return o->held_epoch == rt->ahead_epoch + 1;
+}
+
+/* Blocks [from, from + n) of o became Dirty. Each one evicted eagerly since the last kernel call
+ * is a regret: that eviction copied bytes the next call copies again, so the window was too
+ * small by at least the evictions made since the block left it. Once per fault the window grows
+ * to cover the farthest such distance, and at least doubles, so a random pattern needs a handful
+ * of regrets, not one per block, to reach its working set; but never past twice the blocks this
+ * epoch has dirtied (a window larger than that cannot save an eviction now, and would only delay
+ * the evictions of a later sequential phase) nor past every live block. And the object is held
+ * until the next call: none of its blocks is evicted again (adsm__victim), so no block crosses
+ * more than twice in an epoch, and the rest of a pass that came back is sent once, at the call
+ * (a fixed ADSM_ROLLING_SIZE is the paper's rule: it evicts on, oldest first). */
+ADSM__PRIVATE void adsm__rolling_note_writes(adsm__runtime *rt, adsm__object *o, size_t from, size_t n) {
+    size_t distance = 0, regrets = 0;
+    for (size_t k = from; k < from + n; k++) {
+        adsm__block *b = &o->blocks[k];
+        if (b->evicted_at <= rt->epoch_clock) { /* never evicted, or before the last call */
+            rt->epoch_touched++;
+            continue;
+        }
+        size_t d = (size_t)(rt->evict_clock - b->evicted_at) + 1;
+        if (d > distance) distance = d;
+        b->evicted_at = 0;
+        regrets++;
     }
+    if (regrets == 0) return;
+    rt->epoch_regrets += regrets;
+    ADSM__ADD(&rt->stats.rolling_regrets, regrets);
+    if (rt->cfg.rolling_size) return;
+    o->held_epoch = rt->ahead_epoch + 1;
     size_t limit = adsm__rolling_limit(rt), ceiling = adsm__rolling_ceiling(rt);
-    size_t distance = (size_t)(rt->evict_clock - b->evicted_at) + 1;
     size_t grown = limit + (distance > limit ? distance : limit);
     if (grown > 2 * rt->epoch_touched) grown = 2 * rt->epoch_touched;
     if (grown > ceiling) grown = ceiling;
-    b->evicted_at = 0;
-    rt->epoch_regrets++;
-    ADSM__ADD(&rt->stats.rolling_regrets, 1);
-    if (!rt->cfg.rolling_size && grown > limit) rt->rolling_limit = grown;
+    if (grown > limit) rt->rolling_limit = grown;
 }
 
 /* At a kernel call (before the flush): halve the window when the epoch that ends showed it
@@ -343,31 +361,188 @@ ADSM__PRIVATE void adsm__rolling_end_epoch(adsm__runtime *rt) {
     rt->epoch_regrets = rt->epoch_touched = 0;
 }
 
-/* How many of the oldest dirty units, at most `max`, follow each other both in the FIFO and in
- * their object (a write-ahead run, a sequential phase): they are evicted as one copy. */
-ADSM__PRIVATE size_t adsm__oldest_run(const adsm__runtime *rt, size_t max) {
-    const adsm__block *b = rt->fifo_head;
-    if (rt->proto->whole_object || b->state != ADSM__DIRTY) return 1;
-    const adsm__object *o = b->obj;
+/* ---- what faults, evictions and copies cost (rolling) ---------------------------------------
+ * How much a fault takes and how many blocks an eviction sends are decided from what they cost
+ * on this machine, measured while the program runs, not from constants: a fault's own time on
+ * the thread that took it (protection changes and bookkeeping; not its copies, its waits or the
+ * evictions it starts), an eviction's own time there (its protection change, queueing the copy
+ * and waking the copy engine, which on a machine short of cores runs first, on this very core),
+ * and a copy to the device per byte (the backends time each copy on the engine that makes it:
+ * stats.h2d_ns over stats.h2d_bytes). Faults and evictions have running averages over their last
+ * eight or so; until a copy has been timed nothing is known and every rule does what it did
+ * before costs decided (runs up to a huge page, one block per scattered write, no batches). On
+ * the 2-vCPU build machine shared with other work, faults took 3-13 us in the handler, evictions
+ * 50-900 us, a 64 KiB copy 7-14 us; a bare write fault took 4-7 us quiet, 27-45 us under load. A
+ * test fixes the three (adsm__rolling_costs_pin). Runtime lock held. */
+#define ADSM__COST_SHIFT 3 /* a running average moves by an eighth of the distance to each sample */
+
+/* A sample of a fixed cost: what one fault or eviction of `blocks` blocks took. Only those of a
+ * single block say what the fixed part is (a protection change over many blocks costs more, and
+ * taking more because the average rose would raise it further); one of several blocks that took
+ * less than the average still shows the fixed part is no more than that. */
+ADSM__PRIVATE void adsm__cost_note(const adsm__runtime *rt, uint64_t *avg, uint64_t sample, size_t blocks) {
+    if (rt->cost_pinned || (blocks > 1 && (*avg == 0 || sample >= *avg))) return;
+    if (sample == 0) sample = 1; /* 0 stands for "not measured yet" */
+    *avg = *avg == 0 ? sample : *avg - (*avg >> ADSM__COST_SHIFT) + (sample >> ADSM__COST_SHIFT);
+}
+
+/* Picoseconds per byte a copy to the device takes; 0 while none has been timed. Copies are
+ * counted when queued and timed when done, so copies in flight make it a little low. */
+ADSM__PRIVATE uint64_t adsm__cost_copy_ps(const adsm__runtime *rt) {
+    if (rt->cost_pinned) return rt->cost_copy_ps;
+    uint64_t ns = ADSM__LOAD(&rt->stats.h2d_ns), bytes = ADSM__LOAD(&rt->stats.h2d_bytes);
+    if (ns == 0 || bytes == 0) return 0;
+    return ns < UINT64_MAX / 1000 ? ns * 1000 / bytes : ns / (bytes / 1000 + 1);
+}
+
+/* The fewest blocks, a power of two up to `most`, whose copy to the device takes at least
+ * `fixed_ns`: a fault or an eviction of that many costs at most twice their copy, where one
+ * block at a time could cost its fixed part many times over. 1 while copies are not timed. */
+ADSM__PRIVATE size_t adsm__cost_blocks(const adsm__runtime *rt, uint64_t fixed_ns, size_t most) {
+    uint64_t block_ps = adsm__cost_copy_ps(rt) << rt->cfg.block_shift, fixed_ps = fixed_ns * 1000;
     size_t n = 1;
-    while (n < max && b->index + n < o->nblocks && o->blocks[b->index + n - 1].fifo_next == &o->blocks[b->index + n] &&
-           o->blocks[b->index + n].state == ADSM__DIRTY)
-        n++;
+    if (block_ps == 0) return 1;
+    while (n < most && (uint64_t)n * block_ps < fixed_ps) n <<= 1;
     return n;
 }
 
-/* Eager eviction of the oldest dirty units (at most `max`, see above), each stamped with the
- * eviction clock as if evicted alone: protection first, then one queued copy. */
-ADSM__PRIVATE int adsm__evict_oldest(adsm__runtime *rt, size_t max) {
+/* Blocks per 2 MiB huge page (1 for blocks of a huge page or more). */
+ADSM__PRIVATE size_t adsm__hp_blocks(const adsm__runtime *rt) {
+    size_t n = ADSM__HUGE_PAGE >> rt->cfg.block_shift;
+    return n ? n : 1;
+}
+
+/* A fixed ADSM_ROLLING_SIZE stays the window: what one fault takes is at most half of it. */
+ADSM__PRIVATE size_t adsm__fixed_most(const adsm__runtime *rt) {
+    return rt->cfg.rolling_size ? rt->cfg.rolling_size / 2 : SIZE_MAX;
+}
+
+/* Whether write faults take runs of blocks (adsm__write_run): rolling with blocks smaller than a
+ * huge page, unless ADSM_BLOCK_EXACT or a fixed window too small for two. Fixed for a runtime. */
+ADSM__PRIVATE int adsm__runs_on(const adsm__runtime *rt) {
+    return !rt->proto->whole_object && rt->proto->eager && !rt->cfg.block_exact && adsm__hp_blocks(rt) > 1 &&
+           adsm__fixed_most(rt) > 1;
+}
+
+/* The blocks a sequential write fault takes at least: enough that the fault costs no more than
+ * their copy. 1 where faults are cheap next to a block's copy (2 MiB blocks, or a machine that
+ * copies slowly), at most a huge page. */
+ADSM__PRIVATE size_t adsm__fault_granule(const adsm__runtime *rt) {
+    return ADSM__MIN(adsm__cost_blocks(rt, rt->cost_fault_ns, adsm__hp_blocks(rt)), adsm__fixed_most(rt));
+}
+
+/* The longest a sequential run of o grows: a huge page's worth, and past it while a fault still
+ * costs over an eighth of the copy of the run it takes (longer runs save little more, and cost
+ * overlap: the last run is sent at the call, not while the CPU writes). Not shorter where
+ * faults look cheap: the fault's own time leaves out the kernel's trap and signal delivery,
+ * which adsm cannot time, and copies timed under load include the copy engine's wait for a
+ * core; runs cut to what those said took 2442 faults where huge-page runs take 111 (sequential
+ * initialisation, 64 KiB blocks, the build machine loaded), at 1.9x the time. */
+ADSM__PRIVATE size_t adsm__run_most(const adsm__runtime *rt, const adsm__object *o) {
+    size_t dear = adsm__cost_blocks(rt, 8 * rt->cost_fault_ns, o->nblocks);
+    return ADSM__MIN(ADSM__MAX(adsm__hp_blocks(rt), dear), adsm__fixed_most(rt));
+}
+
+/* The blocks an eviction sends at least: past the window, eviction waits until that many are
+ * Dirty beyond it and sends them together, so its fixed cost weighs no more than their copy. 1
+ * with a fixed ADSM_ROLLING_SIZE (the paper's rule), ADSM_BLOCK_EXACT or blocks of a huge page. */
+ADSM__PRIVATE size_t adsm__evict_batch(const adsm__runtime *rt) {
+    if (rt->cfg.rolling_size || rt->cfg.block_exact) return 1;
+    return adsm__cost_blocks(rt, rt->cost_evict_ns, adsm__hp_blocks(rt));
+}
+
+/* Test hook: the costs the rules above use, fixed (copy_ps 0: as if nothing were measured yet).
+ * Tests never assert how long faults take; they fix what they cost and count what follows. */
+ADSM__PRIVATE void adsm__rolling_costs_pin(adsm__runtime *rt, uint64_t fault_ns, uint64_t evict_ns, uint64_t copy_ps) {
+    adsm__lock(&rt->lock);
+    rt->cost_pinned = 1;
+    rt->cost_fault_ns = fault_ns;
+    rt->cost_evict_ns = evict_ns;
+    rt->cost_copy_ps = copy_ps;
+    adsm__unlock(&rt->lock);
+}
+
+/* At shutdown: the next runtime measures afresh (another backend, another block size). */
+ADSM__PRIVATE void adsm__rolling_costs_reset(adsm__runtime *rt) {
+    rt->cost_pinned = 0;
+    rt->cost_fault_ns = rt->cost_evict_ns = rt->cost_copy_ps = 0;
+}
+
+/* The window eviction keeps: the rolling size, but room for every object's current write-ahead
+ * run twice at least, so a run just made Dirty is not evicted before the CPU writes it, nor the
+ * run of an array filled side by side with it (a fixed ADSM_ROLLING_SIZE is kept as it is:
+ * write-ahead runs are at most half of it). */
+ADSM__PRIVATE size_t adsm__rolling_window(const adsm__runtime *rt) {
+    size_t limit = adsm__rolling_limit(rt), runs = 2 * rt->ahead_sum;
+    return limit > runs || rt->cfg.rolling_size ? limit : runs;
+}
+
+/* ---- eviction ------------------------------------------------------------------------------ */
+/* How many Dirty blocks from v, at most `max` and below block `end`, eviction sends as one copy:
+ * those that follow v in its object and, when v is the oldest (`oldest`), in the FIFO too (a
+ * write-ahead run), so that only the oldest go. */
+ADSM__PRIVATE size_t adsm__evict_span(const adsm__runtime *rt, const adsm__block *v, size_t max, size_t end,
+                                      int oldest) {
+    const adsm__object *o = v->obj;
+    if (rt->proto->whole_object || v->state != ADSM__DIRTY) return 1;
+    size_t n = 1;
+    while (n < max && v->index + n < end) {
+        const adsm__block *next = &o->blocks[v->index + n];
+        if (!next->in_fifo || next->state != ADSM__DIRTY || (oldest && next[-1].fifo_next != next)) break;
+        n++;
+    }
+    return n;
+}
+
+/* Which block eviction takes next, or NULL for none now. A write that goes on with a sequential
+ * pass over o evicts what that pass left behind, lowest first: the pass is done with it, while
+ * blocks of objects the CPU has left may be written again before the call (Needleman-Wunsch
+ * zeroes its score matrix, fills the reference matrix, then writes the first column of every
+ * row: oldest first, the score matrix went to the device twice, 1.5x lazy's bytes). Any other
+ * write evicts the oldest Dirty block. Never one of an object held by a regret, and nothing
+ * while a sequential pass has left nothing behind. A fixed ADSM_ROLLING_SIZE: the oldest. */
+ADSM__PRIVATE adsm__block *adsm__victim(adsm__runtime *rt, adsm__object *o, size_t from, int sequential) {
+    if (rt->cfg.rolling_size) return rt->fifo_head;
+    if (sequential) {
+        if (adsm__held(rt, o)) return NULL;
+        while (o->behind < from && !(o->blocks[o->behind].in_fifo && o->blocks[o->behind].state == ADSM__DIRTY))
+            o->behind++;
+        return o->behind < from ? &o->blocks[o->behind] : NULL;
+    }
     adsm__block *b = rt->fifo_head;
-    adsm__object *o = b->obj;
-    size_t n = adsm__oldest_run(rt, max);
+    return b && !adsm__held(rt, b->obj) ? b : NULL;
+}
+
+/* Eager eviction of n Dirty blocks from v (adsm__evict_span), each stamped with the eviction
+ * clock as if evicted alone: protection first, then one queued copy. Its time on this thread is
+ * added to *spent and to the eviction cost. */
+ADSM__PRIVATE int adsm__evict_blocks(adsm__runtime *rt, adsm__block *v, size_t n, uint64_t *spent) {
+    adsm__object *o = v->obj;
     uint64_t t0 = adsm__now_ns();
     for (size_t k = 0; k < n; k++) /* one event per block, as adsm_stats.evictions counts */
-        adsm__trace(&rt->trace, ADSM__TR_EVICT, t0, o->host + ((size_t)(b->index + k) << rt->cfg.block_shift), 0);
-    if ((n == 1 ? adsm__writeback_unit(rt, b, 1) : adsm__writeback_blocks(rt, o, b->index, n)) != 0) return -1;
-    for (size_t k = 0; k < n; k++) b[k].evicted_at = ++rt->evict_clock;
+        adsm__trace(&rt->trace, ADSM__TR_EVICT, t0, o->host + ((size_t)(v->index + k) << rt->cfg.block_shift), 0);
+    if ((n == 1 ? adsm__writeback_unit(rt, v, 1) : adsm__writeback_blocks(rt, o, v->index, n)) != 0) return -1;
+    for (size_t k = 0; k < n; k++) v[k].evicted_at = ++rt->evict_clock;
     ADSM__ADD(&rt->stats.evictions, n);
+    uint64_t took = adsm__now_ns() - t0;
+    *spent += took;
+    adsm__cost_note(rt, &rt->cost_evict_ns, took, n);
+    return 0;
+}
+
+/* Evicts past the window after a write to o made blocks from `from` Dirty: once the Dirty blocks
+ * exceed the window by an eviction batch, down to the window, victims by adsm__victim. */
+ADSM__PRIVATE int adsm__evict_past_window(adsm__runtime *rt, adsm__object *o, size_t from, int sequential,
+                                          uint64_t *spent) {
+    size_t window = adsm__rolling_window(rt);
+    if (rt->fifo_len < window + adsm__evict_batch(rt)) return 0;
+    int behind = sequential && !rt->cfg.rolling_size; /* victims behind o's pass, else the oldest */
+    while (rt->fifo_len > window) {
+        adsm__block *v = adsm__victim(rt, o, from, sequential);
+        if (!v) return 0;
+        size_t n = adsm__evict_span(rt, v, rt->fifo_len - window, behind ? from : v->obj->nblocks, !behind);
+        if (adsm__evict_blocks(rt, v, n, spent) != 0) return -1;
+    }
     return 0;
 }
 
@@ -528,6 +703,14 @@ ADSM__PRIVATE int adsm__idle_in(const adsm__runtime *rt, const adsm__block *b, i
     return b->state == state && !b->busy && !b->in_fifo && !adsm__flushing(rt, b);
 }
 
+/* Idle, and not evicted since the last kernel call: what a fault that is no sequential pass may
+ * take beside its block (a fetch, a grown window's huge page). Taking an evicted block back would
+ * send it twice, a regret no CPU write asked for, which would also grow the window; a sequential
+ * pass takes them, as it is about to write them anyway. */
+ADSM__PRIVATE int adsm__idle_fresh(const adsm__runtime *rt, const adsm__block *b, int state) {
+    return adsm__idle_in(rt, b, state) && b->evicted_at <= rt->epoch_clock;
+}
+
 /* Widens [*from, *from + *n) over the idle blocks in `state` next to it: within the huge page of
  * block *from, or within the whole object once the window is dense (see adsm__write_run). */
 ADSM__PRIVATE void adsm__idle_run(const adsm__runtime *rt, const adsm__object *o, int state, size_t *from,
@@ -538,8 +721,8 @@ ADSM__PRIVATE void adsm__idle_run(const adsm__runtime *rt, const adsm__object *o
     size_t hi = ADSM__MIN(o->nblocks, (page + ADSM__HUGE_PAGE - o->host) >> shift);
     if (adsm__rolling_dense(rt)) lo = 0, hi = o->nblocks;
     size_t b = *from, e = *from + *n;
-    while (b > lo && adsm__idle_in(rt, &o->blocks[b - 1], state)) b--;
-    while (e < hi && adsm__idle_in(rt, &o->blocks[e], state)) e++;
+    while (b > lo && adsm__idle_fresh(rt, &o->blocks[b - 1], state)) b--;
+    while (e < hi && adsm__idle_fresh(rt, &o->blocks[e], state)) e++;
     *from = b;
     *n = e - b;
 }
@@ -566,68 +749,67 @@ ADSM__PRIVATE void adsm__fetch_granule(const adsm__runtime *rt, adsm__object *o,
     adsm__idle_run(rt, o, ADSM__INVALID, first, count);
 }
 
-/* Whether o's write-ahead run (ahead_next, ahead) was made since the last kernel call. */
+/* Whether o's write position (ahead_next, ahead) was set since the last kernel call. */
 ADSM__PRIVATE int adsm__ahead_live(const adsm__runtime *rt, const adsm__object *o) {
     return o->ahead != 0 && o->ahead_epoch == rt->ahead_epoch;
 }
 
 /* Rolling, blocks smaller than a huge page: which blocks a write fault on the ReadOnly `block`
- * makes Dirty, [*from, *from + *n) (the block alone otherwise). Only idle ReadOnly blocks are
- * taken: their host copy is current, so one never written after all costs a flush, no data.
+ * makes Dirty, [*from, *from + *n). Only idle ReadOnly blocks are taken: their host copy is
+ * current, so one never written after all costs a flush, no data. Returns whether the fault goes
+ * on with a sequential pass (it hit the block right after the last run), which eviction uses at
+ * every block size (adsm__victim).
  * - Write-ahead: a write fault on the block right after the run the last write fault on the same
- *   object made Dirty (a sequential phase) takes the blocks after it too, twice as many as last
- *   time, up to a huge page's worth. With 64 KiB blocks a sequential initialisation otherwise
- *   pays one fault and two protection changes per block where lazy pays one per object (2.4x
- *   lazy's time). Each object keeps its own run, so a loop that fills several arrays side by side
- *   (a[i] = ..., b[i] = ...: vecadd) is sequential on each of them.
+ *   object made Dirty (a sequential phase) takes the blocks after it too: twice as many as last
+ *   time, at least as many as make the fault cost no more than their copy (adsm__fault_granule),
+ *   up to a huge page's worth, or more where faults are dear (adsm__run_most). With 64 KiB
+ *   blocks a sequential initialisation otherwise paid one fault and two
+ *   protection changes per block where lazy pays one per object (2.4x lazy's time). Each object
+ *   keeps its own run, so a loop that fills several arrays side by side (a[i] = ..., b[i] = ...:
+ *   vecadd) is sequential on each of them. A fault that is no sequential pass takes its block
+ *   alone: scattered writes that took more went from 0.53x to 0.82x lazy's bytes (each block
+ *   taken is one more to send, and one more an eviction may send twice), for few faults saved.
  * - Grown: once regrets grew the window past the paper's rule (the CPU comes back to blocks it
  *   wrote), a write fault takes the idle ReadOnly blocks of its huge page, or of its object next
  *   to it when the window is dense (adsm__rolling_dense), as lazy would, if they fit in the
  *   window without evicting any of them. Random writes at 64 KiB went from 1.6x to 1.15x lazy's
  *   time; rare scattered writes keep single blocks, as a huge page does not fit their window. */
-ADSM__PRIVATE void adsm__write_run(adsm__runtime *rt, adsm__object *o, size_t block, size_t *from, size_t *n) {
-    size_t most = ADSM__HUGE_PAGE >> rt->cfg.block_shift;
-    if (rt->cfg.rolling_size) most = ADSM__MIN(most, rt->cfg.rolling_size / 2); /* a fixed window */
+ADSM__PRIVATE int adsm__write_run(adsm__runtime *rt, adsm__object *o, size_t block, size_t *from, size_t *n) {
     *from = block;
     *n = 1;
-    if (rt->proto->whole_object || !rt->proto->eager || rt->cfg.block_exact || most <= 1) return;
-    int live = adsm__ahead_live(rt, o), sequential = live && block == o->ahead_next;
-    size_t want = sequential ? ADSM__MIN(2 * o->ahead, most) : 1;
-    while (*n < want && block + *n < o->nblocks && adsm__idle_in(rt, &o->blocks[block + *n], ADSM__READONLY)) (*n)++;
-    if (live) rt->ahead_sum -= o->ahead;
-    rt->ahead_sum += want;
+    if (rt->proto->whole_object || !rt->proto->eager) return 0;
+    int live = adsm__ahead_live(rt, o), sequential = live && block == o->ahead_next, runs = adsm__runs_on(rt);
+    size_t want = 1;
+    if (runs) {
+        if (sequential) want = ADSM__MIN(ADSM__MAX(2 * o->ahead, adsm__fault_granule(rt)), adsm__run_most(rt, o));
+        while (*n < want && block + *n < o->nblocks && adsm__idle_in(rt, &o->blocks[block + *n], ADSM__READONLY))
+            (*n)++;
+        if (live) rt->ahead_sum -= o->ahead;
+        rt->ahead_sum += want;
+    }
+    if (!sequential) o->behind = *from; /* a new pass begins */
     o->ahead_epoch = rt->ahead_epoch;
-    o->ahead_next = block + *n;
+    o->ahead_next = *from + *n;
     o->ahead = want;
-    if (sequential || !adsm__rolling_grown(rt)) return;
-    size_t run_from = block, run_n = 1;
+    if (sequential || !runs || !adsm__rolling_grown(rt)) return sequential;
+    size_t run_from = *from, run_n = *n;
     adsm__idle_run(rt, o, ADSM__READONLY, &run_from, &run_n);
     if (rt->fifo_len + run_n <= adsm__rolling_limit(rt)) *from = run_from, *n = run_n; /* evicts none of it */
-}
-
-/* The window eviction keeps: the rolling size, but room for every object's current write-ahead
- * run twice at least, so a run just made Dirty is not evicted before the CPU writes it, nor the
- * run of an array filled side by side with it (a fixed ADSM_ROLLING_SIZE is kept as it is:
- * write-ahead runs are at most half of it). */
-ADSM__PRIVATE size_t adsm__rolling_window(const adsm__runtime *rt) {
-    size_t limit = adsm__rolling_limit(rt), runs = 2 * rt->ahead_sum;
-    return limit > runs || rt->cfg.rolling_size ? limit : runs;
-}
-
-/* A write to `block` made [from, from + n) Dirty: into the FIFO, then rolling evicts the oldest
- * units past its window. */
-ADSM__PRIVATE int adsm__dirtied(adsm__runtime *rt, adsm__object *o, size_t from, size_t n, size_t block) {
-    for (size_t k = from; k < from + n; k++) adsm__fifo_push(rt, &o->blocks[k]);
-    if (!rt->proto->eager) return 0;
-    adsm__rolling_note_write(rt, &o->blocks[block]);
-    rt->epoch_touched += n - 1;
-    size_t window = adsm__rolling_window(rt);
-    while (rt->fifo_len > window) {
-        if (adsm__evict_oldest(rt, rt->fifo_len - window) != 0) return -1;
-    }
     return 0;
 }
 
+/* A write made [from, from + n) of o Dirty: into the FIFO; rolling notes regrets and evicts past
+ * its window (its time on this thread added to *spent). */
+ADSM__PRIVATE int adsm__dirtied(adsm__runtime *rt, adsm__object *o, size_t from, size_t n, int sequential,
+                                uint64_t *spent) {
+    for (size_t k = from; k < from + n; k++) adsm__fifo_push(rt, &o->blocks[k]);
+    if (!rt->proto->eager) return 0;
+    adsm__rolling_note_writes(rt, o, from, n);
+    return adsm__evict_past_window(rt, o, from, sequential, spent);
+}
+
+/* A CPU access the protection stopped. Rolling times what it cost this thread, less its copies,
+ * its waits and the evictions it started (adsm__cost_note). */
 ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write,
                                        int overwrite) {
     size_t first, count;
@@ -636,16 +818,24 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     int state = o->blocks[block].state, let_go = 0;
     if (state == ADSM__DIRTY || (state == ADSM__READONLY && !is_write))
         return adsm__set_state(rt, o, first, count, state); /* another thread got here first */
+    uint64_t t0 = adsm__now_ns(), elsewhere = 0; /* copies, waits, evictions */
     size_t from = first, n = count; /* the blocks to prepare: the unit, or a wider fetch */
     if (state == ADSM__INVALID && !(is_write && overwrite)) adsm__fetch_granule(rt, o, is_write, &from, &n);
     if (adsm__prepare_unit(rt, o, from, n, state, is_write, overwrite, &let_go) != 0) return -1;
     int done = let_go ? ADSM__AGAIN : 0;
+    if (let_go) elsewhere = adsm__now_ns() - t0;
     if ((!is_write || n > count) && adsm__set_state_compacting(rt, o, from, n, ADSM__READONLY) != 0) return -1;
-    if (!is_write) return done;
+    int sequential = 0;
     size_t dfrom = first, dn = count;
-    if (count == 1) adsm__write_run(rt, o, first, &dfrom, &dn);
-    if (adsm__set_state_compacting(rt, o, dfrom, dn, ADSM__DIRTY) != 0) return -1;
-    return adsm__dirtied(rt, o, dfrom, dn, first) == 0 ? done : -1;
+    if (is_write) {
+        if (count == 1) sequential = adsm__write_run(rt, o, first, &dfrom, &dn);
+        if (adsm__set_state_compacting(rt, o, dfrom, dn, ADSM__DIRTY) != 0 ||
+            adsm__dirtied(rt, o, dfrom, dn, sequential, &elsewhere) != 0)
+            return -1;
+    }
+    size_t took = ADSM__MAX(n, is_write ? dn : 0) / count; /* units whose protection changed */
+    if (rt->proto->eager) adsm__cost_note(rt, &rt->cost_fault_ns, adsm__now_ns() - t0 - elsewhere, took);
+    return done;
 }
 
 /* The pages of these objects are about to be protected (PROT_NONE: a kernel writes them) or
@@ -737,7 +927,7 @@ ADSM__PRIVATE int adsm__untracked_alloc(adsm__runtime *rt, adsm__object *o) {
 ADSM__PRIVATE void adsm__tracked_free(adsm__runtime *rt, adsm__object *o) {
     for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_remove(rt, &o->blocks[b]);
     adsm__forget_output(rt, o);
-    if (adsm__ahead_live(rt, o)) rt->ahead_sum -= o->ahead;
+    if (adsm__runs_on(rt) && adsm__ahead_live(rt, o)) rt->ahead_sum -= o->ahead;
 }
 
 /* Write-through (directory.h): brings every output listed since the last call or sync home, unit

@@ -87,6 +87,13 @@ typedef struct adsm__runtime {
      * one are over), and the blocks the objects' current runs were meant to hold, together */
     uint64_t ahead_epoch;
     size_t ahead_sum;
+    /* rolling's costs (protocol.h, "what faults, evictions and copies cost"): running averages
+     * of a fault's and an eviction's own time on the thread that took them (ns) and of a copy to
+     * the device per byte (ps), measured as they happen, or fixed by a test (cost_pinned); and the
+     * copy counters (stats.h2d_ns, h2d_bytes) where the copy cost was last sampled */
+    uint64_t cost_fault_ns, cost_evict_ns, cost_copy_ps;
+    uint64_t cost_seen_ns, cost_seen_bytes;
+    int cost_pinned;
     /* asynchronous flushes queued so far (under the lock), and the most of them known to be done
      * (a drain that started after them returned): blocks' flush_ticket refer to these */
     uint64_t flushes_queued, flushes_settled;

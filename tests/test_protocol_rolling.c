@@ -1,6 +1,8 @@
 /* tests/test_protocol_rolling.c -- the rolling protocol, one test per state transition, plus
  * eager eviction with a fixed and an adaptive rolling size, and the adaptive size's rule (grow on
- * regret, halve at a call after an epoch that did not need the window; issue 15).
+ * regret, halve at a call after an epoch that did not need the window; issue 15); what a regret
+ * holds, which blocks a pass evicts and what a two-pass initialisation sends, and how the costs
+ * rolling measures decide what faults take and evictions send, with those costs fixed (issue 34).
  *
  * Rolling tracks single blocks. On the emu backend (device memory really separate) each test
  * asserts the exact state of each block and the exact bytes copied (h2d_bytes / d2h_bytes after
@@ -642,7 +644,8 @@ Test(rolling, write_to_an_evicted_block_waits_for_its_copy) {
  * dense patterns (issue 15): a fetch takes the Invalid blocks of its huge page, a sequential
  * write phase makes runs of blocks Dirty (write-ahead), and once the window holds most live
  * blocks a write fault takes its huge page. Each test fails when the fault takes its block alone,
- * and checks every value. */
+ * and checks every value. Costs are fixed at "nothing measured" (tests/protocol_common.h), where
+ * runs grow to a huge page; the suite rolling_costs tests how costs change that. */
 TestSuite(rolling_ahead, .timeout = 120);
 
 #define AHEAD_BS ((size_t)64 << 10)
@@ -822,4 +825,251 @@ Test(rolling_ahead, fixed_rolling_size_bounds_write_ahead) {
     cr_assert_lt(stats().write_faults, nblocks, "runs of two blocks");
     cr_assert_geq(stats().write_faults, nblocks / 2);
     adsm_shutdown();
+}
+
+/* ---- the costs that decide (issue 34) -------------------------------------------------------- */
+/* How long a sequential run grows and how many blocks an eviction sends are decided from what a
+ * fault, an eviction and a copy cost, measured as the program runs (adsm_impl/protocol.h). The
+ * tests fix those costs (adsm__rolling_costs_pin) and count what the rule then does: faults,
+ * copies, Dirty blocks. Nothing here measures time. */
+TestSuite(rolling_costs, .timeout = 120);
+
+#define COSTS_BS ((size_t)64 << 10)
+#define COSTS_COPY_PS 1000 /* 1 GB/s: a 64 KiB block copies in 65.5 us */
+
+/* A 32 MiB object written in order, under the given fault cost; returns its write faults. Each
+ * block is sent once and every value is right. */
+static uint64_t sweep_with_fault_cost(uint64_t fault_ns, uint64_t *evictions) {
+    const size_t size = 32 * MIB, n = size / sizeof(int32_t);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, COSTS_BS, 0);
+    adsm__rolling_costs_pin(&adsm__rt, fault_ns, 0, COSTS_COPY_PS);
+    int32_t *x = alloc(size), *y = alloc(size), *z = alloc(size);
+    reset();
+    uint64_t faults = write_in_order(x, n, 3);
+    *evictions = stats().evictions;
+    CALL_OK(k_add, grid_for(n), y, x, z, n);
+    sync_ok();
+    cr_assert_eq(stats().h2d_bytes, size, "fault cost %llu ns: every block sent once", (unsigned long long)fault_ns);
+    expect_values(y, n, 3);
+    adsm_shutdown();
+    return faults;
+}
+
+/* Cheap faults (1 us against 65.5 us to copy a block) keep sequential runs at a huge page (32
+ * blocks: 21 faults for 512 blocks), and the window rolls behind the writes. Dear faults (2 ms,
+ * 30 blocks' copy): runs start at a huge page and double past it up to 256 blocks (the fault an
+ * eighth of the run's copy), 6 faults. Fails if runs ignore the fault cost. */
+Test(rolling_costs, sequential_runs_grow_with_the_fault_cost) {
+    const size_t nblocks = 32 * MIB / COSTS_BS;
+    uint64_t ev_cheap, ev_dear;
+    uint64_t cheap = sweep_with_fault_cost(1000, &ev_cheap);
+    uint64_t dear = sweep_with_fault_cost(2000000, &ev_dear);
+    cr_assert_leq(cheap, nblocks / 16, "cheap faults: %llu write faults for %zu blocks", (unsigned long long)cheap, nblocks);
+    cr_assert_geq(cheap, nblocks / 32, "cheap faults: runs of a huge page, %llu faults", (unsigned long long)cheap);
+    cr_assert_gt(ev_cheap, 0, "cheap faults: the window rolls");
+    cr_assert_leq(dear, 8, "dear faults: %llu write faults", (unsigned long long)dear);
+}
+
+/* Scattered writes take their block alone, even where faults are dear (2 ms): every other block
+ * of a fresh object, one fault and one Dirty block each, its neighbours left ReadOnly. */
+Test(rolling_costs, scattered_writes_stay_block_by_block) {
+    const size_t per_block = COSTS_BS / sizeof(int32_t);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, COSTS_BS, 0);
+    adsm__rolling_costs_pin(&adsm__rt, 2000000, 0, COSTS_COPY_PS);
+    int32_t *x = alloc(64 * COSTS_BS);
+    reset();
+    for (size_t b = 0; b < 64; b += 2) wr(&x[b * per_block + 7], (int32_t)b);
+    EXPECT_FAULTS(0, 32);
+    for (size_t b = 1; b < 64; b += 2) cr_assert_eq(adsm_block_state(&x[b * per_block]), 'R', "block %zu taken", b);
+    cr_assert_eq(stats().evictions + adsm__rt.fifo_len, 32, "32 blocks made Dirty");
+    adsm_shutdown();
+}
+
+/* Every other block of a 16 MiB object written, in order (each write a fault of its own block),
+ * with evictions of the given cost. Returns how many of those writes evicted (eviction rounds),
+ * with the most Dirty blocks seen in *most_dirty. Every written block is sent once. */
+static uint64_t eviction_rounds(uint64_t evict_ns, size_t *most_dirty) {
+    const size_t size = 16 * MIB, nblocks = size / COSTS_BS, per_block = COSTS_BS / sizeof(int32_t);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, COSTS_BS, 0);
+    adsm__rolling_costs_pin(&adsm__rt, 1000, evict_ns, COSTS_COPY_PS);
+    int32_t *x = alloc(size), *y = alloc(size);
+    reset();
+    uint64_t rounds = 0, evicted = 0;
+    *most_dirty = 0;
+    for (size_t b = 0; b < nblocks; b += 2) {
+        wr(&x[b * per_block], (int32_t)b);
+        uint64_t now = stats().evictions;
+        rounds += now != evicted;
+        evicted = now;
+        if (adsm__rt.fifo_len > *most_dirty) *most_dirty = adsm__rt.fifo_len;
+    }
+    cr_assert_eq(stats().h2d_bytes, evicted * COSTS_BS, "evictions send their blocks");
+    CALL_OK(k_add, grid_for(size / sizeof(int32_t)), y, x, x, size / sizeof(int32_t));
+    sync_ok();
+    cr_assert_eq(stats().h2d_bytes, nblocks / 2 * COSTS_BS, "every written block sent once");
+    for (size_t b = 0; b < nblocks; b += 2) cr_assert_eq(rd(&y[b * per_block]), 2 * (int32_t)b, "block %zu", b);
+    adsm_shutdown();
+    return rounds;
+}
+
+/* Cheap evictions go one block at a time, as soon as the window (4 blocks: 2 objects) is full:
+ * every write past it evicts. An eviction that costs as much as copying 16 blocks (1 ms) waits
+ * until 16 blocks are Dirty past the window and sends them together: a sixteenth of the rounds,
+ * its fixed cost (a protection change, waking the copy engine) paid that much less often. Fails
+ * if evictions ignore their cost. */
+Test(rolling_costs, dear_evictions_go_in_batches) {
+    size_t dirty_cheap, dirty_dear;
+    uint64_t cheap = eviction_rounds(1000, &dirty_cheap);
+    uint64_t dear = eviction_rounds(1000000, &dirty_dear);
+    cr_assert_eq(cheap, 128 - 4, "cheap: %llu rounds", (unsigned long long)cheap);
+    cr_assert_leq(dirty_cheap, 4, "cheap: %zu Dirty blocks at most", dirty_cheap);
+    cr_assert_leq(dear, (128 - 4) / 16, "dear: %llu rounds", (unsigned long long)dear);
+    cr_assert_geq(dear, 4, "dear: the window still rolls");
+    cr_assert_eq(dirty_dear, 4 + 16 - 1, "dear: %zu Dirty blocks at most", dirty_dear);
+}
+
+/* The costs are measured while the program runs (not asserted as timings: only that faults,
+ * evictions and copies have been timed, and that nothing is left to a constant). */
+Test(rolling_costs, costs_are_measured_as_the_program_runs) {
+    const size_t size = 16 * MIB, n = size / sizeof(int32_t);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, COSTS_BS, 0);
+    adsm__rolling_costs_reset(&adsm__rt); /* what protocol_common.h's init fixed: measure instead */
+    int32_t *x = alloc(size), *y = alloc(size);
+    cr_assert_eq(adsm__rt.cost_fault_ns + adsm__rt.cost_evict_ns, 0, "nothing measured yet");
+    for (size_t i = 0; i < n; i++) wr(&x[i], (int32_t)i);
+    CALL_OK(k_add, grid_for(n), y, x, x, n);
+    sync_ok();
+    cr_assert_gt(adsm__rt.cost_fault_ns, 0, "faults timed");
+    cr_assert_gt(adsm__rt.cost_evict_ns, 0, "evictions timed");
+    cr_assert_gt(adsm__cost_copy_ps(&adsm__rt), 0, "copies timed");
+    expect_values(x, n, 0);
+    adsm_shutdown();
+    cr_assert_eq(adsm__rt.cost_fault_ns + adsm__rt.cost_evict_ns + adsm__rt.cost_pinned, 0,
+                 "the next runtime measures afresh");
+}
+
+/* ---- a regret holds its object; a sequential pass evicts what it left behind (issue 34) ------- */
+
+/* After a regret (block 0 written again after its eviction) the object is held: its blocks stay
+ * Dirty until the call, so none crosses twice; the next epoch evicts again. */
+Test(rolling, a_regret_holds_the_object_until_the_call) {
+    const size_t bs = 4096, nb = 16, n = nb * bs / sizeof(int32_t);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 0);
+    int32_t *x = alloc(nb * bs);
+    reset();
+    for (size_t k = 0; k < 3; k++) wr(AT(x, bs, k), 1);
+    cr_assert_eq(stats().evictions, 1);
+    wr(AT(x, bs, 0) + 1, 2); /* regret */
+    cr_assert_eq(stats().rolling_regrets, 1);
+    for (size_t k = 3; k < nb; k++) wr(AT(x, bs, k), 1);
+    cr_assert_eq(stats().evictions, 1, "held: nothing more evicted");
+    expect_all(x, nb * bs, 'D');
+    CALL_OK(k_incr, grid_for(n), x, n);
+    EXPECT_BYTES((nb + 1) * bs, 0); /* block 0 twice, every other once */
+    sync_ok();
+    reset();
+    for (size_t k = 0; k < nb; k++) wr(AT(x, bs, k), rd(AT(x, bs, k)) + 1);
+    cr_assert_gt(stats().evictions, 0, "the next epoch evicts again");
+    cr_assert_eq(stats().rolling_regrets, 0);
+    CALL_OK(k_incr, grid_for(n), x, n);
+    sync_ok();
+    cr_assert_eq(rd(AT(x, bs, 0)), 4);
+    cr_assert_eq(rd(AT(x, bs, 0) + 1), 4);
+    cr_assert_eq(rd(AT(x, bs, 5)), 4);
+    adsm_shutdown();
+}
+
+/* A sequential pass over b evicts the blocks of b it left behind, not the older blocks of a,
+ * which the CPU then writes again without a fault or a regret (the window: 2 per object, 4).
+ * Oldest first, a went as b was written, and came back as regrets. */
+Test(rolling, a_pass_evicts_what_it_left_behind) {
+    const size_t bs = 4096;
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 0);
+    int32_t *a = alloc(3 * bs), *b = alloc(8 * bs);
+    for (size_t k = 0; k < 3; k++) wr(AT(a, bs, k), 1);
+    reset();
+    for (size_t k = 0; k < 8; k++) wr(AT(b, bs, k), 2);
+    cr_assert_eq(stats().evictions, 7);
+    expect_blocks(a, bs, "DDD");
+    expect_blocks(b, bs, "RRRRRRRD");
+    for (size_t k = 0; k < 3; k++) wr(AT(a, bs, k) + 1, 3);
+    EXPECT_FAULTS(0, 8);
+    cr_assert_eq(stats().rolling_regrets, 0);
+    CALL_OK(k_add, grid_for(3 * bs / sizeof(int32_t)), b, a, a, 3 * bs / sizeof(int32_t));
+    EXPECT_BYTES(8 * bs + 3 * bs, 0); /* b's blocks and a's, once each */
+    sync_ok();
+    cr_assert_eq(rd(AT(b, bs, 2) + 1), 6);
+    adsm_shutdown();
+}
+
+/* ---- two-pass initialisation (issue 34, Needleman-Wunsch as in Rodinia) --------------------------- */
+/* The score matrix zeroed, its first column and row written, the reference matrix filled from
+ * them, the first column and row written again; then one kernel. Returns the bytes sent to the
+ * device before and at the call, and the regrets. */
+typedef struct two_pass {
+    uint64_t h2d, regrets;
+} two_pass;
+
+static uint64_t two_pass_pin_fault_ns; /* faults of this cost, copies at 150 ps/B (0: neither) */
+
+static two_pass initialise_in_two_passes(adsm_protocol_kind protocol, size_t bs, size_t cols) {
+    const size_t n = cols * cols;
+    init(TEST_DEVICE_BACKEND, protocol, bs, 0);
+    if (two_pass_pin_fault_ns) adsm__rolling_costs_pin(&adsm__rt, two_pass_pin_fault_ns, 0, 150);
+    int32_t *score = alloc(n * sizeof(int32_t)), *ref = alloc(n * sizeof(int32_t));
+    reset();
+    for (size_t i = 0; i < n; i++) wr(&score[i], 0);
+    for (size_t i = 1; i < cols; i++) wr(&score[i * cols], (int32_t)(i % 10) + 1);
+    for (size_t j = 1; j < cols; j++) wr(&score[j], (int32_t)(j % 7) + 1);
+    for (size_t i = 1; i < cols; i++)
+        for (size_t j = 1; j < cols; j++) wr(&ref[i * cols + j], rd(&score[i * cols]) * rd(&score[j]));
+    for (size_t i = 1; i < cols; i++) wr(&score[i * cols], -(int32_t)i);
+    for (size_t j = 1; j < cols; j++) wr(&score[j], -(int32_t)j);
+    CALL_OK(k_sum3, grid_for(n), score, ref, ref, n);
+    sync_ok();
+    two_pass r = {stats().h2d_bytes, stats().rolling_regrets};
+    cr_assert_eq(rd(&score[0]), 0);
+    cr_assert_eq(rd(&score[5 * cols]), -5);
+    cr_assert_eq(rd(&score[5 * cols + 3]), 2 * ((5 % 10) + 1) * ((3 % 7) + 1));
+    adsm_shutdown();
+    return r;
+}
+
+/* At the application's size (1025 x 1025 ints, 4.2 MB per matrix) and 2 MiB blocks (the
+ * default), rolling sends what lazy sends: 8.4 MB, where the oldest-first rule sent 12.6 (the
+ * score matrix's blocks, evicted while the reference matrix was filled, went again after its
+ * first column was written again). */
+Test(rolling, two_pass_initialisation_sends_what_lazy_sends) {
+    test_block_exact = 0;
+    two_pass lazy = initialise_in_two_passes(ADSM_PROTOCOL_LAZY, 2 * MIB, 1025);
+    two_pass rolling = initialise_in_two_passes(ADSM_PROTOCOL_ROLLING, 2 * MIB, 1025);
+    cr_assert_eq(lazy.h2d, 2 * 1025 * 1025 * sizeof(int32_t));
+    cr_assert_eq(rolling.h2d, lazy.h2d, "%llu bytes, %llu regrets", (unsigned long long)rolling.h2d,
+                 (unsigned long long)rolling.regrets);
+}
+
+/* Where the score matrix's first pass does not fit the window (2049 x 2049, 16.8 MB per matrix;
+ * smaller blocks), its early blocks go before the CPU comes back to them. What README states
+ * holds: at most lazy's bytes plus one block per regret, each block at most twice, so at most
+ * twice lazy's bytes. Block by block, and with runs of the build machine's costs. */
+typedef struct two_pass_case {
+    size_t bs, cols;
+    uint64_t fault_ns; /* 0: block by block */
+} two_pass_case;
+
+ParameterizedTestParameters(rolling, two_pass_initialisation_keeps_the_bound) {
+    static two_pass_case cases[] = {{2 * MIB, 2049, 0}, {64 * KIB, 1025, 0}, {4 * KIB, 1025, 0}, {64 * KIB, 2049, 8000}};
+    return cr_make_param_array(two_pass_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(two_pass_case *c, rolling, two_pass_initialisation_keeps_the_bound) {
+    test_block_exact = 0;
+    two_pass lazy = initialise_in_two_passes(ADSM_PROTOCOL_LAZY, c->bs, c->cols);
+    two_pass_pin_fault_ns = c->fault_ns;
+    two_pass rolling = initialise_in_two_passes(ADSM_PROTOCOL_ROLLING, c->bs, c->cols);
+    cr_assert_leq(rolling.h2d, lazy.h2d + rolling.regrets * c->bs, "%zu-byte blocks: %llu bytes, %llu regrets", c->bs,
+                  (unsigned long long)rolling.h2d, (unsigned long long)rolling.regrets);
+    cr_assert_leq(rolling.regrets * c->bs, c->cols * c->cols * sizeof(int32_t) + c->bs,
+                  "regrets only in the score matrix, once each");
+    cr_assert_leq(rolling.h2d, 2 * lazy.h2d);
 }
