@@ -376,10 +376,12 @@ ADSM__PRIVATE void adsm__rolling_end_epoch(adsm__runtime *rt) {
  * test fixes the three (adsm__rolling_costs_pin). Runtime lock held. */
 #define ADSM__COST_SHIFT 3 /* a running average moves by an eighth of the distance to each sample */
 
-/* A sample of a fixed cost: what one fault or eviction of `blocks` blocks took. Only those of a
- * single block say what the fixed part is (a protection change over many blocks costs more, and
- * taking more because the average rose would raise it further); one of several blocks that took
- * less than the average still shows the fixed part is no more than that. */
+/* A sample of a fixed cost: what one fault or eviction of `blocks` blocks took. For faults only
+ * those of a single block say what the fixed part is: a protection change over many blocks costs
+ * more, and runs cut to eight times the fault cost would feed on it (longer runs, dearer faults,
+ * longer runs); one of several blocks that took less than the average still shows the fixed
+ * part is no more than that. Evictions count whatever they sent (blocks 1): their batch is cut
+ * to the cost itself, and sequential passes evict nothing but runs. */
 ADSM__PRIVATE void adsm__cost_note(const adsm__runtime *rt, uint64_t *avg, uint64_t sample, size_t blocks) {
     if (rt->cost_pinned || (blocks > 1 && (*avg == 0 || sample >= *avg))) return;
     if (sample == 0) sample = 1; /* 0 stands for "not measured yet" */
@@ -526,7 +528,7 @@ ADSM__PRIVATE int adsm__evict_blocks(adsm__runtime *rt, adsm__block *v, size_t n
     ADSM__ADD(&rt->stats.evictions, n);
     uint64_t took = adsm__now_ns() - t0;
     *spent += took;
-    adsm__cost_note(rt, &rt->cost_evict_ns, took, n);
+    adsm__cost_note(rt, &rt->cost_evict_ns, took, 1);
     return 0;
 }
 
