@@ -756,6 +756,20 @@ ADSM__PRIVATE int adsm__ahead_live(const adsm__runtime *rt, const adsm__object *
     return o->ahead != 0 && o->ahead_epoch == rt->ahead_epoch;
 }
 
+/* Where a run of o from `block` meant to end at `end` does end: a run of a huge page or more ends
+ * on a huge page's boundary (the last one at or before `end`, past `block`), so that its
+ * protection changes, and the evictions that later send it, cover whole huge pages. A change
+ * over part of one splits its 2 MiB mapping into 4 KiB pages (a costlier change, and more TLB
+ * misses for the CPU's accesses after it): runs doubling from 1 block end at 31, 63, ..., so each
+ * run of 32 blocks of 64 KiB split two huge pages. */
+ADSM__PRIVATE size_t adsm__hp_boundary(const adsm__runtime *rt, const adsm__object *o, size_t block, size_t end) {
+    unsigned shift = rt->cfg.block_shift;
+    if (end - block < adsm__hp_blocks(rt)) return end;
+    uintptr_t at = ADSM__ALIGN_DOWN(o->host + (end << shift), ADSM__HUGE_PAGE);
+    size_t aligned = at <= o->host ? 0 : (at - o->host) >> shift;
+    return aligned > block ? aligned : end;
+}
+
 /* Rolling, blocks smaller than a huge page: which blocks a write fault on the ReadOnly `block`
  * makes Dirty, [*from, *from + *n). Only idle ReadOnly blocks are taken: their host copy is
  * current, so one never written after all costs a flush, no data. Returns whether the fault goes
@@ -784,7 +798,8 @@ ADSM__PRIVATE int adsm__write_run(adsm__runtime *rt, adsm__object *o, size_t blo
     size_t want = 1;
     if (runs) {
         if (sequential) want = ADSM__MIN(ADSM__MAX(2 * o->ahead, adsm__fault_granule(rt)), adsm__run_most(rt, o));
-        while (*n < want && block + *n < o->nblocks && adsm__idle_in(rt, &o->blocks[block + *n], ADSM__READONLY))
+        size_t end = adsm__hp_boundary(rt, o, block, block + want);
+        while (block + *n < end && block + *n < o->nblocks && adsm__idle_in(rt, &o->blocks[block + *n], ADSM__READONLY))
             (*n)++;
         if (live) rt->ahead_sum -= o->ahead;
         rt->ahead_sum += want;
