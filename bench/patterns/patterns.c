@@ -32,10 +32,14 @@
  * memory; a difference exits 1.
  *
  *   gcc -std=c11 -O2 -Wall -Wextra -Werror -I. bench/patterns/patterns.c -pthread -ldl -o /tmp/bpat
- *   /tmp/bpat [--quick | --full] [--runs N] [--epochs N] [--only PATTERN] [--csv FILE]
+ *   /tmp/bpat [--quick | --full] [--runs N] [--epochs N] [--only PATTERN] [--csv FILE] [--protect-delay US]
  *     --quick    64M object, blocks 64K and 2M, 3 epochs, 3 runs (default; under a minute on 2 CPUs)
  *     --full     256M object, blocks 4K, 64K, 512K, 2M, 8M, 4 epochs, 5 runs
  *     --epochs N epochs per program; --only PATTERN: that pattern alone
+ *     --protect-delay US  every mprotect in the process (adsm's, lazy's and rolling's alike) spins
+ *                US microseconds first: a machine whose protection changes, and so faults and
+ *                evictions, are dear (issue 34: a bare write fault of 27-45 us on this machine
+ *                under load, 4-7 us quiet), to see that rolling's rules follow what they cost
  * ADSM_ROLLING_SIZE=4 in the environment gives the rolling rows the paper's rule as it was before
  * issue 15 (2 per live object: the object and the kernel's small sum object), for comparison.
  *     --csv FILE one row per point:
@@ -51,6 +55,7 @@
 #include <sys/mman.h>
 #include <sys/utsname.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "bench/common.h"
@@ -121,6 +126,21 @@ static int epochs = 3, runs = 3, full = 0, only = -1;
 static char backend[64] = "?";
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
+/* --protect-delay: this definition takes the place of libc's mprotect for the whole program (adsm
+ * is compiled into it), spins, then makes the system call. Signal-safe (adsm changes protections
+ * in its fault handler): clock_gettime and syscall only. */
+static long protect_delay_ns;
+
+int mprotect(void *addr, size_t len, int prot) {
+    if (protect_delay_ns > 0) {
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do clock_gettime(CLOCK_MONOTONIC, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < protect_delay_ns);
+    }
+    return (int)syscall(SYS_mprotect, addr, len, prot);
+}
+
 static double now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -393,6 +413,7 @@ static void usage(const char *argv0) {
             "  --runs N    runs per point, 1..%d\n"
             "  --epochs N  epochs (CPU phase + call) per program, 1..100\n"
             "  --only P    one pattern: seqinit random hot strided colmajor sweeps readmostly\n"
+            "  --protect-delay US  every mprotect spins US microseconds first (dear protection changes)\n"
             "  --csv FILE  write one CSV row per point\n",
             argv0, MAX_RUNS);
 }
@@ -472,6 +493,12 @@ int main(int argc, char **argv) {
             for (int p = 0; p < P_COUNT; p++)
                 if (!strcmp(name, pattern_name[p])) only = p;
             if (only < 0) {
+                usage(argv[0]);
+                return 1;
+            }
+        } else if (!strcmp(argv[i], "--protect-delay") && i + 1 < argc) {
+            protect_delay_ns = (long)atoi(argv[++i]) * 1000;
+            if (protect_delay_ns < 0 || protect_delay_ns > 100000000) {
                 usage(argv[0]);
                 return 1;
             }
