@@ -810,6 +810,29 @@ Test(rolling_ahead, dense_random_writes_take_runs_of_the_object) {
     adsm_shutdown();
 }
 
+/* A sequential pass's runs of a huge page end on huge-page boundaries: past the first huge page
+ * every write fault falls on a block at a boundary (runs doubling from one block used to end at
+ * 31, 63, ..., and every protection change split two 2 MiB mappings). */
+Test(rolling_ahead, runs_end_on_huge_page_boundaries) {
+    const size_t size = 16 * MIB, per_block = AHEAD_BS / sizeof(int32_t), hp = 2 * MIB / AHEAD_BS;
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, AHEAD_BS, 0);
+    int32_t *x = alloc(size);
+    cr_assert_eq((uintptr_t)x % (2 * MIB), 0);
+    uint64_t faults = stats().write_faults;
+    size_t past_first = 0;
+    for (size_t b = 0; b < size / AHEAD_BS; b++) {
+        for (size_t i = 0; i < per_block; i += 1024) wr(&x[b * per_block + i], (int32_t)b);
+        uint64_t now = stats().write_faults;
+        if (now != faults && b >= hp) {
+            cr_assert_eq(b % hp, 0, "a write fault at block %zu, inside a huge page", b);
+            past_first++;
+        }
+        faults = now;
+    }
+    cr_assert_eq(past_first, size / (2 * MIB) - 1, "one fault per huge page past the first");
+    adsm_shutdown();
+}
+
 /* A fixed ADSM_ROLLING_SIZE stays the window: write-ahead runs hold at most half of it. */
 Test(rolling_ahead, fixed_rolling_size_bounds_write_ahead) {
     const size_t size = 4 * MIB, n = size / sizeof(int32_t), nblocks = size / AHEAD_BS;
