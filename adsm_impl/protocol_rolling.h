@@ -1,9 +1,11 @@
 /* adsm_impl/protocol_rolling.h -- rolling update: lazy at block granularity, plus a FIFO of at
- * most "rolling size" Dirty blocks. A block that becomes Dirty past that bound sends the oldest
- * Dirty block to the device asynchronously (it becomes ReadOnly), so transfers overlap CPU work.
- * The rolling size is fixed (ADSM_ROLLING_SIZE) or adaptive: at least ADSM_ROLLING_STEP per live
- * object, grown when an evicted block is written again before the next kernel call (a regret),
- * halved at a call after an epoch that did not need it, never past the blocks of the live objects
+ * most "rolling size" Dirty blocks. Blocks that become Dirty past that bound send older Dirty
+ * blocks to the device asynchronously (they become ReadOnly), so transfers overlap CPU work:
+ * what a sequential pass left behind, else the oldest, in batches as large as an eviction's cost
+ * makes worth it. The rolling size is fixed (ADSM_ROLLING_SIZE: the paper's rule) or adaptive: at
+ * least ADSM_ROLLING_STEP per live object, grown when an evicted block is written again before
+ * the next kernel call (a regret, which also holds that object's blocks until the call), halved
+ * at a call after an epoch that did not need it, never past the blocks of the live objects
  * (docs/design.md, section 5).
  *
  * The engine lives in protocol.h; its access path runs in the SIGSEGV handler under the runtime
