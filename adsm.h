@@ -515,6 +515,9 @@ typedef struct adsm_config {
     const char *devices;  /* cuda: the GPUs to drive, "all" or ordinals such as "0,2", device 0 first
                              (NULL = ADSM_DEVICES, else the one GPU `device` names) */
     adsm_fault_engine_kind fault_engine; /* 0 = ADSM_FAULT_ENGINE or auto */
+    int emu_check_bounds; /* emu: 1 = a kernel's access just outside a shared object or device buffer
+                             fails its launch, naming kernel, object and offset (guard pages between
+                             objects; 0 = ADSM_EMU_CHECK_BOUNDS or off) */
 } adsm_config;
 
 /* ---- statistics --------------------------------------------------------------------------- */

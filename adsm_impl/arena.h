@@ -29,6 +29,8 @@ typedef struct adsm__arena {
     uintptr_t base;
     size_t size;
     size_t granule;
+    size_t guard; /* bytes left free after every allocation (0; emu's ADSM_EMU_CHECK_BOUNDS sets a
+                     page before the first one: backend_emu.h); alloc and free add it alike */
     size_t free_bytes;
     adsm__tree free_by_address;
     adsm__free_range *class_head[ADSM__ARENA_CLASSES];
@@ -231,7 +233,9 @@ ADSM__PRIVATE uintptr_t adsm__arena_alloc(adsm__arena *a, size_t size, size_t al
     adsm__free_range *r;
     uintptr_t where = 0;
     size = adsm__arena_round(a, size);
-    if (size == 0 || size > a->free_bytes) return 0;
+    if (size == 0 || size > SIZE_MAX - a->guard) return 0;
+    size += a->guard;
+    if (size > a->free_bytes) return 0;
     if (align < a->granule) align = a->granule;
     if (!adsm__is_pow2(align)) return 0;
     r = adsm__arena_find_fit(a, size, align, &where);
@@ -243,6 +247,8 @@ ADSM__PRIVATE void adsm__arena_free(adsm__arena *a, uintptr_t addr, size_t size)
     adsm__free_range *before, *after, *r;
     uintptr_t end;
     size = adsm__arena_round(a, size);
+    if (size > SIZE_MAX - a->guard) return;
+    size += a->guard;
     end = addr + size;
     /* Ranges outside the arena or already free are caller bugs; ignoring them keeps the free
      * set consistent instead of corrupting it. */

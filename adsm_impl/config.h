@@ -49,6 +49,8 @@ typedef struct adsm__settings {
     int write_through, drop_replicas; /* copy policies (directory.h) */
     size_t affinity_block;   /* objects per device, dealt in turn (directory.h); 0: none */
     adsm_fault_engine_kind fault_engine; /* AUTO, MPROTECT or USERFAULTFD (protection.h) */
+    int emu_check_bounds;    /* emu: guard pages between objects, out-of-bounds kernel accesses
+                                reported (ADSM_EMU_CHECK_BOUNDS; backend_emu.h) */
 } adsm__settings;
 
 typedef struct adsm__name_value {
@@ -326,7 +328,8 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
                           c.affinity_block, ADSM__MAX_AFFINITY_BLOCK);
     if ((r = adsm__flag_setting("ADSM_BLOCK_EXACT", "block_exact", &c.block_exact)) != ADSM_OK ||
         (r = adsm__flag_setting("ADSM_WRITE_THROUGH", "write_through", &c.write_through)) != ADSM_OK ||
-        (r = adsm__flag_setting("ADSM_DROP_REPLICAS", "drop_replicas", &c.drop_replicas)) != ADSM_OK)
+        (r = adsm__flag_setting("ADSM_DROP_REPLICAS", "drop_replicas", &c.drop_replicas)) != ADSM_OK ||
+        (r = adsm__flag_setting("ADSM_EMU_CHECK_BOUNDS", "emu_check_bounds", &c.emu_check_bounds)) != ADSM_OK)
         return r;
     if ((r = adsm__cuda_settings(&c, s)) != ADSM_OK) return r;
     if (c.trace) {
@@ -350,6 +353,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     s->block_exact = c.block_exact;
     s->write_through = c.write_through;
     s->drop_replicas = c.drop_replicas;
+    s->emu_check_bounds = c.emu_check_bounds;
     s->affinity_block = c.affinity_block;
     s->emu_memory = c.emu_memory ? c.emu_memory : ADSM__MIN(adsm__phys_memory() / 2, (size_t)32 << 30);
     s->emu_memory_given = c.emu_memory != 0;

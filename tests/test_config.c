@@ -182,6 +182,7 @@ ParameterizedTestParameters(config, flags_refuse_other_values) {
         {"ADSM_BLOCK_EXACT", "block_exact", offsetof(adsm_config, block_exact)},
         {"ADSM_WRITE_THROUGH", "write_through", offsetof(adsm_config, write_through)},
         {"ADSM_DROP_REPLICAS", "drop_replicas", offsetof(adsm_config, drop_replicas)},
+        {"ADSM_EMU_CHECK_BOUNDS", "emu_check_bounds", offsetof(adsm_config, emu_check_bounds)},
     };
     return cr_make_param_array(flag_case, cases, sizeof cases / sizeof cases[0]);
 }
