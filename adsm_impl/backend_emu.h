@@ -16,13 +16,20 @@
  * process's socket) never take the runtime lock. Everything else runs in normal thread context
  * under the runtime lock. The device process runs kernels on a worker pool; each chunk runs under
  * sigsetjmp so a crashing kernel, or one that writes memory it may only read (device memory is
- * read-only outside the kernel's OUT/INOUT objects), fails its launch instead of the program. */
+ * read-only outside the kernel's OUT/INOUT objects), fails its launch instead of the program.
+ *
+ * ADSM_EMU_CHECK_BOUNDS=1: adsm__emu_init makes the shared half's arena leave a guard page after
+ * every allocation (and keep its first page), so objects' device copies never touch; launches
+ * carry the sizes of the objects they name; the device process names the object a kernel ran
+ * past (emu_device.h, "the bounds check"). Off, the layout, the messages and every path are as
+ * before. */
 #ifndef ADSM__BACKEND_EMU_INCLUDED
 #define ADSM__BACKEND_EMU_INCLUDED
 
 #include "common.h"
 #include "os.h"
 #include "config.h"
+#include "object.h"
 #include "copy.h"
 #include "copy_queue.h"
 #include "trace.h"
@@ -273,6 +280,15 @@ ADSM__PRIVATE void adsm__emu_dev_free(void *ctx, uintptr_t dev, size_t span) {
     adsm__emu_dev_discard(ctx, dev, span); /* an evicted object's pages go the same way (capacity.h) */
 }
 
+/* ADSM_EMU_CHECK_BOUNDS: the bytes of a launch range's last page past its object's end (the
+ * object's size is what the device process names). Runtime lock held (the launch's). */
+ADSM__PRIVATE uint32_t adsm__emu_slack(adsm__runtime *rt, const adsm__range *r) {
+    adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, r->addr); /* safe objects, device buffers */
+    adsm__object *o = n ? ADSM__CONTAINER_OF(n, adsm__object, dev_node)
+                        : adsm__object_of(adsm__tree_find(&rt->objects, r->addr));
+    return o && o->dev == r->addr && o->size <= r->len ? (uint32_t)(r->len - o->size) : 0;
+}
+
 ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_msg *m = (adsm__emu_msg *)calloc(1, sizeof *m);
@@ -290,6 +306,10 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
     m->ninputs = (uint32_t)l->ninputs;
     memcpy(m->writable, l->writable, sizeof m->writable);
     memcpy(m->inputs, l->inputs, sizeof m->inputs);
+    if (e->check_bounds) {
+        for (uint32_t i = 0; i < m->nwritable; i++) m->wslack[i] = adsm__emu_slack(e->rt, &m->writable[i]);
+        for (uint32_t i = 0; i < m->ninputs; i++) m->islack[i] = adsm__emu_slack(e->rt, &m->inputs[i]);
+    }
     memcpy(m->args, l->args, l->kernel->args_size);
     if (ADSM__LOAD(&e->lost)) {
         free(m);
@@ -455,6 +475,11 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     e->streams = rt->cfg.streams ? rt->cfg.streams : rt->cfg.emu_devices > 1 ? ADSM__DEFAULT_STREAMS : 1;
     e->sock.fd = -1;
     e->pidfd.fd = -1;
+    e->check_bounds = rt->cfg.emu_check_bounds;
+    if (e->check_bounds && rt->va_shared.guard == 0) { /* the first device's init, before any object */
+        rt->va_shared.guard = rt->page;
+        (void)adsm__arena_alloc(&rt->va_shared, rt->page, rt->page); /* the half's first page, kept free */
+    }
     adsm__device_error_init(&e->errors);
     adsm__own_fd_set(&e->devfd, adsm__memfd("adsm-emu-device", e->half));
     if (e->devfd.fd < 0) {

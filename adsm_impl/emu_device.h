@@ -44,6 +44,9 @@ typedef struct adsm__emu_msg {
     uint32_t stream;           /* DONE: the device's stream that ran it (ADSM_TRACE's track) */
     adsm__range writable[ADSM__MAX_PARAMS];
     adsm__range inputs[ADSM__MAX_PARAMS];
+    /* ADSM_EMU_CHECK_BOUNDS only (else 0): the bytes between each range's object's end and the end
+     * of its last page (a range is whole pages; the object's size is len - slack) */
+    uint32_t wslack[ADSM__MAX_PARAMS], islack[ADSM__MAX_PARAMS];
     char text[256];
     ADSM__ALIGNAS(16) unsigned char args[ADSM__EMU_MAX_ARGS];
 } adsm__emu_msg;
@@ -87,6 +90,7 @@ typedef struct adsm__emu {
     adsm__tree device_objects; /* allocated device ranges, to tell a forbidden write from a crash;
                                   under objects_mutex (kernels of several streams may crash) */
     pthread_mutex_t objects_mutex;
+    int check_bounds;          /* ADSM_EMU_CHECK_BOUNDS: name the object a kernel ran past (below) */
     adsm__emu_sched sched;     /* kernels in flight, on streams (emu_streams.h) */
     unsigned streams;
     adsm__emu_msg msg;         /* the main thread's receive buffer */
@@ -109,6 +113,106 @@ static void adsm__emu_kernel_signal(int sig, siginfo_t *si, void *context) {
     siglongjmp(*adsm__tls_kernel_jmp, 1);
 }
 
+/* ---- the bounds check (ADSM_EMU_CHECK_BOUNDS) ----------------------------------------------
+ * With the check on, every allocation of the shared half leaves a guard page free after it, and
+ * the half's first page stays free too (backend_emu.h): in this process memory no live object or
+ * buffer holds is PROT_NONE, so an access that runs off either end of one by less than a page
+ * faults instead of reading or writing its neighbour. The fault is classified after the chunk's
+ * siglongjmp (normal context): the object it ran past (or before) is the nearest one, named with
+ * its size and, when the kernel was given it, its parameter. Objects are page granular, so what
+ * runs past an object's end into the rest of its last page cannot fault: a write there is found
+ * after the kernel instead, in the bytes from the object's end to its page's end of its OUT/INOUT
+ * objects, which stay zero (left alone if they were not zero before the kernel: CPU code wrote
+ * there). Reads there, and writes of zeros, are not seen. Off, none of this runs. */
+
+/* The launch's parameter whose object starts at `start`, and that object's size (else the
+ * object's pages and NULL). */
+ADSM__PRIVATE const char *adsm__emu_param_at(const adsm__emu_msg *m, uintptr_t start, size_t span, size_t *size) {
+    *size = span;
+    for (uint32_t i = 0; i < m->nwritable; i++)
+        if (m->writable[i].addr == start) {
+            *size = m->writable[i].len - m->wslack[i];
+            return m->writable[i].param;
+        }
+    for (uint32_t i = 0; i < m->ninputs; i++)
+        if (m->inputs[i].addr == start) {
+            *size = m->inputs[i].len - m->islack[i];
+            return m->inputs[i].param;
+        }
+    return NULL;
+}
+
+/* How an object is named in a message: its address, size and parameter. */
+ADSM__PRIVATE void adsm__emu_name_object(const adsm__emu_msg *m, uintptr_t start, size_t span, char *out,
+                                         size_t n) {
+    size_t bytes;
+    const char *param = adsm__emu_param_at(m, start, span, &bytes);
+    if (param) snprintf(out, n, "object %p (%zu bytes, its parameter '%s')", (void *)start, bytes, param);
+    else snprintf(out, n, "object %p (%zu bytes of pages, not one of its parameters)", (void *)start, bytes);
+}
+
+/* A fault at `a`, in no live object of the shared half: which object the kernel ran past or
+ * before. 0 with the message written, -1 when the address lies elsewhere. */
+ADSM__PRIVATE int adsm__emu_out_of_bounds(adsm__emu *e, const adsm__emu_msg *m, uintptr_t a, int write, char *msg,
+                                          size_t size) {
+    if (a < e->base || a - e->base >= e->half) return -1;
+    uintptr_t below_start = 0, below_end = 0, above_start = 0, above_end = 0;
+    pthread_mutex_lock(&e->objects_mutex);
+    adsm__tree_node *below = adsm__tree_floor(&e->device_objects, a), *above = adsm__tree_ceil(&e->device_objects, a);
+    if (below) below_start = below->start, below_end = below->end;
+    if (above) above_start = above->start, above_end = above->end;
+    pthread_mutex_unlock(&e->objects_mutex);
+    if (below && below_end > a) return -1; /* inside one: not a bounds fault */
+    const char *verb = write > 0 ? "wrote" : write == 0 ? "read" : "accessed";
+    char object[160];
+    if (below && (!above || a - below_end <= above_start - a)) {
+        adsm__emu_name_object(m, below_start, below_end - below_start, object, sizeof object);
+        snprintf(msg, size, "kernel '%s' %s past the end of %s at offset %zu (address %p)", m->kernel->name, verb,
+                 object, (size_t)(a - below_start), (void *)a);
+        return 0;
+    }
+    if (!above) return -1;
+    adsm__emu_name_object(m, above_start, above_end - above_start, object, sizeof object);
+    snprintf(msg, size, "kernel '%s' %s before the start of %s at offset -%zu (address %p)", m->kernel->name, verb,
+             object, (size_t)(above_start - a), (void *)a);
+    return 0;
+}
+
+/* Bit i: writable range i has slack (its object ends inside its last page) that is all zero now. */
+ADSM__PRIVATE uint32_t adsm__emu_clean_slack(const adsm__emu_msg *m) {
+    uint32_t clean = 0;
+    for (uint32_t i = 0; i < m->nwritable; i++) {
+        const unsigned char *p = (const unsigned char *)(m->writable[i].addr + m->writable[i].len - m->wslack[i]);
+        uint32_t k = 0;
+        while (k < m->wslack[i] && p[k] == 0) k++;
+        if (m->wslack[i] > 0 && k == m->wslack[i]) clean |= (uint32_t)1 << i;
+    }
+    return clean;
+}
+
+/* After the kernel (its OUT/INOUT objects still writable): a clean slack it wrote into fails the
+ * launch, naming the first byte written, and is cleared again for the next kernel. */
+ADSM__PRIVATE int adsm__emu_check_slack(const adsm__emu_msg *m, uint32_t clean, char *msg, size_t size) {
+    int status = 0;
+    for (uint32_t i = 0; i < m->nwritable; i++) {
+        if (!(clean & ((uint32_t)1 << i))) continue;
+        size_t object = m->writable[i].len - m->wslack[i];
+        unsigned char *p = (unsigned char *)(m->writable[i].addr + object);
+        uint32_t k = 0;
+        while (k < m->wslack[i] && p[k] == 0) k++;
+        if (k == m->wslack[i]) continue;
+        if (status == 0) {
+            char name[160];
+            adsm__emu_name_object(m, m->writable[i].addr, m->writable[i].len, name, sizeof name);
+            snprintf(msg, size, "kernel '%s' wrote past the end of %s at offset %zu (address %p; within its last "
+                     "page, seen after the kernel)", m->kernel->name, name, object + k, (void *)(p + k));
+            status = ADSM_ERROR_KERNEL_CRASHED;
+        }
+        memset(p, 0, m->wslack[i]);
+    }
+    return status;
+}
+
 ADSM__PRIVATE int adsm__emu_classify(adsm__emu *e, const adsm__emu_msg *m, char *msg, size_t size) {
     uintptr_t a = adsm__tls_kernel_addr;
     const char *kname = m->kernel->name;
@@ -129,6 +233,9 @@ ADSM__PRIVATE int adsm__emu_classify(adsm__emu *e, const adsm__emu_msg *m, char 
                  kname, (void *)a);
         return ADSM_ERROR_KERNEL_WROTE_INPUT;
     }
+    if (e->check_bounds && adsm__tls_kernel_signal == SIGSEGV && !shared &&
+        adsm__emu_out_of_bounds(e, m, a, adsm__tls_kernel_write, msg, size) == 0)
+        return ADSM_ERROR_KERNEL_CRASHED;
     snprintf(msg, size, "kernel '%s' crashed: %s at address %p", kname, strsignal(adsm__tls_kernel_signal),
              (void *)a);
     return ADSM_ERROR_KERNEL_CRASHED;
@@ -182,12 +289,17 @@ ADSM__PRIVATE void adsm__emu_flush_kernel_output(void) {
 /* A stream runs one launch's kernel: its OUT/INOUT objects writable meanwhile (kernels that
  * overlap write disjoint objects: emu_streams.h). */
 ADSM__PRIVATE void adsm__emu_device_run(void *ctx, adsm__pool *pool, adsm__emu_task *t) {
-    (void)ctx;
+    adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_msg *m = (adsm__emu_msg *)t->launch;
     adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE);
+    uint32_t clean = e->check_bounds ? adsm__emu_clean_slack(m) : 0;
     t->ran_from = adsm__now_ns();
     t->status = adsm__pool_run(pool, m->kernel, m->grid, m->args, t->text, sizeof t->text);
     t->ran_to = adsm__now_ns();
+    if (clean) {
+        int status = adsm__emu_check_slack(m, clean, t->text, t->status ? 0 : sizeof t->text);
+        if (t->status == 0) t->status = status;
+    }
     adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ);
     adsm__emu_flush_kernel_output();
 }
