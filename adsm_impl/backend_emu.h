@@ -19,7 +19,7 @@
  * read-only outside the kernel's OUT/INOUT objects), fails its launch instead of the program.
  *
  * ADSM_EMU_CHECK_BOUNDS=1: adsm__emu_init makes the shared half's arena leave a guard page after
- * every allocation (and keep its first page), so objects' device copies never touch; launches
+ * every allocation (and keep its first huge page), so objects' device copies never touch; launches
  * carry the sizes of the objects they name; the device process names the object a kernel ran
  * past (emu_device.h, "the bounds check"). Off, the layout, the messages and every path are as
  * before. */
@@ -477,8 +477,11 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     e->pidfd.fd = -1;
     e->check_bounds = rt->cfg.emu_check_bounds;
     if (e->check_bounds && rt->va_shared.guard == 0) { /* the first device's init, before any object */
+        /* the half's first huge page (or block) kept free, guard included, so that the first
+         * objects still start on a huge page as without the check */
+        size_t first = ADSM__MAX(rt->cfg.block_size, ADSM__EMU_GRANULE);
         rt->va_shared.guard = rt->page;
-        (void)adsm__arena_alloc(&rt->va_shared, rt->page, rt->page); /* the half's first page, kept free */
+        (void)adsm__arena_alloc(&rt->va_shared, first - rt->page, rt->page);
     }
     adsm__device_error_init(&e->errors);
     adsm__own_fd_set(&e->devfd, adsm__memfd("adsm-emu-device", e->half));

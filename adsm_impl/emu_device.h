@@ -115,7 +115,7 @@ static void adsm__emu_kernel_signal(int sig, siginfo_t *si, void *context) {
 
 /* ---- the bounds check (ADSM_EMU_CHECK_BOUNDS) ----------------------------------------------
  * With the check on, every allocation of the shared half leaves a guard page free after it, and
- * the half's first page stays free too (backend_emu.h): in this process memory no live object or
+ * the half's first huge page stays free too (backend_emu.h): in this process memory no live object or
  * buffer holds is PROT_NONE, so an access that runs off either end of one by less than a page
  * faults instead of reading or writing its neighbour. The fault is classified after the chunk's
  * siglongjmp (normal context): the object it ran past (or before) is the nearest one, named with
