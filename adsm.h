@@ -68,6 +68,8 @@
    memory outside OUT/INOUT objects is read only while the kernel runs: a kernel that writes an IN
    object (or any shared object it was not given as OUT) fails with ADSM_ERROR_KERNEL_WROTE_INPUT
    naming the kernel and parameter; a kernel that crashes fails with ADSM_ERROR_KERNEL_CRASHED.
+   A kernel that runs past the end of an object (or before its start) reads or writes the next
+   object's device copy without a word, as on a GPU, unless ADSM_EMU_CHECK_BOUNDS=1 (section 3).
    Launch errors are reported by the next adsm_sync(), like a GPU's. Shapes no GPU runs are
    refused by ADSM_CALL itself on every backend (ADSM_ERROR_INVALID_VALUE): a block of more than
    1024 threads or beyond 1024 x 1024 x 64, a grid beyond 2^31-1 x 65535 x 65535 blocks.
@@ -108,6 +110,12 @@
                           between may pass it until the next launch there (README)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device, 1..256 (CPU count, <= 64)
        ADSM_EMU_DEVICES   emulated devices, 1..8, each its own process and memory (1)
+       ADSM_EMU_CHECK_BOUNDS 1: a guard page after every object and device buffer; a kernel that
+                          reads or writes less than a page past an object's end or before its
+                          start fails (ADSM_ERROR_KERNEL_CRASHED) naming kernel, object (address,
+                          size, parameter) and offset; a write into the rest of its last page is
+                          found after the kernel. Each object is then a mapping of its own (about
+                          30 000 live objects at most: vm.max_map_count). Debugging aid (0)
        ADSM_STREAMS       kernels one device (emu or GPU) runs at once, 1..16 (4 with several devices, 1 with one)
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
