@@ -552,6 +552,10 @@ typedef struct adsm_stats {
     uint64_t map_limit_merges;                /* at vm.max_map_count: reads that fetched more blocks to
                                                  join a ReadOnly run, invalidations that took clean
                                                  ReadOnly neighbours along (instead of failing) */
+    uint64_t translated_fields; /* pointer fields of typed objects moved between host and device
+                                   addresses (each way counts; 0 where the addresses agree) */
+    uint64_t translation_bytes; /* bytes copied to and from devices to translate them (also in
+                                   h2d_bytes and d2h_bytes) */
 } adsm_stats;
 
 /* ---- kernels -------------------------------------------------------------------------------- */
@@ -600,6 +604,25 @@ typedef struct adsm__shared {
     struct adsm__shared *next;
 } adsm__shared;
 
+/* ---- pointer structures: the pointer fields of a struct type ------------------------------ */
+/* Declared with ADSM_TYPE (below); an object given a type holds a whole number of its structs. */
+typedef struct adsm_type_desc adsm_type_desc;
+
+typedef struct adsm_field_desc {
+    const char *name;
+    size_t offset;                /* of the field in its struct */
+    size_t count;                 /* pointers in the field: 1, or the length of an array of them */
+    const adsm_type_desc *target; /* the declared type it points to; NULL: plain data */
+    int nullable;                 /* 0: NULL in this field is an error where it is translated */
+} adsm_field_desc;
+
+struct adsm_type_desc {
+    const char *name;
+    size_t size; /* sizeof the struct */
+    unsigned nfields;
+    const adsm_field_desc *fields;
+};
+
 /* ---- API ---------------------------------------------------------------------------------- */
 ADSM_API adsm_result adsm_init(const adsm_config *cfg);
 ADSM_API void adsm_shutdown(void);
@@ -607,6 +630,13 @@ ADSM_API void adsm_shutdown(void);
 ADSM_API void *adsm_alloc(size_t size);
 ADSM_API void *adsm_safe_alloc(size_t size);
 ADSM_API void *adsm_safe(const void *host_ptr);
+/* A shared object of `count` structs of a declared type (ADSM_ALLOC(T, count) casts it), and the
+   type of an existing object (its start; its size a whole number of the type's structs; NULL
+   takes the type away). Where a device's addresses differ from the host's, the pointer fields of
+   typed objects hold that device's addresses while its kernels run (README, "Pointer
+   structures"). */
+ADSM_API void *adsm_alloc_typed(const adsm_type_desc *type, size_t count);
+ADSM_API adsm_result adsm_set_type(void *object, const adsm_type_desc *type);
 /* Frees a shared object once no kernel may use it: with one device and one stream it waits for
    every kernel issued before the call (kernels may follow stored pointers), with several devices
    or ADSM_STREAMS > 1 for those that named the object; either way also for one another thread
@@ -939,6 +969,54 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
     }                                                                                              \
     typedef int ADSM__CAT(adsm__shared_done_, n)
 
+/* ---- pointer structures: declared pointer fields --------------------------------------------
+   ADSM_TYPE(T, fields...) describes the typedef'd struct T for adsm (one definition per program,
+   in one file; ADSM_DECLARE_TYPE(T) declares it for other files and for types named before they
+   are described). Each field is a pointer, or an array of pointers, into shared objects:
+       ADSM_PTR(field, U)          to structs of declared type U (U may be T: lists, trees), or NULL
+       ADSM_PTR_NONNULL(field, U)  the same, never NULL
+       ADSM_PTR_DATA(field)        into a shared object of plain data (floats, bytes), or NULL
+   A pointer may point anywhere inside its object (interior pointers keep their offset). */
+#define ADSM_TYPE_OF(T) (&adsm_type_##T)
+#define ADSM_DECLARE_TYPE(T) ADSM__TYPE_LINKAGE const adsm_type_desc adsm_type_##T
+#define ADSM_TYPE(T, ...)                                                                          \
+    ADSM_DECLARE_TYPE(T);                                                                          \
+    static const adsm_field_desc adsm__fields_##T[] = {ADSM__FEA(ADSM__TYPE_FIELD, T, __VA_ARGS__)};    \
+    const adsm_type_desc adsm_type_##T = { /* external: declared so just above */                  \
+        #T, sizeof(T), (unsigned)(sizeof adsm__fields_##T / sizeof adsm__fields_##T[0]), adsm__fields_##T}
+#define ADSM_PTR(field, U) (field, &adsm_type_##U, 1)
+#define ADSM_PTR_NONNULL(field, U) (field, &adsm_type_##U, 0)
+#define ADSM_PTR_DATA(field) (field, (const adsm_type_desc *)0, 1)
+#define ADSM_ALLOC(T, count) ((T *)adsm_alloc_typed(ADSM_TYPE_OF(T), (count)))
+
+#ifdef __cplusplus
+#define ADSM__TYPE_LINKAGE extern "C"
+#else
+#define ADSM__TYPE_LINKAGE extern
+#endif
+#define ADSM__TYPE_FIELD(T, x) ADSM__TYPE_FIELD_(T, ADSM__UNPAREN x)
+#define ADSM__TYPE_FIELD_(T, ...) ADSM__TYPE_FIELD__(T, __VA_ARGS__)
+#define ADSM__TYPE_FIELD__(T, f, target, nullable) \
+    {#f, offsetof(T, f), sizeof(((T *)0)->f) / sizeof(void *), target, nullable}
+/* ADSM__FE with one more argument, passed to m before each element */
+#define ADSM__FEA(m, a, ...) ADSM__CAT(ADSM__FEA_, ADSM__NARGS(__VA_ARGS__))(m, a, __VA_ARGS__)
+#define ADSM__FEA_1(m, a, x) m(a, x)
+#define ADSM__FEA_2(m, a, x, ...) m(a, x), ADSM__FEA_1(m, a, __VA_ARGS__)
+#define ADSM__FEA_3(m, a, x, ...) m(a, x), ADSM__FEA_2(m, a, __VA_ARGS__)
+#define ADSM__FEA_4(m, a, x, ...) m(a, x), ADSM__FEA_3(m, a, __VA_ARGS__)
+#define ADSM__FEA_5(m, a, x, ...) m(a, x), ADSM__FEA_4(m, a, __VA_ARGS__)
+#define ADSM__FEA_6(m, a, x, ...) m(a, x), ADSM__FEA_5(m, a, __VA_ARGS__)
+#define ADSM__FEA_7(m, a, x, ...) m(a, x), ADSM__FEA_6(m, a, __VA_ARGS__)
+#define ADSM__FEA_8(m, a, x, ...) m(a, x), ADSM__FEA_7(m, a, __VA_ARGS__)
+#define ADSM__FEA_9(m, a, x, ...) m(a, x), ADSM__FEA_8(m, a, __VA_ARGS__)
+#define ADSM__FEA_10(m, a, x, ...) m(a, x), ADSM__FEA_9(m, a, __VA_ARGS__)
+#define ADSM__FEA_11(m, a, x, ...) m(a, x), ADSM__FEA_10(m, a, __VA_ARGS__)
+#define ADSM__FEA_12(m, a, x, ...) m(a, x), ADSM__FEA_11(m, a, __VA_ARGS__)
+#define ADSM__FEA_13(m, a, x, ...) m(a, x), ADSM__FEA_12(m, a, __VA_ARGS__)
+#define ADSM__FEA_14(m, a, x, ...) m(a, x), ADSM__FEA_13(m, a, __VA_ARGS__)
+#define ADSM__FEA_15(m, a, x, ...) m(a, x), ADSM__FEA_14(m, a, __VA_ARGS__)
+#define ADSM__FEA_16(m, a, x, ...) m(a, x), ADSM__FEA_15(m, a, __VA_ARGS__)
+
 #endif /* ADSM_H_INCLUDED */
 
 /* ============================================================================================ */
@@ -998,6 +1076,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/touch.h"
 #include "adsm_impl/object_life.h"
 #include "adsm_impl/lifecycle.h"
+#include "adsm_impl/translate.h"
 #include "adsm_impl/explicit.h"
 #include "adsm_impl/module.h"
 #include "adsm_impl/launch.h"

@@ -29,6 +29,7 @@
 #include "explicit.h"
 #include "module.h"
 #include "launch.h"
+#include "translate.h"
 
 ADSM_API adsm_result adsm_init(const adsm_config *cfg) {
     pthread_mutex_lock(&adsm__rt.init_mutex);
@@ -73,6 +74,36 @@ ADSM__PRIVATE void *adsm__alloc_traced(size_t size, int safe, const char *fn) {
 
 ADSM__PRIVATE void *adsm__alloc_unguarded(size_t size) { return adsm__alloc_traced(size, 0, "adsm_alloc"); }
 ADSM__PRIVATE void *adsm__safe_alloc_unguarded(size_t size) { return adsm__alloc_traced(size, 1, "adsm_safe_alloc"); }
+
+ADSM__PRIVATE adsm_result adsm__free_traced(void *ptr);
+
+/* A shared object of count structs of a declared type (translate.h). */
+ADSM__PRIVATE void *adsm__alloc_typed_unguarded(const adsm_type_desc *t, size_t count) {
+    adsm__runtime *rt = &adsm__rt;
+    if (!t) {
+        adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_alloc_typed(NULL, %zu): no type (ADSM_ALLOC(T, n) names one)",
+                   count);
+        return NULL;
+    }
+    if (adsm__type_check(t, "adsm_alloc_typed") != ADSM_OK) return NULL;
+    if (count == 0 || count > SIZE_MAX / t->size) {
+        adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_alloc_typed('%s', %zu): %s", t->name, count,
+                   count ? "more bytes than a size_t holds" : "0 structs is not an object");
+        return NULL;
+    }
+    void *p = adsm__alloc_traced(count * t->size, 0, "adsm_alloc_typed");
+    if (!p) return NULL;
+    adsm__lock(&rt->lock);
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, (uintptr_t)p));
+    adsm_result r = adsm__object_set_type(rt, o, t, "adsm_alloc_typed");
+    adsm__unlock(&rt->lock);
+    if (r == ADSM_OK) return p;
+    char text[512];
+    snprintf(text, sizeof text, "%s", adsm_last_error());
+    adsm__free_traced(p);
+    adsm__fail(r, "%s", text);
+    return NULL;
+}
 
 ADSM__PRIVATE void *adsm__safe_unguarded(const void *host_ptr) {
     adsm__runtime *rt = &adsm__rt;
@@ -221,6 +252,14 @@ ADSM__PRIVATE char adsm__block_state_unguarded(const void *ptr) {
 ADSM_API void *adsm_alloc(size_t size) { ADSM__GUARDED(void *, adsm__alloc_unguarded(size)); }
 
 ADSM_API void *adsm_safe_alloc(size_t size) { ADSM__GUARDED(void *, adsm__safe_alloc_unguarded(size)); }
+
+ADSM_API void *adsm_alloc_typed(const adsm_type_desc *type, size_t count) {
+    ADSM__GUARDED(void *, adsm__alloc_typed_unguarded(type, count));
+}
+
+ADSM_API adsm_result adsm_set_type(void *object, const adsm_type_desc *type) {
+    ADSM__GUARDED(adsm_result, adsm__set_type_unguarded(object, type));
+}
 
 ADSM_API void *adsm_safe(const void *host_ptr) { ADSM__GUARDED(void *, adsm__safe_unguarded(host_ptr)); }
 

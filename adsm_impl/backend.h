@@ -117,6 +117,9 @@ typedef struct adsm__backend_vtbl {
      * `managed_settle` waits until the moves asked so far landed. Normal context. 0 or -1. */
     int (*managed_prefetch)(void *ctx, uintptr_t addr, size_t n, int to_device);
     int (*managed_settle)(void *ctx);
+    /* optional: what this device's kernels see at adsm's device address a is a + address_delta
+     * (cuda translating, emu with ADSM_EMU_SAME_ADDRESS=0); NULL: 0, the same address. Any context */
+    intptr_t (*address_delta)(void *ctx);
 } adsm__backend_vtbl;
 
 /* A copy a backend made, started at t0: its time in the stats and, under ADSM_TRACE, its span on

@@ -480,6 +480,8 @@ ADSM__PRIVATE int adsm__cuda_managed_settle(void *ctx) {
     return r == 0 ? 0 : -1;
 }
 
+ADSM__PRIVATE intptr_t adsm__cuda_address_delta(void *ctx) { return ((adsm__cuda *)ctx)->delta; }
+
 static const adsm__backend_vtbl adsm__backend_cuda = {
     .name = "cuda",
     .moves_data = 1,
@@ -510,6 +512,7 @@ static const adsm__backend_vtbl adsm__backend_cuda = {
     .managed_free = adsm__cuda_managed_free,
     .managed_prefetch = adsm__cuda_managed_prefetch,
     .managed_settle = adsm__cuda_managed_settle,
+    .address_delta = adsm__cuda_address_delta,
 };
 
 #endif /* ADSM__BACKEND_CUDA_INCLUDED */

@@ -27,6 +27,7 @@
 #include "peer.h"
 #include "lifecycle.h"
 #include "module.h"
+#include "translate.h"
 
 ADSM__PRIVATE void adsm__add_range(adsm__range *ranges, size_t *n, uintptr_t addr, size_t len, const char *param) {
     for (size_t i = 0; i < *n; i++)
@@ -169,8 +170,16 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     if (r == ADSM_OK) r = adsm__gather(rt, used, nused, d);
     if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, used, nused, l.seq);
     rt->release_dev = -1;
+    int xlate = r == ADSM_OK && adsm__xlate_needed(rt, d); /* declared pointer fields (translate.h) */
+    if (xlate) {
+        while (adsm__xlate_busy(rt)) adsm__await_copies(rt);
+        if ((r = adsm__xlate_before(rt, d, k->name)) != ADSM_OK) xlate = 0;
+    }
     if (r == ADSM_OK && (r = rt->be->launch(rt->dev_ctx[d], &l)) == ADSM_ERROR_DEVICE_LOST) adsm__mark_lost(rt, d);
+    adsm_result after = ADSM_OK;
+    if (xlate) after = r == ADSM_OK ? adsm__xlate_after(rt, d, k->name, l.seq) : adsm__xlate_home(rt, d, k->name, NULL, 0);
     if (r == ADSM_OK) {
+        rt->dev_last_launch[d] = l.seq;
         ADSM__STORE(&rt->launch_seq, l.seq);
         adsm__note_users(used, nused, d, l.seq);
         ADSM__ADD(&rt->stats.launches, 1);
@@ -189,7 +198,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     adsm__unlock(&rt->lock);
     pthread_mutex_unlock(&rt->launch_mutex);
     free(buf);
-    return r;
+    return r != ADSM_OK ? r : after;
 }
 
 /* ---- waiting for launches (adsm_sync) ------------------------------------------------------ */
@@ -227,8 +236,9 @@ ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     if (adsm__bring_outputs_home(rt) != 0 && r == ADSM_OK)
         r = adsm__fail(ADSM_ERROR_SYSTEM, "write-through: bringing a kernel's output home failed");
     adsm_result a = rt->proto->acquire(rt);
+    adsm_result x = adsm__xlate_take_error(rt);
     adsm__unlock(&rt->lock);
-    return r != ADSM_OK ? r : a;
+    return r != ADSM_OK ? r : a != ADSM_OK ? a : x;
 }
 
 #endif /* ADSM__LAUNCH_INCLUDED */

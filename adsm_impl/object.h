@@ -46,6 +46,7 @@ typedef struct adsm__object {
     int device_only;          /* adsm_dev_alloc: no host side, no coherence */
     int locked;               /* host pages page-locked with the driver: copies are direct DMA */
     int managed;              /* in the backend's managed memory (protocol_um.h), not the arenas */
+    const adsm_type_desc *type; /* its structs' declared pointer fields (translate.h), or NULL */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
     unsigned writer_dev;      /* the device that launch ran on */
     unsigned home_dev;        /* the device that last ran a kernel on it: rolling evicts there */

@@ -47,6 +47,8 @@ ADSM__PRIVATE void adsm__object_unlist(adsm__runtime *rt, adsm__object *o, int s
         rt->nobjects--;
         rt->object_bytes -= o->size;
         rt->tracked_blocks -= o->nblocks;
+        if (o->type) rt->typed_objects--; /* translate.h */
+        o->type = NULL;
     }
     if (stage >= 3) {
         adsm__tree_remove(&rt->objects, &o->node);

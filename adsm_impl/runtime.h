@@ -124,6 +124,12 @@ typedef struct adsm__runtime {
     int users;           /* calls (and fault handlers) using the runtime now; futex word: shutdown
                             waits for it to reach 0 before tearing anything down */
     uint64_t launch_seq; /* last launch issued */
+    uint64_t dev_last_launch[ADSM__MAX_DEVICES]; /* the last launch sent to each device */
+    size_t typed_objects; /* live objects with a declared type (translate.h) */
+    /* the first error a translation back to host addresses found after a kernel (translate.h),
+       reported again by the next adsm_sync; ADSM_OK when none */
+    adsm_result translate_error;
+    char translate_message[512];
     adsm__stats stats;
     adsm__filler fill;   /* brings device data into protected host pages (copy.h) */
     adsm__tracer trace;  /* ADSM_TRACE's event buffer (trace.h); events NULL when not tracing */

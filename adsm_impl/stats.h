@@ -17,6 +17,7 @@ typedef struct adsm__stats {
     uint64_t d2h_moved_bytes, d2h_forced_bytes, staged_bytes;
     uint64_t rolling_regrets;
     uint64_t map_limit_merges;
+    uint64_t translated_fields, translation_bytes;
 } adsm__stats;
 
 ADSM__PRIVATE void adsm__stats_h2d(adsm__stats *s, size_t bytes) {
@@ -49,6 +50,8 @@ ADSM__PRIVATE void adsm__stats_read(const adsm__stats *s, adsm_stats *out) {
     out->staged_bytes = ADSM__LOAD(&s->staged_bytes);
     out->rolling_regrets = ADSM__LOAD(&s->rolling_regrets);
     out->map_limit_merges = ADSM__LOAD(&s->map_limit_merges);
+    out->translated_fields = ADSM__LOAD(&s->translated_fields);
+    out->translation_bytes = ADSM__LOAD(&s->translation_bytes);
 }
 
 ADSM__PRIVATE void adsm__stats_reset(adsm__stats *s) {

@@ -1,0 +1,352 @@
+/* adsm_impl/translate.h -- declared pointer fields (ADSM_TYPE), moved between host and device
+ * addresses at a kernel's boundary.
+ *
+ * An object given a type (adsm_alloc_typed, adsm_set_type) holds structs whose declared fields
+ * point into shared objects. Where a device's kernels see other addresses than the host's (the
+ * backend's address_delta: cuda translating, emu with ADSM_EMU_SAME_ADDRESS=0; and safe objects,
+ * whose device address is their own), those fields must hold that device's addresses while its
+ * kernels run, and host addresses everywhere else. adsm translates at the kernel's boundary:
+ * before a launch on such a device it lets the device go idle and rewrites, in device memory,
+ * every typed object current there into device addresses; once the kernel finished it rewrites
+ * them back, and a field the kernel left pointing into no shared object is an error naming the
+ * kernel, object, element and field. So the device copy holds host addresses whenever anything
+ * but a kernel reads it: every copy (flushes, rolling's evictions and fetches block by block,
+ * device to device, I/O, MPI) moves raw bytes and needs no translation, and where the addresses
+ * agree no pass runs at all. Each object is translated once per pass whatever points at it, so
+ * cycles and shared targets need nothing special.
+ *
+ * The rewrite goes through a host staging buffer: a piece of device memory is copied home,
+ * translated, and sent back if it changed (the paper's TCPY, done in place on the device copy).
+ * Structs larger than 4 KiB whose pointer fields take less than a quarter of them move only the
+ * span of their fields (a 1 MB node moves its `next`, not its payload).
+ *
+ * Normal thread context: launch.h calls it with launch_mutex and the runtime lock held (it waits
+ * for the device and allocates the staging buffer); the typing calls take the lock themselves. */
+#ifndef ADSM__TRANSLATE_INCLUDED
+#define ADSM__TRANSLATE_INCLUDED
+
+#include "common.h"
+#include "os.h"
+#include "blocktree.h"
+#include "stats.h"
+#include "object.h"
+#include "runtime.h"
+#include "backend.h"
+#include "directory.h"
+#include "lifecycle.h"
+
+#define ADSM__XLATE_STAGE ((size_t)4 << 20) /* bytes per piece through the staging buffer */
+
+/* ---- types ----------------------------------------------------------------------------------- */
+/* A descriptor ADSM_TYPE made is right by construction; one written by hand may not be. */
+ADSM__PRIVATE adsm_result adsm__type_check(const adsm_type_desc *t, const char *fn) {
+    if (!t->name || t->size == 0 || t->nfields == 0 || !t->fields)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: the type descriptor %p is incomplete (name, size and at "
+                          "least one field; declare types with ADSM_TYPE)", fn, (const void *)t);
+    for (unsigned i = 0; i < t->nfields; i++) {
+        const adsm_field_desc *f = &t->fields[i];
+        if (f->count == 0 || f->offset % sizeof(void *) != 0 || f->offset > t->size ||
+            f->count > (t->size - f->offset) / sizeof(void *))
+            return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: field '%s' of type '%s' (offset %zu, %zu pointers) is "
+                              "not an aligned pointer field inside its %zu-byte struct", fn,
+                              f->name ? f->name : "?", t->name, f->offset, f->count, t->size);
+    }
+    return ADSM_OK;
+}
+
+/* Under lock. Gives o a type, or takes it away (NULL). */
+ADSM__PRIVATE adsm_result adsm__object_set_type(adsm__runtime *rt, adsm__object *o, const adsm_type_desc *t,
+                                                const char *fn) {
+    if (t && o->size % t->size != 0)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: the object at %p holds %zu bytes, not a whole number of "
+                          "'%s' structs (%zu bytes each)", fn, (void *)o->host, o->size, t->name, t->size);
+    if (o->device_only)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s(%p): an adsm_dev_alloc buffer has no host copy to type",
+                          fn, (void *)o->host);
+    if (!o->type && t) rt->typed_objects++;
+    if (o->type && !t) rt->typed_objects--;
+    o->type = t;
+    return ADSM_OK;
+}
+
+ADSM__PRIVATE adsm_result adsm__set_type_unguarded(void *ptr, const adsm_type_desc *t) {
+    adsm__runtime *rt = &adsm__rt;
+    adsm_result r;
+    if ((r = adsm__ensure()) != ADSM_OK) return r;
+    if (t && (r = adsm__type_check(t, "adsm_set_type")) != ADSM_OK) return r;
+    adsm__lock(&rt->lock);
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, (uintptr_t)ptr));
+    if (!o) r = adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_set_type(%p): not inside a live shared object", ptr);
+    else if ((uintptr_t)ptr != o->host)
+        r = adsm__fail(ADSM_ERROR_NOT_OBJECT_START, "adsm_set_type(%p): inside the object at %p, not its start", ptr,
+                       (void *)o->host);
+    else r = adsm__object_set_type(rt, o, t, "adsm_set_type");
+    adsm__unlock(&rt->lock);
+    return r;
+}
+
+/* ---- one address --------------------------------------------------------------------------- */
+/* A host address v into a shared object as device d sees it (delta: its address_delta); 0 when
+ * v points into no shared object. Under lock. */
+ADSM__PRIVATE uintptr_t adsm__xlate_out(const adsm__runtime *rt, uintptr_t v, intptr_t delta) {
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, v));
+    if (!o || o->device_only) return 0;
+    if (o->managed) return v; /* one address for the CPU and the device */
+    return o->dev + (v - o->host) + (uintptr_t)delta;
+}
+
+/* The inverse: a device address v back to the host's; 0 when it points into no shared object. */
+ADSM__PRIVATE uintptr_t adsm__xlate_in(const adsm__runtime *rt, uintptr_t v, intptr_t delta) {
+    uintptr_t a = v - (uintptr_t)delta;
+    adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
+    if (o && !o->safe && !o->managed && !o->device_only) return a; /* at its host address */
+    adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, a);
+    if (n) {
+        o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
+        return o->device_only ? 0 : o->host + (a - o->dev);
+    }
+    o = adsm__object_of(adsm__tree_find(&rt->objects, v));
+    return o && o->managed ? v : 0;
+}
+
+/* ---- a pass over the typed objects of one device --------------------------------------------- */
+typedef struct adsm__xlate_pass {
+    adsm__runtime *rt;
+    unsigned d;
+    intptr_t delta;
+    int to_device;
+    const char *kernel;
+    unsigned char *stage;
+    adsm_result r;             /* the first error */
+    const adsm__object *stop;  /* a failed pass to the device stopped in this object ... */
+    size_t stop_off;           /* ... having written back its pieces below this offset */
+    const adsm__object *limit; /* a rollback goes up to here (NULL: every object) */
+    size_t limit_off;
+} adsm__xlate_pass;
+
+ADSM__PRIVATE void adsm__xlate_error(adsm__xlate_pass *x, const adsm__object *o, size_t elem, const adsm_field_desc *f,
+                                     size_t k, uintptr_t v) {
+    char field[96];
+    if (x->r != ADSM_OK) return;
+    if (f->count > 1) snprintf(field, sizeof field, "%s[%zu]", f->name, k);
+    else snprintf(field, sizeof field, "%s", f->name);
+    if (!v)
+        x->r = adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': field '%s' of '%s' %zu in the object at %p is NULL, "
+                          "declared ADSM_PTR_NONNULL", x->kernel, field, o->type->name, elem, (void *)o->host);
+    else if (x->to_device)
+        x->r = adsm__fail(ADSM_ERROR_NOT_SHARED, "kernel '%s': field '%s' of '%s' %zu in the object at %p holds %p, "
+                          "which is inside no shared object (a declared pointer field holds NULL or a pointer into "
+                          "a shared object)", x->kernel, field, o->type->name, elem, (void *)o->host, (void *)v);
+    else
+        x->r = adsm__fail(ADSM_ERROR_NOT_SHARED, "kernel '%s' left field '%s' of '%s' %zu in the object at %p "
+                          "holding %p, which is inside no shared object of device %u", x->kernel, field,
+                          o->type->name, elem, (void *)o->host, (void *)v, x->d);
+}
+
+/* Translates the pointer fields wholly inside piece [p0, p1) of o, staged at x->stage. Returns
+ * whether any changed; a field that cannot be translated is left as it is. */
+ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1) {
+    const adsm_type_desc *t = o->type;
+    int changed = 0;
+    uint64_t fields = 0;
+    for (size_t e = p0 / t->size; e * t->size < p1; e++)
+        for (unsigned i = 0; i < t->nfields; i++) {
+            const adsm_field_desc *f = &t->fields[i];
+            for (size_t k = 0; k < f->count; k++) {
+                size_t at = e * t->size + f->offset + k * sizeof(void *);
+                if (at < p0 || at + sizeof(void *) > p1) continue;
+                uintptr_t v, w;
+                memcpy(&v, x->stage + (at - p0), sizeof v);
+                if (!v) {
+                    if (!f->nullable) adsm__xlate_error(x, o, e, f, k, v);
+                    continue;
+                }
+                w = x->to_device ? adsm__xlate_out(x->rt, v, x->delta) : adsm__xlate_in(x->rt, v, x->delta);
+                if (!w) {
+                    adsm__xlate_error(x, o, e, f, k, v);
+                    continue;
+                }
+                fields++;
+                if (w == v) continue;
+                memcpy(x->stage + (at - p0), &w, sizeof w);
+                changed = 1;
+            }
+        }
+    ADSM__ADD(&x->rt->stats.translated_fields, fields);
+    return changed;
+}
+
+/* One piece: home, translated, back if it changed. 0, or -1 when a copy failed. */
+ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1) {
+    adsm__runtime *rt = x->rt;
+    void *ctx = rt->dev_ctx[x->d];
+    size_t n = p1 - p0;
+    if (rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
+    adsm__count_from_device(rt, x->d, n);
+    ADSM__ADD(&rt->stats.translation_bytes, n);
+    adsm_result before = x->r;
+    int changed = adsm__xlate_piece(x, o, p0, p1);
+    if (x->to_device && before == ADSM_OK && x->r != ADSM_OK) return 0; /* not written: rolled back */
+    if (!changed) return 0;
+    if (rt->be->to_device(ctx, o->dev + p0, (uintptr_t)x->stage, n, 0, ADSM__EVERY_LAUNCH) != 0) return -1;
+    adsm__count_to_device(rt, x->d, 0, n);
+    ADSM__ADD(&rt->stats.translation_bytes, n);
+    return 0;
+}
+
+/* The span of an element its pointer fields take, [*lo, *hi). */
+ADSM__PRIVATE void adsm__type_field_span(const adsm_type_desc *t, size_t *lo, size_t *hi) {
+    *lo = t->size;
+    *hi = 0;
+    for (unsigned i = 0; i < t->nfields; i++) {
+        *lo = ADSM__MIN(*lo, t->fields[i].offset);
+        *hi = ADSM__MAX(*hi, t->fields[i].offset + t->fields[i].count * sizeof(void *));
+    }
+}
+
+/* Bytes [off, end) of o: whole pieces through the stage, or each element's field span where the
+ * fields are a small part of large structs. 0 or -1. */
+ADSM__PRIVATE int adsm__xlate_range(adsm__xlate_pass *x, const adsm__object *o, size_t off, size_t end) {
+    const adsm_type_desc *t = o->type;
+    size_t lo, hi, e;
+    adsm__type_field_span(t, &lo, &hi);
+    int sparse = t->size > 4096 && (hi - lo) * 4 < t->size;
+    while (off < end && !(x->stop == o)) {
+        size_t p0 = off, p1;
+        if (sparse) {
+            e = off / t->size;
+            p0 = ADSM__MAX(off, e * t->size + lo);
+            p1 = ADSM__MIN(end, e * t->size + hi);
+            off = (e + 1) * t->size;
+            if (p0 >= p1) continue;
+        } else {
+            p1 = ADSM__MIN(end, off + ADSM__XLATE_STAGE);
+            off = p1;
+        }
+        if (x->limit == o && p0 >= x->limit_off) return 0;
+        adsm_result before = x->r;
+        if (adsm__xlate_move(x, o, p0, p1) != 0) return -1;
+        if (x->to_device && before == ADSM_OK && x->r != ADSM_OK) {
+            x->stop = o; /* the pieces below p0 went to the device translated */
+            x->stop_off = p0;
+        }
+    }
+    return 0;
+}
+
+/* Every unit of o current on the pass's device. 0 or -1. */
+ADSM__PRIVATE int adsm__xlate_object(adsm__xlate_pass *x, const adsm__object *o) {
+    adsm__runtime *rt = x->rt;
+    if (rt->ndev == 1) return adsm__xlate_range(x, o, 0, o->size);
+    if (!(o->dev_resident & adsm__dev_bit(x->d))) return 0;
+    size_t unit = rt->proto->whole_object ? o->nblocks : 1;
+    for (size_t b = 0; b < o->nblocks; b += unit) {
+        if (!(o->blocks[b].dev_valid & adsm__dev_bit(x->d))) continue;
+        size_t off = b << rt->cfg.block_shift, len = adsm__blocks_len(b, unit, rt->cfg.block_shift, o->size);
+        if (adsm__xlate_range(x, o, off, off + len) != 0) return -1;
+    }
+    return 0;
+}
+
+/* Every typed object, in allocation order, up to x->limit. 0 or -1. */
+ADSM__PRIVATE int adsm__xlate_all(adsm__xlate_pass *x) {
+    for (adsm__object *o = x->rt->first_object; o; o = o->next) {
+        if (!o->type || o->managed || o->device_only) continue;
+        if (adsm__xlate_object(x, o) != 0) return -1;
+        if (x->stop == o || x->limit == o) break;
+    }
+    return 0;
+}
+
+/* ---- at a kernel's boundary (launch.h) -------------------------------------------------------- */
+ADSM__PRIVATE intptr_t adsm__xlate_delta(const adsm__runtime *rt, unsigned d) {
+    return rt->be->address_delta ? rt->be->address_delta(rt->dev_ctx[d]) : 0;
+}
+
+/* Whether a launch on device d must translate: typed objects exist, and d's addresses differ from
+ * the host's or some objects sit at device addresses of their own (safe objects). */
+ADSM__PRIVATE int adsm__xlate_needed(const adsm__runtime *rt, unsigned d) {
+    return rt->typed_objects && rt->be->moves_data && (adsm__xlate_delta(rt, d) != 0 || rt->safe_dev.count > 0);
+}
+
+/* Whether a fault's copy of a typed object runs outside the lock now (launch.h waits for it:
+ * translating under it would hand the fault half-translated bytes). */
+ADSM__PRIVATE int adsm__xlate_busy(const adsm__runtime *rt) {
+    for (const adsm__object *o = rt->first_object; rt->typed_objects && o; o = o->next)
+        if (o->type && o->busy_units) return 1;
+    return 0;
+}
+
+ADSM__PRIVATE adsm__xlate_pass adsm__xlate_begin(adsm__runtime *rt, unsigned d, const char *kernel, int to_device) {
+    adsm__xlate_pass x;
+    memset(&x, 0, sizeof x);
+    x.rt = rt;
+    x.d = d;
+    x.delta = adsm__xlate_delta(rt, d);
+    x.to_device = to_device;
+    x.kernel = kernel;
+    x.r = ADSM_OK;
+    x.stage = (unsigned char *)malloc(ADSM__XLATE_STAGE);
+    return x;
+}
+
+/* After the kernels on d finished: the typed objects there back to host addresses (up to a limit,
+ * when rolling a failed pass back). The first error, or ADSM_OK. */
+ADSM__PRIVATE adsm_result adsm__xlate_home(adsm__runtime *rt, unsigned d, const char *kernel, const adsm__object *limit,
+                                           size_t limit_off) {
+    adsm__xlate_pass x = adsm__xlate_begin(rt, d, kernel, 0);
+    if (!x.stage) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory to translate pointer fields back",
+                                    kernel);
+    x.limit = limit;
+    x.limit_off = limit_off;
+    int rc = adsm__xlate_all(&x);
+    free(x.stage);
+    if (rc != 0 && x.r == ADSM_OK)
+        x.r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': copying pointer fields back from device %u failed",
+                         kernel, d);
+    return x.r;
+}
+
+/* Before a launch on d (its flushes queued): d goes idle, then its typed objects take its
+ * addresses. On an error nothing is left translated. */
+ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, const char *kernel) {
+    void *ctx = rt->dev_ctx[d];
+    rt->be->drain(ctx);
+    if (rt->be->wait(ctx, rt->dev_last_launch[d]) != 0)
+        return adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': device %u is lost", kernel, d);
+    adsm__xlate_pass x = adsm__xlate_begin(rt, d, kernel, 1);
+    if (!x.stage) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory to translate pointer fields",
+                                    kernel);
+    int rc = adsm__xlate_all(&x);
+    free(x.stage);
+    if (rc == 0 && x.r == ADSM_OK) return ADSM_OK;
+    adsm_result r = x.r != ADSM_OK ? x.r
+                                   : adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': copying pointer fields to "
+                                                "device %u failed", kernel, d);
+    char text[512];
+    snprintf(text, sizeof text, "%s", adsm_last_error());
+    (void)adsm__xlate_home(rt, d, kernel, x.stop, x.stop_off); /* what went translated comes back */
+    return adsm__fail(r, "%s", text);
+}
+
+/* After launch `seq` on d: once it finished, its typed objects back to host addresses. An error
+ * is also kept for the next adsm_sync. */
+ADSM__PRIVATE adsm_result adsm__xlate_after(adsm__runtime *rt, unsigned d, const char *kernel, uint64_t seq) {
+    if (rt->be->wait(rt->dev_ctx[d], seq) != 0) return ADSM_OK; /* lost: its memory is taken as it stands */
+    adsm_result r = adsm__xlate_home(rt, d, kernel, NULL, 0);
+    if (r != ADSM_OK && rt->translate_error == ADSM_OK) {
+        rt->translate_error = r;
+        snprintf(rt->translate_message, sizeof rt->translate_message, "%s", adsm_last_error());
+    }
+    return r;
+}
+
+/* adsm_sync (under lock): the first error a translation back found since the last sync. */
+ADSM__PRIVATE adsm_result adsm__xlate_take_error(adsm__runtime *rt) {
+    adsm_result r = rt->translate_error;
+    if (r == ADSM_OK) return r;
+    rt->translate_error = ADSM_OK;
+    return adsm__fail(r, "%s", rt->translate_message);
+}
+
+#endif /* ADSM__TRANSLATE_INCLUDED */

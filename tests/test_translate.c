@@ -1,0 +1,280 @@
+/* tests/test_translate.c -- declared pointer fields (ADSM_TYPE) where a device's addresses differ
+ * from the host's: what kernels see in typed objects' pointer fields, what comes home, and the
+ * errors (translate.h).
+ *
+ * Built twice: on the cuda backend against the driver double in the translated placement
+ * (ADSM_CUDA_SAME_ADDRESS=0; -DTEST_ON_CUDA_DOUBLE), and on emu. Kernels here read pointer
+ * fields as numbers and write fields from other fields' values, so they run on the double too
+ * (its kernels see device memory through views, and cannot follow a device address). The
+ * expected device address of a host pointer p is adsm_safe(p). */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct node {
+    int64_t value;
+    struct node *next;
+    float *data;           /* into a plain data object */
+    struct node *kids[2];  /* a tree's children */
+} node;
+ADSM_TYPE(node, ADSM_PTR(next, node), ADSM_PTR_DATA(data), ADSM_PTR(kids, node));
+
+typedef struct strict_node {
+    struct strict_node *peer;
+    int64_t pad;
+} strict_node;
+ADSM_TYPE(strict_node, ADSM_PTR_NONNULL(peer, strict_node));
+
+/* seen[i] = list[i].next and .data as numbers */
+ADSM_KERNEL(k_links, ADSM_IN(node, list), ADSM_OUT(uint64_t, seen), ADSM_VALUE(size_t, n));
+void k_links(adsm_grid g, const node *list, uint64_t *seen, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) {
+            seen[2 * i] = (uint64_t)(uintptr_t)list[i].next;
+            seen[2 * i + 1] = (uint64_t)(uintptr_t)list[i].data;
+        }
+    }
+}
+
+/* list[i].next = list[i + 1].next (skips one), kids[0] = next, value += 1; one thread */
+ADSM_KERNEL(k_skip, ADSM_INOUT(node, list), ADSM_VALUE(size_t, n));
+void k_skip(adsm_grid g, node *list, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, t) {
+        if (t == 0)
+            for (size_t i = 0; i + 1 < n; i++) {
+                list[i].next = list[i + 1].next;
+                list[i].kids[0] = list[i].next;
+                list[i].value += 1;
+            }
+    }
+}
+
+/* list[at].next = (node *)bad */
+ADSM_KERNEL(k_poison, ADSM_INOUT(node, list), ADSM_VALUE(size_t, at), ADSM_VALUE(uint64_t, bad));
+void k_poison(adsm_grid g, node *list, size_t at, uint64_t bad) {
+    ADSM_FOR_EACH_THREAD(g, t) {
+        if (t == 0) list[at].next = (node *)(uintptr_t)bad;
+    }
+}
+
+#ifdef TEST_ON_CUDA_DOUBLE
+#include "tests/cuda_double_bridge.h"
+#define TEST_BACKEND ADSM_BACKEND_CUDA
+__attribute__((constructor)) static void use_cuda_double(void) { cuda_double_use(); }
+static void attach(void) {
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_k_links(), adsm__kernel_k_skip(),
+                                               adsm__kernel_k_poison()};
+    cr_assert_eq(cuda_double_attach(kernels, 3), 0, "attach: %s", adsm_last_error());
+}
+#define DIFFERENT_ADDRESSES "ADSM_CUDA_SAME_ADDRESS"
+#else
+#define TEST_BACKEND ADSM_BACKEND_EMU
+static void attach(void) {}
+#define DIFFERENT_ADDRESSES "ADSM_EMU_SAME_ADDRESS"
+#endif
+
+static void start(adsm_protocol_kind protocol, size_t block, int same_address) {
+    setenv(DIFFERENT_ADDRESSES, same_address ? "1" : "0", 1);
+    unsetenv("ADSM_PROTOCOL");
+    unsetenv("ADSM_BLOCK_SIZE");
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = TEST_BACKEND;
+    cfg.protocol = protocol;
+    cfg.block_size = block;
+    cfg.emu_memory = (size_t)256 << 20;
+    cfg.emu_workers = 2;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    attach();
+}
+
+static uintptr_t dev_of(const void *p) { return p ? (uintptr_t)adsm_safe(p) : 0; }
+
+static adsm_stats stats(void) {
+    adsm_stats s;
+    cr_assert_eq(adsm_get_stats(&s), ADSM_OK);
+    return s;
+}
+
+/* A list of n nodes in one object, each pointing at the next (the last at the first: a cycle),
+ * and at its own slice of `data`. */
+static node *make_list(size_t n, float *data) {
+    node *list = ADSM_ALLOC(node, n);
+    cr_assert_not_null(list, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) {
+        list[i].value = (int64_t)i;
+        list[i].next = &list[(i + 1) % n];
+        list[i].data = data + i;
+        list[i].kids[0] = list[i].kids[1] = NULL;
+    }
+    return list;
+}
+
+typedef struct protocol_case {
+    adsm_protocol_kind protocol;
+    size_t block;
+} protocol_case;
+
+static protocol_case protocol_cases[] = {
+    {ADSM_PROTOCOL_BATCH, 4096}, {ADSM_PROTOCOL_LAZY, 4096}, {ADSM_PROTOCOL_ROLLING, 4096},
+    {ADSM_PROTOCOL_ROLLING, 65536}};
+
+ParameterizedTestParameters(translate, kernels_see_device_addresses_and_the_host_its_own) {
+    return cr_make_param_array(protocol_case, protocol_cases, sizeof protocol_cases / sizeof *protocol_cases);
+}
+
+/* What a kernel reads in the fields is the device address of what they point at; what it writes
+ * there comes home as host addresses; the CPU never sees a device address. */
+ParameterizedTest(protocol_case *c, translate, kernels_see_device_addresses_and_the_host_its_own) {
+    start(c->protocol, c->block, 0);
+    const size_t n = 1000; /* 48 KB: several blocks */
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    cr_assert_neq(dev_of(list), (uintptr_t)list, "the addresses should differ in this test");
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(4, 256), list, seen, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(seen[2 * i], dev_of(&list[(i + 1) % n]), "node %zu: the kernel saw next = %#llx", i,
+                     (unsigned long long)seen[2 * i]);
+        cr_assert_eq(seen[2 * i + 1], dev_of(&data[i]), "node %zu: data", i);
+        cr_assert_eq(list[i].next, &list[(i + 1) % n], "node %zu: the host copy keeps host addresses", i);
+    }
+    cr_assert_eq(ADSM_CALL(k_skip, adsm_grid_1d(1, 32), list, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i + 1 < n; i++) {
+        cr_assert_eq(list[i].next, &list[(i + 2) % n], "node %zu: written by the kernel, home as %p", i,
+                     (void *)list[i].next);
+        cr_assert_eq(list[i].kids[0], list[i].next);
+        cr_assert_eq(list[i].value, (int64_t)i + 1);
+        cr_assert_eq(list[i].data, &data[i]);
+    }
+    adsm_stats s = stats();
+    cr_assert_gt(s.translated_fields, 0);
+    adsm_shutdown();
+}
+
+/* Where the addresses agree nothing is translated (no pass, no bytes). */
+Test(translate, nothing_moves_where_the_addresses_agree) {
+    start(ADSM_PROTOCOL_ROLLING, 4096, 1);
+    const size_t n = 100;
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    if (dev_of(list) != (uintptr_t)list) {
+        adsm_shutdown();
+        cr_skip_test("this machine gave the device other addresses");
+    }
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 128), list, seen, n), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(seen[0], (uint64_t)(uintptr_t)&list[1]);
+    adsm_stats s = stats();
+    cr_assert_eq(s.translated_fields, 0);
+    cr_assert_eq(s.translation_bytes, 0);
+    adsm_shutdown();
+}
+
+/* A CPU write after the kernel (rolling: the block is fetched, written, evicted) is seen by the
+ * next kernel translated, and what the CPU reads of a kernel's writes is always host addresses,
+ * block by block. */
+Test(translate, blocks_fetched_and_evicted_one_by_one_stay_right) {
+    start(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    const size_t n = 4096; /* 48 blocks of 4 KiB */
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    cr_assert_eq(ADSM_CALL(k_skip, adsm_grid_1d(1, 32), list, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    for (size_t i = 0; i < n; i += 97) { /* scattered reads and writes: single blocks */
+        cr_assert_eq(list[i].next, i + 1 < n ? &list[(i + 2) % n] : &list[0], "node %zu", i);
+        list[i].next = &list[i];
+    }
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(16, 256), list, seen, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    for (size_t i = 0; i < n; i++) {
+        const node *want = i % 97 == 0 ? &list[i] : i + 1 < n ? &list[(i + 2) % n] : &list[0];
+        cr_assert_eq(seen[2 * i], dev_of(want), "node %zu", i);
+    }
+    adsm_shutdown();
+}
+
+/* A field holding an address outside shared memory fails the launch, naming kernel, object,
+ * element and field; nothing is left translated, and a corrected structure works. */
+Test(translate, a_field_pointing_outside_shared_memory_fails_the_launch) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    const size_t n = 64;
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    static node outside;
+    list[5].next = &outside;
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 64), list, seen, n), ADSM_ERROR_NOT_SHARED);
+    const char *e = adsm_last_error();
+    cr_assert(strstr(e, "k_links") && strstr(e, "'next'") && strstr(e, "'node' 5"), "%s", e);
+    list[5].next = &list[6];
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 64), list, seen, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(seen[2 * i], dev_of(&list[(i + 1) % n]), "node %zu", i);
+        cr_assert_eq(list[i].next, &list[(i + 1) % n], "node %zu came back untranslated", i);
+    }
+    adsm_shutdown();
+}
+
+/* A kernel that leaves a field pointing into no shared object: the launch and the next sync say
+ * so, naming the field; the other fields come home right. */
+Test(translate, a_kernel_leaving_a_wild_pointer_is_an_error) {
+    start(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    const size_t n = 64;
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    adsm_result r = ADSM_CALL(k_poison, adsm_grid_1d(1, 32), list, (size_t)7, (uint64_t)0x1234);
+    cr_assert_eq(r, ADSM_ERROR_NOT_SHARED);
+    cr_assert(strstr(adsm_last_error(), "k_poison") && strstr(adsm_last_error(), "'next'") &&
+                  strstr(adsm_last_error(), "0x1234"),
+              "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_NOT_SHARED);
+    cr_assert(strstr(adsm_last_error(), "'node' 7"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "reported once");
+    for (size_t i = 0; i < n; i++)
+        if (i != 7) cr_assert_eq(list[i].next, &list[(i + 1) % n], "node %zu", i);
+    adsm_shutdown();
+}
+
+/* NULL in a field declared ADSM_PTR_NONNULL fails the launch. */
+Test(translate, null_in_a_nonnull_field_fails_the_launch) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    strict_node *s = ADSM_ALLOC(strict_node, 4);
+    for (int i = 0; i < 4; i++) s[i].peer = &s[(i + 1) % 4];
+    s[2].peer = NULL;
+    uint64_t *seen = adsm_alloc(64);
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 32), (node *)(void *)s, seen, (size_t)0),
+                 ADSM_ERROR_INVALID_VALUE);
+    cr_assert(strstr(adsm_last_error(), "'peer'") && strstr(adsm_last_error(), "NONNULL"), "%s", adsm_last_error());
+    adsm_shutdown();
+}
+
+/* Typing checks what it is given. */
+Test(translate, typing_refuses_what_does_not_fit) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    void *odd = adsm_alloc(sizeof(node) * 3 + 8);
+    cr_assert_eq(adsm_set_type(odd, ADSM_TYPE_OF(node)), ADSM_ERROR_INVALID_VALUE);
+    cr_assert(strstr(adsm_last_error(), "whole number"), "%s", adsm_last_error());
+    node *ok = adsm_alloc(sizeof(node) * 3);
+    cr_assert_eq(adsm_set_type((char *)ok + 8, ADSM_TYPE_OF(node)), ADSM_ERROR_NOT_OBJECT_START);
+    int local;
+    cr_assert_eq(adsm_set_type(&local, ADSM_TYPE_OF(node)), ADSM_ERROR_NOT_SHARED);
+    cr_assert_eq(adsm_set_type(ok, ADSM_TYPE_OF(node)), ADSM_OK);
+    cr_assert_eq(adsm_set_type(ok, NULL), ADSM_OK);
+    static const adsm_field_desc bad_field = {"x", 3, 1, NULL, 1};
+    static const adsm_type_desc bad = {"bad", 16, 1, &bad_field};
+    cr_assert_eq(adsm_set_type(ok, &bad), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_null(adsm_alloc_typed(NULL, 4));
+    cr_assert_null(ADSM_ALLOC(node, 0));
+    cr_assert_null(adsm_alloc_typed(ADSM_TYPE_OF(node), SIZE_MAX / 8));
+    adsm_shutdown();
+}
