@@ -278,3 +278,63 @@ Test(translate, typing_refuses_what_does_not_fit) {
     cr_assert_null(adsm_alloc_typed(ADSM_TYPE_OF(node), SIZE_MAX / 8));
     adsm_shutdown();
 }
+
+/* Safe objects sit at device addresses of their own whatever the placement: a field pointing
+ * into one holds that address on the device, and the host's at home. */
+Test(translate, fields_into_safe_objects_hold_their_device_addresses) {
+    start(ADSM_PROTOCOL_ROLLING, 4096, 1);
+    const size_t n = 200;
+    float *data = adsm_safe_alloc(n * sizeof *data);
+    node *list = adsm_safe_alloc(n * sizeof *list);
+    cr_assert_not_null(list, "%s", adsm_last_error());
+    cr_assert_eq(adsm_set_type(list, ADSM_TYPE_OF(node)), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) {
+        list[i].next = &list[(i + 1) % n];
+        list[i].data = &data[i];
+    }
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    cr_assert_neq(dev_of(list), (uintptr_t)list);
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 256), adsm_safe(list), seen, n), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(ADSM_CALL(k_skip, adsm_grid_1d(1, 32), adsm_safe(list), n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(seen[2 * i], dev_of(&list[(i + 1) % n]), "node %zu", i);
+        cr_assert_eq(seen[2 * i + 1], dev_of(&data[i]), "node %zu: data", i);
+        if (i + 1 < n) cr_assert_eq(list[i].next, &list[(i + 2) % n], "node %zu", i);
+    }
+    adsm_shutdown();
+}
+
+#ifdef TEST_ON_CUDA_DOUBLE
+/* A second GPU always has addresses of its own: a kernel there sees its addresses (consistent
+ * offsets, neither the host's nor the first GPU's), and what it writes comes home right. */
+Test(translate, a_second_gpu_translates_with_its_own_addresses) {
+    setenv("CUDADOUBLE_DEVICES", "2", 1);
+    setenv(DIFFERENT_ADDRESSES, "1", 1);
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.protocol = ADSM_PROTOCOL_ROLLING;
+    cfg.devices = "all";
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    attach();
+    cr_assert_eq(adsm_device_count(), 2);
+    const size_t n = 300;
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    cr_assert_eq(ADSM_CALL_ON(1, k_links, adsm_grid_1d(2, 256), list, seen, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL_ON(1, k_skip, adsm_grid_1d(1, 32), list, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    uint64_t base = seen[2 * (n - 1)]; /* list[n - 1].next: list's own device address on GPU 1 */
+    cr_assert_neq(base, (uint64_t)(uintptr_t)list);
+    cr_assert_neq(base, dev_of(list));
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(seen[2 * i], base + ((i + 1) % n) * sizeof(node), "node %zu", i);
+        cr_assert_eq(seen[2 * i + 1] - seen[1], i * sizeof(float), "node %zu: data", i);
+        if (i + 1 < n) cr_assert_eq(list[i].next, &list[(i + 2) % n], "node %zu", i);
+    }
+    adsm_shutdown();
+}
+#endif
