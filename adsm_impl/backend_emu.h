@@ -19,10 +19,10 @@
  * read-only outside the kernel's OUT/INOUT objects), fails its launch instead of the program.
  *
  * ADSM_EMU_CHECK_BOUNDS=1: adsm__emu_init makes the shared half's arena leave a guard page after
- * every allocation (and keep its first huge page), so objects' device copies never touch; launches
- * carry the sizes of the objects they name; the device process names the object a kernel ran
- * past (emu_device.h, "the bounds check"). Off, the layout, the messages and every path are as
- * before. */
+ * every allocation (and keep its first huge page), so objects' device copies never touch; launch
+ * messages go whole, with the sizes of the objects they name after the arguments; the device
+ * process names the object a kernel ran past (emu_device.h, "the bounds check"). Off, the layout,
+ * the messages and every path are as before. */
 #ifndef ADSM__BACKEND_EMU_INCLUDED
 #define ADSM__BACKEND_EMU_INCLUDED
 
@@ -83,9 +83,15 @@ ADSM__PRIVATE void adsm__emu_copy_job(adsm__emu *e, const adsm__dma_job *job) {
     adsm__copy_timed(e->rt, 1, t0, job->dev, job->len);
 }
 
+/* A launch message's length: up to its arguments; whole under ADSM_EMU_CHECK_BOUNDS (the
+ * objects' sizes follow the arguments). */
+ADSM__PRIVATE size_t adsm__emu_launch_len(const adsm__emu *e, const adsm__emu_msg *m) {
+    return e->check_bounds ? sizeof *m : offsetof(adsm__emu_msg, args) + m->kernel->args_size;
+}
+
 /* A launch that cannot reach the device is reported at the next adsm_sync, as a GPU would. */
 ADSM__PRIVATE void adsm__emu_send_launch(adsm__emu *e, adsm__emu_msg *m) {
-    if (adsm__emu_send(e, m, offsetof(adsm__emu_msg, args) + m->kernel->args_size) != ADSM_OK)
+    if (adsm__emu_send(e, m, adsm__emu_launch_len(e, m)) != ADSM_OK)
         adsm__emu_record_error(e, ADSM_ERROR_DEVICE_LOST, "a launch could not reach the emulated device");
     free(m);
 }
@@ -321,7 +327,7 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
         adsm__queue_push(&e->queue, &job, sizeof job, NULL);
         return ADSM_OK;
     }
-    adsm_result r = adsm__emu_send(e, m, offsetof(adsm__emu_msg, args) + l->kernel->args_size);
+    adsm_result r = adsm__emu_send(e, m, adsm__emu_launch_len(e, m));
     free(m);
     return r;
 }
