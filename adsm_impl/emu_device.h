@@ -7,7 +7,9 @@
  * main thread reads commands from the socket, a worker pool runs kernels). Each kernel chunk runs
  * under sigsetjmp, so a crashing kernel, or one that writes memory it may only read (device
  * memory is read-only outside the kernel's OUT/INOUT objects), fails its launch instead of the
- * program. */
+ * program; under ADSM_EMU_CHECK_BOUNDS one that runs off an object's end, or before its start,
+ * fails it naming the object (below, "the bounds check"). The signal handler only records the
+ * fault and jumps; everything else runs in the worker's normal context. */
 #ifndef ADSM__EMU_DEVICE_INCLUDED
 #define ADSM__EMU_DEVICE_INCLUDED
 
