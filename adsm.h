@@ -91,6 +91,20 @@
    VLAs). A body NVRTC rejects fails the first launch with ADSM_ERROR_INVALID_MODULE and
    NVRTC's log, naming the kernel. README's "Write a kernel once" has the full rules.
 
+   POINTER STRUCTURES: where a device sees objects at other addresses than the host's (cuda
+   translating, GPUs after the first, adsm_safe_alloc objects, emu with ADSM_EMU_SAME_ADDRESS=0),
+   declare the pointer fields of a struct and give objects the type; adsm rewrites those fields
+   into that device's addresses while its kernels run, and back afterwards:
+       typedef struct node { double v; struct node *next; float *data; } node;
+       ADSM_TYPE(node, ADSM_PTR(next, node), ADSM_PTR_DATA(data));      // one file
+       node *list = ADSM_ALLOC(node, n);          // or adsm_set_type(obj, ADSM_TYPE_OF(node))
+   ADSM_PTR(f, T) points to structs of declared type T or is NULL, ADSM_PTR_NONNULL(f, T) never
+   NULL, ADSM_PTR_DATA(f) into an object of plain data; a field may be an array of pointers.
+   A field pointing outside every shared object fails the launch with ADSM_ERROR_NOT_SHARED
+   naming kernel, type, element and field (a kernel leaving one: that launch and the next
+   adsm_sync). Where the addresses agree nothing runs; where they differ a launch waits for its
+   device and is synchronous. README "Pointer structures where addresses differ".
+
    3. CONFIGURATION
    ================
    adsm_init(&cfg) with a zero-initialised adsm_config; fields left zero take the environment
@@ -116,6 +130,9 @@
                           size, parameter) and offset; a write into the rest of its last page is
                           found after the kernel. Each object is then a mapping of its own (about
                           30 000 live objects at most: vm.max_map_count). Debugging aid (0)
+       ADSM_EMU_SAME_ADDRESS 0: the emulated device's memory at addresses of its own, as a GPU
+                          that translates (pointer arguments moved, untranslated pointers crash,
+                          typed objects' fields translated: section 2)   (1)
        ADSM_STREAMS       kernels one device (emu or GPU) runs at once, 1..16 (4 with several devices, 1 with one)
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)

@@ -255,7 +255,7 @@ ADSM__PRIVATE adsm_result adsm__emu_range_cmd(adsm__emu *e, uint32_t type, uintp
     adsm__emu_msg m;
     memset(&m, 0, offsetof(adsm__emu_msg, args));
     m.type = type;
-    m.addr = addr;
+    m.addr = addr + (uintptr_t)e->delta; /* the device's address */
     m.len = len;
     return adsm__emu_send(e, &m, offsetof(adsm__emu_msg, args));
 }
@@ -295,6 +295,23 @@ ADSM__PRIVATE uint32_t adsm__emu_slack(adsm__runtime *rt, const adsm__range *r) 
     return o && o->dev == r->addr && o->size <= r->len ? (uint32_t)(r->len - o->size) : 0;
 }
 
+/* ADSM_EMU_SAME_ADDRESS=0: a launch's pointer arguments and ranges in the device's addresses. */
+ADSM__PRIVATE void adsm__emu_to_device_addresses(adsm__emu *e, const adsm_kernel_desc *k, adsm__emu_msg *m) {
+    for (uint32_t i = 0; i < m->nwritable; i++) m->writable[i].addr += (uintptr_t)e->delta;
+    for (uint32_t i = 0; i < m->ninputs; i++) m->inputs[i].addr += (uintptr_t)e->delta;
+    for (unsigned i = 0; i < k->nparams; i++) {
+        uintptr_t p;
+        if (!adsm__access_is_pointer(k->params[i].access)) continue;
+        memcpy(&p, m->args + k->params[i].offset, sizeof p);
+        if (p < e->base || p >= e->base + e->half) continue; /* NULL */
+        p += (uintptr_t)e->delta;
+        memcpy(m->args + k->params[i].offset, &p, sizeof p);
+        ADSM__ADD(&e->rt->stats.translated_args, 1);
+    }
+}
+
+ADSM__PRIVATE intptr_t adsm__emu_address_delta(void *ctx) { return ((adsm__emu *)ctx)->delta; }
+
 ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_msg *m = (adsm__emu_msg *)calloc(1, sizeof *m);
@@ -317,6 +334,7 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
         for (uint32_t i = 0; i < m->ninputs; i++) m->islack[i] = adsm__emu_slack(e->rt, &m->inputs[i]);
     }
     memcpy(m->args, l->args, l->kernel->args_size);
+    if (e->delta) adsm__emu_to_device_addresses(e, l->kernel, m);
     if (ADSM__LOAD(&e->lost)) {
         free(m);
         return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
@@ -382,6 +400,7 @@ ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     adsm__own_fd_close(&e->pidfd);
     adsm__own_fd_close(&e->sock);
     if (e->window) munmap(e->window, e->half);
+    if (e->dev_base) munmap((void *)e->dev_base, e->half);
     adsm__own_fd_close(&e->devfd);
     free(e->backed);
     free(e->completion_msg);
@@ -490,6 +509,19 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
         (void)adsm__arena_alloc(&rt->va_shared, first - rt->page, rt->page);
     }
     adsm__device_error_init(&e->errors);
+    if (!rt->cfg.emu_same_address) { /* device memory at addresses of its own (emu_device.h) */
+        void *at = adsm__map_aligned(e->half, ADSM__EMU_GRANULE, PROT_NONE, MAP_NORESERVE);
+        if (at == MAP_FAILED) {
+            adsm__emu_shutdown(e);
+            return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: no address range for device memory of "
+                              "its own (ADSM_EMU_SAME_ADDRESS=0): %s", strerror(errno));
+        }
+        e->dev_base = (uintptr_t)at;
+        e->delta = (intptr_t)(e->dev_base - e->base);
+        if (rt->ndev == 0) rt->dev_delta = e->delta; /* adsm_safe and adsm_dev_alloc hand out device 0's */
+        adsm__log(ADSM_LOG_INFO, "emu: device %u's addresses differ from host addresses by %+lld bytes",
+                  rt->ndev, (long long)e->delta);
+    }
     adsm__own_fd_set(&e->devfd, adsm__memfd("adsm-emu-device", e->half));
     if (e->devfd.fd < 0) {
         adsm__emu_shutdown(e);
@@ -561,6 +593,7 @@ static const adsm__backend_vtbl adsm__backend_emu = {
     .dev_memset = adsm__emu_dev_memset,
     .dev_copy = adsm__emu_dev_copy,
     .device_view = adsm__emu_device_view,
+    .address_delta = adsm__emu_address_delta,
 };
 
 #endif /* ADSM__BACKEND_EMU_INCLUDED */

@@ -51,6 +51,8 @@ typedef struct adsm__settings {
     adsm_fault_engine_kind fault_engine; /* AUTO, MPROTECT or USERFAULTFD (protection.h) */
     int emu_check_bounds;    /* emu: guard pages between objects, out-of-bounds kernel accesses
                                 reported (ADSM_EMU_CHECK_BOUNDS; backend_emu.h) */
+    int emu_same_address;    /* emu: 0 puts device memory at addresses of its own, as a GPU that
+                                translates (ADSM_EMU_SAME_ADDRESS=0; backend_emu.h) */
 } adsm__settings;
 
 typedef struct adsm__name_value {
@@ -332,6 +334,10 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         (r = adsm__flag_setting("ADSM_EMU_CHECK_BOUNDS", "emu_check_bounds", &c.emu_check_bounds)) != ADSM_OK)
         return r;
     if ((r = adsm__cuda_settings(&c, s)) != ADSM_OK) return r;
+    if ((r = adsm__env_switch("ADSM_EMU_SAME_ADDRESS", &s->emu_same_address, 1,
+                              "expected 1 (device memory at the host's addresses) or 0 (at addresses of its "
+                              "own, as a GPU that translates)")) != ADSM_OK)
+        return r;
     if (c.trace) {
         if (strlen(c.trace) >= sizeof s->trace_path)
             return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.trace: path too long");

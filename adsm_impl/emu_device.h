@@ -65,8 +65,13 @@ typedef struct adsm__dma_job {
 
 typedef struct adsm__emu {
     adsm__runtime *rt;
-    uintptr_t base;
+    uintptr_t base;        /* device addresses: the shared half's (the device process's: its own) */
     size_t half, capacity;
+    /* ADSM_EMU_SAME_ADDRESS=0: device memory sits in the device process at dev_base, a range
+     * reserved in the program (so free in the forked device too); kernels see adsm's device
+     * address a at a + delta (pointer arguments and launch ranges are moved on, as cuda does) */
+    uintptr_t dev_base;
+    intptr_t delta;
     adsm__own_fd devfd;    /* the memfd of device memory (os.h: never the program's file) */
     unsigned char *window; /* parent's view of device memory: window[addr - base] */
     uint64_t *backed;      /* one bit per 2 MiB granule of device memory the DMA side backed */
@@ -373,11 +378,17 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
     adsm__real_sigaction()(SIGINT, &sa, NULL); /* the parent decides when the device goes away */
     adsm__rt.state = ADSM__RT_OFF; /* this process is the device: interposed calls pass through */
     e->sock.fd = sock; /* its own end: stream threads report on it */
-    /* Device memory replaces the host view of the shared half; safe host addresses vanish. */
-    if (mmap((void *)e->base, e->half, PROT_NONE, MAP_SHARED | MAP_FIXED, e->devfd.fd, 0) == MAP_FAILED ||
+    /* Device memory replaces the host view of the shared half (or, with addresses of its own,
+     * takes its reserved range, and host addresses of the shared half vanish too, so that a kernel
+     * following an untranslated host pointer faults as on a GPU); safe host addresses vanish. */
+    uintptr_t device_at = e->delta ? e->dev_base : e->base;
+    if (mmap((void *)device_at, e->half, PROT_NONE, MAP_SHARED | MAP_FIXED, e->devfd.fd, 0) == MAP_FAILED ||
+        (e->delta && mmap((void *)e->base, e->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+                          -1, 0) == MAP_FAILED) ||
         mmap((void *)(e->base + e->half), e->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
              -1, 0) == MAP_FAILED)
         _exit(3);
+    e->base = device_at; /* this process's copy: every address it is sent is a device address */
     munmap(e->window, e->half);
     adsm__emu_device_hygiene(sock);
     adsm__tree_init(&e->device_objects);

@@ -130,6 +130,8 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
     memset(rt->dev_stats, 0, sizeof rt->dev_stats);
     memset(rt->dev_bytes, 0, sizeof rt->dev_bytes);
     memset(rt->dev_done_seq, 0, sizeof rt->dev_done_seq);
+    memset(rt->dev_last_launch, 0, sizeof rt->dev_last_launch);
+    rt->translate_error = ADSM_OK;
     rt->lru_clock = rt->objects_dealt = 0;
     if (rt->cfg.emu_devices > 1 && rt->be != &adsm__backend_emu)
         adsm__log(ADSM_LOG_WARN, "ADSM_EMU_DEVICES=%u applies to the emu backend; %s drives %u device%s",

@@ -201,6 +201,20 @@ ParameterizedTest(flag_case *c, config, flags_refuse_other_values) {
     adsm_shutdown();
 }
 
+/* The environment-only switches refuse anything but 0 and 1, naming the variable. */
+Test(config, emu_same_address_refuses_other_values) {
+    cr_assert_eq(setenv("ADSM_EMU_SAME_ADDRESS", "no", 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "ADSM_EMU_SAME_ADDRESS"), "%s", adsm_last_error());
+    cr_assert_eq(setenv("ADSM_EMU_SAME_ADDRESS", "0", 1), 0);
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    int *p = adsm_alloc(4096);
+    cr_assert_neq((uintptr_t)adsm_safe(p), (uintptr_t)p, "device addresses of its own");
+    adsm_shutdown();
+    cr_assert_eq(unsetenv("ADSM_EMU_SAME_ADDRESS"), 0);
+}
+
 Test(config, protocol_lazy) {
     cr_assert_eq(setenv("ADSM_PROTOCOL", "lazy", 1), 0);
     adsm_config cfg = emu_config();

@@ -61,6 +61,36 @@ void k_poison(adsm_grid g, node *list, size_t at, uint64_t bad) {
     }
 }
 
+typedef struct holder {
+    node *head;
+    int64_t sum, count;
+} holder;
+ADSM_TYPE(holder, ADSM_PTR(head, node));
+
+/* Follows the list from h->head (at most `limit` nodes, so a broken list cannot spin): sums the
+ * values and counts the nodes; with relink, reverses the list in place (its nodes must all be in
+ * `pool`, the object the kernel may write), and h->head ends at the old last node. One thread. */
+ADSM_KERNEL(k_walk, ADSM_INOUT(holder, h), ADSM_INOUT(node, pool), ADSM_VALUE(size_t, limit), ADSM_VALUE(int, relink));
+void k_walk(adsm_grid g, holder *h, node *pool, size_t limit, int relink) {
+    (void)pool;
+    ADSM_FOR_EACH_THREAD(g, t) {
+        if (t != 0) continue;
+        node *prev = NULL, *cur = h->head;
+        int64_t sum = 0, count = 0;
+        while (cur && (size_t)count < limit) {
+            node *next = cur->next;
+            sum += cur->value + (cur->data ? (int64_t)cur->data[0] : 0);
+            if (relink) cur->next = prev;
+            prev = cur;
+            cur = next;
+            count++;
+        }
+        h->head = prev;
+        h->sum = sum;
+        h->count = count;
+    }
+}
+
 #ifdef TEST_ON_CUDA_DOUBLE
 #include "tests/cuda_double_bridge.h"
 #define TEST_BACKEND ADSM_BACKEND_CUDA
@@ -335,6 +365,76 @@ Test(translate, a_second_gpu_translates_with_its_own_addresses) {
         cr_assert_eq(seen[2 * i + 1] - seen[1], i * sizeof(float), "node %zu: data", i);
         if (i + 1 < n) cr_assert_eq(list[i].next, &list[(i + 2) % n], "node %zu", i);
     }
+    adsm_shutdown();
+}
+#endif
+
+#ifndef TEST_ON_CUDA_DOUBLE
+/* On emu with addresses of its own, kernels really follow the pointers: a list of nodes each in
+ * an object of its own, all pointing at one data object (a shared target); the kernel walks it
+ * and leaves a pointer to the last node in the holder. */
+Test(translate, a_kernel_follows_a_list_of_objects) {
+    start(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    const size_t n = 50;
+    float *shared_data = adsm_alloc(sizeof(float) * 4);
+    shared_data[0] = 2;
+    holder *h = ADSM_ALLOC(holder, 1);
+    node *nodes[50];
+    for (size_t i = 0; i < n; i++) {
+        nodes[i] = ADSM_ALLOC(node, 1);
+        cr_assert_not_null(nodes[i], "%s", adsm_last_error());
+        nodes[i]->value = (int64_t)i;
+        nodes[i]->data = shared_data;
+    }
+    for (size_t i = 0; i + 1 < n; i++) nodes[i]->next = nodes[i + 1];
+    h->head = nodes[0];
+    cr_assert_eq(ADSM_CALL(k_walk, adsm_grid_1d(1, 32), h, nodes[0], 2 * n, 0), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(h->count, (int64_t)n);
+    cr_assert_eq(h->sum, (int64_t)(n * (n - 1) / 2 + 2 * n));
+    cr_assert_eq(h->head, nodes[n - 1]);
+    cr_assert_eq(nodes[3]->next, nodes[4]);
+    adsm_shutdown();
+}
+
+/* A list threaded through one pool object in a scrambled order, with a cycle's worth of
+ * interior pointers: the kernel reverses it in place, and the host walks the reversed list. */
+Test(translate, a_kernel_reverses_a_list_in_place) {
+    start(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    const size_t n = 3000; /* 144 KB: 36 blocks */
+    node *pool = ADSM_ALLOC(node, n);
+    holder *h = ADSM_ALLOC(holder, 1);
+    size_t *order = malloc(n * sizeof *order);
+    for (size_t i = 0; i < n; i++) order[i] = (i * 1237) % n; /* 1237 is prime to 3000 */
+    for (size_t i = 0; i < n; i++) {
+        pool[order[i]].value = (int64_t)i;
+        pool[order[i]].next = i + 1 < n ? &pool[order[i + 1]] : NULL;
+    }
+    h->head = &pool[order[0]];
+    cr_assert_eq(ADSM_CALL(k_walk, adsm_grid_1d(1, 32), h, pool, 2 * n, 1), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(h->count, (int64_t)n);
+    size_t seen = 0;
+    for (node *p = h->head; p && seen <= n; p = p->next, seen++)
+        cr_assert_eq(p, &pool[order[n - 1 - seen]], "node %zu of the reversed list", seen);
+    cr_assert_eq(seen, n);
+    free(order);
+    adsm_shutdown();
+}
+
+/* The same walk over untyped objects: the kernel follows host addresses, which the device does
+ * not map, and crashes as it would on a GPU; the host's data is as it was. */
+Test(translate, a_kernel_following_an_untranslated_pointer_crashes_as_on_a_gpu) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    holder *h = adsm_alloc(sizeof *h);
+    node *pool = adsm_alloc(2 * sizeof *pool);
+    pool[0].value = 1;
+    pool[0].next = &pool[1];
+    h->head = &pool[0];
+    cr_assert_eq(ADSM_CALL(k_walk, adsm_grid_1d(1, 32), h, pool, (size_t)10, 1), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_KERNEL_CRASHED, "%s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "k_walk"), "%s", adsm_last_error());
+    cr_assert_eq(pool[0].next, &pool[1]);
     adsm_shutdown();
 }
 #endif
