@@ -1,0 +1,266 @@
+/* bench/deepcopy/deepcopy.c -- pointer structures on a device whose addresses differ from the
+ * host's (issue 31; the automatic deep copy paper's List, SplitList and Tree, plus a dense
+ * 4-level tree).
+ *
+ * Each structure lives in typed shared objects: a pool of nodes (each node: four child pointers,
+ * a pointer to an external payload, a count, then its inline payload of doubles) and, for
+ * SplitList, a pool of payloads. Nodes are linked in a scrambled order, so every pointer is an
+ * interior pointer somewhere in the pool. One repetition: the CPU rewrites every payload (the
+ * structure is dirty on the host), a kernel walks the structure from its root (depth first, one
+ * thread) adding 1 to every payload double and summing them, and the CPU reads every payload back
+ * (it comes home). Variants, alternated within each repetition:
+ *   same        the device sees host addresses (ADSM_EMU_SAME_ADDRESS=1 / ADSM_CUDA_SAME_ADDRESS=1):
+ *               nothing is translated
+ *   translated  addresses differ (=0): adsm translates the typed objects' fields at each launch
+ *   explicit    the hand-written deep copy: adsm_dev_alloc buffers, the host rewrites pointers
+ *               into a staging copy, one copy each way, pointers rewritten back on the host
+ * Columns: median ms per repetition and the ratios translated/same and translated/explicit.
+ *
+ *   bazel run //:bench_deepcopy -- [--runs N] [--mib M] [--backend emu|cuda]
+ *
+ * Main thread only. */
+#define ADSM_IMPLEMENTATION
+#include "adsm.h"
+#include "bench/common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KIDS 4
+#define HEADER 48 /* kids[4], ext, count */
+
+typedef struct gnode {
+    struct gnode *kids[KIDS];
+    double *ext;
+    uint64_t count; /* payload doubles: inline after the header, or at ext */
+} gnode;
+
+/* Walks from root depth first, at most max_nodes nodes (stack: max_nodes entries): payload += 1,
+ * sum into result[0]. One thread. */
+ADSM_KERNEL_DEF(k_graph_walk,
+                (ADSM_INOUT(unsigned char, pool), ADSM_INOUT(double, ext_pool), ADSM_INOUT(uint64_t, stack),
+                 ADSM_OUT(double, result), ADSM_VALUE(uint64_t, root_off), ADSM_VALUE(uint64_t, max_nodes)),
+                g, {
+                    if (g.begin == 0) {
+                        double sum = 0;
+                        uint64_t top = 0, seen = 0;
+                        (void)ext_pool;
+                        stack[top++] = (uint64_t)(pool + root_off);
+                        while (top > 0 && seen < max_nodes) {
+                            unsigned char *raw = (unsigned char *)stack[--top];
+                            unsigned char **kids = (unsigned char **)raw;
+                            double *ext = *(double **)(raw + 32);
+                            uint64_t count = *(uint64_t *)(raw + 40);
+                            double *v = ext ? ext : (double *)(raw + 48);
+                            for (uint64_t i = 0; i < count; i++) {
+                                v[i] += 1;
+                                sum += v[i];
+                            }
+                            seen++;
+                            for (int k = 3; k >= 0; k--)
+                                if (kids[k] && top < max_nodes) stack[top++] = (uint64_t)kids[k];
+                        }
+                        result[0] = sum;
+                    }
+                });
+
+typedef enum { LIST, SPLIT_LIST, TREE, DENSE_TREE } shape;
+static const char *const shape_names[] = {"List", "SplitList", "Tree", "dense 4-level tree"};
+
+typedef struct structure {
+    shape shape;
+    size_t node_bytes;    /* node stride in the pool (header + inline payload) */
+    size_t payload_bytes; /* per node, inline or external */
+    size_t nodes;
+    size_t *order;        /* the node at each position of the walk's order */
+} structure;
+
+static adsm_type_desc node_type;
+static const adsm_field_desc node_fields[] = {{"kids", 0, KIDS, &node_type, 1}, {"ext", 32, 1, NULL, 1}};
+
+/* The host pointers of a structure in pool (nodes) and ext (payloads): written into `nodes`
+ * (a pool at node_base with payloads at ext_base; the explicit variant passes device bases). */
+static void link_nodes(const structure *s, unsigned char *nodes, uintptr_t node_base, uintptr_t ext_base) {
+    for (size_t p = 0; p < s->nodes; p++) {
+        gnode *n = (gnode *)(void *)(nodes + s->order[p] * s->node_bytes);
+        memset(n->kids, 0, sizeof n->kids);
+        size_t first = 0, count = 0;
+        if (s->shape == LIST || s->shape == SPLIT_LIST) first = p + 1, count = 1;
+        else if (s->shape == TREE) first = 2 * p + 1, count = 2;
+        else first = KIDS * p + 1, count = KIDS;
+        for (size_t k = 0; k < count; k++)
+            if (first + k < s->nodes)
+                n->kids[k] = (gnode *)(node_base + s->order[first + k] * s->node_bytes);
+        n->ext = s->shape == SPLIT_LIST ? (double *)(ext_base + s->order[p] * s->payload_bytes) : NULL;
+        n->count = s->payload_bytes / sizeof(double);
+    }
+}
+
+static double *payload_of(const structure *s, unsigned char *nodes, double *ext, size_t i) {
+    return s->shape == SPLIT_LIST ? (double *)(void *)((unsigned char *)ext + i * s->payload_bytes)
+                                  : (double *)(void *)(nodes + i * s->node_bytes + HEADER);
+}
+
+static void write_payloads(const structure *s, unsigned char *nodes, double *ext, double value) {
+    for (size_t i = 0; i < s->nodes; i++) {
+        double *v = payload_of(s, nodes, ext, i);
+        for (size_t k = 0; k < s->payload_bytes / sizeof(double); k++) v[k] = value;
+    }
+}
+
+static double read_payloads(const structure *s, unsigned char *nodes, double *ext) {
+    double sum = 0;
+    for (size_t i = 0; i < s->nodes; i++) {
+        double *v = payload_of(s, nodes, ext, i);
+        for (size_t k = 0; k < s->payload_bytes / sizeof(double); k++) sum += v[k];
+    }
+    return sum;
+}
+
+static int start(const char *backend, int same_address) {
+    setenv(strcmp(backend, "cuda") == 0 ? "ADSM_CUDA_SAME_ADDRESS" : "ADSM_EMU_SAME_ADDRESS", same_address ? "1" : "0", 1);
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = strcmp(backend, "cuda") == 0 ? ADSM_BACKEND_CUDA : ADSM_BACKEND_EMU;
+    if (adsm_init(&cfg) != ADSM_OK) {
+        fprintf(stderr, "adsm_init: %s\n", adsm_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int check(double got, double want, const char *what) {
+    if (got == want) return 0;
+    fprintf(stderr, "%s: the walk summed %.1f, expected %.1f\n", what, got, want);
+    return -1;
+}
+
+/* One repetition in shared objects (same or translated). ms, or -1 on an error. */
+static double run_shared(const structure *s, const char *backend, int same_address, double value) {
+    if (start(backend, same_address) != 0) return -1;
+    size_t pool_bytes = s->nodes * s->node_bytes, ext_bytes = s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8;
+    unsigned char *pool = adsm_alloc_typed(&node_type, s->nodes);
+    double *ext = adsm_alloc(ext_bytes);
+    uint64_t *stack = adsm_alloc((s->nodes + 1) * sizeof *stack);
+    double *result = adsm_alloc(sizeof *result);
+    double ms = -1;
+    if (pool && ext && stack && result) {
+        link_nodes(s, pool, (uintptr_t)pool, (uintptr_t)ext);
+        write_payloads(s, pool, ext, 0);
+        adsm_sync();
+        double t0 = bench_now_s();
+        write_payloads(s, pool, ext, value);
+        adsm_result r = ADSM_CALL(k_graph_walk, adsm_grid_1d(1, 32), pool, ext, stack, result,
+                                  (uint64_t)(s->order[0] * s->node_bytes), (uint64_t)s->nodes);
+        if (r == ADSM_OK) r = adsm_sync();
+        double sum = read_payloads(s, pool, ext);
+        ms = (bench_now_s() - t0) * 1e3;
+        double want = (value + 1) * (double)(s->nodes * (s->payload_bytes / sizeof(double)));
+        if (r != ADSM_OK) fprintf(stderr, "walk: %s\n", adsm_last_error());
+        if (r != ADSM_OK || check(result[0], want, "kernel") != 0 || check(sum, want, "host") != 0) ms = -1;
+    } else {
+        fprintf(stderr, "allocating %zu + %zu bytes: %s\n", pool_bytes, ext_bytes, adsm_last_error());
+    }
+    adsm_shutdown();
+    return ms;
+}
+
+/* One repetition of the hand-written deep copy. ms, or -1. */
+static double run_explicit(const structure *s, const char *backend, double value) {
+    if (start(backend, 0) != 0) return -1;
+    size_t pool_bytes = s->nodes * s->node_bytes, ext_bytes = s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8;
+    unsigned char *pool = adsm_host_alloc(pool_bytes), *stage = adsm_host_alloc(pool_bytes);
+    double *ext = adsm_host_alloc(ext_bytes);
+    unsigned char *d_pool = adsm_dev_alloc(pool_bytes);
+    double *d_ext = adsm_dev_alloc(ext_bytes), *d_result = adsm_dev_alloc(sizeof(double));
+    uint64_t *d_stack = adsm_dev_alloc((s->nodes + 1) * sizeof(uint64_t));
+    double ms = -1, result = 0;
+    if (pool && stage && ext && d_pool && d_ext && d_result && d_stack) {
+        link_nodes(s, pool, (uintptr_t)pool, (uintptr_t)ext);
+        write_payloads(s, pool, ext, 0);
+        double t0 = bench_now_s();
+        write_payloads(s, pool, ext, value);
+        memcpy(stage, pool, pool_bytes); /* the deep copy: pointers rewritten to device addresses */
+        link_nodes(s, stage, (uintptr_t)d_pool, (uintptr_t)d_ext);
+        adsm_result r = adsm_copy_to_device(d_pool, stage, pool_bytes);
+        if (r == ADSM_OK && s->shape == SPLIT_LIST) r = adsm_copy_to_device(d_ext, ext, ext_bytes);
+        if (r == ADSM_OK)
+            r = ADSM_CALL(k_graph_walk, adsm_grid_1d(1, 32), d_pool, d_ext, d_stack, d_result,
+                          (uint64_t)(s->order[0] * s->node_bytes), (uint64_t)s->nodes);
+        if (r == ADSM_OK) r = adsm_sync();
+        if (r == ADSM_OK) r = adsm_copy_from_device(stage, d_pool, pool_bytes);
+        if (r == ADSM_OK && s->shape == SPLIT_LIST) r = adsm_copy_from_device(ext, d_ext, ext_bytes);
+        if (r == ADSM_OK) r = adsm_copy_from_device(&result, d_result, sizeof result);
+        if (r == ADSM_OK) { /* and back to host addresses: the pool is the host's again */
+            memcpy(pool, stage, pool_bytes);
+            link_nodes(s, pool, (uintptr_t)pool, (uintptr_t)ext);
+        }
+        double sum = read_payloads(s, pool, ext);
+        ms = (bench_now_s() - t0) * 1e3;
+        double want = (value + 1) * (double)(s->nodes * (s->payload_bytes / sizeof(double)));
+        if (r != ADSM_OK) fprintf(stderr, "explicit: %s\n", adsm_last_error());
+        if (r != ADSM_OK || check(result, want, "explicit kernel") != 0 || check(sum, want, "explicit host") != 0)
+            ms = -1;
+    }
+    adsm_shutdown();
+    return ms;
+}
+
+int main(int argc, char **argv) {
+    int runs = 5;
+    size_t mib = 32;
+    const char *backend = "emu";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = (size_t)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--runs N] [--mib M] [--backend emu|cuda]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (runs < 1 || runs > 256 || mib < 1) return 2;
+    static const size_t node_sizes[] = {128, 1024, (size_t)1 << 20};
+    printf("## deepcopy: pointer structures where device addresses differ (%s backend), %zu MiB of payload, "
+           "median of %d runs\n\n", backend, mib, runs);
+    printf("ms per repetition: CPU writes every payload, a kernel walks the structure (payload += 1), the CPU "
+           "reads every payload. same = no translation; translated = adsm translates the typed pool at the "
+           "launch; explicit = hand-written deep copy with adsm_dev_alloc.\n\n");
+    printf("| structure | node | nodes | same ms | translated ms | explicit ms | translated / same | translated / "
+           "explicit |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    int failed = 0;
+    for (int sh = LIST; sh <= DENSE_TREE; sh++)
+        for (size_t z = 0; z < sizeof node_sizes / sizeof *node_sizes; z++) {
+            structure s;
+            memset(&s, 0, sizeof s);
+            s.shape = (shape)sh;
+            s.payload_bytes = node_sizes[z] - (sh == SPLIT_LIST ? 0 : HEADER);
+            s.node_bytes = sh == SPLIT_LIST ? HEADER : node_sizes[z];
+            s.nodes = sh == DENSE_TREE ? 85 : (mib << 20) / node_sizes[z]; /* dense: 1 + 4 + 16 + 64 nodes */
+            if (s.nodes < 2) s.nodes = 2;
+            s.order = malloc(s.nodes * sizeof *s.order);
+            for (size_t i = 0; i < s.nodes; i++) s.order[i] = i;
+            bench_random_order(s.order, s.nodes, s.nodes, 31 + (uint64_t)z);
+            node_type = (adsm_type_desc){"gnode", s.node_bytes, 2, node_fields};
+            double same[256], translated[256], expl[256];
+            for (int r = 0; r < runs && !failed; r++) { /* alternated: each meets the same moments of load */
+                double v = (double)(r + 1);
+                same[r] = run_shared(&s, backend, 1, v);
+                translated[r] = run_shared(&s, backend, 0, v);
+                expl[r] = run_explicit(&s, backend, v);
+                failed = same[r] < 0 || translated[r] < 0 || expl[r] < 0;
+            }
+            if (failed) {
+                fprintf(stderr, "%s, %zu-byte nodes: a variant failed\n", shape_names[sh], node_sizes[z]);
+                free(s.order);
+                return 1;
+            }
+            double ms = bench_median(same, runs), mt = bench_median(translated, runs), me = bench_median(expl, runs);
+            printf("| %s | %zu B | %zu | %.2f | %.2f | %.2f | %.2fx | %.2fx |\n", shape_names[sh], node_sizes[z],
+                   s.nodes, ms, mt, me, mt / ms, mt / me);
+            fflush(stdout);
+            free(s.order);
+        }
+    return 0;
+}
