@@ -672,6 +672,9 @@ static void run_model(const variant *v) {
     if (strstr(v->name, "nopeer")) setenv("CUDADOUBLE_NO_PEER", "1", 1);
 #else
     cfg.emu_devices = v->devices;
+    /* "translated": each emulated device's memory at addresses of its own (pointer arguments and
+     * launch ranges moved there at each launch) */
+    setenv("ADSM_EMU_SAME_ADDRESS", strstr(v->name, "translated") ? "0" : "1", 1);
 #endif
     adsm_result r = adsm_init(&cfg);
     cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());
@@ -723,6 +726,8 @@ static void run_model(const variant *v) {
     if (v->emu_memory) check_capacity(m);
     cr_expect_eq(st.launches, m->launches, "[%s] launches: stats %" PRIu64 ", model %" PRIu64, v->name,
                  st.launches, m->launches);
+    if (strstr(v->name, "translated") && m->launches)
+        cr_expect_gt(st.translated_args, 0, "[%s] no pointer argument was moved to device addresses", v->name);
     if (v->backend == ADSM_BACKEND_HOST) {
         cr_expect_eq(st.h2d_bytes + st.d2h_bytes, 0, "[%s] the host backend copied data", v->name);
         cr_expect_eq(st.read_faults + st.write_faults, 0, "[%s] the host backend took faults", v->name);
@@ -825,6 +830,9 @@ MODEL_TEST(host, ADSM_BACKEND_HOST, ADSM_PROTOCOL_ROLLING, 4 * KIB, 0, 20000)
 /* one emulated device running 4 kernels at once */
 MODEL_TEST_STREAMS(emu_lazy_64k_streams4, ADSM_BACKEND_EMU, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 15000, 4)
 MODEL_TEST_STREAMS(emu_rolling_4k_rs3_streams4, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 15000, 4)
+/* device memory at addresses of their own, one device and three */
+MODEL_TEST(emu_rolling_4k_rs3_translated, ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 8000)
+MODEL_TEST(emu_batch_64k_translated, ADSM_BACKEND_EMU, ADSM_PROTOCOL_BATCH, 64 * KIB, 0, 5000)
 /* several emulated devices: kernels on random devices, replicas, device-to-device copies */
 #define MODEL_TEST_DEVICES(tname, protocol, bs, rs, ops, devices)                                   \
     MODEL_TEST_POLICY(tname, protocol, bs, rs, ops, devices, 0, 0)
@@ -836,6 +844,7 @@ MODEL_TEST_STREAMS(emu_rolling_4k_rs3_streams4, ADSM_BACKEND_EMU, ADSM_PROTOCOL_
 MODEL_TEST_DEVICES(emu3_lazy_64k, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 20000, 3)
 MODEL_TEST_DEVICES(emu3_rolling_4k_rs3, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 20000, 3)
 MODEL_TEST_DEVICES(emu2_rolling_64k, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 20000, 2)
+MODEL_TEST_DEVICES(emu3_lazy_64k_translated, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 8000, 3)
 /* ... with the other copy policies: write-through, and read replicas dropped after each use */
 MODEL_TEST_POLICY(emu3_rolling_64k_through_drop, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 15000, 3, 1, 1)
 MODEL_TEST_POLICY(emu2_lazy_4k_through, ADSM_PROTOCOL_LAZY, 4 * KIB, 0, 15000, 2, 1, 0)
