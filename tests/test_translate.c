@@ -91,14 +91,28 @@ void k_walk(adsm_grid g, holder *h, node *pool, size_t limit, int relink) {
     }
 }
 
+/* Single thread, in index order: every node i with (i * 2654435761 + seed) % 4 == 0 takes the next
+ * of node (7 i + seed) % n, and adds 1 to its value. */
+ADSM_KERNEL(k_rewire, ADSM_INOUT(node, list), ADSM_VALUE(size_t, n), ADSM_VALUE(uint64_t, seed));
+void k_rewire(adsm_grid g, node *list, size_t n, uint64_t seed) {
+    ADSM_FOR_EACH_THREAD(g, t) {
+        if (t != 0) continue;
+        for (size_t i = 0; i < n; i++) {
+            if ((i * 2654435761u + seed) % 4 != 0) continue;
+            list[i].next = list[(7 * i + seed) % n].next;
+            list[i].value += 1;
+        }
+    }
+}
+
 #ifdef TEST_ON_CUDA_DOUBLE
 #include "tests/cuda_double_bridge.h"
 #define TEST_BACKEND ADSM_BACKEND_CUDA
 __attribute__((constructor)) static void use_cuda_double(void) { cuda_double_use(); }
 static void attach(void) {
-    const adsm_kernel_desc *const kernels[] = {adsm__kernel_k_links(), adsm__kernel_k_skip(),
-                                               adsm__kernel_k_poison()};
-    cr_assert_eq(cuda_double_attach(kernels, 3), 0, "attach: %s", adsm_last_error());
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_k_links(), adsm__kernel_k_skip(), adsm__kernel_k_poison(),
+                                               adsm__kernel_k_rewire()};
+    cr_assert_eq(cuda_double_attach(kernels, 4), 0, "attach: %s", adsm_last_error());
 }
 #define DIFFERENT_ADDRESSES "ADSM_CUDA_SAME_ADDRESS"
 #else
@@ -438,3 +452,118 @@ Test(translate, a_kernel_following_an_untranslated_pointer_crashes_as_on_a_gpu) 
     adsm_shutdown();
 }
 #endif
+
+/* ---- a randomized model: typed pools linked to each other at random ----------------------------
+ * Pools of nodes are made and freed, the CPU points nodes at nodes of any pool (or NULL) and
+ * changes values, kernels rewire a pool from its own fields' values (device addresses into any
+ * pool), and every node's next and value are compared with a model that keeps (pool, index)
+ * pairs. Freeing a pool first clears the fields pointing into it, as a program must. */
+#define GRAPH_POOLS 6
+typedef struct graph_model {
+    node *pool[GRAPH_POOLS]; /* NULL: free slot */
+    size_t n[GRAPH_POOLS];
+    int *tpool[GRAPH_POOLS]; /* the model: next = &pool[tpool][tidx], or NULL where tpool < 0 */
+    size_t *tidx[GRAPH_POOLS];
+    int64_t *value[GRAPH_POOLS];
+    uint64_t rng;
+} graph_model;
+
+static uint64_t graph_rand(graph_model *g) {
+    g->rng ^= g->rng << 13, g->rng ^= g->rng >> 7, g->rng ^= g->rng << 17;
+    return g->rng;
+}
+
+static int graph_live(graph_model *g) {
+    int live[GRAPH_POOLS], k = 0;
+    for (int p = 0; p < GRAPH_POOLS; p++)
+        if (g->pool[p]) live[k++] = p;
+    return k ? live[graph_rand(g) % (uint64_t)k] : -1;
+}
+
+static void graph_alloc(graph_model *g, int p) {
+    g->n[p] = 1 + graph_rand(g) % 2500;
+    g->pool[p] = ADSM_ALLOC(node, g->n[p]);
+    cr_assert_not_null(g->pool[p], "%s", adsm_last_error());
+    g->tpool[p] = malloc(g->n[p] * sizeof(int));
+    g->tidx[p] = calloc(g->n[p], sizeof(size_t));
+    g->value[p] = calloc(g->n[p], sizeof(int64_t));
+    for (size_t i = 0; i < g->n[p]; i++) g->tpool[p][i] = -1;
+}
+
+static void graph_free(graph_model *g, int p) {
+    for (int q = 0; q < GRAPH_POOLS; q++)
+        for (size_t i = 0; g->pool[q] && i < g->n[q]; i++)
+            if (g->tpool[q][i] == p) {
+                g->tpool[q][i] = -1;
+                g->pool[q][i].next = NULL;
+            }
+    cr_assert_eq(adsm_free(g->pool[p]), ADSM_OK, "%s", adsm_last_error());
+    free(g->tpool[p]), free(g->tidx[p]), free(g->value[p]);
+    g->pool[p] = NULL;
+}
+
+static void graph_verify(graph_model *g, int p, size_t op) {
+    for (size_t i = 0; i < g->n[p]; i++) {
+        node *want = g->tpool[p][i] < 0 ? NULL : &g->pool[g->tpool[p][i]][g->tidx[p][i]];
+        cr_assert_eq(g->pool[p][i].next, want, "op %zu: pool %d node %zu: next %p, model %p", op, p, i,
+                     (void *)g->pool[p][i].next, (void *)want);
+        cr_assert_eq(g->pool[p][i].value, g->value[p][i], "op %zu: pool %d node %zu: value", op, p, i);
+    }
+}
+
+static void graph_rewire(graph_model *g, int p, uint64_t seed) {
+    cr_assert_eq(ADSM_CALL(k_rewire, adsm_grid_1d(1, 32), g->pool[p], g->n[p], seed), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    size_t n = g->n[p];
+    for (size_t i = 0; i < n; i++) { /* the kernel's loop, on the model */
+        if ((i * 2654435761u + seed) % 4 != 0) continue;
+        g->tpool[p][i] = g->tpool[p][(7 * i + seed) % n];
+        g->tidx[p][i] = g->tidx[p][(7 * i + seed) % n];
+        g->value[p][i] += 1;
+    }
+}
+
+ParameterizedTestParameters(translate, random_graphs_match_their_model) {
+    return cr_make_param_array(protocol_case, protocol_cases, sizeof protocol_cases / sizeof *protocol_cases);
+}
+
+ParameterizedTest(protocol_case *c, translate, random_graphs_match_their_model) {
+    start(c->protocol, c->block, 0);
+    graph_model g;
+    memset(&g, 0, sizeof g);
+    g.rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)c->protocol ^ c->block;
+    for (size_t op = 0; op < 1500; op++) {
+        unsigned r = (unsigned)(graph_rand(&g) % 100);
+        int p = graph_live(&g);
+        if (p < 0 || r < 6) {
+            for (int q = 0; q < GRAPH_POOLS; q++)
+                if (!g.pool[q]) {
+                    graph_alloc(&g, q);
+                    break;
+                }
+        } else if (r < 10) {
+            graph_free(&g, p);
+        } else if (r < 60) { /* the CPU links a node, or cuts it */
+            size_t i = graph_rand(&g) % g.n[p];
+            int q = graph_rand(&g) % 8 ? graph_live(&g) : -1;
+            size_t j = q < 0 ? 0 : graph_rand(&g) % g.n[q];
+            g.pool[p][i].next = q < 0 ? NULL : &g.pool[q][j];
+            g.tpool[p][i] = q;
+            g.tidx[p][i] = j;
+        } else if (r < 70) {
+            size_t i = graph_rand(&g) % g.n[p];
+            g.pool[p][i].value = g.value[p][i] = (int64_t)graph_rand(&g);
+        } else if (r < 90) {
+            graph_rewire(&g, p, graph_rand(&g) % 1000);
+        } else {
+            graph_verify(&g, p, op);
+        }
+    }
+    for (int p = 0; p < GRAPH_POOLS; p++)
+        if (g.pool[p]) graph_verify(&g, p, 1500);
+    for (int p = 0; p < GRAPH_POOLS; p++)
+        if (g.pool[p]) graph_free(&g, p);
+    cr_assert_gt(stats().translated_fields, 0);
+    adsm_shutdown();
+}
