@@ -107,6 +107,9 @@ typedef struct adsm__backend_vtbl {
     /* optional, signal-safe: device memory [dev, dev + n) as the CPU can read it in place (emu),
      * after the kernels that may write it finished; NULL where only copies reach it */
     const void *(*device_view)(void *ctx, uintptr_t dev, size_t n);
+    /* optional: the same, writable in place, while no kernel or copy uses the range (emu; the
+     * caller drained and waited); NULL where only copies reach it */
+    void *(*device_window)(void *ctx, uintptr_t dev, size_t n);
     /* optional (cuda), for the protocols whose objects live in managed memory (protocol_um.h):
      * n bytes, zeroed, that the CPU and the device reach at one address *addr, the driver keeping
      * them coherent; freed once no kernel uses them. Normal context, no lock needed. */

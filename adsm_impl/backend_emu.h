@@ -155,6 +155,12 @@ ADSM__PRIVATE const void *adsm__emu_device_view(void *ctx, uintptr_t dev, size_t
     return adsm__emu_in_window(e, dev, n) ? e->window + (dev - e->base) : NULL;
 }
 
+/* ... and written in place (translate.h: declared pointer fields, the device idle). */
+ADSM__PRIVATE void *adsm__emu_device_window(void *ctx, uintptr_t dev, size_t n) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    return adsm__emu_in_window(e, dev, n) ? e->window + (dev - e->base) : NULL;
+}
+
 ADSM__PRIVATE int adsm__emu_dev_memset(void *ctx, uintptr_t dev, int value, size_t n) {
     adsm__emu *e = (adsm__emu *)ctx;
     if (!adsm__emu_in_window(e, dev, n)) return -1;
@@ -593,6 +599,7 @@ static const adsm__backend_vtbl adsm__backend_emu = {
     .dev_memset = adsm__emu_dev_memset,
     .dev_copy = adsm__emu_dev_copy,
     .device_view = adsm__emu_device_view,
+    .device_window = adsm__emu_device_window,
     .address_delta = adsm__emu_address_delta,
 };
 

@@ -85,28 +85,46 @@ ADSM__PRIVATE adsm_result adsm__set_type_unguarded(void *ptr, const adsm_type_de
     return r;
 }
 
-/* ---- one address --------------------------------------------------------------------------- */
-/* A host address v into a shared object as device d sees it (delta: its address_delta); 0 when
- * v points into no shared object. Under lock. */
-ADSM__PRIVATE uintptr_t adsm__xlate_out(const adsm__runtime *rt, uintptr_t v, intptr_t delta) {
+/* ---- one address ---------------------------------------------------------------------------
+ * A value found inside an object is moved by that object's shift; the pass remembers the last
+ * object found (a pool's pointers mostly point into the pool), so most fields take no lookup. */
+typedef struct adsm__xlate_hit {
+    uintptr_t lo;
+    size_t len;    /* 0: nothing remembered */
+    uintptr_t shift; /* added (mod 2^64) to a value in [lo, lo + len) */
+} adsm__xlate_hit;
+
+/* The object holding host address v, as device d sees it (delta: its address_delta). 0: none. */
+ADSM__PRIVATE int adsm__xlate_find_out(const adsm__runtime *rt, uintptr_t v, intptr_t delta, adsm__xlate_hit *h) {
     adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, v));
     if (!o || o->device_only) return 0;
-    if (o->managed) return v; /* one address for the CPU and the device */
-    return o->dev + (v - o->host) + (uintptr_t)delta;
+    h->lo = o->host;
+    h->len = o->span;
+    h->shift = o->managed ? 0 : o->dev + (uintptr_t)delta - o->host; /* managed: one address everywhere */
+    return 1;
 }
 
-/* The inverse: a device address v back to the host's; 0 when it points into no shared object. */
-ADSM__PRIVATE uintptr_t adsm__xlate_in(const adsm__runtime *rt, uintptr_t v, intptr_t delta) {
+/* The inverse: the object holding device address v of device d. 0: none. */
+ADSM__PRIVATE int adsm__xlate_find_in(const adsm__runtime *rt, uintptr_t v, intptr_t delta, adsm__xlate_hit *h) {
     uintptr_t a = v - (uintptr_t)delta;
     adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
-    if (o && !o->safe && !o->managed && !o->device_only) return a; /* at its host address */
-    adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, a);
-    if (n) {
-        o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
-        return o->device_only ? 0 : o->host + (a - o->dev);
+    if (!(o && !o->safe && !o->managed && !o->device_only)) { /* not at its host address */
+        adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, a);
+        o = n ? ADSM__CONTAINER_OF(n, adsm__object, dev_node) : NULL;
+        if (o && o->device_only) o = NULL;
+        if (!o) {
+            o = adsm__object_of(adsm__tree_find(&rt->objects, v));
+            if (!o || !o->managed) return 0;
+            h->lo = o->host;
+            h->len = o->span;
+            h->shift = 0;
+            return 1;
+        }
     }
-    o = adsm__object_of(adsm__tree_find(&rt->objects, v));
-    return o && o->managed ? v : 0;
+    h->lo = o->dev + (uintptr_t)delta;
+    h->len = o->span;
+    h->shift = o->host - h->lo;
+    return 1;
 }
 
 /* ---- a pass over the typed objects of one device --------------------------------------------- */
@@ -122,7 +140,18 @@ typedef struct adsm__xlate_pass {
     size_t stop_off;           /* ... having written back its pieces below this offset */
     const adsm__object *limit; /* a rollback goes up to here (NULL: every object) */
     size_t limit_off;
+    int dry;                   /* check every field, change nothing (before an in-place pass) */
+    adsm__xlate_hit hit;       /* the object the last field pointed into */
 } adsm__xlate_pass;
+
+/* v translated, or 0 when it points into no shared object. */
+ADSM__PRIVATE uintptr_t adsm__xlate_value(adsm__xlate_pass *x, uintptr_t v) {
+    if (!(x->hit.len && v - x->hit.lo < x->hit.len) &&
+        !(x->to_device ? adsm__xlate_find_out(x->rt, v, x->delta, &x->hit)
+                       : adsm__xlate_find_in(x->rt, v, x->delta, &x->hit)))
+        return 0;
+    return v + x->hit.shift;
+}
 
 ADSM__PRIVATE void adsm__xlate_error(adsm__xlate_pass *x, const adsm__object *o, size_t elem, const adsm_field_desc *f,
                                      size_t k, uintptr_t v) {
@@ -143,9 +172,11 @@ ADSM__PRIVATE void adsm__xlate_error(adsm__xlate_pass *x, const adsm__object *o,
                           o->type->name, elem, (void *)o->host, (void *)v, x->d);
 }
 
-/* Translates the pointer fields wholly inside piece [p0, p1) of o, staged at x->stage. Returns
- * whether any changed; a field that cannot be translated is left as it is. */
-ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1) {
+/* Translates the pointer fields wholly inside piece [p0, p1) of o, held at buf (the stage, or
+ * the device memory itself). Returns whether any changed; a field that cannot be translated is
+ * left as it is. */
+ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, unsigned char *buf, size_t p0,
+                                    size_t p1) {
     const adsm_type_desc *t = o->type;
     int changed = 0;
     uint64_t fields = 0;
@@ -156,19 +187,18 @@ ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, 
                 size_t at = e * t->size + f->offset + k * sizeof(void *);
                 if (at < p0 || at + sizeof(void *) > p1) continue;
                 uintptr_t v, w;
-                memcpy(&v, x->stage + (at - p0), sizeof v);
+                memcpy(&v, buf + (at - p0), sizeof v);
                 if (!v) {
                     if (!f->nullable) adsm__xlate_error(x, o, e, f, k, v);
                     continue;
                 }
-                w = x->to_device ? adsm__xlate_out(x->rt, v, x->delta) : adsm__xlate_in(x->rt, v, x->delta);
-                if (!w) {
+                if (!(w = adsm__xlate_value(x, v))) {
                     adsm__xlate_error(x, o, e, f, k, v);
                     continue;
                 }
-                fields++;
-                if (w == v) continue;
-                memcpy(x->stage + (at - p0), &w, sizeof w);
+                fields += !x->dry;
+                if (w == v || x->dry) continue;
+                memcpy(buf + (at - p0), &w, sizeof w);
                 changed = 1;
             }
         }
@@ -176,16 +206,22 @@ ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, 
     return changed;
 }
 
-/* One piece: home, translated, back if it changed. 0, or -1 when a copy failed. */
+/* One piece: in place where the CPU reaches device memory (emu), else home, translated, and back
+ * if it changed. 0, or -1 when a copy failed. */
 ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1) {
     adsm__runtime *rt = x->rt;
     void *ctx = rt->dev_ctx[x->d];
     size_t n = p1 - p0;
+    unsigned char *in_place = rt->be->device_window ? (unsigned char *)rt->be->device_window(ctx, o->dev + p0, n) : NULL;
+    if (in_place) {
+        (void)adsm__xlate_piece(x, o, in_place, p0, p1);
+        return 0;
+    }
     if (rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
     adsm__count_from_device(rt, x->d, n);
     ADSM__ADD(&rt->stats.translation_bytes, n);
     adsm_result before = x->r;
-    int changed = adsm__xlate_piece(x, o, p0, p1);
+    int changed = adsm__xlate_piece(x, o, x->stage, p0, p1);
     if (x->to_device && before == ADSM_OK && x->r != ADSM_OK) return 0; /* not written: rolled back */
     if (!changed) return 0;
     if (rt->be->to_device(ctx, o->dev + p0, (uintptr_t)x->stage, n, 0, ADSM__EVERY_LAUNCH) != 0) return -1;
@@ -317,7 +353,17 @@ ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, cons
     adsm__xlate_pass x = adsm__xlate_begin(rt, d, kernel, 1);
     if (!x.stage) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory to translate pointer fields",
                                     kernel);
-    int rc = adsm__xlate_all(&x);
+    int rc = 0;
+    if (rt->be->device_window) { /* in place: every field checked first, so a failure changes nothing */
+        x.dry = 1;
+        rc = adsm__xlate_all(&x);
+        x.dry = 0;
+        if (rc == 0 && x.r != ADSM_OK) {
+            free(x.stage);
+            return x.r;
+        }
+    }
+    if (rc == 0) rc = adsm__xlate_all(&x);
     free(x.stage);
     if (rc == 0 && x.r == ADSM_OK) return ADSM_OK;
     adsm_result r = x.r != ADSM_OK ? x.r
