@@ -284,14 +284,81 @@ ADSM__PRIVATE int adsm__xlate_object(adsm__xlate_pass *x, const adsm__object *o)
     return 0;
 }
 
-/* Every typed object, in allocation order, up to x->limit. 0 or -1. */
-ADSM__PRIVATE int adsm__xlate_all(adsm__xlate_pass *x) {
-    for (adsm__object *o = x->rt->first_object; o; o = o->next) {
-        if (!o->type || o->managed || o->device_only) continue;
-        if (adsm__xlate_object(x, o) != 0) return -1;
-        if (x->stop == o || x->limit == o) break;
+/* ---- small objects end to end, staged together -------------------------------------------------
+ * Staged, a program that makes each node an object of its own (a few KiB each) would cost two
+ * copies per object and launch. Whole typed objects that lie end to end in device memory go
+ * through the stage together instead: one copy home, each translated at its place, one copy back. */
+typedef struct adsm__xlate_batch {
+    uintptr_t lo, next, end; /* [lo, end) is copied; the next member must start at `next` */
+    const adsm__object **members; /* stb_ds array */
+} adsm__xlate_batch;
+
+ADSM__PRIVATE int adsm__xlate_batchable(const adsm__xlate_pass *x, const adsm__object *o) {
+    size_t lo, hi;
+    adsm__type_field_span(o->type, &lo, &hi);
+    int sparse = o->type->size > 4096 && (hi - lo) * 4 < o->type->size;
+    return x->rt->ndev == 1 && !x->rt->be->device_window && !o->safe && !sparse && o->size <= ADSM__XLATE_STAGE / 4;
+}
+
+/* 0, or -1 when a copy failed. A field that cannot go to the device stops the pass before this
+ * batch: none of it is written. */
+ADSM__PRIVATE int adsm__xlate_flush(adsm__xlate_pass *x, adsm__xlate_batch *b) {
+    adsm__runtime *rt = x->rt;
+    void *ctx = rt->dev_ctx[x->d];
+    ptrdiff_t k = stbds_arrlen(b->members);
+    if (k == 0) return 0;
+    size_t n = b->end - b->lo;
+    int changed = 0, rc = -1;
+    adsm_result before = x->r;
+    if (rt->be->from_device(ctx, (uintptr_t)x->stage, b->lo, n) == 0) {
+        adsm__count_from_device(rt, x->d, n);
+        ADSM__ADD(&rt->stats.translation_bytes, n);
+        for (ptrdiff_t i = 0; i < k; i++) {
+            const adsm__object *o = b->members[i];
+            changed |= adsm__xlate_piece(x, o, x->stage + (o->dev - b->lo), 0, o->size);
+        }
+        rc = 0;
+        if (x->to_device && before == ADSM_OK && x->r != ADSM_OK) {
+            x->stop = b->members[0];
+            x->stop_off = 0;
+        } else if (changed) {
+            rc = rt->be->to_device(ctx, b->lo, (uintptr_t)x->stage, n, 0, ADSM__EVERY_LAUNCH) == 0 ? 0 : -1;
+            if (rc == 0) {
+                adsm__count_to_device(rt, x->d, 0, n);
+                ADSM__ADD(&rt->stats.translation_bytes, n);
+            }
+        }
     }
-    return 0;
+    stbds_arrsetlen(b->members, 0);
+    return rc;
+}
+
+/* Every typed object, in address order, up to x->limit. 0 or -1. */
+ADSM__PRIVATE int adsm__xlate_all(adsm__xlate_pass *x) {
+    adsm__xlate_batch b;
+    memset(&b, 0, sizeof b);
+    int rc = 0;
+    for (adsm__tree_node *n = adsm__tree_first(&x->rt->objects); n && rc == 0 && !x->stop; n = adsm__tree_next(n)) {
+        const adsm__object *o = adsm__object_of(n);
+        if (!o->type || o->managed || o->device_only) continue;
+        if (x->limit == o && x->limit_off == 0) break; /* nothing of it went translated */
+        if (adsm__xlate_batchable(x, o)) {
+            if (stbds_arrlen(b.members) && (b.next != o->dev || o->dev + o->size - b.lo > ADSM__XLATE_STAGE))
+                rc = adsm__xlate_flush(x, &b);
+            if (rc != 0 || x->stop) break;
+            if (!stbds_arrlen(b.members)) b.lo = o->dev;
+            stbds_arrput(b.members, o);
+            b.next = o->dev + o->span;
+            b.end = o->dev + o->size;
+            continue;
+        }
+        if ((rc = adsm__xlate_flush(x, &b)) != 0 || x->stop) break;
+        rc = adsm__xlate_object(x, o);
+        if (x->limit == o) break;
+    }
+    if (rc == 0 && !x->stop) rc = adsm__xlate_flush(x, &b);
+    stbds_arrfree(b.members);
+    return rc;
 }
 
 /* ---- at a kernel's boundary (launch.h) -------------------------------------------------------- */

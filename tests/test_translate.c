@@ -351,6 +351,31 @@ Test(translate, fields_into_safe_objects_hold_their_device_addresses) {
 }
 
 #ifdef TEST_ON_CUDA_DOUBLE
+/* Staged, small typed objects lying end to end go through the stage together: a launch costs a
+ * copy each way for 64 one-node objects, not 64; and each comes home right. */
+Test(translate, small_objects_end_to_end_are_staged_together) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    enum { N = 64 };
+    node *nodes[N];
+    for (int i = 0; i < N; i++) nodes[i] = ADSM_ALLOC(node, 1);
+    for (int i = 0; i < N; i++) {
+        nodes[i]->next = nodes[(i + 1) % N];
+        nodes[i]->value = i;
+        if (i) cr_assert_eq((uintptr_t)nodes[i], (uintptr_t)nodes[i - 1] + 4096, "objects packed end to end");
+    }
+    uint64_t *seen = adsm_alloc(2 * sizeof *seen);
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    cr_assert_eq(adsm_reset_stats(), ADSM_OK);
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 32), nodes[5], seen, (size_t)1), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    adsm_stats st = stats();
+    cr_assert_eq(seen[0], dev_of(nodes[6]));
+    cr_assert_leq(st.d2h_copies, 2, "translation copies home: %llu", (unsigned long long)st.d2h_copies);
+    cr_assert_eq(st.translated_fields, 2 * N);
+    for (int i = 0; i < N; i++) cr_assert_eq(nodes[i]->next, nodes[(i + 1) % N], "node %d", i);
+    adsm_shutdown();
+}
+
 /* A second GPU always has addresses of its own: a kernel there sees its addresses (consistent
  * offsets, neither the host's nor the first GPU's), and what it writes comes home right. */
 Test(translate, a_second_gpu_translates_with_its_own_addresses) {
