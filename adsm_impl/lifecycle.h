@@ -275,6 +275,7 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     adsm__tree_init(&rt->objects); /* its nodes were in the objects just destroyed */
     rt->fifo_head = rt->fifo_tail = NULL;
     rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = rt->tracked_blocks = 0;
+    rt->typed_objects = rt->safe_objects = 0;
     rt->rolling_limit = 0;
     rt->evict_clock = rt->epoch_clock = rt->epoch_regrets = rt->epoch_touched = 0;
     rt->flushes_queued = rt->flushes_settled = 0;

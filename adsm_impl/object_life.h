@@ -53,6 +53,7 @@ ADSM__PRIVATE void adsm__object_unlist(adsm__runtime *rt, adsm__object *o, int s
     if (stage >= 3) {
         adsm__tree_remove(&rt->objects, &o->node);
         if (o->safe) adsm__tree_remove(&rt->safe_dev, &o->dev_node);
+        if (o->safe) rt->safe_objects--;
     }
 }
 
@@ -239,6 +240,7 @@ ADSM__PRIVATE adsm_result adsm__object_publish(adsm__runtime *rt, adsm__object *
     o->dev_node.end = o->dev + o->span;
     adsm__tree_insert(&rt->objects, &o->node);
     if (o->safe) adsm__tree_insert(&rt->safe_dev, &o->dev_node);
+    if (o->safe) rt->safe_objects++;
     adsm__list_append(rt, o);
     rt->nobjects++;
     rt->object_bytes += o->size;

@@ -369,7 +369,7 @@ ADSM__PRIVATE intptr_t adsm__xlate_delta(const adsm__runtime *rt, unsigned d) {
 /* Whether a launch on device d must translate: typed objects exist, and d's addresses differ from
  * the host's or some objects sit at device addresses of their own (safe objects). */
 ADSM__PRIVATE int adsm__xlate_needed(const adsm__runtime *rt, unsigned d) {
-    return rt->typed_objects && rt->be->moves_data && (adsm__xlate_delta(rt, d) != 0 || rt->safe_dev.count > 0);
+    return rt->typed_objects && rt->be->moves_data && (adsm__xlate_delta(rt, d) != 0 || rt->safe_objects > 0);
 }
 
 /* Whether a fault's copy of a typed object runs outside the lock now (launch.h waits for it:
