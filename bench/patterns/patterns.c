@@ -104,10 +104,13 @@ static const size_t full_blocks[] = {4 * KiB, 64 * KiB, 512 * KiB, 2 * MiB, 8 * 
 typedef enum { P_SEQINIT, P_RANDOM, P_HOT, P_STRIDED, P_COLMAJOR, P_SWEEPS, P_READMOSTLY, P_COUNT } pattern;
 static const char *pattern_name[] = {"seqinit", "random", "hot", "strided", "colmajor", "sweeps", "readmostly"};
 
-typedef enum { V_EXPLICIT, V_LAZY, V_ROLLING } variant;
-static const char *variant_name[] = {"explicit", "lazy", "rolling"};
+/* um and um-prefetch (CUDA managed memory, the driver's coherence) run on cuda only, beside the
+ * others (issue 30: Unified Memory measured beside adsm) */
+typedef enum { V_EXPLICIT, V_LAZY, V_ROLLING, V_UM, V_UM_PREFETCH } variant;
+static const char *variant_name[] = {"explicit", "lazy", "rolling", "um", "um-prefetch"};
 static const adsm_protocol_kind variant_protocol[] = {ADSM_PROTOCOL_DEFAULT, ADSM_PROTOCOL_LAZY,
-                                                      ADSM_PROTOCOL_ROLLING};
+                                                      ADSM_PROTOCOL_ROLLING, ADSM_PROTOCOL_UM,
+                                                      ADSM_PROTOCOL_UM_PREFETCH};
 
 typedef struct sample {
     double ns;
@@ -420,6 +423,21 @@ static void usage(const char *argv0) {
 
 static double mib(double bytes) { return bytes / (double)MiB; }
 
+/* cuda: unified memory beside the explicit program and rolling at the largest block. um[2 i] and
+ * um[2 i + 1] are pattern i's um and um-prefetch points. */
+static void print_um_table(const point *pts, size_t npts, size_t nblocks, const point *um, size_t npatterns) {
+    size_t per = 1 + 2 * nblocks;
+    printf("\n### Unified memory beside them (cuda: um, um-prefetch; CUDA managed memory, the driver migrates)\n\n");
+    printf("| pattern | explicit ms | rolling %s ms | um ms | um-prefetch ms | rolling x expl | um x expl | "
+           "um-prefetch x expl |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+           "(largest block)");
+    for (size_t i = 0; i < npatterns && (i + 1) * per <= npts; i++) {
+        const point *e = &pts[i * per], *r = &pts[i * per + per - 1], *u = &um[2 * i], *up = &um[2 * i + 1];
+        printf("| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n", pattern_name[e->p], e->ms, r->ms, u->ms,
+               up->ms, r->ms / e->ms, u->ms / e->ms, up->ms / e->ms);
+    }
+}
+
 static void print_table(const point *pts, size_t npts, size_t nblocks, double total_s, FILE *csv) {
     struct utsname u;
     char date[64] = "?";
@@ -525,9 +543,13 @@ int main(int argc, char **argv) {
     const size_t *blocks = full ? full_blocks : quick_blocks;
     const size_t nblocks = full ? COUNT(full_blocks) : COUNT(quick_blocks);
     const size_t n = size / sizeof(unsigned), npts = (only < 0 ? P_COUNT : 1) * (1 + 2 * nblocks);
-    point *pts = calloc(npts, sizeof *pts);
+    point *pts = calloc(npts, sizeof *pts), *um = calloc(2 * P_COUNT, sizeof *um);
     unsigned *want = malloc(size), *host = huge_alloc(size);
-    if (!pts || !want) return 1;
+    if (!pts || !um || !want) return 1;
+    start(ADSM_PROTOCOL_DEFAULT, 0, "the backend"); /* which backend the default picks */
+    adsm_shutdown();
+    int on_cuda = strcmp(backend, "cuda") == 0;
+    size_t nu = 0;
     double t_start = now_ns();
     size_t k = 0;
     for (pattern p = 0; p < P_COUNT; p++) {
@@ -545,13 +567,20 @@ int main(int argc, char **argv) {
                         pt->evictions, pt->regrets, (now_ns() - t_start) / 1e9);
             }
         }
+        for (variant v = V_UM; on_cuda && v <= V_UM_PREFETCH; v++, nu++) {
+            um[nu] = run_point(p, v, blocks[nblocks - 1], host, want);
+            fprintf(stderr, "[um] %-10s %-11s %8.1f ms  %8.1f MiB prefetched  %.0f s\n", pattern_name[p],
+                    variant_name[v], um[nu].ms, mib(um[nu].h2d + um[nu].d2h), (now_ns() - t_start) / 1e9);
+        }
     }
     print_table(pts, npts, nblocks, (now_ns() - t_start) / 1e9, csv);
+    if (on_cuda) print_um_table(pts, npts, nblocks, um, nu / 2);
     if (csv && fclose(csv) != 0) {
         fprintf(stderr, "patterns: writing %s failed: %s\n", csv_path, strerror(errno));
         return 1;
     }
     free(pts);
+    free(um);
     free(want);
     return 0;
 }
