@@ -47,6 +47,31 @@
    Shared objects start zero-filled on both sides. adsm_init()/adsm_shutdown() are optional: the
    first call initialises from defaults and the environment.
 
+   THE API AT A GLANCE (declared below this comment, each with its own; sections in brackets)
+       adsm_init(&cfg)  adsm_shutdown()                   start, stop: both optional      [3, 7]
+       adsm_alloc(size)  adsm_free(p)                     shared objects, zero-filled
+       adsm_safe_alloc(size)  adsm_safe(p)                objects at other device addresses  [2]
+       ADSM_TYPE(T, ADSM_PTR(f, U) | ADSM_PTR_NONNULL | ADSM_PTR_DATA(f), ...)  ADSM_DECLARE_TYPE
+       ADSM_ALLOC(T, n)  adsm_set_type(p, ADSM_TYPE_OF(T))   typed objects (pointer fields)   [2]
+       ADSM_KERNEL(name, params...)  ADSM_KERNEL_DEF(name, (params...), g, { body })         [2]
+       ADSM_IN  ADSM_OUT  ADSM_INOUT  ADSM_VALUE          what a kernel does with a parameter
+       ADSM_SHARED(decls)  ADSM_FOR_EACH_THREAD(g, i)  adsm_atomic_add/min/max_*      [2]
+       adsm_grid_1d(blocks, threads)  adsm_grid_3d(grid, block)  adsm_dim3_make  adsm_grid_threads
+       ADSM_CALL(name, grid, args...)  ADSM_CALL_ON(dev, ...)   launch (asynchronous)        [2, 5]
+       adsm_sync()                                        wait; reports kernel errors       [6]
+       ADSM_PREPARE(name)  ADSM_CUDA_SOURCE(...)  adsm_module_load_source/_image/_file   [5]
+       adsm_device_count()  adsm_set_affinity(p, dev)  adsm_get_device_stats(dev, &s)    [5]
+       adsm_memset  adsm_memcpy                           bulk memory where the data is    [8]
+       adsm_read  adsm_write  adsm_pread  adsm_pwrite  adsm_fread  adsm_fwrite   I/O   [8]
+       adsm_is_shared(p, n)  adsm_touch(p, n, write)      for wrappers (adsm_mpi.h)        [8]
+       adsm_dev_alloc(_on)  adsm_dev_free  adsm_copy_to_device  adsm_copy_from_device
+       adsm_host_alloc  adsm_host_free                    the explicit path                [8]
+       adsm_launch(_on)  adsm_kernel_prepare              what ADSM_CALL and ADSM_PREPARE call
+       adsm_last_error()  adsm_last_result()  adsm_result_string(r)   errors              [6]
+       adsm_get_stats(&s)  adsm_reset_stats()             bytes moved, faults, evictions...
+       adsm_backend_name  adsm_protocol_name  adsm_fault_engine_name  adsm_block_size
+       adsm_block_state(p)                                what runs, a block's state       [4]
+
    2. KERNELS: THE DSL
    ===================
    ADSM_KERNEL(name, params...) declares a kernel once, with the access it makes to each of its
@@ -89,7 +114,7 @@
    first launch (once per process). It may not use: preprocessor directives, host functions or
    globals, C-only syntax CUDA C++ rejects (void * conversions, C's NULL, compound literals,
    VLAs). A body NVRTC rejects fails the first launch with ADSM_ERROR_INVALID_MODULE and
-   NVRTC's log, naming the kernel. README's "Write a kernel once" has the full rules.
+   NVRTC's log, naming the kernel. docs/usage.md, "Write a kernel once", has the full rules.
 
    POINTER STRUCTURES: where a device sees objects at other addresses than the host's (cuda
    translating, GPUs after the first, adsm_safe_alloc objects, emu with ADSM_EMU_SAME_ADDRESS=0),
@@ -103,7 +128,7 @@
    A field pointing outside every shared object fails the launch with ADSM_ERROR_NOT_SHARED
    naming kernel, type, element and field (a kernel leaving one: that launch and the next
    adsm_sync). Where the addresses agree nothing runs; where they differ a launch waits for its
-   device and is synchronous. README "Pointer structures where addresses differ".
+   device and is synchronous. docs/usage.md, "Pointer structures where addresses differ".
 
    3. CONFIGURATION
    ================
@@ -121,7 +146,7 @@
                           memory limit where lower, at most 32G). One device: the objects
                           together must fit. Several: each object must fit one, and a launch
                           never starts with its device holding more; rolling's evictions in
-                          between may pass it until the next launch there (README)
+                          between may pass it until the next launch there (docs/usage.md)
        ADSM_EMU_WORKERS   kernel worker threads of the emulated device, 1..256 (CPU count, <= 64)
        ADSM_EMU_DEVICES   emulated devices, 1..8, each its own process and memory (1)
        ADSM_EMU_CHECK_BOUNDS 1: a guard page after every object and device buffer; a kernel that
@@ -395,7 +420,7 @@
 
    MPI: a program that includes the companion header adsm_mpi.h (after mpi.h, with
    ADSM_MPI_IMPLEMENTATION in one file) may hand shared memory to its MPI calls: MPI gets plain
-   host mirrors, filled and emptied with adsm_memcpy (its top comment and README, "MPI"). Without
+   host mirrors, filled and emptied with adsm_memcpy (its top comment; docs/usage.md). Without
    it, give MPI plain memory only: its transports reach other processes' pages through system
    calls (EFAULT on protected pages), and a CUDA-aware MPI takes shared objects for device memory.
    adsm_is_shared and adsm_touch (above, with the I/O calls) are what such wrappers build on.
@@ -650,7 +675,7 @@ ADSM_API void *adsm_safe(const void *host_ptr);
 /* A shared object of `count` structs of a declared type (ADSM_ALLOC(T, count) casts it), and the
    type of an existing object (its start; its size a whole number of the type's structs; NULL
    takes the type away). Where a device's addresses differ from the host's, the pointer fields of
-   typed objects hold that device's addresses while its kernels run (README, "Pointer
+   typed objects hold that device's addresses while its kernels run (docs/usage.md, "Pointer
    structures"). */
 ADSM_API void *adsm_alloc_typed(const adsm_type_desc *type, size_t count);
 ADSM_API adsm_result adsm_set_type(void *object, const adsm_type_desc *type);
