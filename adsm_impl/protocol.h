@@ -815,18 +815,19 @@ ADSM__PRIVATE int adsm__write_run(adsm__runtime *rt, adsm__object *o, size_t blo
     return 0;
 }
 
-/* A write made [from, from + n) of o Dirty: into the FIFO; rolling notes regrets and evicts past
- * its window (its time on this thread added to *spent). */
+/* A write made [from, from + n) of o Dirty: into the FIFO, then the protocol's on_dirty (rolling
+ * notes regrets and evicts past its window; its time on this thread added to *spent). */
 ADSM__PRIVATE int adsm__dirtied(adsm__runtime *rt, adsm__object *o, size_t from, size_t n, int sequential,
                                 uint64_t *spent) {
     for (size_t k = from; k < from + n; k++) adsm__fifo_push(rt, &o->blocks[k]);
-    if (!rt->proto->eager) return 0;
-    adsm__rolling_note_writes(rt, o, from, n);
-    return adsm__evict_past_window(rt, o, from, sequential, spent);
+    return rt->proto->on_dirty ? rt->proto->on_dirty(rt, o, from, n, sequential, spent) : 0;
 }
 
-/* A CPU access the protection stopped. Rolling times what it cost this thread, less its copies,
- * its waits and the evictions it started (adsm__cost_note). */
+/* A CPU access the protection stopped: the unit (or the wider fetch fetch_granule asks for) is
+ * fetched if Invalid and becomes ReadOnly; a write makes the unit (or the run write_run asks for)
+ * Dirty and hands it to adsm__dirtied. What it cost this thread, less its copies, its waits and
+ * what on_dirty spent, goes to the protocol's access_cost. The optional steps are the protocol's
+ * (protocol_vtbl.h); lazy has none. */
 ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write,
                                        int overwrite) {
     size_t first, count;
@@ -837,7 +838,8 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
         return adsm__set_state(rt, o, first, count, state); /* another thread got here first */
     uint64_t t0 = adsm__now_ns(), elsewhere = 0; /* copies, waits, evictions */
     size_t from = first, n = count; /* the blocks to prepare: the unit, or a wider fetch */
-    if (state == ADSM__INVALID && !(is_write && overwrite)) adsm__fetch_granule(rt, o, is_write, &from, &n);
+    if (state == ADSM__INVALID && !(is_write && overwrite) && rt->proto->fetch_granule)
+        rt->proto->fetch_granule(rt, o, is_write, &from, &n);
     if (adsm__prepare_unit(rt, o, from, n, state, is_write, overwrite, &let_go) != 0) return -1;
     int done = let_go ? ADSM__AGAIN : 0;
     if (let_go) elsewhere = adsm__now_ns() - t0;
@@ -845,13 +847,13 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     int sequential = 0;
     size_t dfrom = first, dn = count;
     if (is_write) {
-        if (count == 1) sequential = adsm__write_run(rt, o, first, &dfrom, &dn);
+        if (rt->proto->write_run) sequential = rt->proto->write_run(rt, o, first, &dfrom, &dn);
         if (adsm__set_state_compacting(rt, o, dfrom, dn, ADSM__DIRTY) != 0 ||
             adsm__dirtied(rt, o, dfrom, dn, sequential, &elsewhere) != 0)
             return -1;
     }
     size_t took = ADSM__MAX(n, is_write ? dn : 0) / count; /* units whose protection changed */
-    if (rt->proto->eager) adsm__cost_note(rt, &rt->cost_fault_ns, adsm__now_ns() - t0 - elsewhere, took);
+    if (rt->proto->access_cost) rt->proto->access_cost(rt, adsm__now_ns() - t0 - elsewhere, took);
     return done;
 }
 
@@ -905,9 +907,6 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
     /* Flushes are queued, not waited for: the backend runs the launch after the copies queued
      * before it (stream order), so no copy runs under the runtime lock. A CPU write to a unit
      * whose flush may still be reading it waits for that copy (adsm__flushing). */
-    if (rt->proto->eager) adsm__rolling_end_epoch(rt);
-    rt->ahead_epoch++; /* a sequential phase ends at a kernel call: every object's run with it */
-    rt->ahead_sum = 0;
     if (adsm__check_fault_engine(rt) != 0)
         return adsm__protection_failed("taking over from the closed userfaultfd");
     if (adsm__release_dirty(rt, used, nused) != 0)
@@ -944,7 +943,6 @@ ADSM__PRIVATE int adsm__untracked_alloc(adsm__runtime *rt, adsm__object *o) {
 ADSM__PRIVATE void adsm__tracked_free(adsm__runtime *rt, adsm__object *o) {
     for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_remove(rt, &o->blocks[b]);
     adsm__forget_output(rt, o);
-    if (adsm__runs_on(rt) && adsm__ahead_live(rt, o)) rt->ahead_sum -= o->ahead;
 }
 
 /* Write-through (directory.h): brings every output listed since the last call or sync home, unit

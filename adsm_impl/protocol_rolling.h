@@ -17,16 +17,50 @@
 #include "protocol_vtbl.h"
 #include "protocol.h"
 
+/* ---- rolling's steps of the shared engine ------------------------------------------------ */
+/* on_dirty: blocks [from, from + n) of o just became Dirty (in the FIFO already): a regret grows
+ * the window (adsm__rolling_note_writes), then eviction brings the Dirty blocks back to it. */
+ADSM__PRIVATE int adsm__rolling_on_dirty(adsm__runtime *rt, adsm__object *o, size_t from, size_t n, int sequential,
+                                         uint64_t *spent) {
+    adsm__rolling_note_writes(rt, o, from, n);
+    return adsm__evict_past_window(rt, o, from, sequential, spent);
+}
+
+/* access_cost: a fault's own time on its thread, a sample of the fault cost. */
+ADSM__PRIVATE void adsm__rolling_access_cost(adsm__runtime *rt, uint64_t ns, size_t units) {
+    adsm__cost_note(rt, &rt->cost_fault_ns, ns, units);
+}
+
+/* release: a kernel call ends the epoch (the window adapts) and every object's write-ahead run,
+ * then the shared release flushes and invalidates. */
+ADSM__PRIVATE adsm_result adsm__rolling_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
+                                                adsm__object *const *used, size_t nused, uint64_t seq) {
+    adsm__rolling_end_epoch(rt);
+    rt->ahead_epoch++; /* a sequential phase ends at a kernel call: every object's run with it */
+    rt->ahead_sum = 0;
+    return adsm__tracked_release(rt, writes, nwrites, used, nused, seq);
+}
+
+/* on_free: the shared free, and o's live write-ahead run leaves the window's room for runs. */
+ADSM__PRIVATE void adsm__rolling_free(adsm__runtime *rt, adsm__object *o) {
+    adsm__tracked_free(rt, o);
+    if (adsm__runs_on(rt) && adsm__ahead_live(rt, o)) rt->ahead_sum -= o->ahead;
+}
+
 static const adsm__protocol_vtbl adsm__protocol_rolling = {
     .name = "rolling",
     .kind = ADSM_PROTOCOL_ROLLING,
     .whole_object = 0,
     .eager = 1,
     .on_access = adsm__tracked_access,
-    .release = adsm__tracked_release,
+    .release = adsm__rolling_release,
     .acquire = adsm__tracked_acquire,
     .on_alloc = adsm__tracked_alloc,
-    .on_free = adsm__tracked_free,
+    .on_free = adsm__rolling_free,
+    .fetch_granule = adsm__fetch_granule,
+    .write_run = adsm__write_run,
+    .on_dirty = adsm__rolling_on_dirty,
+    .access_cost = adsm__rolling_access_cost,
 };
 
 #endif /* ADSM__PROTOCOL_ROLLING_INCLUDED */

@@ -15,7 +15,7 @@ typedef struct adsm__protocol_vtbl {
     const char *name;
     adsm_protocol_kind kind;
     int whole_object; /* unit of tracking: the object (batch, lazy) or one block (rolling) */
-    int eager;        /* evict the oldest dirty unit past the rolling size (rolling) */
+    int eager;        /* rolling: evicts Dirty blocks past its window (api.h, memops.h ask) */
     /* objects live in the backend's managed memory, kept coherent by the driver: nothing is
      * protected or copied by adsm (um, um-prefetch: protocol_um.h) */
     int managed;
@@ -31,6 +31,22 @@ typedef struct adsm__protocol_vtbl {
     adsm_result (*acquire)(adsm__runtime *rt);
     int (*on_alloc)(adsm__runtime *rt, adsm__object *o); /* initial state and protection */
     void (*on_free)(adsm__runtime *rt, adsm__object *o);
+    /* Optional steps of the shared access path (protocol.h, adsm__tracked_access), for a protocol
+     * that tracks blocks and adapts to what it sees (rolling: protocol_rolling.h); NULL in the
+     * others, which then take the unit alone and do nothing more. They run where on_access runs,
+     * in the SIGSEGV handler too, under the runtime lock: no allocation, no stdio. */
+    /* an access fetches Invalid data: widens the unit [*first, *first + *count) to the blocks
+     * fetched with it */
+    void (*fetch_granule)(const adsm__runtime *rt, adsm__object *o, int is_write, size_t *first, size_t *count);
+    /* a write fault on the ReadOnly block `block`: which blocks it makes Dirty, [*from, *from + *n);
+     * returns whether it goes on with a sequential pass over o (passed on to on_dirty) */
+    int (*write_run)(adsm__runtime *rt, adsm__object *o, size_t block, size_t *from, size_t *n);
+    /* blocks [from, from + n) of o just became Dirty and joined the FIFO (eviction, for one); the
+     * time it spends on copies is added to *spent. 0 or -1 */
+    int (*on_dirty)(adsm__runtime *rt, adsm__object *o, size_t from, size_t n, int sequential, uint64_t *spent);
+    /* what the access cost this thread, less its copies, waits and what on_dirty spent (ns), and
+     * how many units' protection it changed */
+    void (*access_cost)(adsm__runtime *rt, uint64_t ns, size_t units);
 } adsm__protocol_vtbl;
 
 #endif /* ADSM__PROTOCOL_VTBL_INCLUDED */
