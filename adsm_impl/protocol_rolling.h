@@ -17,6 +17,124 @@
 #include "protocol_vtbl.h"
 #include "protocol.h"
 
+/* ---- write-ahead runs and the fetch granule ------------------------------------------------
+ * What one fault takes beyond its block: a write fault, the run of blocks it makes Dirty
+ * (adsm__write_run, rolling's write_run); a fetch, the blocks it brings home with its own
+ * (adsm__fetch_granule). Both run in the SIGSEGV handler under the runtime lock. */
+ADSM__PRIVATE int adsm__idle_in(const adsm__runtime *rt, const adsm__block *b, int state) {
+    return b->state == state && !b->busy && !b->in_fifo && !adsm__flushing(rt, b);
+}
+
+/* Idle, and not evicted since the last kernel call: what a fault that is no sequential pass may
+ * take beside its block (a fetch, a grown window's huge page). Taking an evicted block back would
+ * send it twice, a regret no CPU write asked for, which would also grow the window; a sequential
+ * pass takes them, as it is about to write them anyway. */
+ADSM__PRIVATE int adsm__idle_fresh(const adsm__runtime *rt, const adsm__block *b, int state) {
+    return adsm__idle_in(rt, b, state) && b->evicted_at <= rt->epoch_clock;
+}
+
+/* Widens [*from, *from + *n) over the idle blocks in `state` next to it: within the huge page of
+ * block *from, or within the whole object once the window is dense (see adsm__write_run). */
+ADSM__PRIVATE void adsm__idle_run(const adsm__runtime *rt, const adsm__object *o, int state, size_t *from,
+                                  size_t *n) {
+    unsigned shift = rt->cfg.block_shift;
+    uintptr_t page = ADSM__ALIGN_DOWN(o->host + (*from << shift), ADSM__HUGE_PAGE);
+    size_t lo = page <= o->host ? 0 : (page - o->host) >> shift;
+    size_t hi = ADSM__MIN(o->nblocks, (page + ADSM__HUGE_PAGE - o->host) >> shift);
+    if (adsm__rolling_dense(rt)) lo = 0, hi = o->nblocks;
+    size_t b = *from, e = *from + *n;
+    while (b > lo && adsm__idle_fresh(rt, &o->blocks[b - 1], state)) b--;
+    while (e < hi && adsm__idle_fresh(rt, &o->blocks[e], state)) e++;
+    *from = b;
+    *n = e - b;
+}
+
+/* Rolling with blocks smaller than a huge page: a fetch takes every idle Invalid block next to
+ * the unit within its 2 MiB huge page (within its object once the window is dense), not the
+ * block alone. Bringing a whole huge page home is
+ * one copy (copy.h moves it over the block with mremap), a smaller piece bounces through
+ * /proc/self/mem, and each block fetched alone costs a fault: with 64 KiB blocks a dense pass
+ * over fetched data took 1024 faults per 64 MiB where lazy takes one. Never more bytes than lazy,
+ * which fetches the whole object. Except a write fault that is the object's first fetch since
+ * the last kernel call: it takes its unit alone. A store into a kernel's output with no read of
+ * it before is a spot update (stencil3d's emitter writes one point per step: at 64^3 and 4 KiB
+ * blocks, 20 MiB came home for 20 points written); a read-modify-write pass faults on its read
+ * first and keeps the huge page, and a pass of plain stores pays one fault more. Widens
+ * [*first, *first + *count). Under the runtime lock. */
+ADSM__PRIVATE void adsm__fetch_granule(const adsm__runtime *rt, adsm__object *o, int is_write, size_t *first,
+                                       size_t *count) {
+    if (rt->proto->whole_object || rt->cfg.block_exact || ((size_t)1 << rt->cfg.block_shift) >= ADSM__HUGE_PAGE)
+        return;
+    uint64_t epoch = rt->ahead_epoch + 1, before = o->fetch_epoch;
+    o->fetch_epoch = epoch;
+    if (is_write && before != epoch) return;
+    adsm__idle_run(rt, o, ADSM__INVALID, first, count);
+}
+
+/* Whether o's write position (ahead_next, ahead) was set since the last kernel call. */
+ADSM__PRIVATE int adsm__ahead_live(const adsm__runtime *rt, const adsm__object *o) {
+    return o->ahead != 0 && o->ahead_epoch == rt->ahead_epoch;
+}
+
+/* Where a run of o from `block` meant to end at `end` does end: a run of a huge page or more ends
+ * on a huge page's boundary (the last one at or before `end`, past `block`), so that its
+ * protection changes, and the evictions that later send it, cover whole huge pages. A change
+ * over part of one splits its 2 MiB mapping into 4 KiB pages (a costlier change, and more TLB
+ * misses for the CPU's accesses after it): runs doubling from 1 block end at 31, 63, ..., so each
+ * run of 32 blocks of 64 KiB split two huge pages. */
+ADSM__PRIVATE size_t adsm__hp_boundary(const adsm__runtime *rt, const adsm__object *o, size_t block, size_t end) {
+    unsigned shift = rt->cfg.block_shift;
+    if (end - block < adsm__hp_blocks(rt)) return end;
+    uintptr_t at = ADSM__ALIGN_DOWN(o->host + (end << shift), ADSM__HUGE_PAGE);
+    size_t aligned = at <= o->host ? 0 : (at - o->host) >> shift;
+    return aligned > block ? aligned : end;
+}
+
+/* Rolling, blocks smaller than a huge page: which blocks a write fault on the ReadOnly `block`
+ * makes Dirty, [*from, *from + *n). Only idle ReadOnly blocks are taken: their host copy is
+ * current, so one never written after all costs a flush, no data. Returns whether the fault goes
+ * on with a sequential pass (it hit the block right after the last run), which eviction uses at
+ * every block size (adsm__victim).
+ * - Write-ahead: a write fault on the block right after the run the last write fault on the same
+ *   object made Dirty (a sequential phase) takes the blocks after it too: twice as many as last
+ *   time, at least as many as make the fault cost no more than their copy (adsm__fault_granule),
+ *   up to a huge page's worth, or more where faults are dear (adsm__run_most). With 64 KiB
+ *   blocks a sequential initialisation otherwise paid one fault and two
+ *   protection changes per block where lazy pays one per object (2.4x lazy's time). Each object
+ *   keeps its own run, so a loop that fills several arrays side by side (a[i] = ..., b[i] = ...:
+ *   vecadd) is sequential on each of them. A fault that is no sequential pass takes its block
+ *   alone: scattered writes that took more went from 0.53x to 0.82x lazy's bytes (each block
+ *   taken is one more to send, and one more an eviction may send twice), for few faults saved.
+ * - Grown: once regrets grew the window past the paper's rule (the CPU comes back to blocks it
+ *   wrote), a write fault takes the idle ReadOnly blocks of its huge page, or of its object next
+ *   to it when the window is dense (adsm__rolling_dense), as lazy would, if they fit in the
+ *   window without evicting any of them. Random writes at 64 KiB went from 1.6x to 1.15x lazy's
+ *   time; rare scattered writes keep single blocks, as a huge page does not fit their window. */
+ADSM__PRIVATE int adsm__write_run(adsm__runtime *rt, adsm__object *o, size_t block, size_t *from, size_t *n) {
+    *from = block;
+    *n = 1;
+    if (rt->proto->whole_object || !rt->proto->eager) return 0;
+    int live = adsm__ahead_live(rt, o), sequential = live && block == o->ahead_next, runs = adsm__runs_on(rt);
+    size_t want = 1;
+    if (runs) {
+        if (sequential) want = ADSM__MIN(ADSM__MAX(2 * o->ahead, adsm__fault_granule(rt)), adsm__run_most(rt, o));
+        size_t end = adsm__hp_boundary(rt, o, block, block + want);
+        while (block + *n < end && block + *n < o->nblocks && adsm__idle_in(rt, &o->blocks[block + *n], ADSM__READONLY))
+            (*n)++;
+        if (live) rt->ahead_sum -= o->ahead;
+        rt->ahead_sum += want;
+    }
+    if (!sequential) o->behind = *from; /* a new pass begins */
+    o->ahead_epoch = rt->ahead_epoch;
+    o->ahead_next = *from + *n;
+    o->ahead = want;
+    if (sequential || !runs || !adsm__rolling_grown(rt)) return sequential;
+    size_t run_from = *from, run_n = *n;
+    adsm__idle_run(rt, o, ADSM__READONLY, &run_from, &run_n);
+    if (rt->fifo_len + run_n <= adsm__rolling_limit(rt)) *from = run_from, *n = run_n; /* evicts none of it */
+    return 0;
+}
+
 /* ---- eviction ------------------------------------------------------------------------------ */
 /* How many Dirty blocks from v, at most `max` and below block `end`, eviction sends as one copy:
  * those that follow v in its object and, when v is the oldest (`oldest`), in the FIFO too (a
