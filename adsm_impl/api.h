@@ -20,6 +20,7 @@
 #include "runtime.h"
 #include "reservation.h"
 #include "protocol.h"
+#include "protocol_rolling.h"
 #include "capacity.h"
 #include "memops.h"
 #include "io.h"

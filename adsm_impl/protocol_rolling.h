@@ -17,6 +17,212 @@
 #include "protocol_vtbl.h"
 #include "protocol.h"
 
+/* ---- the window: its size, regrets and adaptation ----------------------------------------- */
+/* Floor of the adaptive size: ADSM_ROLLING_STEP per live object (the paper's rule). At least 2:
+ * one unaligned store may span two blocks, and both must be Dirty at once or they would evict
+ * each other forever. */
+ADSM__PRIVATE size_t adsm__rolling_floor(const adsm__runtime *rt) {
+    size_t floor = rt->cfg.rolling_step * rt->nobjects;
+    return floor < 2 ? 2 : floor;
+}
+
+/* Ceiling: every block of every live object. A window that holds all of them never evicts,
+ * which is lazy at block granularity; no pattern can do worse than that, while any smaller
+ * ceiling brings the thrashing back for random writes over objects larger than it. */
+ADSM__PRIVATE size_t adsm__rolling_ceiling(const adsm__runtime *rt) {
+    size_t floor = adsm__rolling_floor(rt);
+    return rt->tracked_blocks > floor ? rt->tracked_blocks : floor;
+}
+
+ADSM__PRIVATE size_t adsm__rolling_limit(const adsm__runtime *rt) {
+    if (rt->cfg.rolling_size) return rt->cfg.rolling_size; /* at least 2: config.h refuses 1 */
+    size_t floor = adsm__rolling_floor(rt), ceiling = adsm__rolling_ceiling(rt);
+    if (rt->rolling_limit < floor) return floor;
+    return rt->rolling_limit > ceiling ? ceiling : rt->rolling_limit;
+}
+
+/* Rolling: whether o had a regret since the last kernel call (adsm__rolling_note_writes). */
+ADSM__PRIVATE int adsm__held(const adsm__runtime *rt, const adsm__object *o) {
+    return o->held_epoch == rt->ahead_epoch + 1;
+}
+
+/* Blocks [from, from + n) of o became Dirty. Each one evicted eagerly since the last kernel call
+ * is a regret: that eviction copied bytes the next call copies again, so the window was too
+ * small by at least the evictions made since the block left it. Once per fault the window grows
+ * to cover the farthest such distance, and at least doubles, so a random pattern needs a handful
+ * of regrets, not one per block, to reach its working set; but never past twice the blocks this
+ * epoch has dirtied (a window larger than that cannot save an eviction now, and would only delay
+ * the evictions of a later sequential phase) nor past every live block. And the object is held
+ * until the next call: none of its blocks is evicted again (adsm__victim), so no block crosses
+ * more than twice in an epoch, and the rest of a pass that came back is sent once, at the call
+ * (a fixed ADSM_ROLLING_SIZE is the paper's rule: it evicts on, oldest first). */
+ADSM__PRIVATE void adsm__rolling_note_writes(adsm__runtime *rt, adsm__object *o, size_t from, size_t n) {
+    size_t distance = 0, regrets = 0;
+    for (size_t k = from; k < from + n; k++) {
+        adsm__block *b = &o->blocks[k];
+        if (b->evicted_at <= rt->epoch_clock) { /* never evicted, or before the last call */
+            rt->epoch_touched++;
+            continue;
+        }
+        size_t d = (size_t)(rt->evict_clock - b->evicted_at) + 1;
+        if (d > distance) distance = d;
+        b->evicted_at = 0;
+        regrets++;
+    }
+    if (regrets == 0) return;
+    rt->epoch_regrets += regrets;
+    ADSM__ADD(&rt->stats.rolling_regrets, regrets);
+    if (rt->cfg.rolling_size) return;
+    o->held_epoch = rt->ahead_epoch + 1;
+    size_t limit = adsm__rolling_limit(rt), ceiling = adsm__rolling_ceiling(rt);
+    size_t grown = limit + (distance > limit ? distance : limit);
+    if (grown > 2 * rt->epoch_touched) grown = 2 * rt->epoch_touched;
+    if (grown > ceiling) grown = ceiling;
+    if (grown > limit) rt->rolling_limit = grown;
+}
+
+/* At a kernel call (before the flush): halve the window when the epoch that ends showed it
+ * larger than needed: no regret, and either evictions (each one was harmless, and a smaller
+ * window sends more of the data while the CPU works) or at most half of it in use (the working
+ * set is small). A window in full use without evictions is kept: that is a pattern it fits. */
+ADSM__PRIVATE void adsm__rolling_end_epoch(adsm__runtime *rt) {
+    size_t limit = adsm__rolling_limit(rt);
+    int evicted = rt->evict_clock != rt->epoch_clock;
+    if (!rt->cfg.rolling_size && rt->epoch_regrets == 0 && (evicted || rt->fifo_len <= limit / 2))
+        rt->rolling_limit = limit / 2; /* adsm__rolling_limit keeps it at the floor or above */
+    rt->epoch_clock = rt->evict_clock;
+    rt->epoch_regrets = rt->epoch_touched = 0;
+}
+
+/* Grown: regrets grew the adaptive window past the paper's rule. Dense: to at least half of the
+ * live blocks as well (the CPU writes all over its objects between calls). Evictions are then
+ * rare, and per-block faults buy little: faults take whole runs of blocks (adsm__write_run). */
+ADSM__PRIVATE int adsm__rolling_grown(const adsm__runtime *rt) {
+    return rt->proto->eager && !rt->cfg.rolling_size && adsm__rolling_limit(rt) > adsm__rolling_floor(rt);
+}
+
+ADSM__PRIVATE int adsm__rolling_dense(const adsm__runtime *rt) {
+    return adsm__rolling_grown(rt) && 2 * adsm__rolling_limit(rt) >= adsm__rolling_ceiling(rt);
+}
+
+/* The window eviction keeps: the rolling size, but room for every object's current write-ahead
+ * run twice at least, so a run just made Dirty is not evicted before the CPU writes it, nor the
+ * run of an array filled side by side with it (a fixed ADSM_ROLLING_SIZE is kept as it is:
+ * write-ahead runs are at most half of it). */
+ADSM__PRIVATE size_t adsm__rolling_window(const adsm__runtime *rt) {
+    size_t limit = adsm__rolling_limit(rt), runs = 2 * rt->ahead_sum;
+    return limit > runs || rt->cfg.rolling_size ? limit : runs;
+}
+
+/* ---- what faults, evictions and copies cost (rolling) ---------------------------------------
+ * How much a fault takes and how many blocks an eviction sends are decided from what they cost
+ * on this machine, measured while the program runs, not from constants: a fault's own time on
+ * the thread that took it (protection changes and bookkeeping; not its copies, its waits or the
+ * evictions it starts), an eviction's own time there (its protection change, queueing the copy
+ * and waking the copy engine, which on a machine short of cores runs first, on this very core),
+ * and a copy to the device per byte (the backends time each copy on the engine that makes it:
+ * stats.h2d_ns over stats.h2d_bytes). Faults and evictions have running averages over their last
+ * eight or so; until a copy has been timed nothing is known and every rule does what it did
+ * before costs decided (runs up to a huge page, one block per scattered write, no batches). On
+ * the 2-vCPU build machine shared with other work, faults took 3-13 us in the handler, evictions
+ * 50-900 us, a 64 KiB copy 7-14 us; a bare write fault took 4-7 us quiet, 27-45 us under load. A
+ * test fixes the three (adsm__rolling_costs_pin). Runtime lock held. */
+#define ADSM__COST_SHIFT 3 /* a running average moves by an eighth of the distance to each sample */
+
+/* A sample of a fixed cost: what one fault or eviction of `blocks` blocks took. For faults only
+ * those of a single block say what the fixed part is: a protection change over many blocks costs
+ * more, and runs cut to eight times the fault cost would feed on it (longer runs, dearer faults,
+ * longer runs); one of several blocks that took less than the average still shows the fixed
+ * part is no more than that. Evictions count whatever they sent (blocks 1): their batch is cut
+ * to the cost itself, and sequential passes evict nothing but runs. */
+ADSM__PRIVATE void adsm__cost_note(const adsm__runtime *rt, uint64_t *avg, uint64_t sample, size_t blocks) {
+    if (rt->cost_pinned || (blocks > 1 && (*avg == 0 || sample >= *avg))) return;
+    if (sample == 0) sample = 1; /* 0 stands for "not measured yet" */
+    *avg = *avg == 0 ? sample : *avg - (*avg >> ADSM__COST_SHIFT) + (sample >> ADSM__COST_SHIFT);
+}
+
+/* Picoseconds per byte a copy to the device takes; 0 while none has been timed. Copies are
+ * counted when queued and timed when done, so copies in flight make it a little low. */
+ADSM__PRIVATE uint64_t adsm__cost_copy_ps(const adsm__runtime *rt) {
+    if (rt->cost_pinned) return rt->cost_copy_ps;
+    uint64_t ns = ADSM__LOAD(&rt->stats.h2d_ns), bytes = ADSM__LOAD(&rt->stats.h2d_bytes);
+    if (ns == 0 || bytes == 0) return 0;
+    return ns < UINT64_MAX / 1000 ? ns * 1000 / bytes : ns / (bytes / 1000 + 1);
+}
+
+/* The fewest blocks, a power of two up to `most`, whose copy to the device takes at least
+ * `fixed_ns`: a fault or an eviction of that many costs at most twice their copy, where one
+ * block at a time could cost its fixed part many times over. 1 while copies are not timed. */
+ADSM__PRIVATE size_t adsm__cost_blocks(const adsm__runtime *rt, uint64_t fixed_ns, size_t most) {
+    uint64_t block_ps = adsm__cost_copy_ps(rt) << rt->cfg.block_shift, fixed_ps = fixed_ns * 1000;
+    size_t n = 1;
+    if (block_ps == 0) return 1;
+    while (n < most && (uint64_t)n * block_ps < fixed_ps) n <<= 1;
+    return n;
+}
+
+/* Blocks per 2 MiB huge page (1 for blocks of a huge page or more). */
+ADSM__PRIVATE size_t adsm__hp_blocks(const adsm__runtime *rt) {
+    size_t n = ADSM__HUGE_PAGE >> rt->cfg.block_shift;
+    return n ? n : 1;
+}
+
+/* A fixed ADSM_ROLLING_SIZE stays the window: what one fault takes is at most half of it. */
+ADSM__PRIVATE size_t adsm__fixed_most(const adsm__runtime *rt) {
+    return rt->cfg.rolling_size ? rt->cfg.rolling_size / 2 : SIZE_MAX;
+}
+
+/* Whether write faults take runs of blocks (adsm__write_run): rolling with blocks smaller than a
+ * huge page, unless ADSM_BLOCK_EXACT or a fixed window too small for two. Fixed for a runtime. */
+ADSM__PRIVATE int adsm__runs_on(const adsm__runtime *rt) {
+    return !rt->proto->whole_object && rt->proto->eager && !rt->cfg.block_exact && adsm__hp_blocks(rt) > 1 &&
+           adsm__fixed_most(rt) > 1;
+}
+
+/* The blocks a sequential write fault takes at least: enough that the fault costs no more than
+ * their copy. 1 where faults are cheap next to a block's copy (2 MiB blocks, or a machine that
+ * copies slowly), at most a huge page. */
+ADSM__PRIVATE size_t adsm__fault_granule(const adsm__runtime *rt) {
+    return ADSM__MIN(adsm__cost_blocks(rt, rt->cost_fault_ns, adsm__hp_blocks(rt)), adsm__fixed_most(rt));
+}
+
+/* The longest a sequential run of o grows: a huge page's worth, and past it while a fault still
+ * costs over an eighth of the copy of the run it takes (longer runs save little more, and cost
+ * overlap: the last run is sent at the call, not while the CPU writes). Not shorter where
+ * faults look cheap: the fault's own time leaves out the kernel's trap and signal delivery,
+ * which adsm cannot time, and copies timed under load include the copy engine's wait for a
+ * core; runs cut to what those said took 2442 faults where huge-page runs take 111 (sequential
+ * initialisation, 64 KiB blocks, the build machine loaded), at 1.9x the time. */
+ADSM__PRIVATE size_t adsm__run_most(const adsm__runtime *rt, const adsm__object *o) {
+    size_t dear = adsm__cost_blocks(rt, 8 * rt->cost_fault_ns, o->nblocks);
+    return ADSM__MIN(ADSM__MAX(adsm__hp_blocks(rt), dear), adsm__fixed_most(rt));
+}
+
+/* The blocks an eviction sends at least: past the window, eviction waits until that many are
+ * Dirty beyond it and sends them together, so its fixed cost weighs no more than their copy. 1
+ * with a fixed ADSM_ROLLING_SIZE (the paper's rule), ADSM_BLOCK_EXACT or blocks of a huge page. */
+ADSM__PRIVATE size_t adsm__evict_batch(const adsm__runtime *rt) {
+    if (rt->cfg.rolling_size || rt->cfg.block_exact) return 1;
+    return adsm__cost_blocks(rt, rt->cost_evict_ns, adsm__hp_blocks(rt));
+}
+
+/* Test hook: the costs the rules above use, fixed (copy_ps 0: as if nothing were measured yet).
+ * Tests never assert how long faults take; they fix what they cost and count what follows. */
+ADSM__PRIVATE void adsm__rolling_costs_pin(adsm__runtime *rt, uint64_t fault_ns, uint64_t evict_ns, uint64_t copy_ps) {
+    adsm__lock(&rt->lock);
+    rt->cost_pinned = 1;
+    rt->cost_fault_ns = fault_ns;
+    rt->cost_evict_ns = evict_ns;
+    rt->cost_copy_ps = copy_ps;
+    adsm__unlock(&rt->lock);
+}
+
+/* At shutdown: the next runtime measures afresh (another backend, another block size). */
+ADSM__PRIVATE void adsm__rolling_costs_reset(adsm__runtime *rt) {
+    rt->cost_pinned = 0;
+    rt->cost_fault_ns = rt->cost_evict_ns = rt->cost_copy_ps = 0;
+}
+
 /* ---- write-ahead runs and the fetch granule ------------------------------------------------
  * What one fault takes beyond its block: a write fault, the run of blocks it makes Dirty
  * (adsm__write_run, rolling's write_run); a fetch, the blocks it brings home with its own
