@@ -1,5 +1,10 @@
-/* adsm_impl/protocol.h -- the helpers the three protocols (interface: protocol_vtbl.h)
- * share: state changes (protection first), fetch, flush, the FIFO of dirty units, eviction.
+/* adsm_impl/protocol.h -- the engine lazy and rolling share (interface: protocol_vtbl.h), and the
+ * helpers batch uses too: state changes (protection first), fetch, flush and write-back, the FIFO
+ * of dirty units, the mapping limit, and the access, release, acquire, alloc and free that lazy
+ * takes as they are and rolling extends. What only one protocol does lives in its own file
+ * (protocol_rolling.h: the window, regrets, costs, write-ahead runs, the fetch granule and
+ * eviction; protocol_batch.h): the engine reaches rolling's through the vtable's optional steps
+ * (fetch_granule, write_run, on_dirty, access_cost), never by name.
  *
  * A protocol answers five events: a CPU access the page protection stopped (fault, or a runtime
  * access on the program's behalf), release (a kernel call), acquire (adsm_sync) and free.
@@ -543,12 +548,6 @@ ADSM__PRIVATE adsm_result adsm__tracked_acquire(adsm__runtime *rt) {
 /* Fresh objects are zero on both sides, hence ReadOnly: nothing to copy until someone writes. */
 ADSM__PRIVATE int adsm__tracked_alloc(adsm__runtime *rt, adsm__object *o) {
     return adsm__set_state(rt, o, 0, o->nblocks, ADSM__READONLY);
-}
-
-/* Untracked objects (batch protocol, host backend) stay writable: the host copy is the one the
- * program uses between calls. */
-ADSM__PRIVATE int adsm__untracked_alloc(adsm__runtime *rt, adsm__object *o) {
-    return adsm__set_state(rt, o, 0, o->nblocks, ADSM__DIRTY);
 }
 
 ADSM__PRIVATE void adsm__tracked_free(adsm__runtime *rt, adsm__object *o) {

@@ -106,6 +106,12 @@ ADSM__PRIVATE adsm_result adsm__untracked_release(adsm__runtime *rt, adsm__objec
     return ADSM_OK;
 }
 
+/* Untracked objects (batch protocol, host backend) stay writable: the host copy is the one the
+ * program uses between calls. */
+ADSM__PRIVATE int adsm__untracked_alloc(adsm__runtime *rt, adsm__object *o) {
+    return adsm__set_state(rt, o, 0, o->nblocks, ADSM__DIRTY);
+}
+
 ADSM__PRIVATE void adsm__untracked_free(adsm__runtime *rt, adsm__object *o) { (void)rt; (void)o; }
 
 static const adsm__protocol_vtbl adsm__protocol_batch = {

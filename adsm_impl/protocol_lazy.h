@@ -2,8 +2,11 @@
  * object fetches all of it; a write makes the whole object Dirty; dirty objects are flushed at the
  * next kernel call; objects a kernel may write become Invalid at that call.
  *
- * The engine lives in protocol.h (adsm__tracked_*); its access path runs in the SIGSEGV handler
- * under the runtime lock. */
+ * Lazy is protocol.h's engine as it stands, with the whole object as its unit: it takes none of
+ * the vtable's optional steps (protocol_vtbl.h), so nothing is lazy's alone but this table. A
+ * write fault (fault.h -> adsm__tracked_access) fetches the object if it is Invalid, makes it
+ * Dirty and queues it in the FIFO; the next kernel call writes it back (adsm__tracked_release).
+ * The access path runs in the SIGSEGV handler under the runtime lock. */
 #ifndef ADSM__PROTOCOL_LAZY_INCLUDED
 #define ADSM__PROTOCOL_LAZY_INCLUDED
 

@@ -8,9 +8,22 @@
  * at a call after an epoch that did not need it, never past the blocks of the live objects
  * (docs/design.md, section 5).
  *
- * The engine lives in protocol.h; its access path runs in the SIGSEGV handler under the runtime
- * lock (the adaptive size is integer bookkeeping on the runtime and the block records, no
- * allocation), and eviction only enqueues the copy for the backend's DMA thread. */
+ * Everything only rolling does is here, over the engine it shares with lazy (protocol.h): the
+ * window (its size, regrets and adaptation), the costs its rules read, the write-ahead runs and
+ * the fetch granule (what one fault takes beyond its block), and eviction. The engine calls them
+ * through the vtable's optional steps (protocol_vtbl.h). A write fault runs the shared
+ * adsm__tracked_access, which asks fetch_granule (adsm__fetch_granule) how much to fetch and
+ * write_run (adsm__write_run) which blocks become Dirty, queues them in the FIFO and calls
+ * on_dirty (adsm__rolling_on_dirty): a regret grows the window (adsm__rolling_note_writes), and
+ * past the window adsm__evict_past_window picks victims (adsm__victim) and sends them
+ * (adsm__evict_blocks -> protocol.h's write-back: protection first, then one queued copy);
+ * access_cost takes the fault's own time. A kernel call ends the epoch here
+ * (adsm__rolling_release) before the shared release writes back what is Dirty.
+ *
+ * fetch_granule, write_run, on_dirty and access_cost run in the SIGSEGV handler under the runtime
+ * lock (integer bookkeeping on the runtime and the block records, no allocation, no stdio), and
+ * eviction only enqueues the copy for the backend's DMA thread; release and free run in normal
+ * thread context with the lock held. */
 #ifndef ADSM__PROTOCOL_ROLLING_INCLUDED
 #define ADSM__PROTOCOL_ROLLING_INCLUDED
 
@@ -98,7 +111,7 @@ ADSM__PRIVATE void adsm__rolling_end_epoch(adsm__runtime *rt) {
  * live blocks as well (the CPU writes all over its objects between calls). Evictions are then
  * rare, and per-block faults buy little: faults take whole runs of blocks (adsm__write_run). */
 ADSM__PRIVATE int adsm__rolling_grown(const adsm__runtime *rt) {
-    return rt->proto->eager && !rt->cfg.rolling_size && adsm__rolling_limit(rt) > adsm__rolling_floor(rt);
+    return !rt->cfg.rolling_size && adsm__rolling_limit(rt) > adsm__rolling_floor(rt);
 }
 
 ADSM__PRIVATE int adsm__rolling_dense(const adsm__runtime *rt) {
@@ -172,11 +185,10 @@ ADSM__PRIVATE size_t adsm__fixed_most(const adsm__runtime *rt) {
     return rt->cfg.rolling_size ? rt->cfg.rolling_size / 2 : SIZE_MAX;
 }
 
-/* Whether write faults take runs of blocks (adsm__write_run): rolling with blocks smaller than a
- * huge page, unless ADSM_BLOCK_EXACT or a fixed window too small for two. Fixed for a runtime. */
+/* Whether write faults take runs of blocks (adsm__write_run): blocks smaller than a huge page,
+ * unless ADSM_BLOCK_EXACT or a fixed window too small for two. Fixed for a runtime. */
 ADSM__PRIVATE int adsm__runs_on(const adsm__runtime *rt) {
-    return !rt->proto->whole_object && rt->proto->eager && !rt->cfg.block_exact && adsm__hp_blocks(rt) > 1 &&
-           adsm__fixed_most(rt) > 1;
+    return !rt->cfg.block_exact && adsm__hp_blocks(rt) > 1 && adsm__fixed_most(rt) > 1;
 }
 
 /* The blocks a sequential write fault takes at least: enough that the fault costs no more than
@@ -269,8 +281,7 @@ ADSM__PRIVATE void adsm__idle_run(const adsm__runtime *rt, const adsm__object *o
  * [*first, *first + *count). Under the runtime lock. */
 ADSM__PRIVATE void adsm__fetch_granule(const adsm__runtime *rt, adsm__object *o, int is_write, size_t *first,
                                        size_t *count) {
-    if (rt->proto->whole_object || rt->cfg.block_exact || ((size_t)1 << rt->cfg.block_shift) >= ADSM__HUGE_PAGE)
-        return;
+    if (rt->cfg.block_exact || ((size_t)1 << rt->cfg.block_shift) >= ADSM__HUGE_PAGE) return;
     uint64_t epoch = rt->ahead_epoch + 1, before = o->fetch_epoch;
     o->fetch_epoch = epoch;
     if (is_write && before != epoch) return;
@@ -319,7 +330,6 @@ ADSM__PRIVATE size_t adsm__hp_boundary(const adsm__runtime *rt, const adsm__obje
 ADSM__PRIVATE int adsm__write_run(adsm__runtime *rt, adsm__object *o, size_t block, size_t *from, size_t *n) {
     *from = block;
     *n = 1;
-    if (rt->proto->whole_object || !rt->proto->eager) return 0;
     int live = adsm__ahead_live(rt, o), sequential = live && block == o->ahead_next, runs = adsm__runs_on(rt);
     size_t want = 1;
     if (runs) {
@@ -345,10 +355,9 @@ ADSM__PRIVATE int adsm__write_run(adsm__runtime *rt, adsm__object *o, size_t blo
 /* How many Dirty blocks from v, at most `max` and below block `end`, eviction sends as one copy:
  * those that follow v in its object and, when v is the oldest (`oldest`), in the FIFO too (a
  * write-ahead run), so that only the oldest go. */
-ADSM__PRIVATE size_t adsm__evict_span(const adsm__runtime *rt, const adsm__block *v, size_t max, size_t end,
-                                      int oldest) {
+ADSM__PRIVATE size_t adsm__evict_span(const adsm__block *v, size_t max, size_t end, int oldest) {
     const adsm__object *o = v->obj;
-    if (rt->proto->whole_object || v->state != ADSM__DIRTY) return 1;
+    if (v->state != ADSM__DIRTY) return 1;
     size_t n = 1;
     while (n < max && v->index + n < end) {
         const adsm__block *next = &o->blocks[v->index + n];
@@ -404,7 +413,7 @@ ADSM__PRIVATE int adsm__evict_past_window(adsm__runtime *rt, adsm__object *o, si
     while (rt->fifo_len > window) {
         adsm__block *v = adsm__victim(rt, o, from, sequential);
         if (!v) return 0;
-        size_t n = adsm__evict_span(rt, v, rt->fifo_len - window, behind ? from : v->obj->nblocks, !behind);
+        size_t n = adsm__evict_span(v, rt->fifo_len - window, behind ? from : v->obj->nblocks, !behind);
         if (adsm__evict_blocks(rt, v, n, spent) != 0) return -1;
     }
     return 0;
