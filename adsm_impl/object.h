@@ -60,7 +60,7 @@ typedef struct adsm__object {
     uint64_t dev_launch[ADSM__MAX_DEVICES]; /* the last launch on each device that named it: a
                                                copy to that device waits for it (directory.h) */
     int device_newer;         /* batch: a launch may have written it since it last came home */
-    /* rolling write-ahead (protocol.h, adsm__write_run): the block right after the run the last
+    /* rolling write-ahead (protocol_rolling.h, adsm__write_run): the block right after the run the last
      * write fault made Dirty and how many blocks that run was meant to hold (0 where blocks are
      * taken one by one: only the position counts there), valid while ahead_epoch equals the
      * runtime's (no kernel call since); behind: where the current sequential pass began, or the
@@ -72,7 +72,7 @@ typedef struct adsm__object {
                                  call none of its blocks is evicted (0: never) */
     uint64_t fetch_epoch;     /* rolling: 1 + the runtime's ahead_epoch at this object's last fetch
                                  fault (0: none yet): a write fault that is the first fetch of an
-                                 epoch takes its unit alone (protocol.h, adsm__fetch_granule) */
+                                 epoch takes its unit alone (protocol_rolling.h, adsm__fetch_granule) */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */

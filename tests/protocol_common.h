@@ -163,7 +163,7 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
     adsm_result r = adsm_init(&cfg);
     cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());
     /* rolling decides how much a fault takes and an eviction sends from the costs it measures
-     * (protocol.h): fixed here, so that what the tests count does not depend on the machine's
+     * (protocol_rolling.h): fixed here, so that what the tests count does not depend on the machine's
      * load. Nothing measured: the rules do what they did before costs decided (sequential runs
      * up to a huge page, one block per scattered write, evictions as the window lets blocks
      * go). Tests of the rule itself pin their own costs. */

@@ -852,7 +852,7 @@ Test(rolling_ahead, fixed_rolling_size_bounds_write_ahead) {
 
 /* ---- the costs that decide (issue 34) -------------------------------------------------------- */
 /* How long a sequential run grows and how many blocks an eviction sends are decided from what a
- * fault, an eviction and a copy cost, measured as the program runs (adsm_impl/protocol.h). The
+ * fault, an eviction and a copy cost, measured as the program runs (adsm_impl/protocol_rolling.h). The
  * tests fix those costs (adsm__rolling_costs_pin) and count what the rule then does: faults,
  * copies, Dirty blocks. Nothing here measures time. */
 TestSuite(rolling_costs, .timeout = 120);
