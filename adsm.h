@@ -594,8 +594,9 @@ typedef struct adsm_stats {
     uint64_t map_limit_merges;                /* at vm.max_map_count: reads that fetched more blocks to
                                                  join a ReadOnly run, invalidations that took clean
                                                  ReadOnly neighbours along (instead of failing) */
-    uint64_t translated_fields; /* pointer fields of typed objects moved between host and device
-                                   addresses (each way counts; 0 where the addresses agree) */
+    uint64_t translated_fields; /* declared pointer fields of typed objects passed between host and
+                                   device addresses, NULL ones too (each way counts; 0 where the
+                                   addresses agree) */
     uint64_t translation_bytes; /* bytes copied to and from devices to translate them (also in
                                    h2d_bytes and d2h_bytes) */
 } adsm_stats;

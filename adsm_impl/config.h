@@ -53,7 +53,11 @@ typedef struct adsm__settings {
                                 reported (ADSM_EMU_CHECK_BOUNDS; backend_emu.h) */
     int emu_same_address;    /* emu: 0 puts device memory at addresses of its own, as a GPU that
                                 translates (ADSM_EMU_SAME_ADDRESS=0; backend_emu.h) */
+    int translate;           /* how declared pointer fields are rewritten (ADSM_TRANSLATE; translate.h):
+                                ADSM__TRANSLATE_AUTO or ADSM__TRANSLATE_STAGED */
 } adsm__settings;
+
+enum { ADSM__TRANSLATE_AUTO = 1, ADSM__TRANSLATE_STAGED = 2 };
 
 typedef struct adsm__name_value {
     const char *name;
@@ -70,6 +74,8 @@ static const adsm__name_value adsm__protocol_names[] = {
 static const adsm__name_value adsm__log_names[] = {
     {"error", ADSM_LOG_ERROR}, {"warn", ADSM_LOG_WARN}, {"info", ADSM_LOG_INFO},
     {"debug", ADSM_LOG_DEBUG}, {NULL, 0}};
+static const adsm__name_value adsm__translate_names[] = {
+    {"auto", ADSM__TRANSLATE_AUTO}, {"staged", ADSM__TRANSLATE_STAGED}, {NULL, 0}};
 static const adsm__name_value adsm__engine_names[] = {
     {"auto", ADSM_FAULT_ENGINE_AUTO}, {"mprotect", ADSM_FAULT_ENGINE_MPROTECT},
     {"userfaultfd", ADSM_FAULT_ENGINE_USERFAULTFD}, {"uffd", ADSM_FAULT_ENGINE_USERFAULTFD}, {NULL, 0}};
@@ -338,6 +344,11 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
                               "expected 1 (device memory at the host's addresses) or 0 (at addresses of its "
                               "own, as a GPU that translates)")) != ADSM_OK)
         return r;
+    int translate = 0;
+    if ((r = adsm__env_name("ADSM_TRANSLATE", adsm__translate_names, &translate,
+                            "expected auto (in place where possible) or staged (through host memory)")) != ADSM_OK)
+        return r;
+    s->translate = translate ? translate : ADSM__TRANSLATE_AUTO;
     if (c.trace) {
         if (strlen(c.trace) >= sizeof s->trace_path)
             return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.trace: path too long");

@@ -27,6 +27,7 @@
 #include "peer.h"
 #include "lifecycle.h"
 #include "module.h"
+#include "explicit.h"
 #include "translate.h"
 
 ADSM__PRIVATE void adsm__add_range(adsm__range *ranges, size_t *n, uintptr_t addr, size_t len, const char *param) {
@@ -101,6 +102,26 @@ ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *
     return ADSM_OK;
 }
 
+/* Before the locks: on a backend whose device memory the CPU cannot reach (cuda), once typed
+ * objects exist, the patch kernel is compiled and its fault record allocated (translate.h), so
+ * that translations run on the device; where that fails they stay staged, said once. */
+ADSM__PRIVATE void adsm__xlate_ready_patch(adsm__runtime *rt) {
+    if (!rt->typed_objects || rt->xlate_fault || rt->xlate_patch_refused || rt->be->device_window ||
+        !rt->be->module_load || !rt->be->moves_data || rt->cfg.translate == ADSM__TRANSLATE_STAGED)
+        return;
+    void *fault = NULL;
+    adsm_result r = adsm__prepare_everywhere(rt, adsm__kernel_adsm__xlate_patch());
+    if (r == ADSM_OK) fault = adsm__dev_alloc_unguarded(0, ADSM__XLATE_FAULT_BYTES);
+    if (fault) {
+        rt->xlate_fault = adsm__dev_in(rt, (uintptr_t)fault);
+        return;
+    }
+    rt->xlate_patch_refused = 1;
+    adsm__log(ADSM_LOG_INFO, "pointer fields: the device patch kernel is not available (%s); they are translated "
+              "through host memory", adsm_last_error());
+    adsm__clear_error();
+}
+
 ADSM__PRIVATE int adsm__any_busy(adsm__object *const *objects, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (objects[i]->busy_units) return 1;
@@ -126,6 +147,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
                           k->name, k->args_size, rt->be->name, rt->be->max_args);
     if ((r = adsm__check_launch_shape(k, grid)) != ADSM_OK) return r;
     if ((r = adsm__prepare_everywhere(rt, k)) != ADSM_OK) return r;
+    adsm__xlate_ready_patch(rt);
     size_t threads = adsm_grid_threads(grid); /* counted without overflow: checked above */
     grid.begin = 0;
     grid.end = threads;
@@ -174,13 +196,21 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     if (xlate) {
         while (adsm__xlate_busy(rt)) adsm__await_copies(rt);
         if ((r = adsm__xlate_before(rt, d, k->name)) != ADSM_OK) xlate = 0;
+        if (rt->launch_seq >= l.seq) { /* patch kernels ran under this number: the kernel takes the next */
+            uint64_t next = rt->launch_seq + 1;
+            for (size_t i = 0; i < nwrites; i++)
+                if (writes[i]->writer_seq == l.seq) writes[i]->writer_seq = next;
+            l.seq = next;
+        }
     }
     if (r == ADSM_OK && (r = rt->be->launch(rt->dev_ctx[d], &l)) == ADSM_ERROR_DEVICE_LOST) adsm__mark_lost(rt, d);
+    if (r == ADSM_OK) { /* before the translation back: its patch kernels take the next numbers */
+        rt->dev_last_launch[d] = l.seq;
+        ADSM__STORE(&rt->launch_seq, l.seq);
+    }
     adsm_result after = ADSM_OK;
     if (xlate) after = r == ADSM_OK ? adsm__xlate_after(rt, d, k->name, l.seq) : adsm__xlate_home(rt, d, k->name, NULL, 0);
     if (r == ADSM_OK) {
-        rt->dev_last_launch[d] = l.seq;
-        ADSM__STORE(&rt->launch_seq, l.seq);
         adsm__note_users(used, nused, d, l.seq);
         ADSM__ADD(&rt->stats.launches, 1);
         ADSM__ADD(&rt->dev_stats[d].launches, 1);

@@ -276,6 +276,8 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     rt->fifo_head = rt->fifo_tail = NULL;
     rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = rt->tracked_blocks = 0;
     rt->typed_objects = rt->safe_objects = 0;
+    rt->xlate_fault = 0;
+    rt->xlate_patch_refused = 0;
     rt->rolling_limit = 0;
     rt->evict_clock = rt->epoch_clock = rt->epoch_regrets = rt->epoch_touched = 0;
     rt->flushes_queued = rt->flushes_settled = 0;

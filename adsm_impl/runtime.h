@@ -127,6 +127,9 @@ typedef struct adsm__runtime {
     uint64_t dev_last_launch[ADSM__MAX_DEVICES]; /* the last launch sent to each device */
     size_t typed_objects; /* live objects with a declared type (translate.h) */
     size_t safe_objects;  /* live adsm_safe_alloc objects (their device address is their own) */
+    uintptr_t xlate_fault; /* cuda: the patch kernel's fault record, a device buffer (adsm's device
+                              address), once the kernel is ready (translate.h); 0: staged passes */
+    int xlate_patch_refused; /* the patch kernel could not be readied: passes stay staged */
     /* the first error a translation back to host addresses found after a kernel (translate.h),
        reported again by the next adsm_sync; ADSM_OK when none */
     adsm_result translate_error;

@@ -188,6 +188,7 @@ ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, 
                 if (at < p0 || at + sizeof(void *) > p1) continue;
                 uintptr_t v, w;
                 memcpy(&v, buf + (at - p0), sizeof v);
+                fields += !x->dry;
                 if (!v) {
                     if (!f->nullable) adsm__xlate_error(x, o, e, f, k, v);
                     continue;
@@ -196,7 +197,6 @@ ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, 
                     adsm__xlate_error(x, o, e, f, k, v);
                     continue;
                 }
-                fields += !x->dry;
                 if (w == v || x->dry) continue;
                 memcpy(buf + (at - p0), &w, sizeof w);
                 changed = 1;
@@ -361,6 +361,142 @@ ADSM__PRIVATE int adsm__xlate_all(adsm__xlate_pass *x) {
     return rc;
 }
 
+/* ---- on the device itself: a patch kernel (cuda) -----------------------------------------------
+ * Where the CPU cannot reach device memory and every shared object sits at its host address plus
+ * the device's delta (one device, no safe objects), a kernel rewrites the fields where they are:
+ * no copy at all (the paper's PCPY). Its check is coarser than the other techniques': a value must
+ * lie in adsm's shared range (of host addresses going, of the device's coming back), not in a live
+ * object; a stale pointer into a freed object's range is moved like the others, and faults where
+ * it is followed (a kernel: launch failed; the CPU: adsm's message about memory no object holds).
+ * Each thread rewrites one struct's fields: up to 64 words from first_word, those set in mask.
+ * The first bad field is recorded in fault[0..4] (count, element, word, value, tag). */
+ADSM_KERNEL_DEF(adsm__xlate_patch,
+                (ADSM_INOUT(uint64_t, words), ADSM_INOUT(uint64_t, fault), ADSM_VALUE(uint64_t, nelem),
+                 ADSM_VALUE(uint64_t, stride_words), ADSM_VALUE(uint64_t, first_word), ADSM_VALUE(uint64_t, mask),
+                 ADSM_VALUE(uint64_t, nonnull_mask), ADSM_VALUE(uint64_t, lo), ADSM_VALUE(uint64_t, len),
+                 ADSM_VALUE(uint64_t, shift), ADSM_VALUE(uint64_t, dry), ADSM_VALUE(uint64_t, tag)),
+                g, {
+                    ADSM_FOR_EACH_THREAD(g, i) {
+                        if (i < nelem) {
+                            uint64_t *e = words + i * stride_words + first_word;
+                            for (int b = 0; b < 64; b++) {
+                                if (((mask >> b) & 1) == 0) continue;
+                                uint64_t v = e[b];
+                                int bad = v == 0 ? (int)((nonnull_mask >> b) & 1) : v - lo >= len;
+                                if (bad) {
+                                    if (adsm_atomic_add_u64(fault, 1) == 0) {
+                                        fault[1] = i;
+                                        fault[2] = first_word + (uint64_t)b;
+                                        fault[3] = v;
+                                        fault[4] = tag;
+                                    }
+                                } else if (v != 0 && dry == 0) {
+                                    e[b] = v + shift;
+                                }
+                            }
+                        }
+                    }
+                });
+
+#define ADSM__XLATE_FAULT_BYTES 64 /* the patch kernel's fault record, in a device buffer of adsm's */
+
+/* The struct's fields as the patch kernel takes them: 0 where they span more than 64 words. */
+ADSM__PRIVATE int adsm__type_words(const adsm_type_desc *t, uint64_t *first, uint64_t *mask, uint64_t *nonnull) {
+    size_t lo, hi;
+    adsm__type_field_span(t, &lo, &hi);
+    if (hi - lo > 64 * sizeof(void *) || t->size % sizeof(uint64_t) != 0) return 0;
+    *first = lo / sizeof(void *);
+    *mask = *nonnull = 0;
+    for (unsigned i = 0; i < t->nfields; i++)
+        for (size_t k = 0; k < t->fields[i].count; k++) {
+            uint64_t bit = (uint64_t)1 << ((t->fields[i].offset + k * sizeof(void *)) / sizeof(void *) - *first);
+            *mask |= bit;
+            if (!t->fields[i].nullable) *nonnull |= bit;
+        }
+    return 1;
+}
+
+/* Whether device d's passes run the patch kernel: launch.h readied it (rt->xlate_fault), one
+ * device, no safe objects, no window into device memory. */
+ADSM__PRIVATE int adsm__xlate_patching(const adsm__runtime *rt, unsigned d) {
+    return rt->xlate_fault && rt->ndev == 1 && d == 0 && rt->safe_objects == 0 && !rt->be->device_window &&
+           rt->cfg.translate != ADSM__TRANSLATE_STAGED;
+}
+
+/* One patch launch over o, queued on the device's stream. 0 or -1. */
+ADSM__PRIVATE int adsm__xlate_patch_object(adsm__xlate_pass *x, const adsm__object *o, uint64_t tag) {
+    adsm__runtime *rt = x->rt;
+    const adsm_type_desc *t = o->type;
+    adsm__args_adsm__xlate_patch a;
+    memset(&a, 0, sizeof a);
+    a.words = (uint64_t *)o->dev;
+    a.fault = (uint64_t *)rt->xlate_fault;
+    a.nelem = o->size / t->size;
+    a.stride_words = t->size / sizeof(uint64_t);
+    (void)adsm__type_words(t, &a.first_word, &a.mask, &a.nonnull_mask);
+    uintptr_t host_lo = rt->base, dev_lo = rt->base + (uintptr_t)x->delta;
+    a.lo = x->to_device ? host_lo : dev_lo;
+    a.len = rt->half;
+    a.shift = x->to_device ? (uint64_t)x->delta : (uint64_t)0 - (uint64_t)x->delta;
+    a.dry = (uint64_t)x->dry;
+    a.tag = tag;
+    adsm__launch l;
+    memset(&l, 0, sizeof l);
+    l.kernel = adsm__kernel_adsm__xlate_patch();
+    uint32_t blocks = (uint32_t)((a.nelem + 255) / 256);
+    l.grid = adsm_grid_1d(blocks ? blocks : 1, 256);
+    l.grid.begin = 0;
+    l.grid.end = adsm_grid_threads(l.grid);
+    l.args = &a;
+    l.seq = rt->launch_seq + 1;
+    l.nwritable = 2;
+    l.writable[0].addr = o->dev;
+    l.writable[0].len = o->span;
+    l.writable[1].addr = rt->xlate_fault;
+    l.writable[1].len = ADSM__XLATE_FAULT_BYTES;
+    if (rt->be->launch(rt->dev_ctx[x->d], &l) != ADSM_OK) return -1;
+    ADSM__STORE(&rt->launch_seq, l.seq);
+    rt->dev_last_launch[x->d] = l.seq;
+    ADSM__ADD(&rt->stats.translated_fields, x->dry ? 0 : a.nelem * (uint64_t)__builtin_popcountll(a.mask));
+    return 0;
+}
+
+/* Every typed object through the patch kernel, then the fault record read: the first error, or
+ * ADSM_OK. Objects whose fields span more than 64 words go staged. */
+ADSM__PRIVATE adsm_result adsm__xlate_patch_all(adsm__xlate_pass *x) {
+    adsm__runtime *rt = x->rt;
+    void *ctx = rt->dev_ctx[x->d];
+    uint64_t fault[5] = {0, 0, 0, 0, 0}, tag = 0;
+    if (rt->be->dev_memset(ctx, rt->xlate_fault, 0, ADSM__XLATE_FAULT_BYTES) != 0) return ADSM_ERROR_DEVICE_LOST;
+    const adsm__object *tagged[1] = {NULL};
+    for (adsm__tree_node *n = adsm__tree_first(&rt->objects); n; n = adsm__tree_next(n), tag++) {
+        const adsm__object *o = adsm__object_of(n);
+        uint64_t first, mask, nonnull;
+        if (!o->type || o->managed || o->device_only) continue;
+        if (!adsm__type_words(o->type, &first, &mask, &nonnull)) {
+            if (adsm__xlate_object(x, o) != 0) return ADSM_ERROR_DEVICE_LOST;
+            continue;
+        }
+        if (adsm__xlate_patch_object(x, o, tag) != 0) return ADSM_ERROR_DEVICE_LOST;
+    }
+    if (rt->be->wait(ctx, rt->launch_seq) != 0 ||
+        rt->be->from_device(ctx, (uintptr_t)fault, rt->xlate_fault, sizeof fault) != 0)
+        return ADSM_ERROR_DEVICE_LOST;
+    if (fault[0] == 0) return x->r;
+    tag = 0;
+    for (adsm__tree_node *n = adsm__tree_first(&rt->objects); n; n = adsm__tree_next(n), tag++)
+        if (tag == fault[4]) tagged[0] = adsm__object_of(n);
+    const adsm__object *o = tagged[0];
+    if (!o) return x->r;
+    for (unsigned i = 0; i < o->type->nfields; i++) {
+        const adsm_field_desc *f = &o->type->fields[i];
+        size_t word = f->offset / sizeof(void *);
+        if (fault[2] >= word && fault[2] < word + f->count)
+            adsm__xlate_error(x, o, (size_t)fault[1], f, (size_t)(fault[2] - word), (uintptr_t)fault[3]);
+    }
+    return x->r;
+}
+
 /* ---- at a kernel's boundary (launch.h) -------------------------------------------------------- */
 ADSM__PRIVATE intptr_t adsm__xlate_delta(const adsm__runtime *rt, unsigned d) {
     return rt->be->address_delta ? rt->be->address_delta(rt->dev_ctx[d]) : 0;
@@ -402,7 +538,15 @@ ADSM__PRIVATE adsm_result adsm__xlate_home(adsm__runtime *rt, unsigned d, const 
                                     kernel);
     x.limit = limit;
     x.limit_off = limit_off;
-    int rc = adsm__xlate_all(&x);
+    int rc = 0;
+    if (!limit && adsm__xlate_patching(rt, d)) { /* a rollback never follows a patch pass */
+        adsm_result r = adsm__xlate_patch_all(&x);
+        free(x.stage);
+        if (r == ADSM_ERROR_DEVICE_LOST && x.r == ADSM_OK)
+            return adsm__fail(r, "kernel '%s': translating pointer fields back on device %u failed", kernel, d);
+        return x.r;
+    }
+    rc = adsm__xlate_all(&x);
     free(x.stage);
     if (rc != 0 && x.r == ADSM_OK)
         x.r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': copying pointer fields back from device %u failed",
@@ -421,6 +565,16 @@ ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, cons
     if (!x.stage) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory to translate pointer fields",
                                     kernel);
     int rc = 0;
+    if (adsm__xlate_patching(rt, d)) { /* on the device: a dry pass checks, then the pass rewrites */
+        x.dry = 1;
+        adsm_result r = adsm__xlate_patch_all(&x);
+        x.dry = 0;
+        if (r == ADSM_OK) r = adsm__xlate_patch_all(&x);
+        free(x.stage);
+        if (r == ADSM_ERROR_DEVICE_LOST && x.r == ADSM_OK)
+            return adsm__fail(r, "kernel '%s': translating pointer fields on device %u failed", kernel, d);
+        return x.r;
+    }
     if (rt->be->device_window) { /* in place: every field checked first, so a failure changes nothing */
         x.dry = 1;
         rc = adsm__xlate_all(&x);

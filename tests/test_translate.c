@@ -109,10 +109,12 @@ void k_rewire(adsm_grid g, node *list, size_t n, uint64_t seed) {
 #include "tests/cuda_double_bridge.h"
 #define TEST_BACKEND ADSM_BACKEND_CUDA
 __attribute__((constructor)) static void use_cuda_double(void) { cuda_double_use(); }
+/* adsm's own patch kernel too (translate.h), as NVRTC would have compiled it on a GPU; built with
+ * -DTEST_TRANSLATE_STAGED, ADSM_TRANSLATE=staged rewrites through host memory instead. */
 static void attach(void) {
     const adsm_kernel_desc *const kernels[] = {adsm__kernel_k_links(), adsm__kernel_k_skip(), adsm__kernel_k_poison(),
-                                               adsm__kernel_k_rewire()};
-    cr_assert_eq(cuda_double_attach(kernels, 4), 0, "attach: %s", adsm_last_error());
+                                               adsm__kernel_k_rewire(), adsm__kernel_adsm__xlate_patch()};
+    cr_assert_eq(cuda_double_attach(kernels, 5), 0, "attach: %s", adsm_last_error());
 }
 #define DIFFERENT_ADDRESSES "ADSM_CUDA_SAME_ADDRESS"
 #else
@@ -123,6 +125,9 @@ static void attach(void) {}
 
 static void start(adsm_protocol_kind protocol, size_t block, int same_address) {
     setenv(DIFFERENT_ADDRESSES, same_address ? "1" : "0", 1);
+#ifdef TEST_TRANSLATE_STAGED
+    setenv("ADSM_TRANSLATE", "staged", 1);
+#endif
     unsetenv("ADSM_PROTOCOL");
     unsetenv("ADSM_BLOCK_SIZE");
     adsm_config cfg;
@@ -352,7 +357,31 @@ Test(translate, fields_into_safe_objects_hold_their_device_addresses) {
     adsm_shutdown();
 }
 
-#ifdef TEST_ON_CUDA_DOUBLE
+#if defined(TEST_ON_CUDA_DOUBLE) && !defined(TEST_TRANSLATE_STAGED)
+/* On the device itself: the patch kernel rewrites the fields where they are; a launch copies only
+ * the patch kernel's fault record home (a dry pass, the pass, the pass back). */
+Test(translate, the_device_patches_in_place_without_copies) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    const size_t n = 500;
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(2, 256), list, seen, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    cr_assert_eq(adsm_reset_stats(), ADSM_OK);
+    cr_assert_eq(ADSM_CALL(k_skip, adsm_grid_1d(1, 32), list, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    adsm_stats st = stats();
+    cr_assert_eq(st.translation_bytes, 0);
+    cr_assert_eq(st.translated_fields, 2 * n * 4, "%llu", (unsigned long long)st.translated_fields);
+    cr_assert_eq(st.launches, 1, "the patch kernels are not the program's launches");
+    cr_assert_leq(st.d2h_copies, 3, "%llu copies home", (unsigned long long)st.d2h_copies);
+    for (size_t i = 0; i + 1 < n; i++) cr_assert_eq(list[i].next, &list[(i + 2) % n], "node %zu", i);
+    adsm_shutdown();
+}
+#endif
+
+#if defined(TEST_ON_CUDA_DOUBLE) && defined(TEST_TRANSLATE_STAGED)
 /* Staged, small typed objects lying end to end go through the stage together: a launch costs a
  * copy each way for 64 one-node objects, not 64; and each comes home right. */
 Test(translate, small_objects_end_to_end_are_staged_together) {
@@ -373,11 +402,13 @@ Test(translate, small_objects_end_to_end_are_staged_together) {
     adsm_stats st = stats();
     cr_assert_eq(seen[0], dev_of(nodes[6]));
     cr_assert_leq(st.d2h_copies, 2, "translation copies home: %llu", (unsigned long long)st.d2h_copies);
-    cr_assert_eq(st.translated_fields, 2 * N);
+    cr_assert_eq(st.translated_fields, 2 * N * 4, "four fields a node, both ways");
     for (int i = 0; i < N; i++) cr_assert_eq(nodes[i]->next, nodes[(i + 1) % N], "node %d", i);
     adsm_shutdown();
 }
+#endif
 
+#ifdef TEST_ON_CUDA_DOUBLE
 /* A second GPU always has addresses of its own: a kernel there sees its addresses (consistent
  * offsets, neither the host's nor the first GPU's), and what it writes comes home right. */
 Test(translate, a_second_gpu_translates_with_its_own_addresses) {
