@@ -127,4 +127,16 @@ for f in "${files[@]}"; do
     checked=$((checked + 1))
 done
 ((checked > 0)) || fail "no source file with kernels found under examples/ and bench/"
+
+# 3. adsm's own single-source kernels (declared at the start of a line in adsm_impl/), in a program
+# that is nothing but adsm.
+internal=$(sed -n 's/^ADSM_KERNEL_DEF([[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' adsm_impl/*.h)
+[[ -n $internal ]] || fail "no ADSM_KERNEL_DEF found in adsm_impl/ (translate.h's patch kernel)"
+list=""
+for k in $internal; do list="$list S($k)"; done
+echo "== adsm_impl/:$list"
+mkdir -p "$tmp/internal"
+build_driver "$tmp/internal/check" -DPROGRAM_FILE='"tests/cuda_internal_kernels.c"' -DPROGRAM_KERNELS="$list"
+"$tmp/internal/check" "$nvrtc" "$ptxas" "$tmp/internal" "$double" || fail "adsm's own kernels:$list"
+checked=$((checked + 1))
 echo "PASS: cuda_kernels_test ($checked source files)"
