@@ -158,6 +158,9 @@
        ADSM_EMU_SAME_ADDRESS 0: the emulated device's memory at addresses of its own, as a GPU
                           that translates (pointer arguments moved, untranslated pointers crash,
                           typed objects' fields translated: section 2)   (1)
+       ADSM_TRANSLATE     auto | staged: how typed objects' pointer fields are rewritten where
+                          addresses differ: in place (emu; a patch kernel on one GPU) or through
+                          host memory                                  (auto)
        ADSM_STREAMS       kernels one device (emu or GPU) runs at once, 1..16 (4 with several devices, 1 with one)
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)

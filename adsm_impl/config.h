@@ -45,7 +45,7 @@ typedef struct adsm__settings {
     char cuda_driver[256];   /* driver library to dlopen; empty: libcuda.so.1, then libcuda.so */
     char nvrtc_library[256]; /* NVRTC library to dlopen; empty: the usual names */
     char trace_path[512];    /* ADSM_TRACE / adsm_config.trace; empty: no trace */
-    int block_exact;         /* rolling: one block per fault (protocol.h, adsm__write_run) */
+    int block_exact;         /* rolling: one block per fault (protocol_rolling.h) */
     int write_through, drop_replicas; /* copy policies (directory.h) */
     size_t affinity_block;   /* objects per device, dealt in turn (directory.h); 0: none */
     adsm_fault_engine_kind fault_engine; /* AUTO, MPROTECT or USERFAULTFD (protection.h) */

@@ -78,16 +78,16 @@ typedef struct adsm__runtime {
 
     adsm__block *fifo_head, *fifo_tail; /* dirty units, oldest first */
     size_t fifo_len;
-    /* adaptive rolling size (protocol.h): the learned limit (0 until it first changes), the count
+    /* adaptive rolling size (protocol_rolling.h): the learned limit (0 until it first changes), the count
      * of eager evictions so far (the clock blocks' evicted_at refers to) and its value at the last
      * kernel call; since that call, the evictions regretted and the units newly made Dirty */
     size_t rolling_limit;
     uint64_t evict_clock, epoch_clock, epoch_regrets, epoch_touched;
-    /* rolling write-ahead (protocol.h): kernel calls so far (objects' runs made before the last
+    /* rolling write-ahead (protocol_rolling.h): kernel calls so far (objects' runs made before the last
      * one are over), and the blocks the objects' current runs were meant to hold, together */
     uint64_t ahead_epoch;
     size_t ahead_sum;
-    /* rolling's costs (protocol.h, "what faults, evictions and copies cost"): running averages
+    /* rolling's costs (protocol_rolling.h, "what faults, evictions and copies cost"): running averages
      * of a fault's and an eviction's own time on the thread that took them (ns) and of a copy to
      * the device per byte (ps), measured as they happen, or fixed by a test (cost_pinned); and the
      * copy counters (stats.h2d_ns, h2d_bytes) where the copy cost was last sampled */
