@@ -161,7 +161,7 @@ tests_on_the_real_driver() {
     say ""
     say "## Protocol and copy tests on the real driver"
     if echo '#include <criterion/criterion.h>' | "$CC" -E -x c - > /dev/null 2>&1; then
-        for t in test_protocol_batch test_protocol_lazy test_protocol_rolling test_protocol_um test_copy; do
+        for t in test_protocol_batch test_protocol_lazy test_protocol_rolling test_protocol_um test_copy test_translate; do
             log=$out/gpu_$t.log
             if ! "$CC" -std=c11 -O1 -g -D_GNU_SOURCE -DTEST_ON_REAL_CUDA -I. "tests/$t.c" -pthread -ldl -lcriterion \
                 "${test_link[@]}" -o "$bin/$t" > "$log" 2>&1; then
@@ -296,6 +296,28 @@ say "## Goals (bench/gpu_goals.py: issue \"On a GPU, as fast as hand-written CUD
 python3 bench/gpu_goals.py "$out" >> "$report" 2>&1 || say "(bench/gpu_goals.py failed)"
 
 tests_on_the_real_driver
+
+# ---- pointer structures where addresses differ ------------------------------------------------------
+# bench/deepcopy alternates the same-address and translated placements itself; the patch kernel
+# (ADSM_TRANSLATE=auto) and the staged rewrite through host memory, each bounded.
+say ""
+say "## Pointer structures (bench/deepcopy --backend cuda): the patch kernel, then the staged rewrite"
+if "$CC" -std=c11 -O2 -I. bench/deepcopy/deepcopy.c -pthread -ldl -lm -o "$bin/bench_deepcopy" \
+    > "$out/gpu_bench_deepcopy.log" 2>&1; then
+    for how in auto staged; do
+        log=$out/gpu_deepcopy_$how.md
+        ADSM_TRANSLATE=$how ADSM_LOG=warn timeout 60 "$bin/bench_deepcopy" --backend cuda --runs 3 --mib 8 > "$log" 2>&1
+        rc=$?
+        say ""
+        say "### ADSM_TRANSLATE=$how"
+        [[ $rc -eq 0 ]] || { say "bench/deepcopy FAILED (exit $rc):"; status=1; }
+        cat "$log" >> "$report"
+    done
+else
+    say "bench/deepcopy: BUILD FAILED"
+    block "$out/gpu_bench_deepcopy.log"
+    status=1
+fi
 
 # ---- the CPU side on this machine's cores ------------------------------------------------------
 # Faults from several threads, and one write fault against a bare handler, with both fault

@@ -15,34 +15,38 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-typedef struct node {
+/* The types for both sides: the kernels are single-source, so that the suite also runs on a GPU
+ * (bench/gpu_check.sh builds it with -DTEST_ON_REAL_CUDA), where NVRTC compiles them. */
+ADSM_SHARED(typedef struct node {
     int64_t value;
     struct node *next;
-    float *data;           /* into a plain data object */
-    struct node *kids[2];  /* a tree's children */
+    float *data;          /* into a plain data object */
+    struct node *kids[2]; /* a tree's children */
 } node;
-ADSM_TYPE(node, ADSM_PTR(next, node), ADSM_PTR_DATA(data), ADSM_PTR(kids, node));
-
 typedef struct strict_node {
     struct strict_node *peer;
     int64_t pad;
 } strict_node;
+typedef struct holder {
+    node *head;
+    int64_t sum, count;
+} holder;);
+ADSM_TYPE(node, ADSM_PTR(next, node), ADSM_PTR_DATA(data), ADSM_PTR(kids, node));
 ADSM_TYPE(strict_node, ADSM_PTR_NONNULL(peer, strict_node));
+ADSM_TYPE(holder, ADSM_PTR(head, node));
 
-/* seen[i] = list[i].next and .data as numbers */
-ADSM_KERNEL(k_links, ADSM_IN(node, list), ADSM_OUT(uint64_t, seen), ADSM_VALUE(size_t, n));
-void k_links(adsm_grid g, const node *list, uint64_t *seen, size_t n) {
+/* seen[2 i], seen[2 i + 1] = list[i].next and .data as numbers */
+ADSM_KERNEL_DEF(k_links, (ADSM_IN(node, list), ADSM_OUT(uint64_t, seen), ADSM_VALUE(size_t, n)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i < n) {
-            seen[2 * i] = (uint64_t)(uintptr_t)list[i].next;
-            seen[2 * i + 1] = (uint64_t)(uintptr_t)list[i].data;
+            seen[2 * i] = (uint64_t)(size_t)list[i].next;
+            seen[2 * i + 1] = (uint64_t)(size_t)list[i].data;
         }
     }
-}
+});
 
 /* list[i].next = list[i + 1].next (skips one), kids[0] = next, value += 1; one thread */
-ADSM_KERNEL(k_skip, ADSM_INOUT(node, list), ADSM_VALUE(size_t, n));
-void k_skip(adsm_grid g, node *list, size_t n) {
+ADSM_KERNEL_DEF(k_skip, (ADSM_INOUT(node, list), ADSM_VALUE(size_t, n)), g, {
     ADSM_FOR_EACH_THREAD(g, t) {
         if (t == 0)
             for (size_t i = 0; i + 1 < n; i++) {
@@ -51,31 +55,24 @@ void k_skip(adsm_grid g, node *list, size_t n) {
                 list[i].value += 1;
             }
     }
-}
+});
 
 /* list[at].next = (node *)bad */
-ADSM_KERNEL(k_poison, ADSM_INOUT(node, list), ADSM_VALUE(size_t, at), ADSM_VALUE(uint64_t, bad));
-void k_poison(adsm_grid g, node *list, size_t at, uint64_t bad) {
+ADSM_KERNEL_DEF(k_poison, (ADSM_INOUT(node, list), ADSM_VALUE(size_t, at), ADSM_VALUE(uint64_t, bad)), g, {
     ADSM_FOR_EACH_THREAD(g, t) {
-        if (t == 0) list[at].next = (node *)(uintptr_t)bad;
+        if (t == 0) list[at].next = (node *)(size_t)bad;
     }
-}
-
-typedef struct holder {
-    node *head;
-    int64_t sum, count;
-} holder;
-ADSM_TYPE(holder, ADSM_PTR(head, node));
+});
 
 /* Follows the list from h->head (at most `limit` nodes, so a broken list cannot spin): sums the
  * values and counts the nodes; with relink, reverses the list in place (its nodes must all be in
  * `pool`, the object the kernel may write), and h->head ends at the old last node. One thread. */
-ADSM_KERNEL(k_walk, ADSM_INOUT(holder, h), ADSM_INOUT(node, pool), ADSM_VALUE(size_t, limit), ADSM_VALUE(int, relink));
-void k_walk(adsm_grid g, holder *h, node *pool, size_t limit, int relink) {
+ADSM_KERNEL_DEF(k_walk, (ADSM_INOUT(holder, h), ADSM_INOUT(node, pool), ADSM_VALUE(size_t, limit),
+                         ADSM_VALUE(int, relink)), g, {
     (void)pool;
     ADSM_FOR_EACH_THREAD(g, t) {
         if (t != 0) continue;
-        node *prev = NULL, *cur = h->head;
+        node *prev = 0, *cur = h->head;
         int64_t sum = 0, count = 0;
         while (cur && (size_t)count < limit) {
             node *next = cur->next;
@@ -89,12 +86,11 @@ void k_walk(adsm_grid g, holder *h, node *pool, size_t limit, int relink) {
         h->sum = sum;
         h->count = count;
     }
-}
+});
 
 /* Single thread, in index order: every node i with (i * 2654435761 + seed) % 4 == 0 takes the next
  * of node (7 i + seed) % n, and adds 1 to its value. */
-ADSM_KERNEL(k_rewire, ADSM_INOUT(node, list), ADSM_VALUE(size_t, n), ADSM_VALUE(uint64_t, seed));
-void k_rewire(adsm_grid g, node *list, size_t n, uint64_t seed) {
+ADSM_KERNEL_DEF(k_rewire, (ADSM_INOUT(node, list), ADSM_VALUE(size_t, n), ADSM_VALUE(uint64_t, seed)), g, {
     ADSM_FOR_EACH_THREAD(g, t) {
         if (t != 0) continue;
         for (size_t i = 0; i < n; i++) {
@@ -103,7 +99,7 @@ void k_rewire(adsm_grid g, node *list, size_t n, uint64_t seed) {
             list[i].value += 1;
         }
     }
-}
+});
 
 #ifdef TEST_ON_CUDA_DOUBLE
 #include "tests/cuda_double_bridge.h"
@@ -116,6 +112,10 @@ static void attach(void) {
                                                adsm__kernel_k_rewire(), adsm__kernel_adsm__xlate_patch()};
     cr_assert_eq(cuda_double_attach(kernels, 5), 0, "attach: %s", adsm_last_error());
 }
+#define DIFFERENT_ADDRESSES "ADSM_CUDA_SAME_ADDRESS"
+#elif defined(TEST_ON_REAL_CUDA)
+#define TEST_BACKEND ADSM_BACKEND_CUDA
+static void attach(void) {}
 #define DIFFERENT_ADDRESSES "ADSM_CUDA_SAME_ADDRESS"
 #else
 #define TEST_BACKEND ADSM_BACKEND_EMU
@@ -357,7 +357,7 @@ Test(translate, fields_into_safe_objects_hold_their_device_addresses) {
     adsm_shutdown();
 }
 
-#if defined(TEST_ON_CUDA_DOUBLE) && !defined(TEST_TRANSLATE_STAGED)
+#if (defined(TEST_ON_CUDA_DOUBLE) || defined(TEST_ON_REAL_CUDA)) && !defined(TEST_TRANSLATE_STAGED)
 /* On the device itself: the patch kernel rewrites the fields where they are; a launch copies only
  * the patch kernel's fault record home (a dry pass, the pass, the pass back). */
 Test(translate, the_device_patches_in_place_without_copies) {
@@ -494,6 +494,7 @@ Test(translate, a_kernel_reverses_a_list_in_place) {
     adsm_shutdown();
 }
 
+#ifndef TEST_ON_REAL_CUDA /* a GPU's illegal address leaves its context unusable: not tried there */
 /* The same walk over untyped objects: the kernel follows host addresses, which the device does
  * not map, and crashes as it would on a GPU; the host's data is as it was. */
 Test(translate, a_kernel_following_an_untranslated_pointer_crashes_as_on_a_gpu) {
@@ -509,6 +510,7 @@ Test(translate, a_kernel_following_an_untranslated_pointer_crashes_as_on_a_gpu) 
     cr_assert_eq(pool[0].next, &pool[1]);
     adsm_shutdown();
 }
+#endif
 #endif
 
 /* ---- a randomized model: typed pools linked to each other at random ----------------------------
