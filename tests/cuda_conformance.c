@@ -1,4 +1,4 @@
-/* tests/cuda_conformance.c -- adsm's own CUDA declarations (adsm_impl/cuda_driver.h) against the
+/* tests/cuda_conformance.c -- adsm's own CUDA declarations (adsm_impl/cuda/cuda_driver.h) against the
  * real cuda.h, cudaTypedefs.h and nvrtc.h.
  *
  * adsm never includes cuda.h: it writes out, under its own names, the driver types, constants,
@@ -21,7 +21,7 @@
 #include <cudaTypedefs.h>
 #include <nvrtc.h>
 
-#include "adsm_impl/cuda_driver.h"
+#include "adsm_impl/cuda/cuda_driver.h"
 
 #include <stdio.h>
 
@@ -270,7 +270,7 @@ enum {
 };
 
 int main(void) {
-    printf("cuda_conformance: adsm_impl/cuda_driver.h matches cuda.h %d.%d, cudaTypedefs.h, nvrtc.h\n",
+    printf("cuda_conformance: adsm_impl/cuda/cuda_driver.h matches cuda.h %d.%d, cudaTypedefs.h, nvrtc.h\n",
            CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
     printf("  %d CUresult values, %d other constants\n", conf_n_results, conf_n_constants);
     printf("  %d typedefs (size, alignment, signedness or pointer-ness)\n", conf_n_types);

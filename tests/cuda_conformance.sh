@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks adsm's own CUDA declarations (adsm_impl/cuda_driver.h) against the real CUDA headers:
+# Checks adsm's own CUDA declarations (adsm_impl/cuda/cuda_driver.h) against the real CUDA headers:
 #   (a) tests/cuda_conformance.c, which _Static_asserts every constant, typedef, struct layout and
 #       entry-point signature against cuda.h, cudaTypedefs.h and nvrtc.h, compiles and runs;
 #   (b) each CONFORMANCE_NEGATIVE=1..4 variant (one deliberately wrong declaration) fails to
@@ -23,7 +23,7 @@ else
     fail "cannot find tests/cuda_conformance.c (TEST_SRCDIR='${TEST_SRCDIR:-}', script: $0)"
 fi
 cd "$srcdir"
-[[ -f adsm_impl/cuda_driver.h ]] || fail "adsm_impl/cuda_driver.h not found in $srcdir"
+[[ -f adsm_impl/cuda/cuda_driver.h ]] || fail "adsm_impl/cuda/cuda_driver.h not found in $srcdir"
 
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 for h in cuda.h cudaTypedefs.h nvrtc.h; do
@@ -51,7 +51,7 @@ echo "   $CC ${cflags[*]} tests/cuda_conformance.c -o $tmp/cuda_conformance"
 if ! "$CC" "${cflags[@]}" tests/cuda_conformance.c -o "$tmp/cuda_conformance" 2> "$tmp/positive.log"; then
     cat "$tmp/positive.log" >&2
     echo >&2
-    echo "adsm_impl/cuda_driver.h does not match the CUDA headers in $cuda_home/include; the errors" >&2
+    echo "adsm_impl/cuda/cuda_driver.h does not match the CUDA headers in $cuda_home/include; the errors" >&2
     echo "above name each mismatch (a 'conformance: ...' static assertion, or an undeclared name:" >&2
     echo "a constant that cuda.h does not have)." >&2
     fail "tests/cuda_conformance.c did not compile"

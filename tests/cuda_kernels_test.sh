@@ -128,9 +128,9 @@ for f in "${files[@]}"; do
 done
 ((checked > 0)) || fail "no source file with kernels found under examples/ and bench/"
 
-# 3. adsm's own single-source kernels (declared at the start of a line in adsm_impl/), in a program
-# that is nothing but adsm.
-internal=$(sed -n 's/^ADSM_KERNEL_DEF([[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' adsm_impl/*.h)
+# 3. adsm's own single-source kernels (declared at the start of a line in adsm_impl/ or one of its
+# backend folders), in a program that is nothing but adsm.
+internal=$(sed -n 's/^ADSM_KERNEL_DEF([[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\).*/\1/p' adsm_impl/*.h adsm_impl/*/*.h)
 [[ -n $internal ]] || fail "no ADSM_KERNEL_DEF found in adsm_impl/ (translate.h's patch kernel)"
 list=""
 for k in $internal; do list="$list S($k)"; done

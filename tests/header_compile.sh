@@ -6,7 +6,8 @@
 #   (e) with _FORTIFY_SOURCE=2 and 3, gcc, g++, clang and clang++ build the implementation with and
 #       without ADSM_INTERPOSE_IO / ADSM_INTERPOSE_MEM, warning-free, and a fortified program's
 #       checked calls into shared memory work;
-#   (0) first, the layering of adsm_impl/: each file includes what it uses, only from layers below.
+#   (0) first, the layering of adsm_impl/ (its backend folders too): each file includes what it uses,
+#       only from layers below.
 # Runs under `bazel test` (sources come from the runfiles tree) or by hand
 # from the repository root. With the argument `fortify` only (e) runs, with `basic` all but (e)
 # (BUILD.bazel runs them as two targets, which run side by side); with none, everything.
@@ -222,23 +223,40 @@ printf '#define ADSM_IMPLEMENTATION\n#define ADSM_NO_INTERPOSE_SIGNALS\n#define 
 # (0) Layering (README "Layout"): every implementation file includes what it uses and compiles on
 # its own, and includes only files listed before it in adsm.h's implementation section. Together
 # these make an upward call impossible: a file can only see declarations of the layers below it.
+# The shared layers sit in adsm_impl/ itself, each backend's own files in a folder of their own
+# (adsm_impl/cuda/, adsm_impl/emu/): there a file includes the shared ones as "../common.h", its
+# folder's as "cuda_driver.h", and nothing from another backend's folder. Files are named by their
+# path under adsm_impl/ ("os.h", "cuda/cuda_driver.h"), an include by the path it resolves to.
 mapfile -t layers < <(sed -n 's|^#include "adsm_impl/\(.*\.h\)"$|\1|p' adsm.h)
 ((${#layers[@]} > 10)) || fail "cannot read the implementation file list from adsm.h"
 declare -A rank
 for i in "${!layers[@]}"; do rank[${layers[$i]}]=$i; done
-echo "== every file in adsm_impl/ is in adsm.h's list; each includes only files listed before it"
-for path in adsm_impl/*.h; do
-    file=${path#adsm_impl/}
+# every .h under adsm_impl/, its folders' too (-L: under `bazel test` the files are symlinks)
+mapfile -t impl_files < <(cd adsm_impl && find -L . -name '*.h' -type f | sed 's|^\./||' | sort)
+((${#impl_files[@]} >= ${#layers[@]})) || fail "found ${#impl_files[@]} files under adsm_impl/, fewer than adsm.h lists"
+echo "== every file under adsm_impl/ (${#impl_files[@]}) is in adsm.h's list; each includes only files listed before it"
+for file in "${impl_files[@]}"; do
+    path=adsm_impl/$file
     [[ -n "${rank[$file]:-}" ]] || fail "$path is not included by adsm.h's implementation section"
-    while read -r used; do
-        [[ -n "${rank[$used]:-}" ]] || fail "$path includes $used, which adsm.h does not list"
-        ((rank[$used] < rank[$file])) || fail "$path includes $used, a layer above it in adsm.h's list"
-    done < <(sed -n 's|^#include "\([a-z_]*\.h\)"$|\1|p' "$path")
+    dir=${file%/*}
+    [[ $dir == "$file" ]] && dir=""
+    while read -r included; do
+        # the path under adsm_impl/ the include resolves to: relative to the including file's folder
+        used=${dir:+$dir/}$included
+        while [[ $used =~ ^(.*/)?[a-z_]+/\.\./(.*)$ ]]; do used=${BASH_REMATCH[1]}${BASH_REMATCH[2]}; done
+        [[ $used == ../adsm.h ]] && continue # the public declarations (common.h), above every layer
+        [[ $used != ../* && $used != */../* ]] || fail "$path includes \"$included\", outside adsm_impl/"
+        [[ -n "${rank[$used]:-}" ]] || fail "$path includes \"$included\" (adsm_impl/$used), which adsm.h does not list"
+        ((rank[$used] < rank[$file])) || fail "$path includes adsm_impl/$used, a layer above it in adsm.h's list"
+        if [[ -n $dir && $used == */* && ${used%/*} != "$dir" ]]; then
+            fail "$path includes adsm_impl/$used, another backend's own file"
+        fi
+    done < <(sed -n 's|^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*$|\1|p' "$path")
 done
 for file in "${layers[@]}"; do
-    printf '#include "adsm_impl/%s"\n' "$file" > "$tmp/alone_${file%.h}.c"
+    printf '#include "adsm_impl/%s"\n' "$file" > "$tmp/alone_${file//\//_}.c"
     step "C11 -pedantic: adsm_impl/$file on its own" \
-        "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I. "$tmp/alone_${file%.h}.c"
+        "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I. "$tmp/alone_${file//\//_}.c"
 done
 
 # (a) strict C11

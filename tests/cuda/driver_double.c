@@ -1,7 +1,7 @@
 /* tests/cuda/driver_double.c -- a test double of the CUDA driver API (libcudadouble.so).
  *
  * It implements, over host memory, exactly the driver entry points adsm uses (the ADSM__CU_FUNCS
- * list in adsm_impl/cuda_driver.h, plus cuGetProcAddress_v2), following the documented semantics
+ * list in adsm_impl/cuda/cuda_driver.h, plus cuGetProcAddress_v2), following the documented semantics
  * closely enough that a runtime that works here should work on a GPU, and rejecting what a real
  * driver rejects. Device memory is one sparse memfd carved in 2 MiB granules; a reserved device
  * range is a PROT_NONE placeholder in the host address space (so device addresses never collide
@@ -67,7 +67,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "adsm_impl/cuda_driver.h"
+#include "adsm_impl/cuda/cuda_driver.h"
 #include "tests/cuda/driver_double.h"
 
 #include <ctype.h>
@@ -743,7 +743,7 @@ static const char *error_text(CUresult code) {
     case 999: return "unknown error";
     default: break;
     }
-    /* a code adsm_impl/cuda_driver.h lists that has no message above: its name */
+    /* a code adsm_impl/cuda/cuda_driver.h lists that has no message above: its name */
     for (size_t i = 0; i < sizeof error_table / sizeof error_table[0]; i++)
         if (error_table[i].code == code) return error_table[i].name;
     return NULL;

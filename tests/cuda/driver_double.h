@@ -1,7 +1,7 @@
 /* tests/cuda/driver_double.h -- the test-only API of the CUDA driver test double
  * (tests/cuda/libcudadouble.so, built from driver_double.c).
  *
- * The double implements the CUDA driver entry points adsm uses (adsm_impl/cuda_driver.h) over host
+ * The double implements the CUDA driver entry points adsm uses (adsm_impl/cuda/cuda_driver.h) over host
  * memory. Kernels are host functions registered here by the PTX entry name; a launch of that entry
  * calls the function on the stream's worker thread. Tests reach these functions with dlsym on the
  * same handle they dlopen'ed the driver with, or by linking against the library. */

@@ -7,7 +7,7 @@
  * (fakenvrtc_output). nvrtcVersion answers FAKENVRTC_VERSION
  * (major*1000 + minor*10, default 13000), read at each call. Runs on whatever thread calls it;
  * one mutex guards the recorded options. */
-#include "adsm_impl/cuda_driver.h"
+#include "adsm_impl/cuda/cuda_driver.h"
 
 #include <pthread.h>
 #include <stdlib.h>

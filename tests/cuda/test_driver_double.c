@@ -5,7 +5,7 @@
  * cuFuncGetParamInfo 12040), exactly as adsm's cuda backend does. Each Criterion test runs in its
  * own process, so the CUDADOUBLE_* knobs are set with setenv before cuInit per test. Runs on the
  * test's main thread plus the threads some tests start themselves. */
-#include "adsm_impl/cuda_driver.h"
+#include "adsm_impl/cuda/cuda_driver.h"
 #include "tests/cuda/driver_double.h"
 
 #include <criterion/criterion.h>

@@ -1,4 +1,4 @@
-/* adsm_impl/cuda_engine.h -- the engine and the completion thread of one GPU. The engine is the
+/* adsm_impl/cuda/cuda_engine.h -- the engine and the completion thread of one GPU. The engine is the
  * worker of a copy_queue.h queue: it makes every driver call that moves data, maps memory or
  * launches, in queue order, direct DMA where the host pages are page-locked and through pinned
  * staging otherwise, and keeps the streams ordered with events (copies after the kernels queued
@@ -11,13 +11,13 @@
 #ifndef ADSM__CUDA_ENGINE_INCLUDED
 #define ADSM__CUDA_ENGINE_INCLUDED
 
-#include "common.h"
-#include "os.h"
-#include "copy.h"
-#include "copy_queue.h"
-#include "trace.h"
-#include "device_error.h"
-#include "backend.h"
+#include "../common.h"
+#include "../os.h"
+#include "../copy.h"
+#include "../copy_queue.h"
+#include "../trace.h"
+#include "../device_error.h"
+#include "../backend.h"
 #include "cuda_driver.h"
 #include "cuda_device.h"
 #include "cuda_memory.h"

@@ -1,4 +1,4 @@
-/* adsm_impl/emu_device.h -- the emulated device itself: the process that holds device
+/* adsm_impl/emu/emu_device.h -- the emulated device itself: the process that holds device
  * memory and runs kernels, and what it shares with its parent (the command messages, the DMA
  * jobs, struct adsm__emu). The parent's side, the backend, is backend_emu.h, whose top comment
  * describes the whole.
@@ -13,14 +13,14 @@
 #ifndef ADSM__EMU_DEVICE_INCLUDED
 #define ADSM__EMU_DEVICE_INCLUDED
 
-#include "common.h"
-#include "os.h"
-#include "blocktree.h"
-#include "copy_queue.h"
-#include "runtime.h"
-#include "device_error.h"
-#include "backend.h"
-#include "kernel.h"
+#include "../common.h"
+#include "../os.h"
+#include "../blocktree.h"
+#include "../copy_queue.h"
+#include "../runtime.h"
+#include "../device_error.h"
+#include "../backend.h"
+#include "../kernel.h"
 #include "emu_streams.h"
 
 #include <setjmp.h>

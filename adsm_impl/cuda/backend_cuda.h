@@ -1,4 +1,4 @@
-/* adsm_impl/backend_cuda.h -- the CUDA driver API backend: its vtable verbs, launches, and its
+/* adsm_impl/cuda/backend_cuda.h -- the CUDA driver API backend: its vtable verbs, launches, and its
  * start and stop.
  *
  * The driver is opened with dlopen (ADSM_CUDA_DRIVER, else libcuda.so.1, else libcuda.so) and
@@ -27,17 +27,17 @@
 #ifndef ADSM__BACKEND_CUDA_INCLUDED
 #define ADSM__BACKEND_CUDA_INCLUDED
 
-#include "common.h"
-#include "os.h"
-#include "blocktree.h"
-#include "arena.h"
-#include "config.h"
-#include "copy_queue.h"
-#include "runtime.h"
-#include "reservation.h"
-#include "device_error.h"
-#include "backend.h"
-#include "kernel.h"
+#include "../common.h"
+#include "../os.h"
+#include "../blocktree.h"
+#include "../arena.h"
+#include "../config.h"
+#include "../copy_queue.h"
+#include "../runtime.h"
+#include "../reservation.h"
+#include "../device_error.h"
+#include "../backend.h"
+#include "../kernel.h"
 #include "cuda_driver.h"
 #include "cuda_device.h"
 #include "cuda_memory.h"

@@ -1,4 +1,4 @@
-/* adsm_impl/cuda_driver.h -- the slice of the CUDA driver API and NVRTC that adsm uses, declared
+/* adsm_impl/cuda/cuda_driver.h -- the slice of the CUDA driver API and NVRTC that adsm uses, declared
  * under adsm's own names.
  *
  * adsm never includes cuda.h: the driver is opened at run time with dlopen, so the types,

@@ -1,4 +1,4 @@
-/* adsm_impl/backend_emu.h -- a discrete accelerator emulated by a process of its own.
+/* adsm_impl/emu/backend_emu.h -- a discrete accelerator emulated by a process of its own.
  *
  * Device memory is one sparse memfd. The device process (forked at initialisation, and not the
  * program's child: see "lifetime" below) maps it over the shared half of the address
@@ -26,16 +26,16 @@
 #ifndef ADSM__BACKEND_EMU_INCLUDED
 #define ADSM__BACKEND_EMU_INCLUDED
 
-#include "common.h"
-#include "os.h"
-#include "config.h"
-#include "object.h"
-#include "copy.h"
-#include "copy_queue.h"
-#include "trace.h"
-#include "runtime.h"
-#include "device_error.h"
-#include "backend.h"
+#include "../common.h"
+#include "../os.h"
+#include "../config.h"
+#include "../object.h"
+#include "../copy.h"
+#include "../copy_queue.h"
+#include "../trace.h"
+#include "../runtime.h"
+#include "../device_error.h"
+#include "../backend.h"
 #include "emu_device.h"
 
 #include <poll.h>

@@ -1,4 +1,4 @@
-/* adsm_impl/cuda_device.h -- one GPU as the cuda backend drives it: its state (struct adsm__cuda,
+/* adsm_impl/cuda/cuda_device.h -- one GPU as the cuda backend drives it: its state (struct adsm__cuda,
  * with the commands its engine runs and the kernel tables it keeps), the driver's entry points
  * loaded with dlopen and cuGetProcAddress, the driver's errors as adsm's, the calling thread's
  * context, and opening the device. The backend's overview is at the top of backend_cuda.h.
@@ -9,14 +9,14 @@
 #ifndef ADSM__CUDA_DEVICE_INCLUDED
 #define ADSM__CUDA_DEVICE_INCLUDED
 
-#include "common.h"
-#include "os.h"
-#include "blocktree.h"
-#include "config.h"
-#include "copy_queue.h"
-#include "runtime.h"
-#include "device_error.h"
-#include "backend.h"
+#include "../common.h"
+#include "../os.h"
+#include "../blocktree.h"
+#include "../config.h"
+#include "../copy_queue.h"
+#include "../runtime.h"
+#include "../device_error.h"
+#include "../backend.h"
 #include "cuda_driver.h"
 
 #define ADSM__CUDA_MAX_ARGS 4096

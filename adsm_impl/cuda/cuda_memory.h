@@ -1,4 +1,4 @@
-/* adsm_impl/cuda_memory.h -- where a GPU's memory sits and how it is backed: the device address
+/* adsm_impl/cuda/cuda_memory.h -- where a GPU's memory sits and how it is backed: the device address
  * range (at the host's addresses where the driver allows, else at a constant distance), device
  * memory mapped in runs of granules as objects need it, and the table of host ranges page-locked
  * with the driver, which decides whether a copy is direct DMA or staged.
@@ -9,12 +9,12 @@
 #ifndef ADSM__CUDA_MEMORY_INCLUDED
 #define ADSM__CUDA_MEMORY_INCLUDED
 
-#include "common.h"
-#include "os.h"
-#include "blocktree.h"
-#include "config.h"
-#include "runtime.h"
-#include "reservation.h"
+#include "../common.h"
+#include "../os.h"
+#include "../blocktree.h"
+#include "../config.h"
+#include "../runtime.h"
+#include "../reservation.h"
 #include "cuda_driver.h"
 #include "cuda_device.h"
 

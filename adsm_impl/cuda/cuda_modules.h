@@ -1,4 +1,4 @@
-/* adsm_impl/cuda_modules.h -- device code on a GPU: modules loaded from images or CUDA source
+/* adsm_impl/cuda/cuda_modules.h -- device code on a GPU: modules loaded from images or CUDA source
  * (compiled with NVRTC, opened at run time), single-source kernels (ADSM_KERNEL_DEF) compiled the
  * first time they run, and a kernel's function found by name, checked against its ADSM_KERNEL
  * declaration where the driver can tell.
@@ -8,10 +8,10 @@
 #ifndef ADSM__CUDA_MODULES_INCLUDED
 #define ADSM__CUDA_MODULES_INCLUDED
 
-#include "common.h"
-#include "os.h"
-#include "runtime.h"
-#include "backend.h"
+#include "../common.h"
+#include "../os.h"
+#include "../runtime.h"
+#include "../backend.h"
 #include "cuda_driver.h"
 #include "cuda_device.h"
 

@@ -1,4 +1,4 @@
-/* adsm_impl/emu_streams.h -- the emulated device runs independent kernels at the same time.
+/* adsm_impl/emu/emu_streams.h -- the emulated device runs independent kernels at the same time.
  *
  * Launch messages reach the device process in issue order. Each becomes a task; a task starts once
  * a stream is idle and no earlier unfinished task conflicts with it: one of the two writes a range
@@ -15,11 +15,11 @@
 #ifndef ADSM__EMU_STREAMS_INCLUDED
 #define ADSM__EMU_STREAMS_INCLUDED
 
-#include "common.h"
-#include "blocktree.h"
-#include "config.h"
-#include "backend.h"
-#include "kernel.h"
+#include "../common.h"
+#include "../blocktree.h"
+#include "../config.h"
+#include "../backend.h"
+#include "../kernel.h"
 
 enum { ADSM__TASK_WAITING = 0, ADSM__TASK_RUNNING, ADSM__TASK_DONE };
 
