@@ -688,6 +688,17 @@ ADSM_MPI__PRIVATE int adsm_mpi__insert(adsm_mpi__pending *p) {
     return rc;
 }
 
+/* Puts back an entry a completion call took out (below): its slot, or another free one, is still
+ * there (the table keeps twice its entries' room), so this cannot fail. */
+ADSM_MPI__PRIVATE void adsm_mpi__put_back(adsm_mpi__pending *p) {
+    pthread_mutex_lock(&adsm_mpi__st.mutex);
+    size_t i = adsm_mpi__slot(p->req, 1);
+    if (!adsm_mpi__st.slots[i]) adsm_mpi__st.used++;
+    adsm_mpi__st.slots[i] = p;
+    __atomic_store_n(&adsm_mpi__st.live, adsm_mpi__st.live + 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&adsm_mpi__st.mutex);
+}
+
 /* The entry of req, taken out of the table when take is set. */
 ADSM_MPI__PRIVATE adsm_mpi__pending *adsm_mpi__lookup(MPI_Request req, int take) {
     adsm_mpi__pending *p = NULL;
@@ -836,20 +847,38 @@ ADSM_MPI__PRIVATE void adsm_mpi__snap_free(adsm_mpi__snap *s) {
     if (s->st && s->st != s->own_small) free(s->st);
 }
 
-/* Takes the entries of reqs[0..n) (any: whether one has an entry); *statuses is replaced by
- * adsm_mpi's own array when the program ignores them and adsm_mpi needs them. 0 or -1. */
+/* Takes the entries of reqs[0..n) out of the table (any: whether one has an entry); *statuses is
+ * replaced by adsm_mpi's own array when the program ignores them and adsm_mpi needs them. 0 or -1.
+ * Out of the table while MPI may complete them: once MPI frees a completed request its handle may
+ * come back at once for a request another thread makes, whose entry must not meet this one's
+ * (the two threads would both finish it). What did not complete is put back
+ * (adsm_mpi__snap_put_back). */
 ADSM_MPI__PRIVATE int adsm_mpi__snap_take(adsm_mpi__snap *s, int n, const MPI_Request *reqs, MPI_Status **statuses) {
     memset(s, 0, sizeof *s);
     if (n <= 0 || ADSM_MPI__LOAD(adsm_mpi__st.live) == 0) return 0;
     s->p = n <= 16 ? s->small : (adsm_mpi__pending **)calloc((size_t)n, sizeof *s->p);
     if (!s->p) return -1;
-    for (int i = 0; i < n; i++) s->any |= (s->p[i] = adsm_mpi__lookup(reqs[i], 0)) != NULL;
+    for (int i = 0; i < n; i++) s->any |= (s->p[i] = adsm_mpi__lookup(reqs[i], 1)) != NULL;
     if (s->any && *statuses == MPI_STATUSES_IGNORE) {
         s->st = n <= 16 ? s->own_small : (MPI_Status *)malloc((size_t)n * sizeof *s->st);
-        if (!s->st) return -1;
+        if (!s->st) { /* nothing happened: the entries go back */
+            for (int i = 0; i < n; i++)
+                if (s->p[i]) adsm_mpi__put_back(s->p[i]);
+            adsm_mpi__snap_free(s);
+            return -1;
+        }
         *statuses = s->st;
     }
     return 0;
+}
+
+/* Entry p, taken out of the table, whose request completed with status st: a persistent request
+ * keeps its entry (inactive) unless the program freed it. */
+ADSM_MPI__PRIVATE int adsm_mpi__request_done(adsm_mpi__pending *p, const MPI_Status *st, const char *fn) {
+    int keep = p->persistent && !p->detached;
+    int rc = adsm_mpi__completed(p, st, fn);
+    if (keep) adsm_mpi__put_back(p);
+    return rc;
 }
 
 /* Request i of a snapshot completed with status st. */
@@ -857,8 +886,16 @@ ADSM_MPI__PRIVATE int adsm_mpi__snap_done(adsm_mpi__snap *s, int i, const MPI_St
     adsm_mpi__pending *p = s->p ? s->p[i] : NULL;
     if (!p) return MPI_SUCCESS;
     s->p[i] = NULL;
-    if (!p->persistent) adsm_mpi__lookup(p->req, 1);
-    return adsm_mpi__completed(p, st, fn);
+    return adsm_mpi__request_done(p, st, fn);
+}
+
+/* The entries of a snapshot whose requests did not complete go back into the table. */
+ADSM_MPI__PRIVATE void adsm_mpi__snap_put_back(adsm_mpi__snap *s, int n) {
+    for (int i = 0; s->any && i < n; i++)
+        if (s->p[i]) {
+            adsm_mpi__put_back(s->p[i]);
+            s->p[i] = NULL;
+        }
 }
 
 /* Whether request i of a Waitall/Testall that returned rc completed (MPI_ERR_IN_STATUS: its
@@ -869,14 +906,16 @@ ADSM_MPI__PRIVATE int adsm_mpi__all_done(int rc, const MPI_Status *st) {
 
 ADSM_MPI__PRIVATE int adsm_mpi__wait_or_test(MPI_Request *req, int *flag, MPI_Status *status, const char *fn) {
     adsm_mpi__poll_detached(0);
-    adsm_mpi__pending *p = req ? adsm_mpi__lookup(*req, 0) : NULL;
+    adsm_mpi__pending *p = req ? adsm_mpi__lookup(*req, 1) : NULL; /* out while MPI may complete it */
     if (!p) return flag ? PMPI_Test(req, flag, status) : PMPI_Wait(req, status);
     MPI_Status own, *st = status == MPI_STATUS_IGNORE ? &own : status;
     int done = 1, rc = flag ? PMPI_Test(req, &done, st) : PMPI_Wait(req, st);
     if (flag) *flag = done;
-    if (rc != MPI_SUCCESS || !done) return rc;
-    if (!p->persistent) adsm_mpi__lookup(p->req, 1);
-    return adsm_mpi__raise(MPI_COMM_WORLD, adsm_mpi__completed(p, st, fn));
+    if (rc != MPI_SUCCESS || !done) {
+        adsm_mpi__put_back(p);
+        return rc;
+    }
+    return adsm_mpi__raise(MPI_COMM_WORLD, adsm_mpi__request_done(p, st, fn));
 }
 
 int MPI_Wait(MPI_Request *request, MPI_Status *status) {
@@ -902,6 +941,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__all(int n, MPI_Request reqs[], int *flag, MPI_St
             int r = adsm_mpi__snap_done(&s, i, &st[i], fn);
             if (mine == MPI_SUCCESS) mine = r;
         }
+    adsm_mpi__snap_put_back(&s, n);
     adsm_mpi__snap_free(&s);
     return rc != MPI_SUCCESS ? rc : adsm_mpi__raise(MPI_COMM_WORLD, mine);
 }
@@ -927,6 +967,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__any(int n, MPI_Request reqs[], int *index, int *
     if (flag) *flag = done;
     int mine = MPI_SUCCESS;
     if (rc == MPI_SUCCESS && s.any && done && *index != MPI_UNDEFINED) mine = adsm_mpi__snap_done(&s, *index, st, fn);
+    adsm_mpi__snap_put_back(&s, n);
     adsm_mpi__snap_free(&s);
     return rc != MPI_SUCCESS ? rc : adsm_mpi__raise(MPI_COMM_WORLD, mine);
 }
@@ -956,6 +997,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__some(int n, MPI_Request reqs[], int *outcount, i
             int r = adsm_mpi__snap_done(&s, indices[j], &st[j], fn);
             if (mine == MPI_SUCCESS) mine = r;
         }
+    adsm_mpi__snap_put_back(&s, n);
     adsm_mpi__snap_free(&s);
     return rc != MPI_SUCCESS ? rc : adsm_mpi__raise(MPI_COMM_WORLD, mine);
 }
