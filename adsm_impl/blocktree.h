@@ -125,28 +125,27 @@ ADSM__PRIVATE void adsm__tree_replace_child(adsm__tree *t, adsm__tree_node *pare
     if (new_child) new_child->parent = parent;
 }
 
-ADSM__PRIVATE adsm__tree_node *adsm__tree_rotate_left(adsm__tree *t, adsm__tree_node *x) {
-    adsm__tree_node *y = x->right;
-    x->right = y->left;
-    if (y->left) y->left->parent = x;
+/* Rotates x down towards `left` (a left rotation: its right child y takes its place, and x becomes
+ * y's left child; a right rotation mirrors it); returns y. */
+ADSM__PRIVATE adsm__tree_node *adsm__tree_rotate(adsm__tree *t, adsm__tree_node *x, int left) {
+    adsm__tree_node **x_child = left ? &x->right : &x->left, *y = *x_child;
+    adsm__tree_node **y_child = left ? &y->left : &y->right;
+    *x_child = *y_child;
+    if (*y_child) (*y_child)->parent = x;
     adsm__tree_replace_child(t, x->parent, x, y);
-    y->left = x;
+    *y_child = x;
     x->parent = y;
     adsm__tree_update_height(x);
     adsm__tree_update_height(y);
     return y;
 }
 
+ADSM__PRIVATE adsm__tree_node *adsm__tree_rotate_left(adsm__tree *t, adsm__tree_node *x) {
+    return adsm__tree_rotate(t, x, 1);
+}
+
 ADSM__PRIVATE adsm__tree_node *adsm__tree_rotate_right(adsm__tree *t, adsm__tree_node *x) {
-    adsm__tree_node *y = x->left;
-    x->left = y->right;
-    if (y->right) y->right->parent = x;
-    adsm__tree_replace_child(t, x->parent, x, y);
-    y->right = x;
-    x->parent = y;
-    adsm__tree_update_height(x);
-    adsm__tree_update_height(y);
-    return y;
+    return adsm__tree_rotate(t, x, 0);
 }
 
 /* Restores the AVL property at n (children already balanced); returns the subtree's new root. */

@@ -80,28 +80,54 @@ ADSM__PRIVATE int adsm__memset_unit_in_place(adsm__runtime *rt, adsm__object *o,
     return rc;
 }
 
-ADSM__PRIVATE adsm_result adsm__memset_impl(adsm__runtime *rt, uintptr_t d, int v, size_t n) {
+/* ---- a range, unit by unit ---------------------------------------------------------------------
+ * The walk behind adsm_memset and adsm_touch: each piece of [a, a + n) in one tracking unit is
+ * looked up under the lock; a unit being copied is waited for; a whole unit may be done where it
+ * is (in_place: 1 done, 0 not, -1 failed); otherwise the protocol hears of the access (an
+ * overwrite when `overwrites` and the piece covers the unit: nothing to fetch) and `cpu` does the
+ * piece on host memory, with the lock held in a shared object and without it in plain memory.
+ * in_place and cpu may be NULL. */
+typedef struct adsm__unit_walk {
+    int write, overwrites;
+    int (*in_place)(adsm__runtime *rt, adsm__object *o, uintptr_t a, size_t len, void *arg);
+    void (*cpu)(uintptr_t a, size_t len, void *arg);
+    void *arg;
+} adsm__unit_walk;
+
+ADSM__PRIVATE adsm_result adsm__walk_units(adsm__runtime *rt, uintptr_t a, size_t n, const adsm__unit_walk *w) {
     while (n > 0) {
         size_t block;
-        int whole, done = 0;
+        int whole, done = 0, access = 0;
         adsm__lock(&rt->lock);
-        adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, d));
-        size_t len = adsm__piece(rt, o, d, n, &block, &whole);
-        int access = 0;
+        adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
+        size_t len = adsm__piece(rt, o, a, n, &block, &whole);
         if (o && adsm__unit_busy(rt, o, block)) access = adsm__await_copies(rt); /* not while it is copied */
-        else if (o && whole && adsm__tracking(rt) && rt->ndev == 1) /* several: the directory's way (CPU) */
-            done = adsm__memset_unit_in_place(rt, o, d, v, len);
-        if (o && done == 0 && access == 0) access = rt->proto->on_access(rt, o, block, 1, whole);
+        else if (o && whole && w->in_place) done = w->in_place(rt, o, a, len, w->arg);
+        if (o && done == 0 && access == 0) access = rt->proto->on_access(rt, o, block, w->write, whole && w->overwrites);
         int next = adsm__after_access(rt, access, done);
-        if (next > 0) continue;
+        if (next > 0) continue; /* the lock was let go: look the unit up again */
         if (next < 0) return adsm__access_failed();
-        if (o && done == 0) memset((void *)d, v, len);
+        if (o && done == 0 && w->cpu) w->cpu(a, len, w->arg);
         adsm__unlock(&rt->lock);
-        if (!o) memset((void *)d, v, len); /* program memory: outside the lock, as plain memset */
-        d += len;
+        if (!o && w->cpu) w->cpu(a, len, w->arg); /* program memory: outside the lock */
+        a += len;
         n -= len;
     }
     return ADSM_OK;
+}
+
+/* memset's two ways for a piece: on the device (one device, a tracking protocol: several devices
+ * go the directory's way, through the CPU), or with the CPU. */
+ADSM__PRIVATE int adsm__memset_walk_in_place(adsm__runtime *rt, adsm__object *o, uintptr_t a, size_t len, void *arg) {
+    if (!adsm__tracking(rt) || rt->ndev != 1) return 0;
+    return adsm__memset_unit_in_place(rt, o, a, *(const int *)arg, len);
+}
+
+ADSM__PRIVATE void adsm__memset_walk_cpu(uintptr_t a, size_t len, void *arg) { memset((void *)a, *(const int *)arg, len); }
+
+ADSM__PRIVATE adsm_result adsm__memset_impl(adsm__runtime *rt, uintptr_t d, int v, size_t n) {
+    adsm__unit_walk w = {1, 1, adsm__memset_walk_in_place, adsm__memset_walk_cpu, &v};
+    return adsm__walk_units(rt, d, n, &w);
 }
 
 /* Whether every block of [s, s + len) in os is valid on the device (Invalid or ReadOnly). */

@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "protocol_vtbl.h"
 #include "protocol.h"
+#include "protocol_batch.h"
 
 ADSM__PRIVATE int adsm__um_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write, int overwrite) {
     (void)rt, (void)o, (void)block, (void)is_write, (void)overwrite;
@@ -34,18 +35,8 @@ ADSM__PRIVATE int adsm__um_alloc(adsm__runtime *rt, adsm__object *o) {
     return 0;
 }
 
-ADSM__PRIVATE void adsm__um_free(adsm__runtime *rt, adsm__object *o) { (void)rt, (void)o; }
-
-ADSM__PRIVATE adsm_result adsm__um_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
-                                           adsm__object *const *used, size_t nused, uint64_t seq) {
-    (void)rt, (void)writes, (void)nwrites, (void)used, (void)nused, (void)seq;
-    return ADSM_OK;
-}
-
-ADSM__PRIVATE adsm_result adsm__um_acquire(adsm__runtime *rt) {
-    (void)rt;
-    return ADSM_OK;
-}
+/* um's release, acquire and free do nothing, as batch's release and free and the tracked
+ * protocols' acquire do: the vtables below point at those. */
 
 /* um-prefetch: every object the kernel names goes to the device ahead of it; those it may write
  * are remembered for adsm_sync. A refused prefetch is only a hint lost (the driver still
@@ -76,30 +67,16 @@ ADSM__PRIVATE adsm_result adsm__um_prefetch_acquire(adsm__runtime *rt) {
     return ADSM_OK;
 }
 
-static const adsm__protocol_vtbl adsm__protocol_um = {
-    .name = "um",
-    .kind = ADSM_PROTOCOL_UM,
-    .whole_object = 1,
-    .eager = 0,
-    .managed = 1,
-    .on_access = adsm__um_access,
-    .release = adsm__um_release,
-    .acquire = adsm__um_acquire,
-    .on_alloc = adsm__um_alloc,
-    .on_free = adsm__um_free,
-};
+/* The two vtables differ in name and in what release and acquire do. */
+#define ADSM__UM_VTBL(label, which, release_fn, acquire_fn)                                                    \
+    {                                                                                                            \
+        .name = label, .kind = which, .whole_object = 1, .eager = 0, .managed = 1, .on_access = adsm__um_access, \
+        .release = release_fn, .acquire = acquire_fn, .on_alloc = adsm__um_alloc, .on_free = adsm__untracked_free \
+    }
 
-static const adsm__protocol_vtbl adsm__protocol_um_prefetch = {
-    .name = "um-prefetch",
-    .kind = ADSM_PROTOCOL_UM_PREFETCH,
-    .whole_object = 1,
-    .eager = 0,
-    .managed = 1,
-    .on_access = adsm__um_access,
-    .release = adsm__um_prefetch_release,
-    .acquire = adsm__um_prefetch_acquire,
-    .on_alloc = adsm__um_alloc,
-    .on_free = adsm__um_free,
-};
+static const adsm__protocol_vtbl adsm__protocol_um =
+    ADSM__UM_VTBL("um", ADSM_PROTOCOL_UM, adsm__untracked_release, adsm__tracked_acquire);
+static const adsm__protocol_vtbl adsm__protocol_um_prefetch =
+    ADSM__UM_VTBL("um-prefetch", ADSM_PROTOCOL_UM_PREFETCH, adsm__um_prefetch_release, adsm__um_prefetch_acquire);
 
 #endif /* ADSM__PROTOCOL_UM_INCLUDED */

@@ -21,25 +21,11 @@
 
 ADSM__PRIVATE int adsm__is_shared_unguarded(const void *ptr, size_t n) { return adsm__touches_shared(ptr, n); }
 
-/* Each unit of [a, a + n) that lies in a shared object hears of a read or write access; plain
- * memory in between is left alone. */
+/* Each unit of [a, a + n) that lies in a shared object hears of a read or write access (never an
+ * overwrite: its bytes stay); plain memory in between is left alone. */
 ADSM__PRIVATE adsm_result adsm__touch_range(adsm__runtime *rt, uintptr_t a, size_t n, int write) {
-    while (n > 0) {
-        size_t block;
-        int whole, access = 0;
-        adsm__lock(&rt->lock);
-        adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
-        size_t len = adsm__piece(rt, o, a, n, &block, &whole);
-        if (o && adsm__unit_busy(rt, o, block)) access = adsm__await_copies(rt); /* being copied: wait */
-        else if (o) access = rt->proto->on_access(rt, o, block, write, 0); /* never an overwrite: bytes stay */
-        int next = adsm__after_access(rt, access, 0);
-        if (next > 0) continue; /* the lock was let go: look the unit up again */
-        if (next < 0) return adsm__access_failed();
-        adsm__unlock(&rt->lock);
-        a += len;
-        n -= len;
-    }
-    return ADSM_OK;
+    adsm__unit_walk w = {write, 0, NULL, NULL, NULL};
+    return adsm__walk_units(rt, a, n, &w);
 }
 
 ADSM__PRIVATE adsm_result adsm__touch_unguarded(const void *ptr, size_t n, int write) {
