@@ -8,7 +8,7 @@
  * interior pointer somewhere in the pool. One repetition: the CPU rewrites every payload (the
  * structure is dirty on the host), a kernel walks the structure from its root (depth first, one
  * thread) adding 1 to every payload double and summing them, and the CPU reads every payload back
- * (it comes home). Variants, alternated within each repetition:
+ * (it comes home). Variants, alternated within each repetition (which goes first turns each run):
  *   same        the device sees host addresses (ADSM_EMU_SAME_ADDRESS=1 / ADSM_CUDA_SAME_ADDRESS=1):
  *               nothing is translated
  *   translated  addresses differ (=0): adsm translates the typed objects' fields at each launch
@@ -242,11 +242,14 @@ int main(int argc, char **argv) {
             bench_random_order(s.order, s.nodes, s.nodes, 31 + (uint64_t)z);
             node_type = (adsm_type_desc){"gnode", s.node_bytes, 2, node_fields};
             double same[256], translated[256], expl[256];
-            for (int r = 0; r < runs && !failed; r++) { /* alternated: each meets the same moments of load */
-                double v = (double)(r + 1);
-                same[r] = run_shared(&s, backend, 1, v);
-                translated[r] = run_shared(&s, backend, 0, v);
-                expl[r] = run_explicit(&s, backend, v);
+            for (int r = 0; r < runs && !failed; r++) { /* alternated: each meets the same moments of load, */
+                double v = (double)(r + 1);         /* and which goes first turns with each run */
+                for (int k = 0; k < 3; k++) {
+                    int which = (k + r) % 3;
+                    if (which == 0) same[r] = run_shared(&s, backend, 1, v);
+                    else if (which == 1) translated[r] = run_shared(&s, backend, 0, v);
+                    else expl[r] = run_explicit(&s, backend, v);
+                }
                 failed = same[r] < 0 || translated[r] < 0 || expl[r] < 0;
             }
             if (failed) {
