@@ -140,6 +140,22 @@ ADSM__PRIVATE void adsm__pool_stop(adsm__pool *p) {
 static const char *const adsm__access_names[] = {"VALUE", "IN", "OUT", "INOUT"};
 
 ADSM__PRIVATE int adsm__access_is_pointer(adsm_access a) { return a != ADSM_ACCESS_VALUE; }
+
+/* A launch's pointer arguments inside adsm's range [base, base + half) moved by delta to the
+ * device's own addresses (cuda translating, emu with addresses of its own), each counted in
+ * adsm_stats.translated_args; NULL stays. args: the packed argument block. */
+ADSM__PRIVATE void adsm__args_to_device(adsm__runtime *rt, const adsm_kernel_desc *k, unsigned char *args,
+                                        uintptr_t base, size_t half, intptr_t delta) {
+    for (unsigned i = 0; delta && i < k->nparams; i++) {
+        uintptr_t p;
+        if (!adsm__access_is_pointer(k->params[i].access)) continue;
+        memcpy(&p, args + k->params[i].offset, sizeof p);
+        if (p < base || p >= base + half) continue;
+        p += (uintptr_t)delta;
+        memcpy(args + k->params[i].offset, &p, sizeof p);
+        ADSM__ADD(&rt->stats.translated_args, 1);
+    }
+}
 ADSM__PRIVATE int adsm__access_writes(adsm_access a) { return a == ADSM_ACCESS_OUT || a == ADSM_ACCESS_INOUT; }
 
 ADSM__PRIVATE adsm_result adsm__check_kernel_desc(const adsm_kernel_desc *k) {

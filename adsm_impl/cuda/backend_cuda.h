@@ -191,15 +191,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
     cmd->access.ninputs = (uint32_t)l->ninputs;
     memcpy(cmd->access.writable, l->writable, l->nwritable * sizeof *l->writable);
     memcpy(cmd->access.inputs, l->inputs, l->ninputs * sizeof *l->inputs);
-    for (unsigned i = 0; c->delta && i < k->nparams; i++) { /* adsm addresses -> device addresses */
-        uintptr_t p;
-        if (!adsm__access_is_pointer(k->params[i].access)) continue;
-        memcpy(&p, cmd->args + k->params[i].offset, sizeof p);
-        if (p < c->base || p >= c->base + c->half) continue;
-        p += (uintptr_t)c->delta;
-        memcpy(cmd->args + k->params[i].offset, &p, sizeof p);
-        ADSM__ADD(&c->rt->stats.translated_args, 1);
-    }
+    adsm__args_to_device(c->rt, k, cmd->args, c->base, c->half, c->delta); /* adsm addresses -> device's */
     ADSM__STORE(&c->sent_seq, l->seq); /* before the push: a wait must not miss it */
     adsm__queue_push(&c->queue, cmd, offsetof(adsm__cuda_cmd, args) + k->args_size, NULL);
     free(cmd);

@@ -36,6 +36,7 @@
 #include "../runtime.h"
 #include "../device_error.h"
 #include "../backend.h"
+#include "../kernel.h"
 #include "emu_device.h"
 
 #include <poll.h>
@@ -305,15 +306,7 @@ ADSM__PRIVATE uint32_t adsm__emu_slack(adsm__runtime *rt, const adsm__range *r) 
 ADSM__PRIVATE void adsm__emu_to_device_addresses(adsm__emu *e, const adsm_kernel_desc *k, adsm__emu_msg *m) {
     for (uint32_t i = 0; i < m->nwritable; i++) m->writable[i].addr += (uintptr_t)e->delta;
     for (uint32_t i = 0; i < m->ninputs; i++) m->inputs[i].addr += (uintptr_t)e->delta;
-    for (unsigned i = 0; i < k->nparams; i++) {
-        uintptr_t p;
-        if (!adsm__access_is_pointer(k->params[i].access)) continue;
-        memcpy(&p, m->args + k->params[i].offset, sizeof p);
-        if (p < e->base || p >= e->base + e->half) continue; /* NULL */
-        p += (uintptr_t)e->delta;
-        memcpy(m->args + k->params[i].offset, &p, sizeof p);
-        ADSM__ADD(&e->rt->stats.translated_args, 1);
-    }
+    adsm__args_to_device(e->rt, k, m->args, e->base, e->half, e->delta);
 }
 
 ADSM__PRIVATE intptr_t adsm__emu_address_delta(void *ctx) { return ((adsm__emu *)ctx)->delta; }
