@@ -206,8 +206,16 @@ ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, 
     return changed;
 }
 
+/* The pass's staging buffer, made at its first staged piece (in place and on the device, a pass
+ * needs none). NULL when out of memory: the pass's error says so. */
+ADSM__PRIVATE unsigned char *adsm__xlate_stage(adsm__xlate_pass *x) {
+    if (!x->stage && !(x->stage = (unsigned char *)malloc(ADSM__XLATE_STAGE)) && x->r == ADSM_OK)
+        x->r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory to stage pointer fields", x->kernel);
+    return x->stage;
+}
+
 /* One piece: in place where the CPU reaches device memory (emu), else home, translated, and back
- * if it changed. 0, or -1 when a copy failed. */
+ * if it changed. 0, or -1 when a copy failed (or no stage could be made). */
 ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1) {
     adsm__runtime *rt = x->rt;
     void *ctx = rt->dev_ctx[x->d];
@@ -217,7 +225,7 @@ ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, s
         (void)adsm__xlate_piece(x, o, in_place, p0, p1);
         return 0;
     }
-    if (rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
+    if (!adsm__xlate_stage(x) || rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
     adsm__count_from_device(rt, x->d, n);
     ADSM__ADD(&rt->stats.translation_bytes, n);
     adsm_result before = x->r;
@@ -240,13 +248,20 @@ ADSM__PRIVATE void adsm__type_field_span(const adsm_type_desc *t, size_t *lo, si
     }
 }
 
+/* Whether the fields are a small part of large structs: each struct's field span moves alone. */
+ADSM__PRIVATE int adsm__type_sparse(const adsm_type_desc *t) {
+    size_t lo, hi;
+    adsm__type_field_span(t, &lo, &hi);
+    return t->size > 4096 && (hi - lo) * 4 < t->size;
+}
+
 /* Bytes [off, end) of o: whole pieces through the stage, or each element's field span where the
  * fields are a small part of large structs. 0 or -1. */
 ADSM__PRIVATE int adsm__xlate_range(adsm__xlate_pass *x, const adsm__object *o, size_t off, size_t end) {
     const adsm_type_desc *t = o->type;
     size_t lo, hi, e;
     adsm__type_field_span(t, &lo, &hi);
-    int sparse = t->size > 4096 && (hi - lo) * 4 < t->size;
+    int sparse = adsm__type_sparse(t);
     while (off < end && !(x->stop == o)) {
         size_t p0 = off, p1;
         if (sparse) {
@@ -261,11 +276,12 @@ ADSM__PRIVATE int adsm__xlate_range(adsm__xlate_pass *x, const adsm__object *o, 
         }
         if (x->limit == o && p0 >= x->limit_off) return 0;
         adsm_result before = x->r;
-        if (adsm__xlate_move(x, o, p0, p1) != 0) return -1;
-        if (x->to_device && before == ADSM_OK && x->r != ADSM_OK) {
-            x->stop = o; /* the pieces below p0 went to the device translated */
+        int rc = adsm__xlate_move(x, o, p0, p1);
+        if (x->to_device && (rc != 0 || (before == ADSM_OK && x->r != ADSM_OK))) {
+            x->stop = o; /* the pieces below p0 went to the device translated, this one did not */
             x->stop_off = p0;
         }
+        if (rc != 0) return -1;
     }
     return 0;
 }
@@ -294,10 +310,8 @@ typedef struct adsm__xlate_batch {
 } adsm__xlate_batch;
 
 ADSM__PRIVATE int adsm__xlate_batchable(const adsm__xlate_pass *x, const adsm__object *o) {
-    size_t lo, hi;
-    adsm__type_field_span(o->type, &lo, &hi);
-    int sparse = o->type->size > 4096 && (hi - lo) * 4 < o->type->size;
-    return x->rt->ndev == 1 && !x->rt->be->device_window && !o->safe && !sparse && o->size <= ADSM__XLATE_STAGE / 4;
+    return x->rt->ndev == 1 && !x->rt->be->device_window && !o->safe && !adsm__type_sparse(o->type) &&
+           o->size <= ADSM__XLATE_STAGE / 4;
 }
 
 /* 0, or -1 when a copy failed. A field that cannot go to the device stops the pass before this
@@ -310,7 +324,7 @@ ADSM__PRIVATE int adsm__xlate_flush(adsm__xlate_pass *x, adsm__xlate_batch *b) {
     size_t n = b->end - b->lo;
     int changed = 0, rc = -1;
     adsm_result before = x->r;
-    if (rt->be->from_device(ctx, (uintptr_t)x->stage, b->lo, n) == 0) {
+    if (adsm__xlate_stage(x) && rt->be->from_device(ctx, (uintptr_t)x->stage, b->lo, n) == 0) {
         adsm__count_from_device(rt, x->d, n);
         ADSM__ADD(&rt->stats.translation_bytes, n);
         for (ptrdiff_t i = 0; i < k; i++) {
@@ -318,16 +332,18 @@ ADSM__PRIVATE int adsm__xlate_flush(adsm__xlate_pass *x, adsm__xlate_batch *b) {
             changed |= adsm__xlate_piece(x, o, x->stage + (o->dev - b->lo), 0, o->size);
         }
         rc = 0;
-        if (x->to_device && before == ADSM_OK && x->r != ADSM_OK) {
-            x->stop = b->members[0];
-            x->stop_off = 0;
-        } else if (changed) {
+        int refused = x->to_device && before == ADSM_OK && x->r != ADSM_OK; /* not written: stop below */
+        if (!refused && changed) {
             rc = rt->be->to_device(ctx, b->lo, (uintptr_t)x->stage, n, 0, ADSM__EVERY_LAUNCH) == 0 ? 0 : -1;
             if (rc == 0) {
                 adsm__count_to_device(rt, x->d, 0, n);
                 ADSM__ADD(&rt->stats.translation_bytes, n);
             }
         }
+    }
+    if (x->to_device && (rc != 0 || (before == ADSM_OK && x->r != ADSM_OK))) {
+        x->stop = b->members[0]; /* a rollback goes up to this batch: none of it was written */
+        x->stop_off = 0;
     }
     stbds_arrsetlen(b->members, 0);
     return rc;
@@ -468,7 +484,6 @@ ADSM__PRIVATE adsm_result adsm__xlate_patch_all(adsm__xlate_pass *x) {
     void *ctx = rt->dev_ctx[x->d];
     uint64_t fault[5] = {0, 0, 0, 0, 0}, tag = 0;
     if (rt->be->dev_memset(ctx, rt->xlate_fault, 0, ADSM__XLATE_FAULT_BYTES) != 0) return ADSM_ERROR_DEVICE_LOST;
-    const adsm__object *tagged[1] = {NULL};
     for (adsm__tree_node *n = adsm__tree_first(&rt->objects); n; n = adsm__tree_next(n), tag++) {
         const adsm__object *o = adsm__object_of(n);
         uint64_t first, mask, nonnull;
@@ -483,10 +498,10 @@ ADSM__PRIVATE adsm_result adsm__xlate_patch_all(adsm__xlate_pass *x) {
         rt->be->from_device(ctx, (uintptr_t)fault, rt->xlate_fault, sizeof fault) != 0)
         return ADSM_ERROR_DEVICE_LOST;
     if (fault[0] == 0) return x->r;
+    const adsm__object *o = NULL; /* the object the first bad field is in: fault[4] counts objects */
     tag = 0;
-    for (adsm__tree_node *n = adsm__tree_first(&rt->objects); n; n = adsm__tree_next(n), tag++)
-        if (tag == fault[4]) tagged[0] = adsm__object_of(n);
-    const adsm__object *o = tagged[0];
+    for (adsm__tree_node *n = adsm__tree_first(&rt->objects); n && !o; n = adsm__tree_next(n), tag++)
+        if (tag == fault[4]) o = adsm__object_of(n);
     if (!o) return x->r;
     for (unsigned i = 0; i < o->type->nfields; i++) {
         const adsm_field_desc *f = &o->type->fields[i];
@@ -525,7 +540,6 @@ ADSM__PRIVATE adsm__xlate_pass adsm__xlate_begin(adsm__runtime *rt, unsigned d, 
     x.to_device = to_device;
     x.kernel = kernel;
     x.r = ADSM_OK;
-    x.stage = (unsigned char *)malloc(ADSM__XLATE_STAGE);
     return x;
 }
 
@@ -534,8 +548,6 @@ ADSM__PRIVATE adsm__xlate_pass adsm__xlate_begin(adsm__runtime *rt, unsigned d, 
 ADSM__PRIVATE adsm_result adsm__xlate_home(adsm__runtime *rt, unsigned d, const char *kernel, const adsm__object *limit,
                                            size_t limit_off) {
     adsm__xlate_pass x = adsm__xlate_begin(rt, d, kernel, 0);
-    if (!x.stage) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory to translate pointer fields back",
-                                    kernel);
     x.limit = limit;
     x.limit_off = limit_off;
     int rc = 0;
@@ -562,8 +574,6 @@ ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, cons
     if (rt->be->wait(ctx, rt->dev_last_launch[d]) != 0)
         return adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': device %u is lost", kernel, d);
     adsm__xlate_pass x = adsm__xlate_begin(rt, d, kernel, 1);
-    if (!x.stage) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory to translate pointer fields",
-                                    kernel);
     int rc = 0;
     if (adsm__xlate_patching(rt, d)) { /* on the device: a dry pass checks, then the pass rewrites */
         x.dry = 1;
