@@ -140,7 +140,9 @@ typedef struct adsm__xlate_pass {
     size_t stop_off;           /* ... having written back its pieces below this offset */
     const adsm__object *limit; /* a rollback goes up to here (NULL: every object) */
     size_t limit_off;
-    int dry;                   /* check every field, change nothing (before an in-place pass) */
+    int dry;                   /* check every field, change nothing (before a patch kernel's pass) */
+    int in_place;              /* the piece being translated is the device's memory itself */
+    uint64_t fields;           /* the piece's fields visited (translated_fields) */
     adsm__xlate_hit hit;       /* the object the last field pointed into */
 } adsm__xlate_pass;
 
@@ -172,37 +174,63 @@ ADSM__PRIVATE void adsm__xlate_error(adsm__xlate_pass *x, const adsm__object *o,
                           o->type->name, elem, (void *)o->host, (void *)v, x->d);
 }
 
+/* The pointer fields of element e wholly inside piece [p0, p1) of o, held at buf: checked, and
+ * translated when `write`. Returns -1 when one cannot be translated (the pass's error names it;
+ * it is left as it is), else whether any changed. */
+ADSM__PRIVATE int adsm__xlate_element(adsm__xlate_pass *x, const adsm__object *o, unsigned char *buf, size_t p0,
+                                      size_t p1, size_t e, int write) {
+    const adsm_type_desc *t = o->type;
+    int changed = 0, bad = 0;
+    size_t base = e * t->size, lo = ADSM__MAX(base, p0), hi = ADSM__MIN(base + t->size, p1);
+    if (x->limit == o) hi = ADSM__MIN(hi, x->limit_off); /* a rollback: the rest never went translated */
+    uint64_t fields = 0;
+    for (unsigned i = 0; i < t->nfields; i++) {
+        const adsm_field_desc *f = &t->fields[i];
+        for (size_t k = 0; k < f->count; k++) {
+            size_t at = base + f->offset + k * sizeof(void *);
+            if (at < lo || at + sizeof(void *) > hi) continue;
+            uintptr_t v, w;
+            memcpy(&v, buf + (at - p0), sizeof v);
+            fields++;
+            if (!v) {
+                if (!f->nullable) adsm__xlate_error(x, o, e, f, k, v), bad = 1;
+                continue;
+            }
+            /* the last object hit (a pool's fields mostly point into the pool) needs no lookup */
+            if (v - x->hit.lo < x->hit.len) w = v + x->hit.shift;
+            else if (!(w = adsm__xlate_value(x, v))) {
+                adsm__xlate_error(x, o, e, f, k, v);
+                bad = 1;
+                continue;
+            }
+            if (w == v || !write) continue;
+            memcpy(buf + (at - p0), &w, sizeof w);
+            changed = 1;
+        }
+    }
+    if (write) x->fields += fields;
+    return bad ? -1 : changed;
+}
+
 /* Translates the pointer fields wholly inside piece [p0, p1) of o, held at buf (the stage, or
  * the device memory itself). Returns whether any changed; a field that cannot be translated is
- * left as it is. */
+ * left as it is. In place on the way to the device (x->in_place), each element is checked before
+ * it is written, and the first element that cannot go stops the pass there (x->stop, x->stop_off:
+ * a rollback takes back exactly the fields below), so no pass over everything is needed first. */
 ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, unsigned char *buf, size_t p0,
                                     size_t p1) {
     const adsm_type_desc *t = o->type;
-    int changed = 0;
-    uint64_t fields = 0;
-    for (size_t e = p0 / t->size; e * t->size < p1; e++)
-        for (unsigned i = 0; i < t->nfields; i++) {
-            const adsm_field_desc *f = &t->fields[i];
-            for (size_t k = 0; k < f->count; k++) {
-                size_t at = e * t->size + f->offset + k * sizeof(void *);
-                if (at < p0 || at + sizeof(void *) > p1) continue;
-                uintptr_t v, w;
-                memcpy(&v, buf + (at - p0), sizeof v);
-                fields += !x->dry;
-                if (!v) {
-                    if (!f->nullable) adsm__xlate_error(x, o, e, f, k, v);
-                    continue;
-                }
-                if (!(w = adsm__xlate_value(x, v))) {
-                    adsm__xlate_error(x, o, e, f, k, v);
-                    continue;
-                }
-                if (w == v || x->dry) continue;
-                memcpy(buf + (at - p0), &w, sizeof w);
-                changed = 1;
-            }
+    int changed = 0, checked_first = x->in_place && x->to_device && !x->dry;
+    x->fields = 0;
+    for (size_t e = p0 / t->size; e * t->size < p1; e++) {
+        if (checked_first && adsm__xlate_element(x, o, buf, p0, p1, e, 0) < 0) {
+            x->stop = o;
+            x->stop_off = ADSM__MAX(e * t->size, p0);
+            break;
         }
-    ADSM__ADD(&x->rt->stats.translated_fields, fields);
+        changed |= adsm__xlate_element(x, o, buf, p0, p1, e, !x->dry) > 0;
+    }
+    ADSM__ADD(&x->rt->stats.translated_fields, x->fields);
     return changed;
 }
 
@@ -222,7 +250,9 @@ ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, s
     size_t n = p1 - p0;
     unsigned char *in_place = rt->be->device_window ? (unsigned char *)rt->be->device_window(ctx, o->dev + p0, n) : NULL;
     if (in_place) {
+        x->in_place = 1;
         (void)adsm__xlate_piece(x, o, in_place, p0, p1);
+        x->in_place = 0;
         return 0;
     }
     if (!adsm__xlate_stage(x) || rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
@@ -277,7 +307,7 @@ ADSM__PRIVATE int adsm__xlate_range(adsm__xlate_pass *x, const adsm__object *o, 
         if (x->limit == o && p0 >= x->limit_off) return 0;
         adsm_result before = x->r;
         int rc = adsm__xlate_move(x, o, p0, p1);
-        if (x->to_device && (rc != 0 || (before == ADSM_OK && x->r != ADSM_OK))) {
+        if (x->to_device && !x->stop && (rc != 0 || (before == ADSM_OK && x->r != ADSM_OK))) {
             x->stop = o; /* the pieces below p0 went to the device translated, this one did not */
             x->stop_off = p0;
         }
@@ -585,16 +615,7 @@ ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, cons
             return adsm__fail(r, "kernel '%s': translating pointer fields on device %u failed", kernel, d);
         return x.r;
     }
-    if (rt->be->device_window) { /* in place: every field checked first, so a failure changes nothing */
-        x.dry = 1;
-        rc = adsm__xlate_all(&x);
-        x.dry = 0;
-        if (rc == 0 && x.r != ADSM_OK) {
-            free(x.stage);
-            return x.r;
-        }
-    }
-    if (rc == 0) rc = adsm__xlate_all(&x);
+    rc = adsm__xlate_all(&x);
     free(x.stage);
     if (rc == 0 && x.r == ADSM_OK) return ADSM_OK;
     adsm_result r = x.r != ADSM_OK ? x.r

@@ -276,6 +276,36 @@ Test(translate, a_field_pointing_outside_shared_memory_fails_the_launch) {
     adsm_shutdown();
 }
 
+/* A launch that fails on the last field of one element leaves nothing translated: not an object
+ * translated before it, not the blocks before it, not that element's earlier fields. Untyped
+ * afterwards, both lists' device copies hold host addresses everywhere (a kernel reads them raw). */
+Test(translate, a_failed_launch_leaves_nothing_translated) {
+    start(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    const size_t n = 512; /* 20 KiB: five blocks */
+    float *data = adsm_alloc(n * sizeof *data);
+    node *a = make_list(n, data), *b = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(8, 64), a, seen, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    static node outside;
+    b[300].kids[1] = &outside; /* after next, data and kids[0] of the same element */
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(8, 64), b, seen, n), ADSM_ERROR_NOT_SHARED);
+    cr_assert(strstr(adsm_last_error(), "'kids[1]'") && strstr(adsm_last_error(), "'node' 300"), "%s",
+              adsm_last_error());
+    cr_assert_eq(adsm_set_type(a, NULL), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_set_type(b, NULL), ADSM_OK, "%s", adsm_last_error());
+    node *lists[] = {a, b};
+    for (int l = 0; l < 2; l++) {
+        cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(8, 64), lists[l], seen, n), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_eq(seen[2 * i], (uint64_t)(uintptr_t)&lists[l][(i + 1) % n], "list %d node %zu: next", l, i);
+            cr_assert_eq(seen[2 * i + 1], (uint64_t)(uintptr_t)(data + i), "list %d node %zu: data", l, i);
+        }
+    }
+    adsm_shutdown();
+}
+
 /* A kernel that leaves a field pointing into no shared object: the launch and the next sync say
  * so, naming the field; the other fields come home right. */
 Test(translate, a_kernel_leaving_a_wild_pointer_is_an_error) {
