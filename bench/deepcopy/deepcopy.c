@@ -8,15 +8,19 @@
  * interior pointer somewhere in the pool. One repetition: the CPU rewrites every payload (the
  * structure is dirty on the host), a kernel walks the structure from its root (depth first, one
  * thread) adding 1 to every payload double and summing them, and the CPU reads every payload back
- * (it comes home). Variants, alternated within each repetition (which goes first turns each run):
+ * (it comes home). Each start (adsm_init to adsm_shutdown) runs one repetition untimed, so the
+ * device's memory is backed (a cost of the first touch, not of moving the structure), then three
+ * timed ones; a run's time is their median. Variants, each started once per run, alternated (which
+ * goes first turns each run):
  *   same        the device sees host addresses (ADSM_EMU_SAME_ADDRESS=1 / ADSM_CUDA_SAME_ADDRESS=1):
  *               nothing is translated
  *   translated  addresses differ (=0): adsm translates the typed objects' fields at each launch
  *   explicit    the hand-written deep copy: adsm_dev_alloc buffers, the host rewrites pointers
  *               into a staging copy, one copy each way, pointers rewritten back on the host
- * Columns: median ms per repetition and the ratios translated/same and translated/explicit.
+ * Columns: median over runs of ms per repetition, and the ratios translated/same and translated/explicit.
  *
- *   bazel run //:bench_deepcopy -- [--runs N] [--mib M] [--backend emu|cuda]
+ *   bazel run //:bench_deepcopy -- [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES]]
+ * (--only List, --only Tree:1024: one structure, or one node size of it, for a closer look)
  *
  * Main thread only. */
 #define ADSM_IMPLEMENTATION
@@ -136,7 +140,32 @@ static int check(double got, double want, const char *what) {
     return -1;
 }
 
-/* One repetition in shared objects (same or translated). ms, or -1 on an error. */
+#define WARM_REPS 1  /* repetitions per start before the timed ones: the device's memory gets backed */
+#define TIMED_REPS 3 /* repetitions timed per start; their median is the start's time */
+
+static double want_sum(const structure *s, double value) {
+    return (value + 1) * (double)(s->nodes * (s->payload_bytes / sizeof(double)));
+}
+
+/* One repetition in shared objects: ms, or -1 on an error. */
+static double rep_shared(const structure *s, unsigned char *pool, double *ext, uint64_t *stack, double *result,
+                         double value) {
+    double t0 = bench_now_s();
+    write_payloads(s, pool, ext, value);
+    adsm_result r = ADSM_CALL(k_graph_walk, adsm_grid_1d(1, 32), pool, ext, stack, result,
+                              (uint64_t)(s->order[0] * s->node_bytes), (uint64_t)s->nodes);
+    if (r == ADSM_OK) r = adsm_sync();
+    double sum = read_payloads(s, pool, ext);
+    double ms = (bench_now_s() - t0) * 1e3;
+    if (r != ADSM_OK) fprintf(stderr, "walk: %s\n", adsm_last_error());
+    if (r != ADSM_OK || check(result[0], want_sum(s, value), "kernel") != 0 ||
+        check(sum, want_sum(s, value), "host") != 0)
+        return -1;
+    return ms;
+}
+
+/* One start in shared objects (same or translated): the median ms of its timed repetitions, or
+ * -1 on an error. */
 static double run_shared(const structure *s, const char *backend, int same_address, double value) {
     if (start(backend, same_address) != 0) return -1;
     size_t pool_bytes = s->nodes * s->node_bytes, ext_bytes = s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8;
@@ -144,77 +173,107 @@ static double run_shared(const structure *s, const char *backend, int same_addre
     double *ext = adsm_alloc(ext_bytes);
     uint64_t *stack = adsm_alloc((s->nodes + 1) * sizeof *stack);
     double *result = adsm_alloc(sizeof *result);
-    double ms = -1;
+    double ms[TIMED_REPS], median = -1;
     if (pool && ext && stack && result) {
         link_nodes(s, pool, (uintptr_t)pool, (uintptr_t)ext);
         write_payloads(s, pool, ext, 0);
         adsm_sync();
-        double t0 = bench_now_s();
-        write_payloads(s, pool, ext, value);
-        adsm_result r = ADSM_CALL(k_graph_walk, adsm_grid_1d(1, 32), pool, ext, stack, result,
-                                  (uint64_t)(s->order[0] * s->node_bytes), (uint64_t)s->nodes);
-        if (r == ADSM_OK) r = adsm_sync();
-        double sum = read_payloads(s, pool, ext);
-        ms = (bench_now_s() - t0) * 1e3;
-        double want = (value + 1) * (double)(s->nodes * (s->payload_bytes / sizeof(double)));
-        if (r != ADSM_OK) fprintf(stderr, "walk: %s\n", adsm_last_error());
-        if (r != ADSM_OK || check(result[0], want, "kernel") != 0 || check(sum, want, "host") != 0) ms = -1;
+        int failed = 0;
+        for (int k = 0; k < WARM_REPS + TIMED_REPS && !failed; k++) {
+            double t = rep_shared(s, pool, ext, stack, result, value + k);
+            failed = t < 0;
+            if (k >= WARM_REPS) ms[k - WARM_REPS] = t;
+        }
+        if (!failed) median = bench_median(ms, TIMED_REPS);
     } else {
         fprintf(stderr, "allocating %zu + %zu bytes: %s\n", pool_bytes, ext_bytes, adsm_last_error());
     }
     adsm_shutdown();
+    return median;
+}
+
+/* The hand-written deep copy's buffers: host staging and device copies. */
+typedef struct explicit_bufs {
+    unsigned char *pool, *d_pool;
+    double *ext, *d_ext, *d_result;
+    uint64_t *d_stack;
+    size_t pool_bytes, ext_bytes;
+} explicit_bufs;
+
+/* One repetition of the hand-written deep copy: ms, or -1. */
+static double rep_explicit(const structure *s, const explicit_bufs *b, double value) {
+    double t0 = bench_now_s(), result = 0;
+    write_payloads(s, b->pool, b->ext, value);
+    /* the deep copy: pointers rewritten to device addresses in place, one copy each way, and
+     * back to host addresses after (a staging copy of the pool would only add two memcpys) */
+    link_nodes(s, b->pool, (uintptr_t)b->d_pool, (uintptr_t)b->d_ext);
+    adsm_result r = adsm_copy_to_device(b->d_pool, b->pool, b->pool_bytes);
+    if (r == ADSM_OK && s->shape == SPLIT_LIST) r = adsm_copy_to_device(b->d_ext, b->ext, b->ext_bytes);
+    if (r == ADSM_OK)
+        r = ADSM_CALL(k_graph_walk, adsm_grid_1d(1, 32), b->d_pool, b->d_ext, b->d_stack, b->d_result,
+                      (uint64_t)(s->order[0] * s->node_bytes), (uint64_t)s->nodes);
+    if (r == ADSM_OK) r = adsm_sync();
+    if (r == ADSM_OK) r = adsm_copy_from_device(b->pool, b->d_pool, b->pool_bytes);
+    if (r == ADSM_OK && s->shape == SPLIT_LIST) r = adsm_copy_from_device(b->ext, b->d_ext, b->ext_bytes);
+    if (r == ADSM_OK) r = adsm_copy_from_device(&result, b->d_result, sizeof result);
+    if (r == ADSM_OK) link_nodes(s, b->pool, (uintptr_t)b->pool, (uintptr_t)b->ext); /* the host's again */
+    double sum = read_payloads(s, b->pool, b->ext);
+    double ms = (bench_now_s() - t0) * 1e3;
+    if (r != ADSM_OK) fprintf(stderr, "explicit: %s\n", adsm_last_error());
+    if (r != ADSM_OK || check(result, want_sum(s, value), "explicit kernel") != 0 ||
+        check(sum, want_sum(s, value), "explicit host") != 0)
+        return -1;
     return ms;
 }
 
-/* One repetition of the hand-written deep copy. ms, or -1. */
+/* One start of the hand-written deep copy: the median ms of its timed repetitions, or -1. */
 static double run_explicit(const structure *s, const char *backend, double value) {
     if (start(backend, 0) != 0) return -1;
-    size_t pool_bytes = s->nodes * s->node_bytes, ext_bytes = s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8;
-    unsigned char *pool = adsm_host_alloc(pool_bytes);
-    double *ext = adsm_host_alloc(ext_bytes);
-    unsigned char *d_pool = adsm_dev_alloc(pool_bytes);
-    double *d_ext = adsm_dev_alloc(ext_bytes), *d_result = adsm_dev_alloc(sizeof(double));
-    uint64_t *d_stack = adsm_dev_alloc((s->nodes + 1) * sizeof(uint64_t));
-    double ms = -1, result = 0;
-    if (pool && ext && d_pool && d_ext && d_result && d_stack) {
-        link_nodes(s, pool, (uintptr_t)pool, (uintptr_t)ext);
-        write_payloads(s, pool, ext, 0);
-        double t0 = bench_now_s();
-        write_payloads(s, pool, ext, value);
-        /* the deep copy: pointers rewritten to device addresses in place, one copy each way, and
-         * back to host addresses after (a staging copy of the pool would only add two memcpys) */
-        link_nodes(s, pool, (uintptr_t)d_pool, (uintptr_t)d_ext);
-        adsm_result r = adsm_copy_to_device(d_pool, pool, pool_bytes);
-        if (r == ADSM_OK && s->shape == SPLIT_LIST) r = adsm_copy_to_device(d_ext, ext, ext_bytes);
-        if (r == ADSM_OK)
-            r = ADSM_CALL(k_graph_walk, adsm_grid_1d(1, 32), d_pool, d_ext, d_stack, d_result,
-                          (uint64_t)(s->order[0] * s->node_bytes), (uint64_t)s->nodes);
-        if (r == ADSM_OK) r = adsm_sync();
-        if (r == ADSM_OK) r = adsm_copy_from_device(pool, d_pool, pool_bytes);
-        if (r == ADSM_OK && s->shape == SPLIT_LIST) r = adsm_copy_from_device(ext, d_ext, ext_bytes);
-        if (r == ADSM_OK) r = adsm_copy_from_device(&result, d_result, sizeof result);
-        if (r == ADSM_OK) link_nodes(s, pool, (uintptr_t)pool, (uintptr_t)ext); /* the host's again */
-        double sum = read_payloads(s, pool, ext);
-        ms = (bench_now_s() - t0) * 1e3;
-        double want = (value + 1) * (double)(s->nodes * (s->payload_bytes / sizeof(double)));
-        if (r != ADSM_OK) fprintf(stderr, "explicit: %s\n", adsm_last_error());
-        if (r != ADSM_OK || check(result, want, "explicit kernel") != 0 || check(sum, want, "explicit host") != 0)
-            ms = -1;
+    explicit_bufs b;
+    b.pool_bytes = s->nodes * s->node_bytes;
+    b.ext_bytes = s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8;
+    b.pool = adsm_host_alloc(b.pool_bytes);
+    b.ext = adsm_host_alloc(b.ext_bytes);
+    b.d_pool = adsm_dev_alloc(b.pool_bytes);
+    b.d_ext = adsm_dev_alloc(b.ext_bytes);
+    b.d_result = adsm_dev_alloc(sizeof(double));
+    b.d_stack = adsm_dev_alloc((s->nodes + 1) * sizeof(uint64_t));
+    double ms[TIMED_REPS], median = -1;
+    if (b.pool && b.ext && b.d_pool && b.d_ext && b.d_result && b.d_stack) {
+        link_nodes(s, b.pool, (uintptr_t)b.pool, (uintptr_t)b.ext);
+        write_payloads(s, b.pool, b.ext, 0);
+        int failed = 0;
+        for (int k = 0; k < WARM_REPS + TIMED_REPS && !failed; k++) {
+            double t = rep_explicit(s, &b, value + k);
+            failed = t < 0;
+            if (k >= WARM_REPS) ms[k - WARM_REPS] = t;
+        }
+        if (!failed) median = bench_median(ms, TIMED_REPS);
     }
     adsm_shutdown();
-    return ms;
+    return median;
+}
+
+/* Whether --only (NULL: everything) names this structure ("List") or this structure and node size
+ * ("List:1024"). */
+static int wanted(const char *only, const char *name, size_t node_bytes) {
+    if (!only) return 1;
+    size_t n = strcspn(only, ":");
+    if (strlen(name) != n || strncmp(only, name, n) != 0) return 0;
+    return only[n] == '\0' || strtoull(only + n + 1, NULL, 10) == node_bytes;
 }
 
 int main(int argc, char **argv) {
     int runs = 5;
     size_t mib = 32;
-    const char *backend = "emu";
+    const char *backend = "emu", *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = (size_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--runs N] [--mib M] [--backend emu|cuda]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES]]\n", argv[0]);
             return 2;
         }
     }
@@ -230,6 +289,7 @@ int main(int argc, char **argv) {
     int failed = 0;
     for (int sh = LIST; sh <= DENSE_TREE; sh++)
         for (size_t z = 0; z < sizeof node_sizes / sizeof *node_sizes; z++) {
+            if (!wanted(only, shape_names[sh], node_sizes[z])) continue;
             structure s;
             memset(&s, 0, sizeof s);
             s.shape = (shape)sh;
