@@ -44,10 +44,12 @@
 #define ADSM__UNUSED __attribute__((unused))
 #define ADSM__LIKELY(x) __builtin_expect(!!(x), 1)
 #define ADSM__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define ADSM__PREFETCH_WRITE(p) __builtin_prefetch((p), 1)
 #else
 #define ADSM__UNUSED
 #define ADSM__LIKELY(x) (x)
 #define ADSM__UNLIKELY(x) (x)
+#define ADSM__PREFETCH_WRITE(p) ((void)(p))
 #endif
 
 /* Every internal function is file-local to the implementation translation unit. */
