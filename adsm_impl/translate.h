@@ -260,13 +260,19 @@ ADSM__PRIVATE unsigned char *adsm__xlate_stage(adsm__xlate_pass *x) {
     return x->stage;
 }
 
+/* Whether passes rewrite device memory where it is, through the backend's window (emu), rather
+ * than through the stage: ADSM_TRANSLATE=staged asks for the stage there too (to measure it). */
+ADSM__PRIVATE int adsm__xlate_window(const adsm__runtime *rt) {
+    return rt->be->device_window && rt->cfg.translate != ADSM__TRANSLATE_STAGED;
+}
+
 /* One piece: in place where the CPU reaches device memory (emu), else home, translated, and back
  * if it changed. 0, or -1 when a copy failed (or no stage could be made). */
 ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1) {
     adsm__runtime *rt = x->rt;
     void *ctx = rt->dev_ctx[x->d];
     size_t n = p1 - p0;
-    unsigned char *in_place = rt->be->device_window ? (unsigned char *)rt->be->device_window(ctx, o->dev + p0, n) : NULL;
+    unsigned char *in_place = adsm__xlate_window(rt) ? (unsigned char *)rt->be->device_window(ctx, o->dev + p0, n) : NULL;
     if (in_place) {
         x->in_place = 1;
         (void)adsm__xlate_piece(x, o, in_place, p0, p1);
@@ -348,7 +354,7 @@ typedef struct adsm__xlate_batch {
 } adsm__xlate_batch;
 
 ADSM__PRIVATE int adsm__xlate_batchable(const adsm__xlate_pass *x, const adsm__object *o) {
-    return x->rt->ndev == 1 && !x->rt->be->device_window && !o->safe && !adsm__type_sparse(o->type) &&
+    return x->rt->ndev == 1 && !adsm__xlate_window(x->rt) && !o->safe && !adsm__type_sparse(o->type) &&
            o->size <= ADSM__XLATE_STAGE / 4;
 }
 
