@@ -14,10 +14,15 @@
  * goes first turns each run):
  *   same        the device sees host addresses (ADSM_EMU_SAME_ADDRESS=1 / ADSM_CUDA_SAME_ADDRESS=1):
  *               nothing is translated
- *   translated  addresses differ (=0): adsm translates the typed objects' fields at each launch
+ *   in place    addresses differ (=0): adsm translates the typed objects' fields at each launch where
+ *               they are (ADSM_TRANSLATE=auto: through the device's window on emu, by a patch kernel
+ *               on a GPU; the paper's PCPY)
+ *   staged      the same through host memory (ADSM_TRANSLATE=staged: pieces come home, are
+ *               rewritten, go back; the paper's TCPY)
  *   explicit    the hand-written deep copy: adsm_dev_alloc buffers, the host rewrites pointers
  *               into a staging copy, one copy each way, pointers rewritten back on the host
- * Columns: median over runs of ms per repetition, and the ratios translated/same and translated/explicit.
+ * Columns: median over runs of ms per repetition, and each translating variant over same and over
+ * explicit.
  *
  *   bazel run //:bench_deepcopy -- [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES]]
  * (--only List, --only Tree:1024: one structure, or one node size of it, for a closer look)
@@ -122,8 +127,9 @@ static double read_payloads(const structure *s, unsigned char *nodes, double *ex
     return sum;
 }
 
-static int start(const char *backend, int same_address) {
+static int start(const char *backend, int same_address, int staged) {
     setenv(strcmp(backend, "cuda") == 0 ? "ADSM_CUDA_SAME_ADDRESS" : "ADSM_EMU_SAME_ADDRESS", same_address ? "1" : "0", 1);
+    setenv("ADSM_TRANSLATE", staged ? "staged" : "auto", 1);
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.backend = strcmp(backend, "cuda") == 0 ? ADSM_BACKEND_CUDA : ADSM_BACKEND_EMU;
@@ -164,10 +170,10 @@ static double rep_shared(const structure *s, unsigned char *pool, double *ext, u
     return ms;
 }
 
-/* One start in shared objects (same or translated): the median ms of its timed repetitions, or
+/* One start in shared objects (same, in place or staged): the median ms of its timed repetitions, or
  * -1 on an error. */
-static double run_shared(const structure *s, const char *backend, int same_address, double value) {
-    if (start(backend, same_address) != 0) return -1;
+static double run_shared(const structure *s, const char *backend, int same_address, int staged, double value) {
+    if (start(backend, same_address, staged) != 0) return -1;
     size_t pool_bytes = s->nodes * s->node_bytes, ext_bytes = s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8;
     unsigned char *pool = adsm_alloc_typed(&node_type, s->nodes);
     double *ext = adsm_alloc(ext_bytes);
@@ -228,7 +234,7 @@ static double rep_explicit(const structure *s, const explicit_bufs *b, double va
 
 /* One start of the hand-written deep copy: the median ms of its timed repetitions, or -1. */
 static double run_explicit(const structure *s, const char *backend, double value) {
-    if (start(backend, 0) != 0) return -1;
+    if (start(backend, 0, 0) != 0) return -1;
     explicit_bufs b;
     b.pool_bytes = s->nodes * s->node_bytes;
     b.ext_bytes = s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8;
@@ -282,10 +288,11 @@ int main(int argc, char **argv) {
     printf("## deepcopy: pointer structures where device addresses differ (%s backend), %zu MiB of payload, "
            "median of %d runs\n\n", backend, mib, runs);
     printf("ms per repetition: CPU writes every payload, a kernel walks the structure (payload += 1), the CPU "
-           "reads every payload. same = no translation; translated = adsm translates the typed pool at the "
-           "launch; explicit = hand-written deep copy with adsm_dev_alloc.\n\n");
-    printf("| structure | node | nodes | same ms | translated ms | explicit ms | translated / same | translated / "
-           "explicit |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+           "reads every payload. same = no translation; in place = adsm translates the typed pool where it is "
+           "at each launch (ADSM_TRANSLATE=auto); staged = through host memory (ADSM_TRANSLATE=staged); "
+           "explicit = hand-written deep copy with adsm_dev_alloc.\n\n");
+    printf("| structure | node | nodes | same ms | in place ms | staged ms | explicit ms | in place / same | "
+           "in place / explicit | staged / explicit |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     int failed = 0;
     for (int sh = LIST; sh <= DENSE_TREE; sh++)
         for (size_t z = 0; z < sizeof node_sizes / sizeof *node_sizes; z++) {
@@ -301,25 +308,27 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < s.nodes; i++) s.order[i] = i;
             bench_random_order(s.order, s.nodes, s.nodes, 31 + (uint64_t)z);
             node_type = (adsm_type_desc){"gnode", s.node_bytes, 2, node_fields};
-            double same[256], translated[256], expl[256];
+            double same[256], in_place[256], staged[256], expl[256];
             for (int r = 0; r < runs && !failed; r++) { /* alternated: each meets the same moments of load, */
                 double v = (double)(r + 1);         /* and which goes first turns with each run */
-                for (int k = 0; k < 3; k++) {
-                    int which = (k + r) % 3;
-                    if (which == 0) same[r] = run_shared(&s, backend, 1, v);
-                    else if (which == 1) translated[r] = run_shared(&s, backend, 0, v);
+                for (int k = 0; k < 4; k++) {
+                    int which = (k + r) % 4;
+                    if (which == 0) same[r] = run_shared(&s, backend, 1, 0, v);
+                    else if (which == 1) in_place[r] = run_shared(&s, backend, 0, 0, v);
+                    else if (which == 2) staged[r] = run_shared(&s, backend, 0, 1, v);
                     else expl[r] = run_explicit(&s, backend, v);
                 }
-                failed = same[r] < 0 || translated[r] < 0 || expl[r] < 0;
+                failed = same[r] < 0 || in_place[r] < 0 || staged[r] < 0 || expl[r] < 0;
             }
             if (failed) {
                 fprintf(stderr, "%s, %zu-byte nodes: a variant failed\n", shape_names[sh], node_sizes[z]);
                 free(s.order);
                 return 1;
             }
-            double ms = bench_median(same, runs), mt = bench_median(translated, runs), me = bench_median(expl, runs);
-            printf("| %s | %zu B | %zu | %.2f | %.2f | %.2f | %.2fx | %.2fx |\n", shape_names[sh], node_sizes[z],
-                   s.nodes, ms, mt, me, mt / ms, mt / me);
+            double ms = bench_median(same, runs), mp = bench_median(in_place, runs), mt = bench_median(staged, runs),
+                   me = bench_median(expl, runs);
+            printf("| %s | %zu B | %zu | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx | %.2fx |\n", shape_names[sh],
+                   node_sizes[z], s.nodes, ms, mp, mt, me, mp / ms, mp / me, mt / me);
             fflush(stdout);
             free(s.order);
         }
