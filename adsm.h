@@ -288,7 +288,8 @@
    from there; a CPU write makes every device copy stale. A call sends the CPU's changes to the
    objects its kernel names only when there are several devices (the others wait on the host for
    a kernel that names them), so a kernel may then follow stored pointers only into objects it is
-   given. Kernels on different devices run at the same time, and each device runs up to
+   given, or reaches through declared pointer fields (ADSM_TYPE: adsm finds those at the launch,
+   reading the typed objects' fields, and makes them current on the kernel's device too). Kernels on different devices run at the same time, and each device runs up to
    ADSM_STREAMS (default 4) kernels at once (emu: threads; cuda: CUDA streams): a kernel waits for
    the copies of its own objects and the earlier kernels whose objects conflict with its own (one
    writes what the other reads or writes). One device runs kernels in issue order unless

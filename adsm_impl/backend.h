@@ -31,6 +31,10 @@ ADSM__PRIVATE int adsm__ranges_meet(const adsm__range *a, size_t na, const adsm_
     return 0;
 }
 
+/* A launch's read-only ranges: its IN objects, and with several devices one more covering what it
+ * reaches through declared pointer fields (launch.h), which it may read too. */
+#define ADSM__MAX_INPUTS (ADSM__MAX_PARAMS + 1)
+
 /* A launch as the runtime hands it to a backend: arguments already translated to device
  * addresses, plus the device ranges the kernel may write and those it may only read. */
 typedef struct adsm__launch {
@@ -40,7 +44,7 @@ typedef struct adsm__launch {
     uint64_t seq;
     size_t nwritable, ninputs;
     adsm__range writable[ADSM__MAX_PARAMS];
-    adsm__range inputs[ADSM__MAX_PARAMS];
+    adsm__range inputs[ADSM__MAX_INPUTS];
 } adsm__launch;
 
 typedef struct adsm__backend_vtbl {

@@ -16,7 +16,8 @@
  * holder. With several devices a call sends the CPU's changes to the objects its kernel names
  * only (protocol.h, adsm__release_dirty): the others stay Dirty on the host until a kernel names
  * them, so each goes straight to the device that uses it, and a kernel may follow stored pointers
- * only into objects it names.
+ * only into objects it names, or reaches through declared pointer fields (translate.h, adsm__reach:
+ * those join the launch's list).
  *
  * Two policies change when copies move (the multi-GPU paper's versions): write-through
  * (ADSM_WRITE_THROUGH) brings every kernel's output home before the next call or sync instead of

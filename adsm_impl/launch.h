@@ -102,6 +102,29 @@ ADSM__PRIVATE adsm_result adsm__prepare_launch(adsm__runtime *rt, adsm__launch *
     return ADSM_OK;
 }
 
+ADSM__PRIVATE size_t adsm__count(adsm__object *const *list) { return (size_t)stbds_arrlen(list); }
+
+/* The objects a launch makes current on its device, into *all: those it names, and with several
+ * devices those it reaches through declared pointer fields (translate.h), since only what a launch
+ * lists goes there (with one device every object is current at a launch). What it reaches it may
+ * read: one input range covers it, so a device's streams order the kernel after those that write
+ * any of it, and before those that will. */
+ADSM__PRIVATE adsm_result adsm__launch_list(adsm__runtime *rt, adsm__launch *l, adsm__object *const *used,
+                                            size_t nused, adsm__object ***all) {
+    stbds_arrsetlen(*all, 0);
+    for (size_t i = 0; i < nused; i++) stbds_arrput(*all, used[i]);
+    if (rt->ndev == 1 || !rt->typed_objects) return ADSM_OK;
+    adsm_result r = adsm__reach(rt, used, nused, all, l->kernel->name);
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (size_t i = nused; i < adsm__count(*all); i++) {
+        lo = ADSM__MIN(lo, (*all)[i]->dev);
+        hi = ADSM__MAX(hi, (*all)[i]->dev + (*all)[i]->span);
+    }
+    if (r == ADSM_OK && hi > lo) adsm__add_range(l->inputs, &l->ninputs, lo, hi - lo, "(what it reaches through "
+                                                 "pointer fields)");
+    return r;
+}
+
 /* Before the locks: on a backend whose device memory the CPU cannot reach (cuda), once typed
  * objects exist, the patch kernel is compiled and its fault record allocated (translate.h), so
  * that translations run on the device; where that fails they stay staged, said once. */
@@ -155,6 +178,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     if (!buf) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': out of memory", k->name);
     adsm__launch l;
     adsm__object *writes[ADSM__MAX_PARAMS], *used[ADSM__MAX_PARAMS];
+    adsm__object **all = NULL; /* stb_ds: the objects it names, then those it reaches (several devices) */
     uint64_t writer_before[ADSM__MAX_PARAMS];
     unsigned writer_dev_before[ADSM__MAX_PARAMS];
     size_t nwrites = 0, nused = 0;
@@ -172,6 +196,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
         l.seq = rt->launch_seq + 1;
         nwrites = nused = 0;
         r = adsm__prepare_launch(rt, &l, buf, writes, writer_before, &nwrites, used, &nused);
+        if (r == ADSM_OK) r = adsm__launch_list(rt, &l, used, nused, &all);
         if (r != ADSM_OK) break;
         if (adsm__any_busy(writes, nwrites)) {
             adsm__await_copies(rt); /* a fault is fetching an object this kernel writes: let it finish */
@@ -183,14 +208,14 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
             break;
         }
         int again = 0; /* an eviction or a peer copy let the lock go: look everything up again */
-        r = adsm__room_for_launch(rt, used, nused, d, k->name, &again);
-        if (r == ADSM_OK && !again) r = adsm__peer_copies(rt, used, nused, d, &again);
+        r = adsm__room_for_launch(rt, all, adsm__count(all), d, k->name, &again);
+        if (r == ADSM_OK && !again) r = adsm__peer_copies(rt, all, adsm__count(all), d, &again);
         if (r != ADSM_OK || !again) break;
     }
     for (size_t i = 0; i < nwrites; i++) writer_dev_before[i] = writes[i]->writer_dev;
     rt->release_dev = (int)d; /* flushes at this call go to d */
-    if (r == ADSM_OK) r = adsm__gather(rt, used, nused, d);
-    if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, used, nused, l.seq);
+    if (r == ADSM_OK) r = adsm__gather(rt, all, adsm__count(all), d);
+    if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, all, adsm__count(all), l.seq);
     rt->release_dev = -1;
     int xlate = r == ADSM_OK && adsm__xlate_needed(rt, d); /* declared pointer fields (translate.h) */
     if (xlate) {
@@ -211,11 +236,11 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     adsm_result after = ADSM_OK;
     if (xlate) after = r == ADSM_OK ? adsm__xlate_after(rt, d, k->name, l.seq) : adsm__xlate_home(rt, d, k->name, NULL, 0);
     if (r == ADSM_OK) {
-        adsm__note_users(used, nused, d, l.seq);
+        adsm__note_users(all, adsm__count(all), d, l.seq);
         ADSM__ADD(&rt->stats.launches, 1);
         ADSM__ADD(&rt->dev_stats[d].launches, 1);
         if (adsm__tracking(rt)) {
-            adsm__drop_replicas(rt, used, nused, writes, nwrites, d);
+            adsm__drop_replicas(rt, all, adsm__count(all), writes, nwrites, d);
             adsm__note_outputs(rt, writes, nwrites);
         }
     } else {
@@ -228,6 +253,7 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     adsm__unlock(&rt->lock);
     pthread_mutex_unlock(&rt->launch_mutex);
     free(buf);
+    stbds_arrfree(all);
     return r != ADSM_OK ? r : after;
 }
 

@@ -73,6 +73,7 @@ typedef struct adsm__object {
     uint64_t fetch_epoch;     /* rolling: 1 + the runtime's ahead_epoch at this object's last fetch
                                  fault (0: none yet): a write fault that is the first fetch of an
                                  epoch takes its unit alone (protocol_rolling.h, adsm__fetch_granule) */
+    uint64_t reach_mark;      /* several devices: the walk (translate.h, adsm__reach) that listed it */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */

@@ -15,10 +15,13 @@
  * agree no pass runs at all. Each object is translated once per pass whatever points at it, so
  * cycles and shared targets need nothing special.
  *
- * The rewrite goes through a host staging buffer: a piece of device memory is copied home,
- * translated, and sent back if it changed (the paper's TCPY, done in place on the device copy).
- * Structs larger than 4 KiB whose pointer fields take less than a quarter of them move only the
- * span of their fields (a 1 MB node moves its `next`, not its payload).
+ * The rewrite is done where the fields are when it can be (through emu's window; on one GPU by a
+ * patch kernel, the paper's PCPY), else through a host staging buffer: a piece of device memory
+ * is copied home, translated, and sent back if it changed (the paper's TCPY). Structs larger
+ * than 4 KiB whose pointer fields take less than a quarter of them move only the span of their
+ * fields (a 1 MB node moves its `next`, not its payload). With several devices, the objects a
+ * kernel reaches through declared fields are found here too, so launch.h makes them current on
+ * its device beside the ones it names.
  *
  * Normal thread context: launch.h calls it with launch_mutex and the runtime lock held (it waits
  * for the device and allocates the staging buffer); the typing calls take the lock themselves. */
@@ -554,6 +557,107 @@ ADSM__PRIVATE adsm_result adsm__xlate_patch_all(adsm__xlate_pass *x) {
             adsm__xlate_error(x, o, (size_t)fault[1], f, (size_t)(fault[2] - word), (uintptr_t)fault[3]);
     }
     return x->r;
+}
+
+/* ---- what a kernel can reach, with several devices ---------------------------------------------
+ * With one device every object is current there at a launch (release sends every Dirty unit). With
+ * several, a launch makes current on its device only what it needs, so the objects a kernel can
+ * reach through declared pointer fields, from the objects it names and on through the typed ones
+ * among them, are found here and join the launch's list. A unit current on the host is read
+ * where it is; one only a device holds is read from there (after its writer), piece by piece
+ * through the stage, its fields' spans alone where they are a small part of large structs. */
+typedef struct adsm__reach_walk {
+    adsm__runtime *rt;
+    uint64_t mark;                /* objects already listed carry it in reach_mark */
+    const adsm__object **pending; /* typed objects still to read (stb_ds array) */
+    adsm__object ***found;        /* the objects reached, for the caller (stb_ds array) */
+    unsigned char *stage;
+} adsm__reach_walk;
+
+ADSM__PRIVATE void adsm__reach_note(adsm__reach_walk *w, adsm__object *o, int named) {
+    if (!o || o->device_only || o->managed || o->reach_mark == w->mark) return;
+    o->reach_mark = w->mark;
+    if (!named) stbds_arrput(*w->found, o);
+    if (o->type) stbds_arrput(w->pending, o);
+}
+
+/* The fields wholly inside piece [p0, p1) of o, held at buf: their targets noted. */
+ADSM__PRIVATE void adsm__reach_piece(adsm__reach_walk *w, const adsm__object *o, const unsigned char *buf, size_t p0,
+                                     size_t p1) {
+    const adsm_type_desc *t = o->type;
+    for (size_t e = p0 / t->size; e * t->size < p1; e++)
+        for (unsigned i = 0; i < t->nfields; i++)
+            for (size_t k = 0; k < t->fields[i].count; k++) {
+                size_t at = e * t->size + t->fields[i].offset + k * sizeof(void *);
+                if (at < p0 || at + sizeof(void *) > p1) continue;
+                uintptr_t v;
+                memcpy(&v, buf + (at - p0), sizeof v);
+                if (v) adsm__reach_note(w, adsm__object_of(adsm__tree_find(&w->rt->objects, v)), 0);
+            }
+}
+
+/* Bytes [off, end) of o, current only on device s: home through the stage and read. 0 or -1. */
+ADSM__PRIVATE int adsm__reach_from_device(adsm__reach_walk *w, const adsm__object *o, unsigned s, size_t off,
+                                          size_t end) {
+    adsm__runtime *rt = w->rt;
+    const adsm_type_desc *t = o->type;
+    size_t lo, hi;
+    adsm__type_field_span(t, &lo, &hi);
+    int sparse = adsm__type_sparse(t);
+    if (!w->stage && !(w->stage = (unsigned char *)malloc(ADSM__XLATE_STAGE))) return -1;
+    (void)adsm__dev_wait_writer(rt, o); /* a lost writer never finishes: its memory as it stands */
+    while (off < end) {
+        size_t p0 = off, p1;
+        if (sparse) {
+            size_t e = off / t->size;
+            p0 = ADSM__MAX(off, e * t->size + lo);
+            p1 = ADSM__MIN(end, e * t->size + hi);
+            off = (e + 1) * t->size;
+            if (p0 >= p1) continue;
+        } else {
+            p1 = ADSM__MIN(end, off + ADSM__XLATE_STAGE);
+            off = p1;
+        }
+        if (rt->be->from_device(rt->dev_ctx[s], (uintptr_t)w->stage, o->dev + p0, p1 - p0) != 0) return -1;
+        adsm__count_from_device(rt, s, p1 - p0);
+        ADSM__ADD(&rt->stats.translation_bytes, p1 - p0);
+        adsm__reach_piece(w, o, w->stage, p0, p1);
+    }
+    return 0;
+}
+
+/* Every unit of o, from wherever it is current. 0 or -1. */
+ADSM__PRIVATE int adsm__reach_object(adsm__reach_walk *w, const adsm__object *o) {
+    adsm__runtime *rt = w->rt;
+    size_t unit = rt->proto->whole_object ? o->nblocks : 1;
+    for (size_t b = 0; b < o->nblocks; b += unit) {
+        const adsm__block *head = &o->blocks[b];
+        size_t off = b << rt->cfg.block_shift, end = off + adsm__blocks_len(b, unit, rt->cfg.block_shift, o->size);
+        if (head->state != ADSM__INVALID) adsm__reach_piece(w, o, (const unsigned char *)o->host + off, off, end);
+        else if (adsm__reach_from_device(w, o, adsm__dev_source(rt, head), off, end) != 0) return -1;
+    }
+    return 0;
+}
+
+/* Under lock, several devices: the objects reachable through declared pointer fields from the
+ * `named` ones, other than those, appended to *found. ADSM_OK, or the error (a device that cannot
+ * be read, no memory for the stage). */
+ADSM__PRIVATE adsm_result adsm__reach(adsm__runtime *rt, adsm__object *const *named, size_t nnamed,
+                                      adsm__object ***found, const char *kernel) {
+    adsm__reach_walk w;
+    memset(&w, 0, sizeof w);
+    w.rt = rt;
+    w.mark = ++rt->reach_marks;
+    w.found = found;
+    for (size_t i = 0; i < nnamed; i++) adsm__reach_note(&w, named[i], 1);
+    int rc = 0;
+    while (rc == 0 && stbds_arrlen(w.pending) > 0) rc = adsm__reach_object(&w, stbds_arrpop(w.pending));
+    stbds_arrfree(w.pending);
+    free(w.stage);
+    if (rc != 0)
+        return adsm__fail(ADSM_ERROR_SYSTEM, "kernel '%s': reading typed objects' pointer fields to find what it "
+                          "reaches failed (no memory for a staging buffer, or a device that cannot be read)", kernel);
+    return ADSM_OK;
 }
 
 /* ---- at a kernel's boundary (launch.h) -------------------------------------------------------- */

@@ -88,6 +88,22 @@ ADSM_KERNEL_DEF(k_walk, (ADSM_INOUT(holder, h), ADSM_INOUT(node, pool), ADSM_VAL
     }
 });
 
+/* data[i] += 1, reps times over, by one thread: a kernel that takes a while */
+ADSM_KERNEL_DEF(k_fill_slowly, (ADSM_INOUT(float, data), ADSM_VALUE(size_t, n), ADSM_VALUE(size_t, reps)), g, {
+    ADSM_FOR_EACH_THREAD(g, t) {
+        if (t == 0)
+            for (size_t r = 0; r < reps; r++)
+                for (size_t i = 0; i < n; i++) data[i] += 1;
+    }
+});
+
+/* value += 100 in every node */
+ADSM_KERNEL_DEF(k_bump, (ADSM_INOUT(node, list), ADSM_VALUE(size_t, n)), g, {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) list[i].value += 100;
+    }
+});
+
 /* Single thread, in index order: every node i with (i * 2654435761 + seed) % 4 == 0 takes the next
  * of node (7 i + seed) % n, and adds 1 to its value. */
 ADSM_KERNEL_DEF(k_rewire, (ADSM_INOUT(node, list), ADSM_VALUE(size_t, n), ADSM_VALUE(uint64_t, seed)), g, {
@@ -123,7 +139,7 @@ static void attach(void) {}
 #define DIFFERENT_ADDRESSES "ADSM_EMU_SAME_ADDRESS"
 #endif
 
-static void start(adsm_protocol_kind protocol, size_t block, int same_address) {
+static void start_on(adsm_protocol_kind protocol, size_t block, int same_address, unsigned devices) {
     setenv(DIFFERENT_ADDRESSES, same_address ? "1" : "0", 1);
 #ifdef TEST_TRANSLATE_STAGED
     setenv("ADSM_TRANSLATE", "staged", 1);
@@ -137,8 +153,13 @@ static void start(adsm_protocol_kind protocol, size_t block, int same_address) {
     cfg.block_size = block;
     cfg.emu_memory = (size_t)256 << 20;
     cfg.emu_workers = 2;
+    cfg.emu_devices = devices;
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
     attach();
+}
+
+static void start(adsm_protocol_kind protocol, size_t block, int same_address) {
+    start_on(protocol, block, same_address, 1);
 }
 
 static uintptr_t dev_of(const void *p) { return p ? (uintptr_t)adsm_safe(p) : 0; }
@@ -500,6 +521,75 @@ Test(translate, a_kernel_follows_a_list_of_objects) {
     cr_assert_eq(nodes[3]->next, nodes[4]);
     adsm_shutdown();
 }
+
+#ifndef TEST_ON_REAL_CUDA /* two emulated devices */
+typedef struct reach_case {
+    adsm_protocol_kind protocol;
+    int same_address;
+} reach_case;
+
+static reach_case reach_cases[] = {
+    {ADSM_PROTOCOL_LAZY, 0}, {ADSM_PROTOCOL_LAZY, 1}, {ADSM_PROTOCOL_ROLLING, 0}, {ADSM_PROTOCOL_ROLLING, 1}};
+
+ParameterizedTestParameters(translate, with_two_devices_what_a_kernel_reaches_goes_with_it) {
+    return cr_make_param_array(reach_case, reach_cases, sizeof reach_cases / sizeof *reach_cases);
+}
+
+/* Two devices: a kernel on device 1 writes a list's pool, so only device 1 holds it, and the CPU
+ * then writes the data its nodes point at, so only the host holds that. A kernel on device 0 that
+ * names neither (only the holder of the list's head, and an unrelated node) follows the head into
+ * the pool and on into the data: both must have come to device 0 with it, the pool from device 1
+ * and the data from the host. Where the addresses differ, device 0's fields are also translated. */
+ParameterizedTest(reach_case *c, translate, with_two_devices_what_a_kernel_reaches_goes_with_it) {
+    start_on(c->protocol, 4096, c->same_address, 2);
+    const size_t n = 300; /* 12 KiB of nodes: three blocks */
+    float *data = adsm_alloc(n * sizeof *data);
+    node *pool = make_list(n, data);
+    pool[n - 1].next = NULL; /* a list, not a cycle */
+    holder *h = ADSM_ALLOC(holder, 1);
+    node *other = ADSM_ALLOC(node, 1);
+    cr_assert(h && other, "%s", adsm_last_error());
+    h->head = &pool[0];
+    cr_assert_eq(ADSM_CALL_ON(1, k_bump, adsm_grid_1d(2, 256), pool, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) data[i] = (float)(2 * i);
+    cr_assert_eq(ADSM_CALL_ON(0, k_walk, adsm_grid_1d(1, 32), h, other, 2 * n, 0), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(h->count, (int64_t)n, "the walk on device 0 found %lld nodes", (long long)h->count);
+    int64_t want = 0;
+    for (size_t i = 0; i < n; i++) want += (int64_t)i + 100 + (int64_t)(2 * i);
+    cr_assert_eq(h->sum, want, "values and data as device 1 and the CPU left them");
+    cr_assert_eq(h->head, &pool[n - 1], "the head comes home in host addresses");
+    for (size_t i = 0; i < n; i++) cr_assert_eq(pool[i].value, (int64_t)i + 100, "node %zu", i);
+    adsm_shutdown();
+}
+
+/* Several devices run kernels on several streams, ordered by what they access. A kernel that
+ * only reaches an object (through a field) comes after one still writing it on the same device:
+ * here the walk must see all the slow kernel's increments, not some. */
+Test(translate, a_kernel_reading_what_it_reaches_waits_for_its_writer) {
+    start_on(ADSM_PROTOCOL_LAZY, 4096, 1, 2); /* same addresses: no translation waits for the device */
+    const size_t n = 64, reps = 200000;
+    float *data = adsm_alloc(n * sizeof *data);
+    node *pool = make_list(n, data);
+    pool[n - 1].next = NULL;
+    holder *h = ADSM_ALLOC(holder, 1);
+    node *other = ADSM_ALLOC(node, 1);
+    cr_assert(h && other, "%s", adsm_last_error());
+    h->head = &pool[0];
+    for (size_t i = 0; i < n; i++) data[i] = 0;
+    cr_assert_eq(ADSM_CALL_ON(0, k_fill_slowly, adsm_grid_1d(1, 32), data, n, reps), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(ADSM_CALL_ON(0, k_walk, adsm_grid_1d(1, 32), h, other, 2 * n, 0), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(h->count, (int64_t)n);
+    cr_assert_eq(h->sum, (int64_t)(n * (n - 1) / 2 + n * reps), "the walk saw %lld of the data",
+                 (long long)(h->sum - (int64_t)(n * (n - 1) / 2)));
+    adsm_shutdown();
+}
+#endif
 
 /* A list threaded through one pool object in a scrambled order, with a cycle's worth of
  * interior pointers: the kernel reverses it in place, and the host walks the reversed list. */

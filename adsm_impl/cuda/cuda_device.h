@@ -48,7 +48,7 @@ typedef struct adsm__cuda adsm__cuda;
  * streams are ordered by it. */
 typedef struct adsm__cuda_launch_access {
     uint32_t nwritable, ninputs;
-    adsm__range writable[ADSM__MAX_PARAMS], inputs[ADSM__MAX_PARAMS];
+    adsm__range writable[ADSM__MAX_PARAMS], inputs[ADSM__MAX_INPUTS];
 } adsm__cuda_launch_access;
 
 /* What every engine command carries: all a copy, map, memset or unregister needs. These are made

@@ -45,13 +45,13 @@ typedef struct adsm__emu_msg {
                                   one clock for both processes), for ADSM_TRACE */
     uint32_t stream;           /* DONE: the device's stream that ran it (ADSM_TRACE's track) */
     adsm__range writable[ADSM__MAX_PARAMS];
-    adsm__range inputs[ADSM__MAX_PARAMS];
+    adsm__range inputs[ADSM__MAX_INPUTS];
     char text[256];
     ADSM__ALIGNAS(16) unsigned char args[ADSM__EMU_MAX_ARGS];
     /* ADSM_EMU_CHECK_BOUNDS only, whose launches are sent whole (others end with their arguments,
      * and these are then never read): the bytes between each range's object's end and the end of
      * its last page (a range is whole pages; the object's size is len - slack) */
-    uint32_t wslack[ADSM__MAX_PARAMS], islack[ADSM__MAX_PARAMS];
+    uint32_t wslack[ADSM__MAX_PARAMS], islack[ADSM__MAX_INPUTS];
 } adsm__emu_msg;
 
 /* One job of the DMA thread, in queue order: a host->device copy, or a launch to send to the
