@@ -302,25 +302,43 @@ ADSM__PRIVATE int adsm__type_sparse(const adsm_type_desc *t) {
     return t->size > 4096 && (hi - lo) * 4 < t->size;
 }
 
+/* The pieces bytes [off, end) of an object of type t move in through the stage: up to its size
+ * each, or each element's field span where the fields are a small part of large structs. */
+typedef struct adsm__pieces {
+    const adsm_type_desc *t;
+    size_t off, end, lo, hi;
+    int sparse;
+} adsm__pieces;
+
+ADSM__PRIVATE adsm__pieces adsm__pieces_of(const adsm_type_desc *t, size_t off, size_t end) {
+    adsm__pieces it = {t, off, end, 0, 0, adsm__type_sparse(t)};
+    adsm__type_field_span(t, &it.lo, &it.hi);
+    return it;
+}
+
+/* The next piece, [*p0, *p1); 0 when none is left. */
+ADSM__PRIVATE int adsm__next_piece(adsm__pieces *it, size_t *p0, size_t *p1) {
+    while (it->off < it->end) {
+        if (!it->sparse) {
+            *p0 = it->off;
+            *p1 = it->off = ADSM__MIN(it->end, it->off + ADSM__XLATE_STAGE);
+            return 1;
+        }
+        size_t e = it->off / it->t->size;
+        *p0 = ADSM__MAX(it->off, e * it->t->size + it->lo);
+        *p1 = ADSM__MIN(it->end, e * it->t->size + it->hi);
+        it->off = (e + 1) * it->t->size;
+        if (*p0 < *p1) return 1;
+    }
+    return 0;
+}
+
 /* Bytes [off, end) of o: whole pieces through the stage, or each element's field span where the
  * fields are a small part of large structs. 0 or -1. */
 ADSM__PRIVATE int adsm__xlate_range(adsm__xlate_pass *x, const adsm__object *o, size_t off, size_t end) {
-    const adsm_type_desc *t = o->type;
-    size_t lo, hi, e;
-    adsm__type_field_span(t, &lo, &hi);
-    int sparse = adsm__type_sparse(t);
-    while (off < end && !(x->stop == o)) {
-        size_t p0 = off, p1;
-        if (sparse) {
-            e = off / t->size;
-            p0 = ADSM__MAX(off, e * t->size + lo);
-            p1 = ADSM__MIN(end, e * t->size + hi);
-            off = (e + 1) * t->size;
-            if (p0 >= p1) continue;
-        } else {
-            p1 = ADSM__MIN(end, off + ADSM__XLATE_STAGE);
-            off = p1;
-        }
+    adsm__pieces it = adsm__pieces_of(o->type, off, end);
+    size_t p0, p1;
+    while (!(x->stop == o) && adsm__next_piece(&it, &p0, &p1)) {
         if (x->limit == o && p0 >= x->limit_off) return 0;
         adsm_result before = x->r;
         int rc = adsm__xlate_move(x, o, p0, p1);
@@ -600,24 +618,11 @@ ADSM__PRIVATE void adsm__reach_piece(adsm__reach_walk *w, const adsm__object *o,
 ADSM__PRIVATE int adsm__reach_from_device(adsm__reach_walk *w, const adsm__object *o, unsigned s, size_t off,
                                           size_t end) {
     adsm__runtime *rt = w->rt;
-    const adsm_type_desc *t = o->type;
-    size_t lo, hi;
-    adsm__type_field_span(t, &lo, &hi);
-    int sparse = adsm__type_sparse(t);
     if (!w->stage && !(w->stage = (unsigned char *)malloc(ADSM__XLATE_STAGE))) return -1;
     (void)adsm__dev_wait_writer(rt, o); /* a lost writer never finishes: its memory as it stands */
-    while (off < end) {
-        size_t p0 = off, p1;
-        if (sparse) {
-            size_t e = off / t->size;
-            p0 = ADSM__MAX(off, e * t->size + lo);
-            p1 = ADSM__MIN(end, e * t->size + hi);
-            off = (e + 1) * t->size;
-            if (p0 >= p1) continue;
-        } else {
-            p1 = ADSM__MIN(end, off + ADSM__XLATE_STAGE);
-            off = p1;
-        }
+    adsm__pieces it = adsm__pieces_of(o->type, off, end);
+    size_t p0, p1;
+    while (adsm__next_piece(&it, &p0, &p1)) {
         if (rt->be->from_device(rt->dev_ctx[s], (uintptr_t)w->stage, o->dev + p0, p1 - p0) != 0) return -1;
         adsm__count_from_device(rt, s, p1 - p0);
         ADSM__ADD(&rt->stats.translation_bytes, p1 - p0);

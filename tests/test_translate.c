@@ -30,10 +30,15 @@ typedef struct strict_node {
 typedef struct holder {
     node *head;
     int64_t sum, count;
-} holder;);
+} holder;
+typedef struct big_node { /* a large struct whose one field is a small part of it */
+    struct big_node *next;
+    char payload[8184];
+} big_node;);
 ADSM_TYPE(node, ADSM_PTR(next, node), ADSM_PTR_DATA(data), ADSM_PTR(kids, node));
 ADSM_TYPE(strict_node, ADSM_PTR_NONNULL(peer, strict_node));
 ADSM_TYPE(holder, ADSM_PTR(head, node));
+ADSM_TYPE(big_node, ADSM_PTR(next, big_node));
 
 /* seen[2 i], seen[2 i + 1] = list[i].next and .data as numbers */
 ADSM_KERNEL_DEF(k_links, (ADSM_IN(node, list), ADSM_OUT(uint64_t, seen), ADSM_VALUE(size_t, n)), g, {
@@ -42,6 +47,13 @@ ADSM_KERNEL_DEF(k_links, (ADSM_IN(node, list), ADSM_OUT(uint64_t, seen), ADSM_VA
             seen[2 * i] = (uint64_t)(size_t)list[i].next;
             seen[2 * i + 1] = (uint64_t)(size_t)list[i].data;
         }
+    }
+});
+
+/* seen[i] = big[i].next as a number */
+ADSM_KERNEL_DEF(k_big_links, (ADSM_IN(big_node, big), ADSM_OUT(uint64_t, seen), ADSM_VALUE(size_t, n)), g, {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) seen[i] = (uint64_t)(size_t)big[i].next;
     }
 });
 
@@ -125,8 +137,9 @@ __attribute__((constructor)) static void use_cuda_double(void) { cuda_double_use
  * -DTEST_TRANSLATE_STAGED, ADSM_TRANSLATE=staged rewrites through host memory instead. */
 static void attach(void) {
     const adsm_kernel_desc *const kernels[] = {adsm__kernel_k_links(), adsm__kernel_k_skip(), adsm__kernel_k_poison(),
-                                               adsm__kernel_k_rewire(), adsm__kernel_adsm__xlate_patch()};
-    cr_assert_eq(cuda_double_attach(kernels, 5), 0, "attach: %s", adsm_last_error());
+                                               adsm__kernel_k_rewire(), adsm__kernel_adsm__xlate_patch(),
+                                               adsm__kernel_k_big_links()};
+    cr_assert_eq(cuda_double_attach(kernels, 6), 0, "attach: %s", adsm_last_error());
 }
 #define DIFFERENT_ADDRESSES "ADSM_CUDA_SAME_ADDRESS"
 #elif defined(TEST_ON_REAL_CUDA)
@@ -247,6 +260,34 @@ Test(translate, nothing_moves_where_the_addresses_agree) {
     adsm_stats s = stats();
     cr_assert_eq(s.translated_fields, 0);
     cr_assert_eq(s.translation_bytes, 0);
+    adsm_shutdown();
+}
+
+/* Structs of 8 KiB whose one pointer field is a small part of them: each is translated right,
+ * and staged, only the fields' span of each crosses (not the payloads). */
+Test(translate, large_structs_move_only_their_fields) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    const size_t n = 16;
+    big_node *big = ADSM_ALLOC(big_node, n);
+    uint64_t *seen = adsm_alloc(n * sizeof *seen);
+    cr_assert(big && seen, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) {
+        big[i].next = &big[(i + 5) % n];
+        memset(big[i].payload, (int)i, sizeof big[i].payload);
+    }
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    cr_assert_eq(adsm_reset_stats(), ADSM_OK);
+    cr_assert_eq(ADSM_CALL(k_big_links, adsm_grid_1d(1, 32), big, seen, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    adsm_stats st = stats();
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(seen[i], dev_of(&big[(i + 5) % n]), "struct %zu", i);
+        cr_assert_eq(big[i].next, &big[(i + 5) % n], "struct %zu came home in host addresses", i);
+        cr_assert_eq(big[i].payload[100], (char)i);
+    }
+    cr_assert_eq(st.translated_fields, 2 * n);
+    cr_assert_leq(st.translation_bytes, 4 * n * sizeof(void *), "%llu bytes moved to translate %zu fields",
+                  (unsigned long long)st.translation_bytes, n);
     adsm_shutdown();
 }
 
