@@ -586,6 +586,7 @@ ADSM__PRIVATE adsm_result adsm__xlate_patch_all(adsm__xlate_pass *x) {
  * through the stage, its fields' spans alone where they are a small part of large structs. */
 typedef struct adsm__reach_walk {
     adsm__runtime *rt;
+    uintptr_t last_lo, last_len;  /* the object the last field pointed into: noted already */
     uint64_t mark;                /* objects already listed carry it in reach_mark */
     const adsm__object **pending; /* typed objects still to read (stb_ds array) */
     adsm__object ***found;        /* the objects reached, for the caller (stb_ds array) */
@@ -610,7 +611,12 @@ ADSM__PRIVATE void adsm__reach_piece(adsm__reach_walk *w, const adsm__object *o,
                 if (at < p0 || at + sizeof(void *) > p1) continue;
                 uintptr_t v;
                 memcpy(&v, buf + (at - p0), sizeof v);
-                if (v) adsm__reach_note(w, adsm__object_of(adsm__tree_find(&w->rt->objects, v)), 0);
+                if (!v || v - w->last_lo < w->last_len) continue; /* a pool's fields mostly point into it */
+                adsm__object *target = adsm__object_of(adsm__tree_find(&w->rt->objects, v));
+                if (!target) continue;
+                w->last_lo = target->host;
+                w->last_len = target->span;
+                adsm__reach_note(w, target, 0);
             }
 }
 
