@@ -210,9 +210,7 @@ ADSM__PRIVATE int adsm__xlate_element(adsm__xlate_pass *x, const adsm__object *o
                 if (!f->nullable) adsm__xlate_error(x, o, e, f, k, v), bad = 1;
                 continue;
             }
-            /* the last object hit (a pool's fields mostly point into the pool) needs no lookup */
-            if (v - x->hit.lo < x->hit.len) w = v + x->hit.shift;
-            else if (!(w = adsm__xlate_value(x, v))) {
+            if (!(w = adsm__xlate_value(x, v))) {
                 adsm__xlate_error(x, o, e, f, k, v);
                 bad = 1;
                 continue;
