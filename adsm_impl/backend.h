@@ -89,6 +89,10 @@ typedef struct adsm__backend_vtbl {
     adsm_result (*launch)(void *ctx, const adsm__launch *l);
     /* signal-safe: wait until launch `seq` finished; 0, or -1 when the device is lost */
     int (*wait)(void *ctx, uint64_t seq);
+    /* optional, signal-safe: 1 when no copy is queued and no launch runs, so a synchronous
+     * to_device from the caller's thread waits for nothing and wakes no other thread (emu); NULL:
+     * never taken as idle */
+    int (*idle)(void *ctx);
     /* wait for every launch; return (and forget) the first launch error since the last call */
     adsm_result (*synchronize)(void *ctx);
     /* device-only bulk operations (state-aware memset/memcpy); callers drained and waited */

@@ -91,6 +91,21 @@ ADSM__PRIVATE int adsm__queue_call(adsm__queue *q, const void *cmd, size_t bytes
     return ADSM__LOAD(&result);
 }
 
+/* When nothing is queued (every command pushed ran), runs cmd on the calling thread through
+ * `execute`, with the push lock held so that nothing is queued meanwhile, and returns 1 with its
+ * result in *result: what the worker would have done next, without waking it. Else returns 0
+ * and leaves cmd to be pushed. Normal context only (execute may block, with the lock held). */
+ADSM__PRIVATE int adsm__queue_run_if_idle(adsm__queue *q, void *cmd, int *result) {
+    int ran = 0;
+    adsm__lock(&q->push_lock);
+    if (ADSM__LOAD(&q->tail) == ADSM__LOAD(&q->done)) {
+        *result = q->execute(q->ctx, cmd);
+        ran = 1;
+    }
+    adsm__unlock(&q->push_lock);
+    return ran;
+}
+
 /* ---- the worker ------------------------------------------------------------------------------ */
 ADSM__PRIVATE void adsm__queue_run_one(adsm__queue *q, int done) {
     unsigned at = (unsigned)done % q->capacity;

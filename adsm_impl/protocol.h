@@ -269,24 +269,24 @@ ADSM__PRIVATE int adsm__writeback_unit(adsm__runtime *rt, adsm__block *b, int as
 }
 
 /* Rolling: writes back the n Dirty blocks from `first`, all in the FIFO, as one protection
- * change and one queued copy (protection first, as above). */
-ADSM__PRIVATE int adsm__writeback_blocks(adsm__runtime *rt, adsm__object *o, size_t first, size_t n) {
+ * change and one copy (protection first, as above). */
+ADSM__PRIVATE int adsm__writeback_blocks(adsm__runtime *rt, adsm__object *o, size_t first, size_t n, int async) {
     for (size_t k = first; k < first + n; k++) adsm__fifo_remove(rt, &o->blocks[k]);
     if (adsm__set_state(rt, o, first, n, ADSM__READONLY) != 0) return -1;
-    return adsm__flush(rt, o, first, n, 1);
+    return adsm__flush(rt, o, first, n, async);
 }
 
 /* Writes back, at a kernel call, the dirty unit b and the Dirty blocks next to it in its object
  * (rolling tracks blocks: a sequential or dense phase leaves long runs of them): one protection
  * change and one queued copy for the run instead of one per block. Protection first, as above;
  * every block of the run is marked, as its copy may still read it. */
-ADSM__PRIVATE int adsm__writeback_run(adsm__runtime *rt, adsm__block *b) {
+ADSM__PRIVATE int adsm__writeback_run(adsm__runtime *rt, adsm__block *b, int async) {
     adsm__object *o = b->obj;
-    if (rt->proto->whole_object || b->state != ADSM__DIRTY) return adsm__writeback_unit(rt, b, 1);
+    if (rt->proto->whole_object || b->state != ADSM__DIRTY) return adsm__writeback_unit(rt, b, async);
     size_t first = b->index, end = b->index + 1;
     while (first > 0 && o->blocks[first - 1].in_fifo && o->blocks[first - 1].state == ADSM__DIRTY) first--;
     while (end < o->nblocks && o->blocks[end].in_fifo && o->blocks[end].state == ADSM__DIRTY) end++;
-    return adsm__writeback_blocks(rt, o, first, end - first);
+    return adsm__writeback_blocks(rt, o, first, end - first, async);
 }
 
 /* ---- the mapping limit (vm.max_map_count) ----------------------------------------------------
@@ -504,16 +504,38 @@ ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **objs, s
  * pointers stored in shared memory), with several those of the objects the kernel names (the
  * others would only be current on this one device; they stay Dirty until a kernel names them or
  * rolling evicts them, so each goes straight to the device that uses it). */
-ADSM__PRIVATE int adsm__release_dirty(adsm__runtime *rt, adsm__object *const *used, size_t nused) {
+/* A flush at a call of an object the kernel writes, no larger than this, runs on the calling
+ * thread when the device is idle (the backend's `idle`: nothing queued, no kernel running), instead
+ * of on the copy engine: the launch waits for it anyway (adsm__settle_copies), and waking the
+ * engine and waiting for it (two thread wake-ups, dear on a VM) costs more than copying a few
+ * pages. Larger ones, and any behind other work, stay queued, so no long copy or wait holds the
+ * runtime lock. */
+#define ADSM__INLINE_FLUSH_MAX ((size_t)256 << 10)
+
+ADSM__PRIVATE int adsm__flush_async(const adsm__runtime *rt, const adsm__object *o, adsm__object *const *writes,
+                                    size_t nwrites) {
+    if (rt->release_dev < 0 || o->size > ADSM__INLINE_FLUSH_MAX || !rt->be->idle ||
+        !rt->be->idle(rt->dev_ctx[rt->release_dev]))
+        return 1;
+    for (size_t i = 0; i < nwrites; i++)
+        if (writes[i] == o) return 0;
+    return 1;
+}
+
+ADSM__PRIVATE int adsm__release_dirty(adsm__runtime *rt, adsm__object *const *used, size_t nused,
+                                      adsm__object *const *writes, size_t nwrites) {
     if (rt->ndev == 1) {
-        while (rt->fifo_head)
-            if (adsm__writeback_run(rt, rt->fifo_head) != 0) return -1;
+        while (rt->fifo_head) {
+            adsm__block *b = rt->fifo_head;
+            if (adsm__writeback_run(rt, b, adsm__flush_async(rt, b->obj, writes, nwrites)) != 0) return -1;
+        }
         return 0;
     }
     for (size_t i = 0; i < nused; i++) {
         adsm__object *o = used[i];
+        int async = adsm__flush_async(rt, o, writes, nwrites);
         for (size_t b = 0; b < o->nblocks && !o->device_only; b++)
-            if (o->blocks[b].in_fifo && adsm__writeback_run(rt, &o->blocks[b]) != 0) return -1;
+            if (o->blocks[b].in_fifo && adsm__writeback_run(rt, &o->blocks[b], async) != 0) return -1;
     }
     return 0;
 }
@@ -525,7 +547,7 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
      * whose flush may still be reading it waits for that copy (adsm__flushing). */
     if (adsm__check_fault_engine(rt) != 0)
         return adsm__protection_failed("taking over from the closed userfaultfd");
-    if (adsm__release_dirty(rt, used, nused) != 0)
+    if (adsm__release_dirty(rt, used, nused, writes, nwrites) != 0)
         return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s", strerror(errno));
     adsm__settle_copies(rt, writes, nwrites);
     for (size_t i = 0; i < nwrites; i++) {

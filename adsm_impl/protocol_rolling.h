@@ -394,7 +394,7 @@ ADSM__PRIVATE int adsm__evict_blocks(adsm__runtime *rt, adsm__block *v, size_t n
     uint64_t t0 = adsm__now_ns();
     for (size_t k = 0; k < n; k++) /* one event per block, as adsm_stats.evictions counts */
         adsm__trace(&rt->trace, ADSM__TR_EVICT, t0, o->host + ((size_t)(v->index + k) << rt->cfg.block_shift), 0);
-    if ((n == 1 ? adsm__writeback_unit(rt, v, 1) : adsm__writeback_blocks(rt, o, v->index, n)) != 0) return -1;
+    if ((n == 1 ? adsm__writeback_unit(rt, v, 1) : adsm__writeback_blocks(rt, o, v->index, n, 1)) != 0) return -1;
     for (size_t k = 0; k < n; k++) v[k].evicted_at = ++rt->evict_clock;
     ADSM__ADD(&rt->stats.evictions, n);
     uint64_t took = adsm__now_ns() - t0;

@@ -11,6 +11,7 @@
  *     a result does not stay in the reused slot), and each producer's commands run in its order.
  *   - drain waits for every command pushed before it; a full ring holds the next producer until
  *     the worker has retired a command, and never overwrites the command being executed.
+ *   - run_if_idle runs a command on the caller only when nothing pushed is still to run.
  *   - stop runs what is still queued, then ends the worker; start and stop of an idle queue, many
  *     times over, never miss the wake-up. */
 #include <criterion/criterion.h>
@@ -216,6 +217,29 @@ Test(copy_queue, a_full_ring_blocks_producers_until_the_worker_catches_up) {
     cr_assert_eq(executed(&r), 5);
     for (int i = 0; i < 5; i++)
         cr_assert_eq(r.log[i], i, "position %d ran command %d (a slot overwritten while queued?)", i, r.log[i]);
+    adsm__queue_stop(&q);
+}
+
+/* emu sends a launch from the launching thread when nothing is queued before it: the command
+ * runs there, in order, and never while an earlier one is still queued or running. */
+Test(copy_queue, an_idle_queue_runs_a_command_on_the_caller_a_busy_one_leaves_it) {
+    adsm__queue q;
+    recorder r;
+    start(&q, &r, 8, 0);
+    push(&q, 0, 0, NULL); /* the worker holds it at the gate */
+    cmd second = {0, 1, 1}, third = {0, 2, 2};
+    int result = -1;
+    cr_assert_eq(adsm__queue_run_if_idle(&q, &second, &result), 0, "ran beside a command still running");
+    cr_assert_eq(result, -1);
+    push(&q, 0, 1, NULL); /* so the caller queues it instead */
+    __atomic_store_n(&r.gate, 1, __ATOMIC_RELEASE);
+    adsm__queue_drain(&q);
+    cr_assert_eq(adsm__queue_run_if_idle(&q, &third, &result), 1, "an idle queue left the command to the worker");
+    cr_assert_eq(result, answer(2));
+    cr_assert_eq(executed(&r), 3);
+    for (int i = 0; i < 3; i++) cr_assert_eq(r.log[i], i, "position %d ran command %d", i, r.log[i]);
+    cr_assert_eq(r.out_of_order, 0);
+    cr_assert_eq(r.foreign, 1, "the third ran on the caller, the others on the worker");
     adsm__queue_stop(&q);
 }
 

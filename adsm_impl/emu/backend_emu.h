@@ -114,6 +114,11 @@ ADSM__PRIVATE void adsm__emu_dma_begin(void *ctx) {
 /* Signal-safe: every queued job ran (copies landed, launches sent). */
 ADSM__PRIVATE void adsm__emu_drain(void *ctx) { adsm__queue_drain(&((adsm__emu *)ctx)->queue); }
 
+/* Signal-safe: every job queued so far ran. */
+ADSM__PRIVATE int adsm__emu_queue_idle(adsm__emu *e) {
+    return ADSM__LOAD(&e->queue.tail) == ADSM__LOAD(&e->queue.done);
+}
+
 ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async,
                                       uint64_t after) {
     adsm__emu *e = (adsm__emu *)ctx;
@@ -234,6 +239,12 @@ ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq) {
     return adsm__wait_launch(&e->completed_seq, &e->completion_gen, &e->lost, seq);
 }
 
+/* Nothing queued for the DMA thread and every launch sent finished. */
+ADSM__PRIVATE int adsm__emu_idle(void *ctx) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    return adsm__emu_queue_idle(e) && ADSM__LOAD(&e->completed_seq) >= ADSM__LOAD(&e->issued_seq);
+}
+
 ADSM__PRIVATE adsm_result adsm__emu_synchronize(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_wait(ctx, ADSM__LOAD(&e->rt->launch_seq));
@@ -339,9 +350,12 @@ ADSM__PRIVATE adsm_result adsm__emu_launch(void *ctx, const adsm__launch *l) {
         return adsm__fail(ADSM_ERROR_DEVICE_LOST, "the emulated device process exited");
     }
     ADSM__STORE(&e->issued_seq, l->seq);
-    if (e->queue.started) { /* behind the copies queued before it (release queues its flushes) */
+    /* behind the copies queued before it (release queues its flushes); with none queued it goes
+     * from this thread, which saves waking the DMA thread (dear on a VM) */
+    if (e->queue.started) {
         adsm__dma_job job = {0, 0, 0, 0, m};
-        adsm__queue_push(&e->queue, &job, sizeof job, NULL);
+        int unused;
+        if (!adsm__queue_run_if_idle(&e->queue, &job, &unused)) adsm__queue_push(&e->queue, &job, sizeof job, NULL);
         return ADSM_OK;
     }
     adsm_result r = adsm__emu_send(e, m, adsm__emu_launch_len(e, m));
@@ -588,6 +602,7 @@ static const adsm__backend_vtbl adsm__backend_emu = {
     .drain = adsm__emu_drain,
     .launch = adsm__emu_launch,
     .wait = adsm__emu_wait,
+    .idle = adsm__emu_idle,
     .synchronize = adsm__emu_synchronize,
     .dev_memset = adsm__emu_dev_memset,
     .dev_copy = adsm__emu_dev_copy,
