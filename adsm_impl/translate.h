@@ -146,7 +146,6 @@ typedef struct adsm__xlate_pass {
     size_t limit_off;
     int dry;                   /* check every field, change nothing (before a patch kernel's pass) */
     int in_place;              /* the piece being translated is the device's memory itself */
-    uint64_t fields;           /* the piece's fields visited (translated_fields) */
     adsm__xlate_hit hit;       /* the object the last field pointed into */
 } adsm__xlate_pass;
 
@@ -188,39 +187,67 @@ ADSM__PRIVATE void adsm__type_field_span(const adsm_type_desc *t, size_t *lo, si
     }
 }
 
-/* The pointer fields of element e wholly inside piece [p0, p1) of o, held at buf: checked, and
- * translated when `write`. Returns -1 when one cannot be translated (the pass's error names it;
- * it is left as it is), else whether any changed. */
-ADSM__PRIVATE int adsm__xlate_element(adsm__xlate_pass *x, const adsm__object *o, unsigned char *buf, size_t p0,
-                                      size_t p1, size_t e, int write) {
-    const adsm_type_desc *t = o->type;
-    int changed = 0, bad = 0;
-    size_t base = e * t->size, lo = ADSM__MAX(base, p0), hi = ADSM__MIN(base + t->size, p1);
-    if (x->limit == o) hi = ADSM__MIN(hi, x->limit_off); /* a rollback: the rest never went translated */
-    uint64_t fields = 0;
-    for (unsigned i = 0; i < t->nfields; i++) {
-        const adsm_field_desc *f = &t->fields[i];
-        for (size_t k = 0; k < f->count; k++) {
-            size_t at = base + f->offset + k * sizeof(void *);
-            if (at < lo || at + sizeof(void *) > hi) continue;
-            uintptr_t v, w;
-            memcpy(&v, buf + (at - p0), sizeof v);
-            fields++;
-            if (!v) {
-                if (!f->nullable) adsm__xlate_error(x, o, e, f, k, v), bad = 1;
-                continue;
-            }
-            if (!(w = adsm__xlate_value(x, v))) {
-                adsm__xlate_error(x, o, e, f, k, v);
-                bad = 1;
-                continue;
-            }
-            if (w == v || !write) continue;
-            memcpy(buf + (at - p0), &w, sizeof w);
-            changed = 1;
+/* The pointer-field slots of element e of an object of type t that lie wholly inside [lo, hi)
+ * (object offsets), in declaration order: what a pass rewrites and the reach walk reads. */
+typedef struct adsm__slots {
+    const adsm_type_desc *t;
+    size_t base, lo, hi;
+    unsigned i; /* the field ... */
+    size_t k;   /* ... and its element, next to look at */
+} adsm__slots;
+
+ADSM__PRIVATE adsm__slots adsm__slots_of(const adsm_type_desc *t, size_t e, size_t lo, size_t hi) {
+    adsm__slots s = {t, e * t->size, lo, hi, 0, 0};
+    return s;
+}
+
+/* The next slot: its field *f, element *k of that field and offset *at in the object; 0 when
+ * none is left. */
+ADSM__PRIVATE int adsm__next_slot(adsm__slots *s, const adsm_field_desc **f, size_t *k, size_t *at) {
+    for (; s->i < s->t->nfields; s->i++, s->k = 0) {
+        const adsm_field_desc *field = &s->t->fields[s->i];
+        while (s->k < field->count) {
+            size_t slot = s->k++, a = s->base + field->offset + slot * sizeof(void *);
+            if (a < s->lo || a + sizeof(void *) > s->hi) continue;
+            *f = field;
+            *k = slot;
+            *at = a;
+            return 1;
         }
     }
-    if (write) x->fields += fields;
+    return 0;
+}
+
+/* The pointer fields of element e wholly inside piece [p0, p1) of o, held at buf: checked, and
+ * translated when `write` (then added to *fields). Returns -1 when one cannot be translated (the
+ * pass's error names it; it is left as it is), else whether any changed. */
+ADSM__PRIVATE int adsm__xlate_element(adsm__xlate_pass *x, const adsm__object *o, unsigned char *buf, size_t p0,
+                                      size_t p1, size_t e, int write, uint64_t *fields) {
+    const adsm_type_desc *t = o->type;
+    int changed = 0, bad = 0;
+    size_t hi = ADSM__MIN((e + 1) * t->size, p1);
+    if (x->limit == o) hi = ADSM__MIN(hi, x->limit_off); /* a rollback: the rest never went translated */
+    adsm__slots slots = adsm__slots_of(t, e, p0, hi);
+    const adsm_field_desc *f;
+    size_t k, at, seen = 0;
+    while (adsm__next_slot(&slots, &f, &k, &at)) {
+        uintptr_t v, w;
+        memcpy(&v, buf + (at - p0), sizeof v);
+        seen++;
+        if (!v) {
+            if (!f->nullable) adsm__xlate_error(x, o, e, f, k, v), bad = 1;
+            continue;
+        }
+        if (!(w = adsm__xlate_value(x, v))) {
+            adsm__xlate_error(x, o, e, f, k, v);
+            bad = 1;
+            continue;
+        }
+        if (w == v || !write) continue;
+        memcpy(buf + (at - p0), &w, sizeof w);
+        changed = 1;
+    }
+    if (write) *fields += seen;
     return bad ? -1 : changed;
 }
 
@@ -234,22 +261,22 @@ ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, 
     const adsm_type_desc *t = o->type;
     int changed = 0, checked_first = x->in_place && x->to_device && !x->dry;
     size_t lo, hi;
+    uint64_t fields = 0;
     adsm__type_field_span(t, &lo, &hi);
-    x->fields = 0;
     for (size_t e = p0 / t->size; e * t->size < p1; e++) {
         /* Structs of a few hundred bytes and more put each element's fields on lines of their own,
          * which the CPU does not fetch ahead by itself: a pass over 1 KB nodes waited on a miss for
          * nearly every element. The fields some elements ahead are asked for now. */
         size_t ahead = (e + ADSM__XLATE_AHEAD) * t->size + lo;
         if (t->size >= 256 && ahead >= p0 && ahead < p1) ADSM__PREFETCH_WRITE(buf + (ahead - p0));
-        if (checked_first && adsm__xlate_element(x, o, buf, p0, p1, e, 0) < 0) {
+        if (checked_first && adsm__xlate_element(x, o, buf, p0, p1, e, 0, &fields) < 0) {
             x->stop = o;
             x->stop_off = ADSM__MAX(e * t->size, p0);
             break;
         }
-        changed |= adsm__xlate_element(x, o, buf, p0, p1, e, !x->dry) > 0;
+        changed |= adsm__xlate_element(x, o, buf, p0, p1, e, !x->dry, &fields) > 0;
     }
-    ADSM__ADD(&x->rt->stats.translated_fields, x->fields);
+    ADSM__ADD(&x->rt->stats.translated_fields, fields);
     return changed;
 }
 
@@ -601,21 +628,21 @@ ADSM__PRIVATE void adsm__reach_note(adsm__reach_walk *w, adsm__object *o, int na
 /* The fields wholly inside piece [p0, p1) of o, held at buf: their targets noted. */
 ADSM__PRIVATE void adsm__reach_piece(adsm__reach_walk *w, const adsm__object *o, const unsigned char *buf, size_t p0,
                                      size_t p1) {
-    const adsm_type_desc *t = o->type;
-    for (size_t e = p0 / t->size; e * t->size < p1; e++)
-        for (unsigned i = 0; i < t->nfields; i++)
-            for (size_t k = 0; k < t->fields[i].count; k++) {
-                size_t at = e * t->size + t->fields[i].offset + k * sizeof(void *);
-                if (at < p0 || at + sizeof(void *) > p1) continue;
-                uintptr_t v;
-                memcpy(&v, buf + (at - p0), sizeof v);
-                if (!v || v - w->last_lo < w->last_len) continue; /* a pool's fields mostly point into it */
-                adsm__object *target = adsm__object_of(adsm__tree_find(&w->rt->objects, v));
-                if (!target) continue;
-                w->last_lo = target->host;
-                w->last_len = target->span;
-                adsm__reach_note(w, target, 0);
-            }
+    const adsm_field_desc *f;
+    size_t k, at;
+    for (size_t e = p0 / o->type->size; e * o->type->size < p1; e++) {
+        adsm__slots slots = adsm__slots_of(o->type, e, p0, p1);
+        while (adsm__next_slot(&slots, &f, &k, &at)) {
+            uintptr_t v;
+            memcpy(&v, buf + (at - p0), sizeof v);
+            if (!v || v - w->last_lo < w->last_len) continue; /* a pool's fields mostly point into it */
+            adsm__object *target = adsm__object_of(adsm__tree_find(&w->rt->objects, v));
+            if (!target) continue;
+            w->last_lo = target->host;
+            w->last_len = target->span;
+            adsm__reach_note(w, target, 0);
+        }
+    }
 }
 
 /* Bytes [off, end) of o, current only on device s: home through the stage and read. 0 or -1. */
