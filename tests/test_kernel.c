@@ -36,6 +36,18 @@ void copy_int(adsm_grid g, int *dst, const int *src, size_t n) {
 /* writes through its IN parameter: must fail with ADSM_ERROR_KERNEL_WROTE_INPUT */
 ADSM_KERNEL(sneaky_writer, ADSM_OUT(int, dst), ADSM_IN(int, victim), ADSM_VALUE(size_t, n));
 
+/* the same between two outputs, which the device makes writable in one change where they touch */
+ADSM_KERNEL(sneaky_between, ADSM_OUT(int, below), ADSM_IN(int, victim), ADSM_OUT(int, above), ADSM_VALUE(size_t, n));
+
+void sneaky_between(adsm_grid g, int *below, const int *victim, int *above, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) {
+            below[i] = above[i] = victim[i];
+            ((int *)(uintptr_t)victim)[i] = -12345;
+        }
+    }
+}
+
 void sneaky_writer(adsm_grid g, int *dst, const int *victim, size_t n) {
     ADSM_FOR_EACH_THREAD(g, i) {
         if (i < n) {
@@ -302,6 +314,29 @@ Test(kernel, write_to_input_is_reported) {
     cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
     for (size_t i = 0; i < n; i++) cr_assert_eq(check[i], (int)i + 1, "device victim[%zu] = %d", i, check[i]);
     check_copy_works();
+    adsm_shutdown();
+}
+
+/* The device changes the protection of a kernel's outputs that lie side by side in one call: an
+ * input between two outputs stays read-only. */
+Test(kernel, write_to_an_input_between_two_outputs_is_reported) {
+    start(ADSM_BACKEND_EMU);
+    const size_t n = 4096;
+    int *below = adsm_alloc(n * sizeof *below), *victim = adsm_alloc(n * sizeof *victim),
+        *above = adsm_alloc(n * sizeof *above);
+    cr_assert(below && victim && above);
+    cr_assert((uintptr_t)below < (uintptr_t)victim && (uintptr_t)victim < (uintptr_t)above,
+              "the objects must lie in this order for the test to mean anything: %p %p %p", (void *)below,
+              (void *)victim, (void *)above);
+    for (size_t i = 0; i < n; i++) victim[i] = (int)i + 1;
+    cr_assert_eq(ADSM_CALL(sneaky_between, adsm_grid_1d((uint32_t)(n / 128), 128), below, victim, above, n), ADSM_OK);
+    adsm_result r = adsm_sync();
+    cr_assert_eq(r, ADSM_ERROR_KERNEL_WROTE_INPUT, "adsm_sync: %d (%s)", r, adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "victim") != NULL, "message: %s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(victim[i], (int)i + 1, "victim[%zu] = %d", i, victim[i]);
+    adsm_free(below);
+    adsm_free(victim);
+    adsm_free(above);
     adsm_shutdown();
 }
 

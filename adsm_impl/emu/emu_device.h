@@ -283,8 +283,23 @@ ADSM__PRIVATE int adsm__emu_run_chunk_guarded(adsm__pool *p, unsigned worker, ad
     return adsm__emu_run_chunk(p, worker, chunk, msg, size);
 }
 
-ADSM__PRIVATE void adsm__emu_set_ranges(const adsm__range *r, uint32_t n, int prot) {
-    for (uint32_t i = 0; i < n; i++) adsm__protect(r[i].addr, r[i].len, prot);
+/* The pages of ranges r[0..n) get `prot`. Ranges that touch (the next starts on or before the
+ * page after the last one ends) change in one call: a kernel's objects are mostly allocated side
+ * by side, and each change of a mapping costs a TLB flush, a few microseconds on a VM. */
+ADSM__PRIVATE void adsm__emu_set_ranges(const adsm__range *r, uint32_t n, int prot, size_t page) {
+    adsm__range sorted[ADSM__MAX_PARAMS];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n && i < ADSM__MAX_PARAMS; i++) { /* by address, insertion */
+        uint32_t j = k++;
+        for (; j > 0 && sorted[j - 1].addr > r[i].addr; j--) sorted[j] = sorted[j - 1];
+        sorted[j] = r[i];
+    }
+    for (uint32_t i = 0; i < k;) {
+        uintptr_t lo = sorted[i].addr, hi = lo + sorted[i].len;
+        for (i++; i < k && sorted[i].addr <= ADSM__ALIGN_UP(hi, page); i++)
+            hi = ADSM__MAX(hi, sorted[i].addr + sorted[i].len);
+        adsm__protect(lo, hi - lo, prot);
+    }
 }
 
 /* What kernel bodies print is flushed when the kernel ends, so it is out before adsm_sync
@@ -299,7 +314,7 @@ ADSM__PRIVATE void adsm__emu_flush_kernel_output(void) {
 ADSM__PRIVATE void adsm__emu_device_run(void *ctx, adsm__pool *pool, adsm__emu_task *t) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_msg *m = (adsm__emu_msg *)t->launch;
-    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE);
+    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE, e->rt->page);
     uint32_t clean = e->check_bounds ? adsm__emu_clean_slack(m) : 0;
     t->ran_from = adsm__now_ns();
     t->status = adsm__pool_run(pool, m->kernel, m->grid, m->args, t->text, sizeof t->text);
@@ -308,7 +323,7 @@ ADSM__PRIVATE void adsm__emu_device_run(void *ctx, adsm__pool *pool, adsm__emu_t
         int status = adsm__emu_check_slack(m, clean, t->text, t->status ? 0 : sizeof t->text);
         if (t->status == 0) t->status = status;
     }
-    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ);
+    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ, e->rt->page);
     adsm__emu_flush_kernel_output();
 }
 
