@@ -61,10 +61,11 @@ ADSM__PRIVATE void adsm__busy_begin(adsm__runtime *rt, adsm__object *o, adsm__bl
     adsm__tls_passthrough++; /* the copy's own memcpy must not come back to adsm (interposition) */
 }
 
-/* Wakes whoever waits for a busy unit (adsm__await_copies): some copy is done. */
+/* Wakes whoever waits for a busy unit (adsm__await_copies): some copy is done. Runtime lock held,
+ * so the count of waiters is exact: usually nobody waits, and no system call is made. */
 ADSM__PRIVATE void adsm__copies_done(adsm__runtime *rt) {
     ADSM__ADD(&rt->copy_gen, 1);
-    adsm__futex_wake_all(&rt->copy_gen);
+    if (rt->copy_waiters) adsm__futex_wake_all(&rt->copy_gen);
 }
 
 /* Takes the lock back, clears the marks and wakes whoever waits for a busy unit. */
@@ -79,9 +80,11 @@ ADSM__PRIVATE void adsm__busy_end(adsm__runtime *rt, adsm__object *o, adsm__bloc
 /* Lets the runtime lock go until some busy unit is done, then takes it back. Signal-safe. */
 ADSM__PRIVATE int adsm__await_copies(adsm__runtime *rt) {
     int gen = ADSM__LOAD(&rt->copy_gen);
+    rt->copy_waiters++; /* before the lock goes: a copy done after it sees this waiter */
     adsm__unlock(&rt->lock);
     adsm__futex_wait(&rt->copy_gen, gen);
     adsm__lock(&rt->lock);
+    rt->copy_waiters--;
     return ADSM__AGAIN;
 }
 

@@ -119,6 +119,7 @@ typedef struct adsm__runtime {
     const struct adsm__protocol_vtbl *proto;
 
     int copy_gen;        /* bumped (and woken) each time a busy unit is done; futex word */
+    int copy_waiters;    /* threads waiting on copy_gen (runtime lock held to change or read it) */
     uint64_t generation; /* bumped at each initialisation: a call that waited without a use can
                             tell whether the runtime it started with is still there */
     int users;           /* calls (and fault handlers) using the runtime now; futex word: shutdown
