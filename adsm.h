@@ -127,8 +127,9 @@
    NULL, ADSM_PTR_DATA(f) into an object of plain data; a field may be an array of pointers.
    A field pointing outside every shared object fails the launch with ADSM_ERROR_NOT_SHARED
    naming kernel, type, element and field (a kernel leaving one: that launch and the next
-   adsm_sync). Where the addresses agree nothing runs; where they differ a launch waits for its
-   device and is synchronous. docs/usage.md, "Pointer structures where addresses differ".
+   adsm_sync). Where the addresses agree nothing runs; where they differ a launch that names a
+   typed object waits for its device and is synchronous (one that names none translates nothing
+   and stays asynchronous). docs/usage.md, "Pointer structures where addresses differ".
 
    3. CONFIGURATION
    ================

@@ -217,7 +217,8 @@ ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc
     if (r == ADSM_OK) r = adsm__gather(rt, all, adsm__count(all), d);
     if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, all, adsm__count(all), l.seq);
     rt->release_dev = -1;
-    int xlate = r == ADSM_OK && adsm__xlate_needed(rt, d); /* declared pointer fields (translate.h) */
+    /* declared pointer fields (translate.h) */
+    int xlate = r == ADSM_OK && adsm__xlate_needed(rt, d, all, adsm__count(all));
     if (xlate) {
         while (adsm__xlate_busy(rt)) adsm__await_copies(rt);
         if ((r = adsm__xlate_before(rt, d, k->name)) != ADSM_OK) xlate = 0;

@@ -701,10 +701,17 @@ ADSM__PRIVATE intptr_t adsm__xlate_delta(const adsm__runtime *rt, unsigned d) {
     return rt->be->address_delta ? rt->be->address_delta(rt->dev_ctx[d]) : 0;
 }
 
-/* Whether a launch on device d must translate: typed objects exist, and d's addresses differ from
- * the host's or some objects sit at device addresses of their own (safe objects). */
-ADSM__PRIVATE int adsm__xlate_needed(const adsm__runtime *rt, unsigned d) {
-    return rt->typed_objects && rt->be->moves_data && (adsm__xlate_delta(rt, d) != 0 || rt->safe_objects > 0);
+/* Whether a launch on device d of a kernel given the objects all[0..n) (those it names, and with
+ * several devices those it reaches) must translate: d's addresses differ from the host's or some
+ * objects sit at device addresses of their own (safe objects), and one of those objects is typed.
+ * A kernel that names no typed object reaches none through declared fields (untyped memory holds
+ * no translated pointers), so it runs with every device copy in host form, and asynchronously. */
+ADSM__PRIVATE int adsm__xlate_needed(const adsm__runtime *rt, unsigned d, adsm__object *const *all, size_t n) {
+    if (!rt->typed_objects || !rt->be->moves_data || (adsm__xlate_delta(rt, d) == 0 && rt->safe_objects == 0))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (all[i]->type) return 1;
+    return 0;
 }
 
 /* Whether a fault's copy of a typed object runs outside the lock now (launch.h waits for it:

@@ -13,7 +13,10 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 /* The types for both sides: the kernels are single-source, so that the suite also runs on a GPU
  * (bench/gpu_check.sh builds it with -DTEST_ON_REAL_CUDA), where NVRTC compiles them. */
@@ -138,8 +141,8 @@ __attribute__((constructor)) static void use_cuda_double(void) { cuda_double_use
 static void attach(void) {
     const adsm_kernel_desc *const kernels[] = {adsm__kernel_k_links(), adsm__kernel_k_skip(), adsm__kernel_k_poison(),
                                                adsm__kernel_k_rewire(), adsm__kernel_adsm__xlate_patch(),
-                                               adsm__kernel_k_big_links()};
-    cr_assert_eq(cuda_double_attach(kernels, 6), 0, "attach: %s", adsm_last_error());
+                                               adsm__kernel_k_big_links(), adsm__kernel_k_fill_slowly()};
+    cr_assert_eq(cuda_double_attach(kernels, 7), 0, "attach: %s", adsm_last_error());
 }
 #define DIFFERENT_ADDRESSES "ADSM_CUDA_SAME_ADDRESS"
 #elif defined(TEST_ON_REAL_CUDA)
@@ -262,6 +265,74 @@ Test(translate, nothing_moves_where_the_addresses_agree) {
     cr_assert_eq(s.translation_bytes, 0);
     adsm_shutdown();
 }
+
+/* A launch that names no typed object reaches none through declared fields: nothing is
+ * translated for it (typed objects exist, the addresses differ), and the next kernel that names
+ * the list still sees device addresses. */
+Test(translate, a_launch_naming_no_typed_object_translates_nothing) {
+    start(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    const size_t n = 100;
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    for (size_t i = 0; i < n; i++) data[i] = 1;
+    adsm_stats before = stats();
+    cr_assert_eq(ADSM_CALL(k_fill_slowly, adsm_grid_1d(1, 32), data, n, 3), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    adsm_stats after = stats();
+    cr_assert_eq(after.translated_fields, before.translated_fields, "%llu fields translated for an untyped launch",
+                 (unsigned long long)(after.translated_fields - before.translated_fields));
+    cr_assert_eq(after.translation_bytes, before.translation_bytes);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(data[i], 4.0f, "data[%zu] = %f", i, data[i]);
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 128), list, seen, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(seen[0], dev_of(&list[1]), "the kernel naming the list saw %#llx", (unsigned long long)seen[0]);
+    cr_assert_eq(seen[1], dev_of(&data[0]));
+    cr_assert_eq(list[0].next, &list[1]);
+    cr_assert_gt(stats().translated_fields, after.translated_fields);
+    adsm_shutdown();
+}
+
+#if !defined(TEST_ON_CUDA_DOUBLE) && !defined(TEST_ON_REAL_CUDA)
+/* Waits, a bounded number of 1 ms naps, until the file /tmp/adsm-translate-async-<tag> exists;
+ * saw[0] = whether it did. Emu only: the body runs on the CPU, in the device process. */
+ADSM_KERNEL(k_wait_for_file, ADSM_OUT(int, saw), ADSM_VALUE(int64_t, tag));
+
+void k_wait_for_file(adsm_grid g, int *saw, int64_t tag) {
+    ADSM_FOR_EACH_THREAD(g, t) {
+        if (t != 0) continue;
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/adsm-translate-async-%lld", (long long)tag);
+        saw[0] = 0;
+        for (int i = 0; i < 60000 && !saw[0]; i++) {
+            struct timespec nap = {0, 1000000};
+            if (access(path, F_OK) == 0) saw[0] = 1;
+            else nanosleep(&nap, NULL);
+        }
+    }
+}
+
+/* ... and returns before its kernel finished: the kernel waits for a file the test makes only
+ * once the launch returned (a launch that waited would leave it waiting in vain for a minute). */
+Test(translate, a_launch_naming_no_typed_object_stays_asynchronous) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    node *list = make_list(10, adsm_alloc(10 * sizeof(float)));
+    int *saw = adsm_alloc(sizeof *saw);
+    cr_assert(list && saw, "%s", adsm_last_error());
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/adsm-translate-async-%lld", (long long)getpid());
+    unlink(path);
+    cr_assert_eq(ADSM_CALL(k_wait_for_file, adsm_grid_1d(1, 32), saw, (int64_t)getpid()), ADSM_OK, "%s",
+                 adsm_last_error());
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    unlink(path);
+    cr_assert_eq(saw[0], 1, "the launch waited for its kernel");
+    adsm_shutdown();
+}
+#endif
 
 /* Structs of 8 KiB whose one pointer field is a small part of them: each is translated right,
  * and staged, only the fields' span of each crosses (not the payloads). */
