@@ -503,10 +503,6 @@ ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **objs, s
     adsm__copies_done(rt);
 }
 
-/* Writes back the Dirty units a launch's release sends: with one device every one (kernels follow
- * pointers stored in shared memory), with several those of the objects the kernel names (the
- * others would only be current on this one device; they stay Dirty until a kernel names them or
- * rolling evicts them, so each goes straight to the device that uses it). */
 /* A flush at a call of an object the kernel writes, no larger than this, runs on the calling
  * thread when the device is idle (the backend's `idle`: nothing queued, no kernel running), instead
  * of on the copy engine: the launch waits for it anyway (adsm__settle_copies), and waking the
@@ -525,6 +521,10 @@ ADSM__PRIVATE int adsm__flush_async(const adsm__runtime *rt, const adsm__object 
     return 1;
 }
 
+/* Writes back the Dirty units a launch's release sends: with one device every one (kernels follow
+ * pointers stored in shared memory), with several those of the objects the kernel names (the
+ * others would only be current on this one device; they stay Dirty until a kernel names them or
+ * rolling evicts them, so each goes straight to the device that uses it). */
 ADSM__PRIVATE int adsm__release_dirty(adsm__runtime *rt, adsm__object *const *used, size_t nused,
                                       adsm__object *const *writes, size_t nwrites) {
     if (rt->ndev == 1) {
