@@ -91,6 +91,9 @@ ADSM__PRIVATE int adsm__queue_call(adsm__queue *q, const void *cmd, size_t bytes
     return ADSM__LOAD(&result);
 }
 
+/* Signal-safe: every command pushed so far ran. */
+ADSM__PRIVATE int adsm__queue_idle(adsm__queue *q) { return ADSM__LOAD(&q->tail) == ADSM__LOAD(&q->done); }
+
 /* When nothing is queued (every command pushed ran), runs cmd on the calling thread through
  * `execute`, with the push lock held so that nothing is queued meanwhile, and returns 1 with its
  * result in *result: what the worker would have done next, without waking it. Else returns 0
@@ -98,7 +101,7 @@ ADSM__PRIVATE int adsm__queue_call(adsm__queue *q, const void *cmd, size_t bytes
 ADSM__PRIVATE int adsm__queue_run_if_idle(adsm__queue *q, void *cmd, int *result) {
     int ran = 0;
     adsm__lock(&q->push_lock);
-    if (ADSM__LOAD(&q->tail) == ADSM__LOAD(&q->done)) {
+    if (adsm__queue_idle(q)) {
         *result = q->execute(q->ctx, cmd);
         ran = 1;
     }

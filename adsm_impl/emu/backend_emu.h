@@ -114,11 +114,6 @@ ADSM__PRIVATE void adsm__emu_dma_begin(void *ctx) {
 /* Signal-safe: every queued job ran (copies landed, launches sent). */
 ADSM__PRIVATE void adsm__emu_drain(void *ctx) { adsm__queue_drain(&((adsm__emu *)ctx)->queue); }
 
-/* Signal-safe: every job queued so far ran. */
-ADSM__PRIVATE int adsm__emu_queue_idle(adsm__emu *e) {
-    return ADSM__LOAD(&e->queue.tail) == ADSM__LOAD(&e->queue.done);
-}
-
 ADSM__PRIVATE int adsm__emu_to_device(void *ctx, uintptr_t dev, uintptr_t host, size_t n, int async,
                                       uint64_t after) {
     adsm__emu *e = (adsm__emu *)ctx;
@@ -242,7 +237,7 @@ ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq) {
 /* Nothing queued for the DMA thread and every launch sent finished. */
 ADSM__PRIVATE int adsm__emu_idle(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
-    return adsm__emu_queue_idle(e) && ADSM__LOAD(&e->completed_seq) >= ADSM__LOAD(&e->issued_seq);
+    return adsm__queue_idle(&e->queue) && ADSM__LOAD(&e->completed_seq) >= ADSM__LOAD(&e->issued_seq);
 }
 
 ADSM__PRIVATE adsm_result adsm__emu_synchronize(void *ctx) {
