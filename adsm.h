@@ -604,6 +604,10 @@ typedef struct adsm_stats {
                                    addresses agree) */
     uint64_t translation_bytes; /* bytes copied to and from devices to translate them (also in
                                    h2d_bytes and d2h_bytes) */
+    uint64_t protection_changes; /* changes of shared memory's page protection the protocol made
+                                    (each an mprotect, or with ADSM_FAULT_ENGINE=userfaultfd one or
+                                    two system calls): with the faults, the price of tracking the
+                                    CPU's accesses, which an explicit program does not pay */
 } adsm_stats;
 
 /* ---- kernels -------------------------------------------------------------------------------- */

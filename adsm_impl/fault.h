@@ -120,11 +120,13 @@ ADSM__PRIVATE void adsm__note_fault(const adsm__runtime *rt, const adsm__object 
 
 /* Resolves a fault at address a; 0 when the access may be retried, else one of the reasons
  * above. When the protocol let the runtime lock go (a copy ran, or this thread waited for
- * another thread's copy), the object is looked up again: it may have been freed meanwhile. */
+ * another thread's copy), the object is looked up again: it may have been freed meanwhile. If
+ * its unit now allows the access, the state change that made it so (this fault's own, after its
+ * fetch, or another thread's) set the protection too: nothing is left to change. */
 ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_write, adsm__fault_info *info) {
-    int rc = ADSM__AGAIN, decided = is_write >= 0;
+    int rc = ADSM__AGAIN, decided = is_write >= 0, again = 0;
     adsm__lock(&rt->lock);
-    while (rc == ADSM__AGAIN) {
+    for (; rc == ADSM__AGAIN; again = 1) {
         adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
         if (!o) {
             rc = adsm__tree_find(&rt->safe_dev, adsm__dev_in(rt, a)) ? ADSM__FAULT_DEVICE_BUFFER
@@ -136,6 +138,10 @@ ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_wri
          * once, so a fetch this fault made does not turn a read into a write */
         if (!decided) is_write = o->blocks[block].state != ADSM__INVALID;
         decided = 1;
+        if (again && adsm__state_allows(o->blocks[block].state, is_write)) {
+            rc = 0;
+            break;
+        }
         rc = rt->proto->on_access(rt, o, block, is_write, 0);
         info->err = errno;
         if (rc < 0) adsm__note_fault(rt, o, block, info);

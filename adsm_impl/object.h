@@ -16,6 +16,11 @@
 
 enum { ADSM__INVALID = 0, ADSM__READONLY = 1, ADSM__DIRTY = 2 };
 
+/* Whether pages in `state` let the CPU make this access without a fault. Signal-safe. */
+ADSM__PRIVATE int adsm__state_allows(int state, int is_write) {
+    return state == ADSM__DIRTY || (state == ADSM__READONLY && !is_write);
+}
+
 struct adsm__object;
 
 typedef struct adsm__block {

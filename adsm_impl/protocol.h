@@ -117,6 +117,13 @@ ADSM__PRIVATE void adsm__fifo_remove(adsm__runtime *rt, adsm__block *b) {
     rt->fifo_len--;
 }
 
+/* The protection of `state` over [addr, addr + len), whose blocks are in the states of mask
+ * `from` (protection.h), counted in the stats. */
+ADSM__PRIVATE int adsm__protect_blocks(adsm__runtime *rt, uintptr_t addr, size_t len, unsigned from, int state) {
+    ADSM__ADD(&rt->stats.protection_changes, 1);
+    return adsm__protect_state(&rt->protection, addr, len, from, state);
+}
+
 /* Sets blocks [first, first+count) to `state`, changing the host protection first (the engine,
  * protection.h, needs the states the blocks leave). */
 ADSM__PRIVATE int adsm__apply_state(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state) {
@@ -124,7 +131,7 @@ ADSM__PRIVATE int adsm__apply_state(adsm__runtime *rt, adsm__object *o, size_t f
     size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->span);
     unsigned from = 0;
     for (size_t b = first; b < first + count && from != ADSM__ALL_STATES; b++) from |= ADSM__HAS(o->blocks[b].state);
-    if (adsm__protect_state(&rt->protection, o->host + off, len, from, state) != 0) return -1;
+    if (adsm__protect_blocks(rt, o->host + off, len, from, state) != 0) return -1;
     for (size_t b = first; b < first + count; b++) o->blocks[b].state = (uint8_t)state;
     if (state == ADSM__DIRTY) /* the CPU writes it: every device copy is stale (directory.h) */
         for (size_t b = first; b < first + count; b++) o->blocks[b].dev_valid = 0;
@@ -378,6 +385,49 @@ ADSM__PRIVATE int adsm__invalidate_compacting(adsm__runtime *rt, adsm__object *o
     return -1;
 }
 
+/* The output among writes[0..n) that begins where o's span ends (step 1) or ends where o begins
+ * (step -1); NULL when none. */
+ADSM__PRIVATE adsm__object *adsm__output_beside(adsm__object *const *writes, size_t n, const adsm__object *o,
+                                                int step) {
+    for (size_t i = 0; i < n; i++)
+        if (step > 0 ? writes[i]->host == o->host + o->span : writes[i]->host + writes[i]->span == o->host)
+            return writes[i];
+    return NULL;
+}
+
+/* Outputs [o, last], side by side, Invalid in one protection change. 0 or -1 (nothing is marked:
+ * each goes its own way then, and a change made in part is made again). */
+ADSM__PRIVATE int adsm__invalidate_run(adsm__runtime *rt, adsm__object *o, const adsm__object *last,
+                                       adsm__object *const *writes, size_t n) {
+    unsigned from = 0;
+    for (adsm__object *p = o; p != last; p = adsm__output_beside(writes, n, p, 1))
+        for (size_t b = 0; b < p->nblocks; b++) from |= ADSM__HAS(p->blocks[b].state);
+    for (size_t b = 0; b < last->nblocks; b++) from |= ADSM__HAS(last->blocks[b].state);
+    if (adsm__protect_blocks(rt, o->host, last->host + last->span - o->host, from, ADSM__INVALID) != 0) return -1;
+    for (adsm__object *p = o;; p = adsm__output_beside(writes, n, p, 1)) {
+        for (size_t b = 0; b < p->nblocks; b++) p->blocks[b].state = ADSM__INVALID;
+        if (p == last) return 0;
+    }
+}
+
+/* A kernel's outputs become Invalid. Outputs that lie side by side (objects made one after
+ * another) change in one protection change, not one each: a kernel with several small outputs
+ * paid a system call per output. Should that change fail (the mapping limit, a closed
+ * userfaultfd), each output goes its own way, with their recoveries. */
+ADSM__PRIVATE int adsm__invalidate_outputs(adsm__runtime *rt, adsm__object *const *writes, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        adsm__object *o = writes[i], *last = o, *next;
+        if (adsm__output_beside(writes, n, o, -1)) continue; /* inside a run that starts before it */
+        while ((next = adsm__output_beside(writes, n, last, 1)) != NULL) last = next;
+        if (last != o && adsm__invalidate_run(rt, o, last, writes, n) == 0) continue;
+        for (adsm__object *p = o;; p = adsm__output_beside(writes, n, p, 1)) {
+            if (adsm__invalidate_compacting(rt, p) != 0) return -1;
+            if (p == last) break;
+        }
+    }
+    return 0;
+}
+
 /* What to tell the program when a protection change still fails. */
 ADSM__PRIVATE adsm_result adsm__protection_failed(const char *what) {
     if (errno == ENOMEM)
@@ -453,8 +503,8 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     adsm__unit_of(rt, o, block, &first, &count);
     if (o->blocks[first].busy) return adsm__await_copies(rt); /* another thread's copy of this unit */
     int state = o->blocks[block].state, let_go = 0;
-    if (state == ADSM__DIRTY || (state == ADSM__READONLY && !is_write))
-        return adsm__set_state(rt, o, first, count, state); /* another thread got here first */
+    if (adsm__state_allows(state, is_write)) /* another thread got here first; applied again, so a */
+        return adsm__set_state(rt, o, first, count, state); /* page out of step with its state heals */
     uint64_t t0 = adsm__now_ns(), elsewhere = 0; /* copies, waits, evictions */
     size_t from = first, n = count; /* the blocks to prepare: the unit, or a wider fetch */
     if (state == ADSM__INVALID && !(is_write && overwrite) && rt->proto->fetch_granule)
@@ -553,9 +603,9 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
     if (adsm__release_dirty(rt, used, nused, writes, nwrites) != 0)
         return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s", strerror(errno));
     adsm__settle_copies(rt, writes, nwrites);
+    if (adsm__invalidate_outputs(rt, writes, nwrites) != 0) return adsm__protection_failed("invalidating a kernel's output");
     for (size_t i = 0; i < nwrites; i++) {
         adsm__object *o = writes[i];
-        if (adsm__invalidate_compacting(rt, o) != 0) return adsm__protection_failed("invalidating a kernel's output");
         o->writer_seq = seq;
         o->writer_dev = (unsigned)rt->release_dev;
         adsm__units_set_valid(rt, o, 0, o->nblocks, adsm__dev_bit((unsigned)rt->release_dev)); /* its only holder */

@@ -18,6 +18,7 @@ typedef struct adsm__stats {
     uint64_t rolling_regrets;
     uint64_t map_limit_merges;
     uint64_t translated_fields, translation_bytes;
+    uint64_t protection_changes;
 } adsm__stats;
 
 ADSM__PRIVATE void adsm__stats_h2d(adsm__stats *s, size_t bytes) {
@@ -52,6 +53,7 @@ ADSM__PRIVATE void adsm__stats_read(const adsm__stats *s, adsm_stats *out) {
     out->map_limit_merges = ADSM__LOAD(&s->map_limit_merges);
     out->translated_fields = ADSM__LOAD(&s->translated_fields);
     out->translation_bytes = ADSM__LOAD(&s->translation_bytes);
+    out->protection_changes = ADSM__LOAD(&s->protection_changes);
 }
 
 ADSM__PRIVATE void adsm__stats_reset(adsm__stats *s) {

@@ -47,6 +47,14 @@ void k_sum3(adsm_grid g, int32_t *x, const int32_t *a, const int32_t *b, size_t 
     }
 }
 
+/* a[i] = base + i and b[i] = base - i for i < n: a kernel with two outputs */
+ADSM_KERNEL(k_fill2, ADSM_OUT(int32_t, a), ADSM_OUT(int32_t, b), ADSM_VALUE(size_t, n), ADSM_VALUE(int32_t, base));
+void k_fill2(adsm_grid g, int32_t *a, int32_t *b, size_t n, int32_t base) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) a[i] = base + (int32_t)i, b[i] = base - (int32_t)i;
+    }
+}
+
 /* ---- runtime set-up ---------------------------------------------------------------------------- */
 
 /* The device the protocol tests run on: the emu backend, or (built with -DTEST_ON_CUDA_DOUBLE) the
@@ -77,6 +85,10 @@ static const char test_kernels_cuda[] = ADSM_CUDA_SOURCE(
     extern "C" __global__ void k_sum3(int *x, const int *a, const int *b, size_t n) {
         size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
         if (i < n) x[i] += a[i] + b[i];
+    }
+    extern "C" __global__ void k_fill2(int *a, int *b, size_t n, int base) {
+        size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+        if (i < n) a[i] = base + (int)i, b[i] = base - (int)i;
     });
 static inline void attach_test_kernels(void) {
     cr_assert_eq(adsm_module_load_source(test_kernels_cuda, NULL), ADSM_OK, "%s", adsm_last_error());
@@ -88,7 +100,7 @@ static inline void attach_test_kernels(void) {
 __attribute__((constructor)) static void use_cuda_double(void) { cuda_double_use(); }
 static inline void attach_test_kernels(void) {
     const adsm_kernel_desc *const kernels[] = {adsm__kernel_k_fill(), adsm__kernel_k_add(), adsm__kernel_k_incr(),
-                                               adsm__kernel_k_sum3()};
+                                               adsm__kernel_k_sum3(), adsm__kernel_k_fill2()};
     cr_assert_eq(cuda_double_attach(kernels, sizeof kernels / sizeof *kernels), 0,
                  "cannot attach the kernels to the driver double (%s): %s", cuda_double_path(), adsm_last_error());
 }
@@ -261,6 +273,14 @@ static inline void expect_all(const void *p, size_t size, char st) {
                      (unsigned long long)s_.read_faults, (unsigned long long)(reads));                  \
         cr_assert_eq(s_.write_faults, (uint64_t)(writes), "write_faults: got %llu, expected %llu",      \
                      (unsigned long long)s_.write_faults, (unsigned long long)(writes));                \
+    } while (0)
+
+/* Changes of page protection the protocol made since the last reset. */
+#define EXPECT_PROTECTION_CHANGES(n)                                                                    \
+    do {                                                                                                \
+        adsm_stats s_ = stats();                                                                        \
+        cr_assert_eq(s_.protection_changes, (uint64_t)(n), "protection_changes: got %llu, expected %llu", \
+                     (unsigned long long)s_.protection_changes, (unsigned long long)(n));               \
     } while (0)
 
 /* Nothing moved and nothing faulted since the last reset. */

@@ -234,6 +234,63 @@ Test(lazy, input_stays_readonly_across_calls) {
     adsm_shutdown();
 }
 
+/* A call's outputs that lie side by side become Invalid in one protection change; an object
+ * between two outputs stays as it was. */
+Test(lazy, outputs_side_by_side_change_protection_together) {
+    lazy(4096);
+    const size_t n = 3 * 1024; /* 12 KiB: whole pages, so objects made in a row touch */
+    int32_t *x = alloc(n * sizeof *x), *y = alloc(n * sizeof *y), *z = alloc(n * sizeof *z);
+    cr_assert(y == x + n && z == y + n, "objects made one after another lie side by side (x %p, y %p, z %p): the "
+              "test needs that", (void *)x, (void *)y, (void *)z);
+    for (size_t i = 0; i < n; i++) wr(&y[i], 7);
+    reset();
+    CALL_OK(k_fill2, grid_for(n), x, z, n, 100); /* y, between them, is only flushed */
+    EXPECT_PROTECTION_CHANGES(3);                /* y made ReadOnly, then x and z apart */
+    expect_all(y, n * sizeof *y, 'R');
+    sync_ok();
+    reset();
+    for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&y[i]), 7);
+    EXPECT_FAULTS(0, 0);
+    expect_filled(x, 0, n, 100);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&z[i]), 100 - (int32_t)i);
+    EXPECT_FAULTS(2, 0);
+    reset();
+    CALL_OK(k_fill2, grid_for(n), x, y, n, 300); /* x and y touch: one change for both */
+    EXPECT_PROTECTION_CHANGES(1);
+    expect_all(x, n * sizeof *x, 'I');
+    expect_all(y, n * sizeof *y, 'I');
+    expect_all(z, n * sizeof *z, 'R'); /* next to y, but no output */
+    sync_ok();
+    reset();
+    cr_assert_eq(rd(&z[5]), 100 - 5);
+    EXPECT_FAULTS(0, 0);
+    expect_filled(x, 0, n, 300);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&y[i]), 300 - (int32_t)i);
+    EXPECT_FAULTS(2, 0);
+    adsm_shutdown();
+}
+
+/* A fault that fetches changes the protection once: the retry after the copy finds the unit
+ * ReadOnly (a read) or Dirty (a write) and leaves it so. */
+Test(lazy, a_fetching_fault_changes_protection_once) {
+    lazy(4096);
+    int32_t *c = alloc(SIZE), *d = alloc(SIZE);
+    CALL_OK(k_fill2, grid_for(N), c, d, N, 9);
+    sync_ok();
+    reset();
+    cr_assert_eq(rd(&c[N / 2]), 9 + (int32_t)(N / 2));
+    EXPECT_FAULTS(1, 0);
+    EXPECT_PROTECTION_CHANGES(1);
+    expect_all(c, SIZE, 'R');
+    reset();
+    wr(&d[0], 5);
+    EXPECT_FAULTS(0, 1);
+    EXPECT_PROTECTION_CHANGES(1);
+    expect_all(d, SIZE, 'D');
+    cr_assert_eq(rd(&d[N - 1]), 9 - (int32_t)(N - 1)); /* the rest of d came home with the fault */
+    adsm_shutdown();
+}
+
 TEST_BLOCK_SIZES(lazy, no_stale_read) {
     lazy(bs);
     scenario_no_stale_read();
