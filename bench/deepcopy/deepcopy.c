@@ -9,9 +9,13 @@
  * structure is dirty on the host), a kernel walks the structure from its root (depth first, one
  * thread) adding 1 to every payload double and summing them, and the CPU reads every payload back
  * (it comes home). Each start (adsm_init to adsm_shutdown) runs one repetition untimed, so the
- * device's memory is backed (a cost of the first touch, not of moving the structure), then three
- * timed ones; a run's time is their median. Variants, each started once per run, alternated (which
- * goes first turns each run):
+ * device's memory is backed (a cost of the first touch, not of moving the structure), then timed
+ * ones; a start's time is their median. A structure under 1 MiB takes a fraction of a millisecond,
+ * which the machine's moment moves by 2x from one start to the next: its starts hold it twice, in
+ * shared objects and in the hand-written copy's buffers, and time 15 pairs of repetitions, one of
+ * each, which goes first turning with each pair. A larger one would then share the caches between
+ * two copies, slowing both as no program would: each start runs 3 repetitions of one variant.
+ * Variants, each started once per run, alternated (which goes first turns each run):
  *   same        the device sees host addresses (ADSM_EMU_SAME_ADDRESS=1 / ADSM_CUDA_SAME_ADDRESS=1):
  *               nothing is translated
  *   in place    addresses differ (=0): adsm translates the typed objects' fields at each launch where
@@ -20,10 +24,13 @@
  *   staged      the same through host memory (ADSM_TRANSLATE=staged: pieces come home, are
  *               rewritten, go back; the paper's TCPY)
  *   explicit    the hand-written deep copy: adsm_dev_alloc buffers, the host rewrites pointers
- *               into a staging copy, one copy each way, pointers rewritten back on the host
- * Columns: median over runs of ms per repetition, each translating variant over same and over
- * explicit, and the CPU faults adsm resolved per repetition in place (the same in every shared
- * variant: the protocol's fixed cost, which the hand-written copy does not pay).
+ *               into a staging copy, one copy each way, pointers rewritten back on the host (small
+ *               structures: in pairs with each variant above; larger: started on its own)
+ * Columns: median over runs of ms per repetition (explicit, small structures: beside in place);
+ * in place / same as a ratio of those medians; x / explicit, small structures: the median over
+ * runs of each start's median pair ratio, larger ones: a ratio of medians; and the CPU faults adsm
+ * resolved and the protection changes its protocol made per repetition in place (the same in every
+ * shared variant: the protocol's fixed cost, which the hand-written copy does not pay).
  *
  *   bazel run //:bench_deepcopy -- [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES]]
  * (--only List, --only Tree:1024: one structure, or one node size of it, for a closer look)
@@ -147,63 +154,26 @@ static int check(double got, double want, const char *what) {
     return -1;
 }
 
-#define WARM_REPS 1  /* repetitions per start before the timed ones: the device's memory gets backed */
-#define TIMED_REPS 3 /* repetitions timed per start; their median is the start's time */
+#define WARM_REPS 1 /* repetitions per start before the timed ones: the device's memory gets backed */
+
+/* Small structures (under 1 MiB) take a fraction of a millisecond, at the mercy of the machine's
+ * moment: a start holds both the shared objects and the hand-written copy's buffers and times 15
+ * pairs of repetitions, one of each. Larger ones would then share the caches between two copies,
+ * which slows both unlike any program: a start times 3 repetitions of one variant. */
+static int paired(const structure *s) { return s->nodes * s->node_bytes < ((size_t)1 << 20); }
+static int timed_reps(const structure *s) { return paired(s) ? 15 : 3; }
 
 static double want_sum(const structure *s, double value) {
     return (value + 1) * (double)(s->nodes * (s->payload_bytes / sizeof(double)));
 }
 
-/* One repetition in shared objects: ms, or -1 on an error. */
-static double rep_shared(const structure *s, unsigned char *pool, double *ext, uint64_t *stack, double *result,
-                         double value) {
-    double t0 = bench_now_s();
-    write_payloads(s, pool, ext, value);
-    adsm_result r = ADSM_CALL(k_graph_walk, adsm_grid_1d(1, 32), pool, ext, stack, result,
-                              (uint64_t)(s->order[0] * s->node_bytes), (uint64_t)s->nodes);
-    if (r == ADSM_OK) r = adsm_sync();
-    double sum = read_payloads(s, pool, ext);
-    double ms = (bench_now_s() - t0) * 1e3;
-    if (r != ADSM_OK) fprintf(stderr, "walk: %s\n", adsm_last_error());
-    if (r != ADSM_OK || check(result[0], want_sum(s, value), "kernel") != 0 ||
-        check(sum, want_sum(s, value), "host") != 0)
-        return -1;
-    return ms;
-}
-
-/* One start in shared objects (same, in place or staged): the median ms of its timed repetitions, or
- * -1 on an error; *faults: the CPU faults adsm resolved per timed repetition. */
-static double run_shared(const structure *s, const char *backend, int same_address, int staged, double value,
-                         double *faults) {
-    if (start(backend, same_address, staged) != 0) return -1;
-    size_t pool_bytes = s->nodes * s->node_bytes, ext_bytes = s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8;
-    unsigned char *pool = adsm_alloc_typed(&node_type, s->nodes);
-    double *ext = adsm_alloc(ext_bytes);
-    uint64_t *stack = adsm_alloc((s->nodes + 1) * sizeof *stack);
-    double *result = adsm_alloc(sizeof *result);
-    double ms[TIMED_REPS], median = -1;
-    if (pool && ext && stack && result) {
-        link_nodes(s, pool, (uintptr_t)pool, (uintptr_t)ext);
-        write_payloads(s, pool, ext, 0);
-        adsm_sync();
-        int failed = 0;
-        adsm_stats before, after;
-        for (int k = 0; k < WARM_REPS + TIMED_REPS && !failed; k++) {
-            if (k == WARM_REPS) adsm_get_stats(&before);
-            double t = rep_shared(s, pool, ext, stack, result, value + k);
-            failed = t < 0;
-            if (k >= WARM_REPS) ms[k - WARM_REPS] = t;
-        }
-        adsm_get_stats(&after);
-        *faults = (double)(after.read_faults + after.write_faults - before.read_faults - before.write_faults) /
-                  TIMED_REPS;
-        if (!failed) median = bench_median(ms, TIMED_REPS);
-    } else {
-        fprintf(stderr, "allocating %zu + %zu bytes: %s\n", pool_bytes, ext_bytes, adsm_last_error());
-    }
-    adsm_shutdown();
-    return median;
-}
+/* The structure in shared objects: a typed pool of nodes, payloads (SplitList), the walk's stack
+ * and its result. */
+typedef struct shared_bufs {
+    unsigned char *pool;
+    double *ext, *result;
+    uint64_t *stack;
+} shared_bufs;
 
 /* The hand-written deep copy's buffers: host staging and device copies. */
 typedef struct explicit_bufs {
@@ -212,6 +182,58 @@ typedef struct explicit_bufs {
     uint64_t *d_stack;
     size_t pool_bytes, ext_bytes;
 } explicit_bufs;
+
+static size_t ext_bytes_of(const structure *s) { return s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8; }
+
+/* The memory of the shared variant (sh) and of the hand-written copy (ex), either NULL: linked and
+ * zeroed. 0, or -1 with a message. */
+static int make_bufs(const structure *s, shared_bufs *sh, explicit_bufs *ex) {
+    int ok = 1;
+    if (sh) {
+        sh->pool = adsm_alloc_typed(&node_type, s->nodes);
+        sh->ext = adsm_alloc(ext_bytes_of(s));
+        sh->stack = adsm_alloc((s->nodes + 1) * sizeof *sh->stack);
+        sh->result = adsm_alloc(sizeof *sh->result);
+        ok = sh->pool && sh->ext && sh->stack && sh->result;
+        if (ok) link_nodes(s, sh->pool, (uintptr_t)sh->pool, (uintptr_t)sh->ext);
+        if (ok) write_payloads(s, sh->pool, sh->ext, 0);
+    }
+    if (ex && ok) {
+        ex->pool_bytes = s->nodes * s->node_bytes;
+        ex->ext_bytes = ext_bytes_of(s);
+        ex->pool = adsm_host_alloc(ex->pool_bytes);
+        ex->ext = adsm_host_alloc(ex->ext_bytes);
+        ex->d_pool = adsm_dev_alloc(ex->pool_bytes);
+        ex->d_ext = adsm_dev_alloc(ex->ext_bytes);
+        ex->d_result = adsm_dev_alloc(sizeof(double));
+        ex->d_stack = adsm_dev_alloc((s->nodes + 1) * sizeof(uint64_t));
+        ok = ex->pool && ex->ext && ex->d_pool && ex->d_ext && ex->d_result && ex->d_stack;
+        if (ok) link_nodes(s, ex->pool, (uintptr_t)ex->pool, (uintptr_t)ex->ext);
+        if (ok) write_payloads(s, ex->pool, ex->ext, 0);
+    }
+    if (!ok) {
+        fprintf(stderr, "allocating %zu + %zu bytes: %s\n", s->nodes * s->node_bytes, ext_bytes_of(s),
+                adsm_last_error());
+        return -1;
+    }
+    return adsm_sync() == ADSM_OK ? 0 : -1;
+}
+
+/* One repetition in shared objects: ms, or -1 on an error. */
+static double rep_shared(const structure *s, const shared_bufs *b, double value) {
+    double t0 = bench_now_s();
+    write_payloads(s, b->pool, b->ext, value);
+    adsm_result r = ADSM_CALL(k_graph_walk, adsm_grid_1d(1, 32), b->pool, b->ext, b->stack, b->result,
+                              (uint64_t)(s->order[0] * s->node_bytes), (uint64_t)s->nodes);
+    if (r == ADSM_OK) r = adsm_sync();
+    double sum = read_payloads(s, b->pool, b->ext);
+    double ms = (bench_now_s() - t0) * 1e3;
+    if (r != ADSM_OK) fprintf(stderr, "walk: %s\n", adsm_last_error());
+    if (r != ADSM_OK || check(b->result[0], want_sum(s, value), "kernel") != 0 ||
+        check(sum, want_sum(s, value), "host") != 0)
+        return -1;
+    return ms;
+}
 
 /* One repetition of the hand-written deep copy: ms, or -1. */
 static double rep_explicit(const structure *s, const explicit_bufs *b, double value) {
@@ -239,32 +261,48 @@ static double rep_explicit(const structure *s, const explicit_bufs *b, double va
     return ms;
 }
 
-/* One start of the hand-written deep copy: the median ms of its timed repetitions, or -1. */
-static double run_explicit(const structure *s, const char *backend, double value) {
-    if (start(backend, 0, 0) != 0) return -1;
-    explicit_bufs b;
-    b.pool_bytes = s->nodes * s->node_bytes;
-    b.ext_bytes = s->shape == SPLIT_LIST ? s->nodes * s->payload_bytes : 8;
-    b.pool = adsm_host_alloc(b.pool_bytes);
-    b.ext = adsm_host_alloc(b.ext_bytes);
-    b.d_pool = adsm_dev_alloc(b.pool_bytes);
-    b.d_ext = adsm_dev_alloc(b.ext_bytes);
-    b.d_result = adsm_dev_alloc(sizeof(double));
-    b.d_stack = adsm_dev_alloc((s->nodes + 1) * sizeof(uint64_t));
-    double ms[TIMED_REPS], median = -1;
-    if (b.pool && b.ext && b.d_pool && b.d_ext && b.d_result && b.d_stack) {
-        link_nodes(s, b.pool, (uintptr_t)b.pool, (uintptr_t)b.ext);
-        write_payloads(s, b.pool, b.ext, 0);
-        int failed = 0;
-        for (int k = 0; k < WARM_REPS + TIMED_REPS && !failed; k++) {
-            double t = rep_explicit(s, &b, value + k);
-            failed = t < 0;
-            if (k >= WARM_REPS) ms[k - WARM_REPS] = t;
-        }
-        if (!failed) median = bench_median(ms, TIMED_REPS);
+/* What one start measured: the medians of its timed repetitions of the shared variant and of the
+ * hand-written copy (either -1 when not run), the median of the pairs' ratios (paired starts), and
+ * adsm's protocol work per shared repetition (CPU faults resolved, protection changes made; the
+ * hand-written copy's memory is not shared, so it adds none). */
+typedef struct start_result {
+    double shared_ms, explicit_ms, ratio, faults, changes;
+} start_result;
+
+enum { SHARED = 1, EXPLICIT = 2 }; /* what a start runs: one of them, or both in pairs */
+
+/* One start (same, in place or staged: the environment start() writes; ignored for the explicit
+ * variant alone). 0, or -1 on an error. */
+static int run_start(const structure *s, const char *backend, int same_address, int staged, int what, double value,
+                     start_result *out) {
+    if (start(backend, same_address, staged) != 0) return -1;
+    shared_bufs sh;
+    explicit_bufs ex;
+    int failed = make_bufs(s, what & SHARED ? &sh : NULL, what & EXPLICIT ? &ex : NULL) != 0, reps = timed_reps(s);
+    double shared_ms[64], explicit_ms[64], ratio[64];
+    adsm_stats before, after;
+    memset(&before, 0, sizeof before);
+    for (int k = 0; k < WARM_REPS + reps && !failed; k++) {
+        if (k == WARM_REPS) adsm_get_stats(&before);
+        double t_shared = 0, t_explicit = 0, v = value + k;
+        if (k % 2 && (what & EXPLICIT)) t_explicit = rep_explicit(s, &ex, v);
+        if (what & SHARED) t_shared = rep_shared(s, &sh, v);
+        if (!(k % 2) && (what & EXPLICIT)) t_explicit = rep_explicit(s, &ex, v);
+        failed = t_shared < 0 || t_explicit < 0;
+        if (k < WARM_REPS || failed) continue;
+        shared_ms[k - WARM_REPS] = t_shared;
+        explicit_ms[k - WARM_REPS] = t_explicit;
+        ratio[k - WARM_REPS] = what == (SHARED | EXPLICIT) ? t_shared / t_explicit : 0;
     }
+    adsm_get_stats(&after);
     adsm_shutdown();
-    return median;
+    if (failed) return -1;
+    out->shared_ms = what & SHARED ? bench_median(shared_ms, reps) : -1;
+    out->explicit_ms = what & EXPLICIT ? bench_median(explicit_ms, reps) : -1;
+    out->ratio = bench_median(ratio, reps);
+    out->faults = (double)(after.read_faults + after.write_faults - before.read_faults - before.write_faults) / reps;
+    out->changes = (double)(after.protection_changes - before.protection_changes) / reps;
+    return 0;
 }
 
 /* Whether --only (NULL: everything) names this structure ("List") or this structure and node size
@@ -297,11 +335,14 @@ int main(int argc, char **argv) {
     printf("ms per repetition: CPU writes every payload, a kernel walks the structure (payload += 1), the CPU "
            "reads every payload. same = no translation; in place = adsm translates the typed pool where it is "
            "at each launch (ADSM_TRANSLATE=auto); staged = through host memory (ADSM_TRANSLATE=staged); "
-           "explicit = hand-written deep copy with adsm_dev_alloc; faults / rep: CPU faults adsm resolved per "
-           "repetition.\n\n");
+           "explicit = hand-written deep copy with adsm_dev_alloc; x / explicit: for structures under 1 MiB the "
+           "median of the ratios of pairs of repetitions in one start (explicit ms: beside in place), for larger "
+           "ones a ratio of medians of starts of their own; "
+           "faults / rep: CPU faults adsm resolved per repetition; changes / rep: page protection changes its "
+           "protocol made per repetition (each a system call).\n\n");
     printf("| structure | node | nodes | same ms | in place ms | staged ms | explicit ms | in place / same | "
-           "in place / explicit | staged / explicit | faults / rep |\n"
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "in place / explicit | staged / explicit | faults / rep | changes / rep |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     int failed = 0;
     for (int sh = LIST; sh <= DENSE_TREE; sh++)
         for (size_t z = 0; z < sizeof node_sizes / sizeof *node_sizes; z++) {
@@ -317,27 +358,36 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < s.nodes; i++) s.order[i] = i;
             bench_random_order(s.order, s.nodes, s.nodes, 31 + (uint64_t)z);
             node_type = (adsm_type_desc){"gnode", s.node_bytes, 2, node_fields};
-            double same[256], in_place[256], staged[256], expl[256], faults = 0, unused;
+            /* same, in place, staged and (large structures) explicit alone; per run */
+            start_result res[4][256];
+            int pairs = paired(&s), starts = pairs ? 3 : 4;
             for (int r = 0; r < runs && !failed; r++) { /* alternated: each meets the same moments of load, */
                 double v = (double)(r + 1);         /* and which goes first turns with each run */
-                for (int k = 0; k < 4; k++) {
-                    int which = (k + r) % 4;
-                    if (which == 0) same[r] = run_shared(&s, backend, 1, 0, v, &unused);
-                    else if (which == 1) in_place[r] = run_shared(&s, backend, 0, 0, v, &faults);
-                    else if (which == 2) staged[r] = run_shared(&s, backend, 0, 1, v, &unused);
-                    else expl[r] = run_explicit(&s, backend, v);
+                for (int k = 0; k < starts && !failed; k++) {
+                    int which = (k + r) % starts, what = which == 3 ? EXPLICIT : pairs ? SHARED | EXPLICIT : SHARED;
+                    failed = run_start(&s, backend, which == 0, which == 2, what, v, &res[which][r]) != 0;
                 }
-                failed = same[r] < 0 || in_place[r] < 0 || staged[r] < 0 || expl[r] < 0;
             }
             if (failed) {
                 fprintf(stderr, "%s, %zu-byte nodes: a variant failed\n", shape_names[sh], node_sizes[z]);
                 free(s.order);
                 return 1;
             }
+            double same[256], in_place[256], staged[256], expl[256], in_place_x[256], staged_x[256];
+            for (int r = 0; r < runs; r++) {
+                same[r] = res[0][r].shared_ms;
+                in_place[r] = res[1][r].shared_ms;
+                staged[r] = res[2][r].shared_ms;
+                expl[r] = res[pairs ? 1 : 3][r].explicit_ms;
+                in_place_x[r] = res[1][r].ratio;
+                staged_x[r] = res[2][r].ratio;
+            }
             double ms = bench_median(same, runs), mp = bench_median(in_place, runs), mt = bench_median(staged, runs),
                    me = bench_median(expl, runs);
-            printf("| %s | %zu B | %zu | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f |\n", shape_names[sh],
-                   node_sizes[z], s.nodes, ms, mp, mt, me, mp / ms, mp / me, mt / me, faults);
+            printf("| %s | %zu B | %zu | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.0f |\n",
+                   shape_names[sh], node_sizes[z], s.nodes, ms, mp, mt, me, mp / ms,
+                   pairs ? bench_median(in_place_x, runs) : mp / me, pairs ? bench_median(staged_x, runs) : mt / me,
+                   res[1][0].faults, res[1][0].changes);
             fflush(stdout);
             free(s.order);
         }
