@@ -27,6 +27,7 @@
 #include "stats.h"
 #include "object.h"
 #include "protection.h"
+#include "backend.h"
 #include "copy.h"
 #include "trace.h"
 #include "runtime.h"
@@ -593,17 +594,54 @@ ADSM__PRIVATE int adsm__release_dirty(adsm__runtime *rt, adsm__object *const *us
     return 0;
 }
 
+/* Whether copies of o's bytes to a device read them through the host alias (cuda under shared
+ * addresses), which the program's protection does not hide: its view may be protected while such
+ * a copy still runs. */
+ADSM__PRIVATE int adsm__copies_read_alias(const adsm__runtime *rt, const adsm__object *o) {
+    return adsm__host_dma(rt, o->host) != o->host;
+}
+
+/* The Dirty runs of an output whose copies read the alias, queued as they are: the caller makes
+ * the object Invalid next, with the lock held throughout (no CPU write can slip in between), so a
+ * Dirty output changes protection once (Dirty to Invalid) instead of twice (ReadOnly for its
+ * flush, then Invalid), and the launch waits for none of its copies. 0, or -1 when a copy failed. */
+ADSM__PRIVATE int adsm__send_output_by_alias(adsm__runtime *rt, adsm__object *o) {
+    for (size_t b = 0; b < o->nblocks;) {
+        size_t end = b;
+        while (end < o->nblocks && o->blocks[end].in_fifo && o->blocks[end].state == ADSM__DIRTY) end++;
+        if (end == b) {
+            b++;
+            continue;
+        }
+        for (size_t k = b; k < end; k++) adsm__fifo_remove(rt, &o->blocks[k]);
+        if (adsm__flush(rt, o, b, end - b, 1) != 0) return -1;
+        b = end;
+    }
+    return 0;
+}
+
 ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
                                                 adsm__object *const *used, size_t nused, uint64_t seq) {
     /* Flushes are queued, not waited for: the backend runs the launch after the copies queued
      * before it (stream order), so no copy runs under the runtime lock. A CPU write to a unit
      * whose flush may still be reading it waits for that copy (adsm__flushing). */
+    adsm__object *by_alias[ADSM__MAX_PARAMS], *rest[ADSM__MAX_PARAMS]; /* outputs by where copies read */
+    size_t nalias = 0, nrest = 0;
     if (adsm__check_fault_engine(rt) != 0)
         return adsm__protection_failed("taking over from the closed userfaultfd");
+    for (size_t i = 0; i < nwrites; i++) {
+        if (adsm__copies_read_alias(rt, writes[i])) by_alias[nalias++] = writes[i];
+        else rest[nrest++] = writes[i];
+    }
+    for (size_t i = 0; i < nalias; i++)
+        if (adsm__send_output_by_alias(rt, by_alias[i]) != 0)
+            return adsm__fail(ADSM_ERROR_SYSTEM, "flushing a kernel's output failed: %s", strerror(errno));
+    if (adsm__invalidate_outputs(rt, by_alias, nalias) != 0)
+        return adsm__protection_failed("invalidating a kernel's output");
     if (adsm__release_dirty(rt, used, nused, writes, nwrites) != 0)
         return adsm__fail(ADSM_ERROR_SYSTEM, "flushing dirty blocks before a launch failed: %s", strerror(errno));
-    adsm__settle_copies(rt, writes, nwrites);
-    if (adsm__invalidate_outputs(rt, writes, nwrites) != 0) return adsm__protection_failed("invalidating a kernel's output");
+    adsm__settle_copies(rt, rest, nrest);
+    if (adsm__invalidate_outputs(rt, rest, nrest) != 0) return adsm__protection_failed("invalidating a kernel's output");
     for (size_t i = 0; i < nwrites; i++) {
         adsm__object *o = writes[i];
         o->writer_seq = seq;

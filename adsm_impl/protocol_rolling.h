@@ -240,7 +240,9 @@ ADSM__PRIVATE void adsm__rolling_costs_reset(adsm__runtime *rt) {
  * (adsm__write_run, rolling's write_run); a fetch, the blocks it brings home with its own
  * (adsm__fetch_granule). Both run in the SIGSEGV handler under the runtime lock. */
 ADSM__PRIVATE int adsm__idle_in(const adsm__runtime *rt, const adsm__block *b, int state) {
-    return b->state == state && !b->busy && !b->in_fifo && !adsm__flushing(rt, b);
+    /* an Invalid block's last flush was queued before the kernel that made it Invalid, which its
+     * fetch waits for (an output whose copies read the host alias is not waited for at its call) */
+    return b->state == state && !b->busy && !b->in_fifo && (state == ADSM__INVALID || !adsm__flushing(rt, b));
 }
 
 /* Idle, and not evicted since the last kernel call: what a fault that is no sequential pass may

@@ -291,6 +291,32 @@ Test(lazy, a_fetching_fault_changes_protection_once) {
     adsm_shutdown();
 }
 
+/* A Dirty output at a call. Where copies read the host alias (cuda under shared addresses) it goes
+ * straight to Invalid: one protection change, and the launch waits for none of its copies.
+ * Elsewhere the flush reads the program's view, made ReadOnly first: two. Either way the kernel
+ * sees the CPU's writes, and a write right after the call lands after the kernel's. */
+Test(lazy, a_dirty_output_at_a_call) {
+    lazy(4096);
+    int32_t *x = alloc(SIZE);
+    for (size_t i = 0; i < N; i++) wr(&x[i], (int32_t)i);
+    int by_alias = adsm__host_dma(&adsm__rt, (uintptr_t)x) != (uintptr_t)x;
+#ifdef TEST_ON_CUDA_DOUBLE
+    if (!getenv("ADSM_CUDA_SAME_ADDRESS") && !getenv("ADSM_CUDA_DMA_VIEW"))
+        cr_assert(by_alias, "shared addresses on the double: copies should read the host alias");
+#endif
+    reset();
+    CALL_OK(k_incr, grid_for(N), x, N);
+    EXPECT_PROTECTION_CHANGES(by_alias ? 1 : 2);
+    EXPECT_BYTES(SIZE, 0);
+    expect_all(x, SIZE, 'I');
+    wr(&x[7], -1); /* waits for the kernel, fetches, then writes */
+    sync_ok();
+    cr_assert_eq(rd(&x[7]), -1);
+    for (size_t i = 0; i < N; i++)
+        if (i != 7) cr_assert_eq(rd(&x[i]), (int32_t)i + 1, "x[%zu] = %d", i, rd(&x[i]));
+    adsm_shutdown();
+}
+
 TEST_BLOCK_SIZES(lazy, no_stale_read) {
     lazy(bs);
     scenario_no_stale_read();
