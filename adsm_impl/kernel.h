@@ -2,7 +2,8 @@
  * launch requests against their declarations.
  *
  * The pool splits a grid's flattened thread range into one contiguous chunk per worker and runs
- * the kernel's entry trampoline on each. It serves the emu device process (where each chunk is
+ * the kernel's entry trampoline on each; a small grid (or any, with one worker) runs whole on the
+ * calling thread instead. It serves the emu device process (where each chunk is
  * wrapped in crash recovery) and the host backend. All of it runs in normal thread context,
  * never in a signal handler. */
 #ifndef ADSM__KERNEL_INCLUDED
@@ -103,6 +104,22 @@ ADSM__PRIVATE int adsm__pool_start(adsm__pool *p, unsigned nthreads, adsm__chunk
     return 0;
 }
 
+/* Grids of at most this many threads run on the calling thread: waking the workers and waiting
+ * for them (two thread switches, several microseconds each on a VM) costs more than such a grid's
+ * work when its threads do what GPU threads do. So does any grid when the pool has one worker. */
+#define ADSM__POOL_INLINE_THREADS 256
+
+/* The whole grid on the calling thread, as a worker would run it (kernel bodies touch device
+ * memory directly). Returns 0 or its failure, with the message in msg. */
+ADSM__PRIVATE int adsm__pool_run_here(adsm__pool *p, adsm_grid g, char *msg, size_t msg_size) {
+    int passthrough = adsm__tls_passthrough;
+    adsm__tls_passthrough = 1;
+    int status = g.begin < g.end ? p->runner(p, p->nthreads, g, msg, msg_size) : 0;
+    adsm__tls_passthrough = passthrough;
+    if (status == 0 && msg_size > 0) msg[0] = 0;
+    return status;
+}
+
 /* Runs the kernel over the whole grid and waits; returns 0 or the first chunk's failure. */
 ADSM__PRIVATE int adsm__pool_run(adsm__pool *p, const adsm_kernel_desc *k, adsm_grid g, const void *args,
                                  char *msg, size_t msg_size) {
@@ -112,6 +129,10 @@ ADSM__PRIVATE int adsm__pool_run(adsm__pool *p, const adsm_kernel_desc *k, adsm_
     p->args = args;
     p->status = 0;
     p->message[0] = 0;
+    if (p->nthreads == 1 || g.end - g.begin <= ADSM__POOL_INLINE_THREADS) {
+        pthread_mutex_unlock(&p->mutex); /* the workers wait for a generation that does not come */
+        return adsm__pool_run_here(p, g, msg, msg_size);
+    }
     p->remaining = p->nthreads;
     p->generation++;
     pthread_cond_broadcast(&p->go);

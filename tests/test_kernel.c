@@ -9,6 +9,8 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* ---- kernels ---------------------------------------------------------------------------------- */
 
@@ -194,7 +196,60 @@ static void basic_axpb(void) {
     adsm_free(acc);
 }
 
+/* tid[i] = the system thread that ran thread i of the grid */
+ADSM_KERNEL(who_runs, ADSM_OUT(int64_t, tid), ADSM_VALUE(size_t, n));
+
+void who_runs(adsm_grid g, int64_t *tid, size_t n) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) tid[i] = (int64_t)syscall(SYS_gettid);
+    }
+}
+
+/* How many different values v[0..n) holds. */
+static size_t distinct(const int64_t *v, size_t n) {
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < i && v[j] != v[i]) j++;
+        count += j == i;
+    }
+    return count;
+}
+
+/* Runs who_runs over `blocks` blocks of 256 threads on a runtime with two workers per device. */
+static const int64_t *run_who_runs(adsm_backend_kind backend, uint32_t blocks) {
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = backend;
+    cfg.emu_workers = 2;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "adsm_init: %s", adsm_last_error());
+    size_t n = (size_t)blocks * 256;
+    int64_t *tid = adsm_alloc(n * sizeof *tid);
+    cr_assert_not_null(tid, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL(who_runs, adsm_grid_1d(blocks, 256), tid, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    return tid;
+}
+
 /* ---- tests ------------------------------------------------------------------------------------- */
+
+/* A grid of at most 256 threads runs whole on the thread that takes the launch (waking the workers
+ * costs more than its work); a larger one is split over every worker. */
+Test(kernel, a_small_grid_runs_on_one_thread_a_large_one_on_every_worker) {
+    const int64_t *tid = run_who_runs(ADSM_BACKEND_EMU, 1);
+    cr_assert_eq(distinct(tid, 256), 1, "256 threads ran on %zu system threads", distinct(tid, 256));
+    adsm_shutdown();
+    tid = run_who_runs(ADSM_BACKEND_EMU, 4);
+    cr_assert_eq(distinct(tid, 1024), 2, "1024 threads ran on %zu system threads", distinct(tid, 1024));
+    adsm_shutdown();
+}
+
+/* On the host backend that thread is the caller's. */
+Test(kernel, on_the_host_backend_a_small_grid_runs_on_the_calling_thread) {
+    const int64_t *tid = run_who_runs(ADSM_BACKEND_HOST, 1);
+    for (size_t i = 0; i < 256; i++) cr_assert_eq(tid[i], (int64_t)syscall(SYS_gettid), "thread %zu", i);
+    adsm_shutdown();
+}
 
 Test(kernel, in_out_inout_value_emu) {
     start(ADSM_BACKEND_EMU);
