@@ -80,6 +80,15 @@ ADSM__PRIVATE int adsm__memset_unit_in_place(adsm__runtime *rt, adsm__object *o,
     return rc;
 }
 
+/* The protocol hears of the runtime's access to o's unit holding `block`, on the program's behalf:
+ * not where a tracking protocol's unit already allows it, since its protection was set with that
+ * state (hearing of it would only set it again, one system call per unit). 0, ADSM__AGAIN or < 0
+ * as on_access. */
+ADSM__PRIVATE int adsm__runtime_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write, int overwrite) {
+    if (adsm__tracking(rt) && adsm__state_allows(o->blocks[block].state, is_write)) return 0;
+    return rt->proto->on_access(rt, o, block, is_write, overwrite);
+}
+
 /* ---- a range, unit by unit ---------------------------------------------------------------------
  * The walk behind adsm_memset and adsm_touch: each piece of [a, a + n) in one tracking unit is
  * looked up under the lock; a unit being copied is waited for; a whole unit may be done where it
@@ -103,7 +112,7 @@ ADSM__PRIVATE adsm_result adsm__walk_units(adsm__runtime *rt, uintptr_t a, size_
         size_t len = adsm__piece(rt, o, a, n, &block, &whole);
         if (o && adsm__unit_busy(rt, o, block)) access = adsm__await_copies(rt); /* not while it is copied */
         else if (o && whole && w->in_place) done = w->in_place(rt, o, a, len, w->arg);
-        if (o && done == 0 && access == 0) access = rt->proto->on_access(rt, o, block, w->write, whole && w->overwrites);
+        if (o && done == 0 && access == 0) access = adsm__runtime_access(rt, o, block, w->write, whole && w->overwrites);
         int next = adsm__after_access(rt, access, done);
         if (next > 0) continue; /* the lock was let go: look the unit up again */
         if (next < 0) return adsm__access_failed();
@@ -194,8 +203,8 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
         if (od && done == 0 && dwhole && dlen < dunit && od->blocks[dblock].state == ADSM__INVALID && unfinished_end)
             *unfinished_end = ADSM__MIN(d + dunit, od->host + od->size);
         int access = 0;
-        if (done == 0 && os) access = rt->proto->on_access(rt, os, sblock, 0, 0);
-        if (done == 0 && od && access == 0) access = rt->proto->on_access(rt, od, dblock, 1, dwhole);
+        if (done == 0 && os) access = adsm__runtime_access(rt, os, sblock, 0, 0);
+        if (done == 0 && od && access == 0) access = adsm__runtime_access(rt, od, dblock, 1, dwhole);
         int next = adsm__after_access(rt, access, done);
         if (next > 0) continue;
         if (next < 0) return adsm__access_failed();

@@ -317,6 +317,24 @@ Test(lazy, a_dirty_output_at_a_call) {
     adsm_shutdown();
 }
 
+/* The runtime's own accesses (adsm_memset, adsm_memcpy) to units that already allow them change
+ * no protection; one that does not (a write to a ReadOnly object) changes it once. */
+Test(lazy, runtime_accesses_change_protection_only_where_needed) {
+    lazy(4096);
+    int32_t *a = alloc(SIZE), *b = alloc(SIZE), *c = alloc(SIZE);
+    for (size_t i = 0; i < N; i++) wr(&a[i], (int32_t)i);
+    reset();
+    cr_assert_eq(adsm_memset(a, 0, SIZE / 2), ADSM_OK, "%s", adsm_last_error()); /* a is Dirty */
+    cr_assert_eq(adsm_memcpy(a + N / 2, b, SIZE / 2), ADSM_OK, "%s", adsm_last_error()); /* b ReadOnly */
+    EXPECT_PROTECTION_CHANGES(0);
+    EXPECT_FAULTS(0, 0);
+    for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&a[i]), 0, "a[%zu]", i);
+    cr_assert_eq(adsm_memcpy(c, a, SIZE), ADSM_OK, "%s", adsm_last_error()); /* c ReadOnly: now Dirty */
+    EXPECT_PROTECTION_CHANGES(1);
+    expect_all(c, SIZE, 'D');
+    adsm_shutdown();
+}
+
 TEST_BLOCK_SIZES(lazy, no_stale_read) {
     lazy(bs);
     scenario_no_stale_read();
