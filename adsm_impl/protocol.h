@@ -465,7 +465,9 @@ ADSM__PRIVATE int adsm__set_state_compacting(adsm__runtime *rt, adsm__object *o,
 ADSM__PRIVATE int adsm__prepare_unit(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state,
                                      int is_write, int overwrite, int *let_go) {
     adsm__block *head = &o->blocks[first];
-    int need_drain = is_write && adsm__flushing(rt, head), need_fetch = state == ADSM__INVALID;
+    /* an Invalid unit's flush, if any, ran before the kernel that made it Invalid, which both the
+     * fetch and an overwrite wait for: no drain (its flush may be unsettled: adsm__tracked_release) */
+    int need_fetch = state == ADSM__INVALID, need_drain = is_write && !need_fetch && adsm__flushing(rt, head);
     if (!need_drain && !need_fetch) return 0;
     int rc = 0;
     size_t marks = rt->proto->whole_object ? 1 : count;
