@@ -57,6 +57,7 @@ typedef struct variant {
     adsm_protocol_kind protocol;
     placement where;
     double ms[P_COUNT][MAX_RUNS], total[MAX_RUNS];
+    double changes[MAX_RUNS]; /* adsm_stats.protection_changes of the run */
 } variant;
 
 static size_t n_elems = (size_t)8 << 20;
@@ -150,9 +151,9 @@ int main(int argc, char **argv) {
     adsm_shutdown();
     int on_cuda = !strcmp(backend, "cuda");
     const placement *where = on_cuda ? cuda_placements : &only_placement;
-    int nwhere = on_cuda ? 3 : 1;
+    int nwhere = on_cuda ? (int)(sizeof cuda_placements / sizeof *cuda_placements) : 1;
 
-    static variant v[7];
+    static variant v[1 + 2 * sizeof cuda_placements / sizeof *cuda_placements];
     int nv = 0;
     v[nv++] = (variant){.name = "explicit", .explicit_copies = 1, .protocol = ADSM_PROTOCOL_LAZY, .where = only_placement};
     for (int w = 0; w < nwhere; w++) {
@@ -166,6 +167,9 @@ int main(int argc, char **argv) {
             double t[P_COUNT + 1];
             start(x);
             run_once(x, t);
+            adsm_stats st;
+            if (adsm_get_stats(&st) != ADSM_OK) die("adsm_get_stats");
+            x->changes[r] = (double)st.protection_changes;
             adsm_shutdown();
             for (int p = 0; p < P_COUNT; p++) x->ms[p][r] = (t[p + 1] - t[p]) * 1e3;
             x->total[r] = (t[P_COUNT] - t[0]) * 1e3;
@@ -178,18 +182,19 @@ int main(int argc, char **argv) {
     printf("## placement: vecadd's phases by where the objects' host pages live (backend %s, %zu floats per "
            "vector, 2 MiB blocks, median of %d runs)\n\n",
            backend, n_elems, runs);
-    printf("ms per phase; total = alloc to free; x expl = total over the explicit program's.\n\n");
+    printf("ms per phase; total = alloc to free; x expl = total over the explicit program's; changes = page "
+           "protection changes adsm's protocol made in the run (adsm_stats.protection_changes).\n\n");
     printf("| variant | placement |");
     for (int p = 0; p < P_COUNT; p++) printf(" %s ms |", phase_name[p]);
-    printf(" total ms | x expl |\n| --- | --- |");
-    for (int p = 0; p <= P_COUNT + 1; p++) printf(" ---: |");
+    printf(" total ms | x expl | changes |\n| --- | --- |");
+    for (int p = 0; p <= P_COUNT + 2; p++) printf(" ---: |");
     printf("\n");
     double base = bench_median_of(v[0].total, runs);
     for (int k = 0; k < nv; k++) {
         printf("| %s | %s |", v[k].name, k == 0 ? "-" : v[k].where.name);
         for (int p = 0; p < P_COUNT; p++) printf(" %.1f |", bench_median_of(v[k].ms[p], runs));
         double total = bench_median_of(v[k].total, runs);
-        printf(" %.1f | %.2f |\n", total, total / base);
+        printf(" %.1f | %.2f | %.0f |\n", total, total / base, bench_median_of(v[k].changes, runs));
     }
     return 0;
 }
