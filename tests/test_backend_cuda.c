@@ -337,6 +337,29 @@ Test(cuda_double, launch_refused_by_the_driver_is_reported_at_sync) {
     adsm_shutdown();
 }
 
+/* A launch with nothing queued before it is made on the calling thread, not handed to the engine
+ * thread (a wake-up), with the GPU's context current only for the call: the thread's own (none
+ * here, as adsm_init left it) is put back. */
+Test(cuda_double, a_launch_on_an_idle_gpu_is_made_from_the_calling_thread) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    attach();
+    const size_t n = 1000;
+    float *a = adsm_alloc(n * sizeof *a), *c = adsm_alloc(n * sizeof *c);
+    cr_assert(a && c, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK); /* nothing queued: both objects are fresh */
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d(4, 256), c, a, a, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(cuda_double_counters().last_launch_thread, (unsigned long long)syscall(SYS_gettid),
+                 "the launch was made on another thread");
+    adsm__cu_context now = (adsm__cu_context)1;
+    adsm__cuda *g = (adsm__cuda *)adsm__rt.dev_ctx[0];
+    cr_assert_eq(g->cu.cuCtxGetCurrent(&now), 0);
+    cr_assert_null(now, "the calling thread was left with adsm's context current");
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(c[i], 0.0f);
+    run_vadd(4096); /* and the engine's launches behind copies still run */
+    adsm_shutdown();
+}
+
 /* Shapes no CUDA device runs are refused at the call, with the same code as on emu (issue 11,
  * item 10; test_misuse.c::launch_shapes_a_gpu_refuses). */
 Test(cuda_double, launch_shapes_no_device_runs_are_refused_at_the_call) {

@@ -165,6 +165,19 @@ ADSM__PRIVATE void adsm__cuda_host_unlock(void *ctx, uintptr_t host, size_t n) {
 }
 
 /* ---- kernels -------------------------------------------------------------------------------- */
+/* A launch with nothing queued before it is made on the calling thread (adsm__queue_run_if_idle:
+ * nothing can be queued meanwhile), with this GPU's context current for the call and the thread's
+ * own context put back after it: handing it to the engine thread costs a thread wake-up, more
+ * than the launch itself. Not when its event slot is still held by a launch in flight: the engine
+ * waits for that one, not the caller (who holds the runtime lock). Returns whether it ran here. */
+ADSM__PRIVATE int adsm__cuda_launch_here(adsm__cuda *c, adsm__cuda_cmd *cmd) {
+    if (cmd->op.seq - ADSM__LOAD(&c->completed_seq) > ADSM__CUDA_EVENTS) return 0;
+    adsm__cu_context mine = adsm__cuda_enter(c);
+    int unused, ran = adsm__queue_run_if_idle(&c->queue, cmd, &unused);
+    adsm__cuda_leave(c, mine);
+    return ran;
+}
+
 ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     const adsm_kernel_desc *k = l->kernel;
@@ -193,7 +206,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_launch(void *ctx, const adsm__launch *l) {
     memcpy(cmd->access.inputs, l->inputs, l->ninputs * sizeof *l->inputs);
     adsm__args_to_device(c->rt, k, cmd->args, c->base, c->half, c->delta); /* adsm addresses -> device's */
     ADSM__STORE(&c->sent_seq, l->seq); /* before the push: a wait must not miss it */
-    adsm__queue_push(&c->queue, cmd, offsetof(adsm__cuda_cmd, args) + k->args_size, NULL);
+    if (!adsm__cuda_launch_here(c, cmd)) adsm__queue_push(&c->queue, cmd, offsetof(adsm__cuda_cmd, args) + k->args_size, NULL);
     free(cmd);
     return ADSM_OK;
 }

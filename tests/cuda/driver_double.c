@@ -81,6 +81,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -2249,6 +2250,7 @@ CUresult cuLaunchKernel(adsm__cu_function f, unsigned int grid_x, unsigned int g
     op->launch = l;
     l = NULL;
     g.counters.launches++;
+    g.counters.last_launch_thread = (unsigned long long)syscall(SYS_gettid);
     r = submit(ctx, s, op, NULL, NULL);
 out:
     if (l) {

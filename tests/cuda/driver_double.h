@@ -63,6 +63,7 @@ typedef struct cudadouble_counters {
     /* cuMemAllocManaged calls that succeeded; bytes cuMemPrefetchAsync was asked to move to a
      * device and to the host */
     unsigned long long managed_allocs, prefetch_device_bytes, prefetch_host_bytes;
+    unsigned long long last_launch_thread; /* the system thread (gettid) of the last accepted cuLaunchKernel */
 } cudadouble_counters;
 
 void cudadouble_get_counters(cudadouble_counters *out);
