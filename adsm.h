@@ -236,7 +236,8 @@
    ===========
        emu   a discrete accelerator emulated by a process of its own that owns device memory at
              the same addresses; a DMA thread copies asynchronously; kernels run on a worker pool
-             in that process. Host and device memory are really separate: coherence bugs show up.
+             in that process (grids of up to 256 threads on one thread). Host and device memory
+             are really separate: coherence bugs show up.
        host  the device is the CPU: no copies, no faults, kernels run in the calling process.
        cuda  an NVIDIA GPU through the CUDA driver API, loaded at run time (no CUDA needed to
              build; a CUDA 12.0 or newer driver to run). ADSM_BACKEND=auto picks it when a device
