@@ -608,11 +608,12 @@ ADSM__PRIVATE int adsm__copies_read_alias(const adsm__runtime *rt, const adsm__o
  * Dirty output changes protection once (Dirty to Invalid) instead of twice (ReadOnly for its
  * flush, then Invalid), and the launch waits for none of its copies. 0, or -1 when a copy failed. */
 ADSM__PRIVATE int adsm__send_output_by_alias(adsm__runtime *rt, adsm__object *o) {
+    size_t unit = rt->proto->whole_object ? o->nblocks : 1; /* lazy: the whole object, whichever blocks are queued */
     for (size_t b = 0; b < o->nblocks;) {
         size_t end = b;
-        while (end < o->nblocks && o->blocks[end].in_fifo && o->blocks[end].state == ADSM__DIRTY) end++;
+        while (end < o->nblocks && o->blocks[end].state == ADSM__DIRTY) end += unit;
         if (end == b) {
-            b++;
+            b += unit;
             continue;
         }
         for (size_t k = b; k < end; k++) adsm__fifo_remove(rt, &o->blocks[k]);
