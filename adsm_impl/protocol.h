@@ -125,14 +125,19 @@ ADSM__PRIVATE int adsm__protect_blocks(adsm__runtime *rt, uintptr_t addr, size_t
     return adsm__protect_state(&rt->protection, addr, len, from, state);
 }
 
+/* The states blocks [first, first+count) of o are in, as a mask (ADSM__HAS). */
+ADSM__PRIVATE unsigned adsm__states_in(const adsm__object *o, size_t first, size_t count) {
+    unsigned from = 0;
+    for (size_t b = first; b < first + count && from != ADSM__ALL_STATES; b++) from |= ADSM__HAS(o->blocks[b].state);
+    return from;
+}
+
 /* Sets blocks [first, first+count) to `state`, changing the host protection first (the engine,
  * protection.h, needs the states the blocks leave). */
 ADSM__PRIVATE int adsm__apply_state(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state) {
     size_t off = first << rt->cfg.block_shift;
     size_t len = adsm__blocks_len(first, count, rt->cfg.block_shift, o->span);
-    unsigned from = 0;
-    for (size_t b = first; b < first + count && from != ADSM__ALL_STATES; b++) from |= ADSM__HAS(o->blocks[b].state);
-    if (adsm__protect_blocks(rt, o->host + off, len, from, state) != 0) return -1;
+    if (adsm__protect_blocks(rt, o->host + off, len, adsm__states_in(o, first, count), state) != 0) return -1;
     for (size_t b = first; b < first + count; b++) o->blocks[b].state = (uint8_t)state;
     if (state == ADSM__DIRTY) /* the CPU writes it: every device copy is stale (directory.h) */
         for (size_t b = first; b < first + count; b++) o->blocks[b].dev_valid = 0;
@@ -401,9 +406,10 @@ ADSM__PRIVATE adsm__object *adsm__output_beside(adsm__object *const *writes, siz
 ADSM__PRIVATE int adsm__invalidate_run(adsm__runtime *rt, adsm__object *o, const adsm__object *last,
                                        adsm__object *const *writes, size_t n) {
     unsigned from = 0;
-    for (adsm__object *p = o; p != last; p = adsm__output_beside(writes, n, p, 1))
-        for (size_t b = 0; b < p->nblocks; b++) from |= ADSM__HAS(p->blocks[b].state);
-    for (size_t b = 0; b < last->nblocks; b++) from |= ADSM__HAS(last->blocks[b].state);
+    for (const adsm__object *p = o;; p = adsm__output_beside(writes, n, p, 1)) {
+        from |= adsm__states_in(p, 0, p->nblocks);
+        if (p == last) break;
+    }
     if (adsm__protect_blocks(rt, o->host, last->host + last->span - o->host, from, ADSM__INVALID) != 0) return -1;
     for (adsm__object *p = o;; p = adsm__output_beside(writes, n, p, 1)) {
         for (size_t b = 0; b < p->nblocks; b++) p->blocks[b].state = ADSM__INVALID;
