@@ -133,7 +133,7 @@ ADSM__PRIVATE adsm_result adsm__replace_reservation(adsm__runtime *rt) {
 #define MADV_COLLAPSE 25 /* Linux 6.1; older kernels refuse it (EINVAL) */
 #endif
 
-enum { ADSM__ALIAS_SMALL, ADSM__ALIAS_SMALL_FOR_BLOCKS, ADSM__ALIAS_HUGE_BY_SETTING, ADSM__ALIAS_HUGE_BY_COLLAPSE };
+enum { ADSM__ALIAS_SMALL, ADSM__ALIAS_HUGE_BY_SETTING, ADSM__ALIAS_HUGE_BY_COLLAPSE };
 #define ADSM__HUGE_PAGE ((size_t)2 << 20)
 
 /* Normal context, a new object's alias range [at, at + n) before it is page-locked and published:
@@ -159,21 +159,20 @@ ADSM__PRIVATE int adsm__shmem_gets_huge_pages(void);
 /* Initialisation, the alias just made: which pages it will have. Where shmem_enabled gives huge
  * pages to memory adsm advises, the alias has them already; else one collapse of the alias's first
  * 2 MiB tells whether this kernel grants them on request (its page is then given back), and each
- * new object's range is collapsed in turn (adsm__alias_collapse). Not with blocks under 2 MiB: a
- * protection change inside a 2 MiB page of shared memory drops its whole mapping, and every 4 KiB
- * page of it then faults in again (bench/fault_cost, kind D: 12-175 us per adsm fault at 64 KiB
- * to 1 MiB blocks, against 6-17 on 4 KiB pages); there both views are advised away from huge
- * pages, which shmem_enabled may otherwise give them. ADSM_CUDA_ALIAS_COLLAPSE=0 keeps 4 KiB pages
- * (to measure them, or where collapsing misbehaves). */
+ * new object's range is collapsed in turn (adsm__alias_collapse). With blocks under 2 MiB the
+ * program's view is advised away from huge pages (view_small_pages): it then maps the alias's
+ * 2 MiB pages 4 KiB at a time, since a protection change inside a 2 MiB page that a view maps
+ * whole drops that mapping, and every 4 KiB page of it faults in again (bench/fault_cost, kind D:
+ * 12-175 us per adsm fault at 64 KiB to 1 MiB blocks, against 6-17 on 4 KiB pages). The alias,
+ * never protected, keeps its 2 MiB pages for page-locking and DMA (the third GPU run: vecadd at
+ * blocks under 2 MiB took 1.5x the explicit program with 4 KiB pages in both views, 1.0x at
+ * 2 MiB blocks with huge ones). ADSM_CUDA_ALIAS_COLLAPSE=0 keeps 4 KiB pages (to measure them,
+ * or where collapsing misbehaves). */
 ADSM__PRIVATE void adsm__alias_choose_pages(adsm__runtime *rt) {
     rt->alias_pages = ADSM__ALIAS_SMALL;
     rt->alias_refusal = 0;
-    if (rt->cfg.block_size < ADSM__HUGE_PAGE) {
-        madvise((void *)rt->host_alias, rt->half, MADV_NOHUGEPAGE);
-        madvise((void *)rt->base, rt->half, MADV_NOHUGEPAGE);
-        rt->alias_pages = ADSM__ALIAS_SMALL_FOR_BLOCKS;
-        return;
-    }
+    rt->view_small_pages = rt->cfg.block_size < ADSM__HUGE_PAGE;
+    if (rt->view_small_pages) madvise((void *)rt->base, rt->half, MADV_NOHUGEPAGE);
     if (adsm__shmem_gets_huge_pages() == 1) {
         rt->alias_pages = ADSM__ALIAS_HUGE_BY_SETTING;
         return;

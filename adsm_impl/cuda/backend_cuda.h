@@ -75,9 +75,6 @@ ADSM__PRIVATE void adsm__cuda_say_alias_pages(const adsm__runtime *rt) {
     else if (rt->alias_pages == ADSM__ALIAS_HUGE_BY_COLLAPSE)
         adsm__log(ADSM_LOG_INFO, "cuda: shared memory gets huge pages only on request here: each object's host "
                   "alias is collapsed into 2 MiB pages (MADV_COLLAPSE) before it is page-locked");
-    else if (rt->alias_pages == ADSM__ALIAS_SMALL_FOR_BLOCKS)
-        adsm__log(ADSM_LOG_INFO, "cuda: the host alias has 4 KiB pages: with blocks under 2 MiB, protecting a block "
-                  "inside a 2 MiB page would unmap all of it, and every 4 KiB page would fault in again");
     else
         adsm__log(ADSM_LOG_INFO, "cuda: the host alias has 4 KiB pages (%s): making an object and first writing it "
                   "cost about 1 ms per MiB; a program that allocates for one use runs faster with "
@@ -85,6 +82,9 @@ ADSM__PRIVATE void adsm__cuda_say_alias_pages(const adsm__runtime *rt) {
                   "objects (README, \"Choosing a placement on cuda\")",
                   rt->cfg.cuda_alias_collapse ? (rt->alias_refusal ? strerror(rt->alias_refusal) : "refused")
                                               : "ADSM_CUDA_ALIAS_COLLAPSE=0");
+    if (rt->view_small_pages && rt->alias_pages != ADSM__ALIAS_SMALL)
+        adsm__log(ADSM_LOG_INFO, "cuda: with blocks under 2 MiB the program's view maps those pages 4 KiB at a time, "
+                  "so that protecting a block leaves the rest of its 2 MiB page mapped");
 }
 
 /* Initialisation, first GPU under shared addresses: the objects' host pages are its device address
