@@ -390,7 +390,9 @@
    blocks like read(2) would; later pieces are read only if data is already waiting. Sockets
    that keep message boundaries (SOCK_SEQPACKET, SOCK_DGRAM) get one call for the whole count.
    The bounce buffer sits at the same offset within a page as your buffer, so O_DIRECT accepts
-   and refuses the same buffers as it would without adsm; idle bounce buffers are reused.
+   and refuses the same buffers as it would without adsm; idle bounce buffers are reused. On
+   cuda under shared addresses a regular file needs no bounce buffer: its bytes go straight
+   between the file and the objects' always-writable second view (the host alias).
        #define ADSM_INTERPOSE_IO    before ADSM_IMPLEMENTATION: that translation unit also defines
                                     read, write, pread, pwrite, fread, fwrite (pread64 and
                                     pwrite64 too, what _FILE_OFFSET_BITS=64 calls, and the

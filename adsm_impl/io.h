@@ -5,7 +5,8 @@
  * System calls never see shared memory: the kernel would return EFAULT on a protected page
  * instead of a fault adsm could resolve, and a half-done read cannot be restarted. Data goes
  * through a bounce buffer in pieces of about a block, so a large read into a rolling object
- * keeps eager eviction busy while the next piece is read. Return values and errno are the libc
+ * keeps eager eviction busy while the next piece is read; on cuda's host alias a regular file's
+ * bytes go straight between the file and the alias instead. Return values and errno are the libc
  * call's. All of this runs in normal thread context. */
 #ifndef ADSM__IO_INCLUDED
 #define ADSM__IO_INCLUDED
@@ -193,6 +194,8 @@ typedef struct adsm__xfer {
     int reading;
     int stream_like; /* not a regular file: FIONREAD decides whether to go on */
     int whole;       /* one system call for the whole count (message sockets) */
+    int regular;     /* a regular file (or block device): its calls never wait on another party */
+    int positioned;  /* pread, pwrite: at offset, the file position untouched */
     ssize_t (*syscall_piece)(struct adsm__xfer *x, void *bounce, size_t want, size_t done);
     void *ctx;
     off_t offset;
@@ -218,11 +221,103 @@ ADSM__PRIVATE ssize_t adsm__blocking_piece(adsm__xfer *x, void *bounce, size_t w
     return got;
 }
 
+/* ---- straight through the host alias -------------------------------------------------------
+ * Under cuda's shared addresses an object's host pages have a second view that is always
+ * writable, the alias (reservation.h), so a regular file's bytes can move between it and the file
+ * in the system call itself: no bounce buffer, no copy, none of the bounce buffer's first-touch
+ * faults (on the GPU machine a process's first 1 MiB fread into an object took 0.6 ms, the next
+ * 0.15, plus a memcpy each). Piece by piece, each within one tracking unit: the protocol hears of
+ * the access as adsm_memcpy's would (a read that covers a unit overwrites it: nothing fetched),
+ * and the system call runs with the runtime lock held, as adsm_memcpy's copy does, so no eviction,
+ * fetch or invalidation touches the unit's host bytes meanwhile; hence regular files only, whose
+ * calls do not wait on another party, and at most a piece's bytes per call. Units under 256 KiB
+ * (rolling's small blocks) leave the rest of the transfer to the bounce buffer: a system call per
+ * unit would cost more than the copy it saves. Returns the bytes moved; *stop is 0 where the
+ * bounce buffer takes the rest, else the transfer is over: 1 (everything moved, or a short call),
+ * 2 (a failed call, or the protocol failed); *call_errno is the errno a short or failed call left. */
+#define ADSM__DIRECT_IO_MIN_UNIT ((size_t)256 << 10)
+
+/* The bytes a read from a regular file finds before its end, from where this transfer reads;
+ * SIZE_MAX where that cannot be told. The direct path reads no further: the protocol hears of a
+ * unit before its bytes come, and a read past the end must leave the blocks it did not fill as
+ * they were, as the bounce buffer's copy after the call does. */
+ADSM__PRIVATE size_t adsm__file_remaining(const adsm__xfer *x) {
+    FILE *stream = (FILE *)x->ctx;
+    int fd = stream ? fileno(stream) : x->fd, saved = errno;
+    struct stat st;
+    off_t at = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        at = stream ? ftello(stream) : x->positioned ? x->offset : lseek(fd, 0, SEEK_CUR);
+    errno = saved;
+    if (at < 0) return SIZE_MAX;
+    return st.st_size > at ? (size_t)(st.st_size - at) : 0;
+}
+
+ADSM__PRIVATE size_t adsm__transfer_direct(adsm__xfer *x, uintptr_t buf, size_t n, int *stop, int *call_errno,
+                                           uintptr_t *unfinished) {
+    adsm__runtime *rt = &adsm__rt;
+    size_t done = 0, piece = adsm__io_piece(rt);
+    *stop = 0;
+    if (!rt->host_alias || !x->regular || x->whole) return 0;
+    size_t all = n;
+    if (x->reading) n = ADSM__MIN(n, adsm__file_remaining(x)); /* the rest (end of file) is the bounce path's */
+    while (done < n) {
+        uintptr_t a = buf + done;
+        size_t block;
+        int whole;
+        adsm__lock(&rt->lock);
+        adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
+        uintptr_t alias = o ? adsm__host_dma(rt, a) : a;
+        size_t unit = o ? adsm__piece(rt, o, a, n - done, &block, &whole) : 0;
+        if (!o || alias == a || (unit < ADSM__DIRECT_IO_MIN_UNIT && unit < n - done)) {
+            adsm__unlock(&rt->lock);
+            return done; /* plain memory, no alias, or small units: the bounce buffer's */
+        }
+        if (adsm__unit_busy(rt, o, block)) { /* a copy of it runs: wait, then look again */
+            adsm__await_copies(rt);
+            adsm__unlock(&rt->lock);
+            continue;
+        }
+        size_t len = ADSM__MIN(unit, piece);
+        if (whole && len < unit && rt->proto->eager) whole = 0; /* rolling: never leave a unit half-filled */
+        if (x->reading && whole && len < unit && o->blocks[block].state == ADSM__INVALID)
+            *unfinished = ADSM__MIN(a + unit, o->host + o->size);
+        int next = adsm__after_access(rt, adsm__runtime_access(rt, o, block, x->reading, x->reading && whole), 0);
+        if (next > 0) continue;
+        if (next < 0) {
+            *stop = 2;
+            *call_errno = EFAULT;
+            return done;
+        }
+        uint64_t t0 = adsm__now_ns();
+        ssize_t got = x->syscall_piece(x, (void *)alias, len, done);
+        *call_errno = errno;
+        adsm__trace(&rt->trace, ADSM__TR_IO, t0, a, got > 0 ? (uint64_t)got : 0);
+        adsm__unlock(&rt->lock);
+        if (got > 0) done += (size_t)got;
+        if (*unfinished && buf + done >= *unfinished) *unfinished = 0; /* the claimed unit is complete */
+        if (got < 0 || (size_t)got < len) {
+            *stop = got < 0 ? 2 : 1;
+            return done;
+        }
+    }
+    *stop = done == all; /* else the end of the file, as libc's own call will find */
+    return done;
+}
+
 ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
     adsm__runtime *rt = &adsm__rt;
     int saved_errno = errno, final_errno = errno;
     size_t piece = x->whole ? n : adsm__io_piece(rt), done = 0;
     uintptr_t unfinished = 0;
+    int stop = 0, call_errno = saved_errno;
+    errno = saved_errno;
+    done = adsm__transfer_direct(x, buf, n, &stop, &call_errno, &unfinished);
+    if (stop) {
+        if (unfinished > buf + done) adsm__repair_tail(rt, buf + done, unfinished);
+        errno = done < n ? call_errno : saved_errno; /* as a short or failed piece below leaves it */
+        return stop == 2 && done == 0 ? -1 : (ssize_t)done;
+    }
     adsm__bounce b;
     if (adsm__bounce_take(rt, piece, &b) != 0) {
         errno = ENOMEM;
@@ -357,6 +452,8 @@ ADSM__PRIVATE ssize_t adsm__fd_transfer(int fd, uintptr_t buf, size_t n, int rea
     x.fd = fd;
     x.reading = reading;
     x.stream_like = reading && adsm__is_stream_like(fd);
+    x.regular = !adsm__is_stream_like(fd);
+    x.positioned = piece == adsm__piece_pread || piece == adsm__piece_pwrite;
     x.whole = adsm__keeps_message_boundaries(fd);
     x.syscall_piece = piece;
     x.offset = offset;
@@ -408,6 +505,7 @@ ADSM__PRIVATE size_t adsm__stream_transfer(void *ptr, size_t size, size_t nmemb,
     x.reading = reading;
     x.syscall_piece = reading ? adsm__piece_fread : adsm__piece_fwrite;
     x.ctx = stream;
+    x.regular = fileno(stream) >= 0 && !adsm__is_stream_like(fileno(stream)); /* not fmemopen's */
     flockfile(stream);
     ssize_t done = adsm__transfer(&x, (uintptr_t)ptr, bytes);
     funlockfile(stream);

@@ -112,6 +112,7 @@ static void sc_end_of_file(io_op op) {
     free(mirror);
 }
 
+#ifndef TEST_ON_CUDA
 /* A buffer from inside the last block of an object into plain memory mapped right after it. */
 static void sc_into_plain_memory(io_op op) {
     size_t bs = adsm_block_size(), osize = 3 * bs, plain = 3 * 4096, item = op_stream(op) ? 12 : 1;
@@ -131,6 +132,7 @@ static void sc_into_plain_memory(io_op op) {
     free(noise);
     free(mirror);
 }
+#endif
 
 /* A buffer from inside one object into the next one (allocated right after it, when it is
  * adjacent; otherwise the two parts as two calls). */
@@ -427,7 +429,7 @@ static void sc_plain_memory(io_op op) {
 }
 
 static void battery(adsm_protocol_kind protocol, size_t bs, io_op op) {
-    init(ADSM_BACKEND_EMU, protocol, bs, 4096); /* fixed rolling size: no eviction in the counts */
+    init(TEST_DEVICE_BACKEND, protocol, bs, 4096); /* fixed rolling size: no eviction in the counts */
     io_ref = &libc_fns;
     io_test = &adsm_fns;
     signal(SIGPIPE, SIG_IGN);
@@ -449,7 +451,9 @@ static void battery(adsm_protocol_kind protocol, size_t bs, io_op op) {
     sc_large(op);
     if (!op_input(op)) sc_kernel_output_to_file(op);
     sc_plain_memory(op);
+#ifndef TEST_ON_CUDA /* on cuda the reservation's free space is the alias's file, not plain memory */
     sc_into_plain_memory(op); /* last: maps memory inside adsm's reservation */
+#endif
     adsm_shutdown();
 }
 
@@ -472,7 +476,7 @@ IO_TESTS(ADSM_PROTOCOL_ROLLING, rolling, 512 * KIB, 512k)
  * blocks fetches exactly those two blocks, and every byte it did not read keeps the kernel's
  * value. The smallest version of the battery's checks, with the expectations spelled out. */
 Test(io, partial_block_keeps_kernel_values) {
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 4096);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 4096);
     size_t n = 4 * 4096 / sizeof(int32_t);
     int32_t *c = alloc(4 * 4096);
     CALL_OK(k_fill, grid_for(n), c, n, 500);
@@ -498,7 +502,7 @@ Test(io, partial_block_keeps_kernel_values) {
 /* Rolling with a small rolling size: a 3 MiB read evicts blocks while it goes (the bounce pieces
  * let eviction overlap the reading), and a kernel then sees every byte read. */
 Test(io, read_with_eager_eviction) {
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 8);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 8);
     size_t size = 3 * MIB, n = size / sizeof(int32_t);
     int32_t *a = alloc(size), *c = alloc(size);
     rng_seed(99);
@@ -525,7 +529,7 @@ Test(io, read_with_eager_eviction) {
 /* O_DIRECT wants buffers aligned like the device's blocks: page-aligned shared memory works as a
  * page-aligned malloc buffer does, and a misaligned one fails with the same EINVAL. */
 Test(io, o_direct_on_shared_memory_matches_libc) {
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 0);
     const char *dir = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
     char path[512];
     snprintf(path, sizeof path, "%s/adsm_o_direct_XXXXXX", dir);
@@ -558,7 +562,7 @@ Test(io, o_direct_on_shared_memory_matches_libc) {
 /* SOCK_SEQPACKET keeps message boundaries: a message longer than one I/O piece is written as one
  * message and read whole, and the next message is not glued on. */
 Test(io, seqpacket_message_larger_than_a_piece_keeps_its_boundaries) {
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 0);
     int sv[2];
     cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
     int room = 16 << 20; /* a 3 MiB message needs a send buffer above the default wmem_max */
@@ -584,7 +588,7 @@ Test(io, seqpacket_message_larger_than_a_piece_keeps_its_boundaries) {
 /* I/O calls reuse one bounce buffer instead of mapping a new one (up to 32 MiB) each time
  * (issue 11, item 12; white-box: the runtime's pool of idle buffers). */
 Test(io, sequential_calls_reuse_one_bounce_buffer) {
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 0);
     unsigned char *obj = alloc(2 * MIB);
     unsigned char data[8192];
     memset(data, 3, sizeof data);
@@ -603,6 +607,7 @@ Test(io, sequential_calls_reuse_one_bounce_buffer) {
     cr_assert_eq(stbds_arrlen(adsm__rt.io_bounce), 0, "shutdown releases them");
 }
 
+#ifndef TEST_ON_CUDA /* on cuda the reservation's free space is the alias's file, not a gap */
 /* ---- where the kernel will not say which pages are readable ---------------------------------- */
 /* adsm asks process_vm_readv whether program memory inside its reservation can be read. Seccomp
  * profiles that keep it behind CAP_SYS_PTRACE refuse it (EPERM; Docker's default did until 2021)
@@ -653,7 +658,7 @@ ParameterizedTestParameters(io, program_memory_in_the_reservation_with_and_witho
  * out: libc's own fread into an inaccessible page crashes.) */
 ParameterizedTest(probe_case *pc, io, program_memory_in_the_reservation_with_and_without_process_vm_readv) {
     if (pc->refused) refuse_process_vm_readv();
-    init(ADSM_BACKEND_EMU, ADSM_PROTOCOL_ROLLING, 4096, 4096);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 4096);
     io_ref = &libc_fns;
     io_test = &adsm_fns;
     rng_seed(0x9a9e0000u + (uint64_t)pc->op * 2 + (uint64_t)pc->refused);
@@ -664,3 +669,41 @@ ParameterizedTest(probe_case *pc, io, program_memory_in_the_reservation_with_and
     sc_into_plain_memory(pc->op); /* last: maps memory inside adsm's reservation */
     adsm_shutdown();
 }
+#endif
+
+#ifdef TEST_ON_CUDA
+/* Under cuda's shared addresses a regular file's bytes go between the file and the object's host
+ * alias in the system call itself (io.h, "straight through the host alias"): no bounce buffer is
+ * taken, and the device sees what was read. A pipe still goes through one (its calls may wait
+ * on another party, and must not do so holding the runtime lock). */
+Test(io, on_the_host_alias_a_regular_file_needs_no_bounce_buffer) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_LAZY, 512 * KIB, 0);
+    const size_t n = MIB;
+    int *obj = (int *)alloc(n);
+    cr_assert_neq(adsm__host_dma(&adsm__rt, (uintptr_t)obj), (uintptr_t)obj, "no host alias");
+    int *data = (int *)xmalloc(n);
+    for (size_t i = 0; i < n / sizeof(int); i++) data[i] = (int)(i * 7);
+    int fd = temp_file(data, n);
+    cr_assert_eq(adsm_pread(fd, obj, n, 0), (ssize_t)n, "adsm_pread: %s", strerror(errno));
+    cr_assert_eq(stbds_arrlen(adsm__rt.io_bounce), 0, "a bounce buffer was used for a regular file");
+    cr_assert_eq(ADSM_CALL(k_incr, adsm_grid_1d(n / sizeof(int), 256), obj, n / sizeof(int)), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    int *back = (int *)xmalloc(n);
+    cr_assert_eq(adsm_pwrite(fd, obj, n, 0), (ssize_t)n, "adsm_pwrite: %s", strerror(errno));
+    cr_assert_eq(stbds_arrlen(adsm__rt.io_bounce), 0, "a bounce buffer was used for a regular file");
+    cr_assert_eq(pread(fd, back, n, 0), (ssize_t)n);
+    for (size_t i = 0; i < n / sizeof(int); i++)
+        cr_assert_eq(back[i], (int)(i * 7) + 1, "element %zu: %d, expected %d", i, back[i], (int)(i * 7) + 1);
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    cr_assert_eq(write(pipefd[1], data, 4096), 4096);
+    cr_assert_eq(adsm_read(pipefd[0], obj, 4096), 4096);
+    cr_assert_eq(stbds_arrlen(adsm__rt.io_bounce), 1, "a pipe went straight into the alias");
+    cr_assert_eq(obj[5], 35);
+    close(pipefd[0]), close(pipefd[1]), close(fd);
+    free(data), free(back);
+    adsm_free(obj);
+    adsm_shutdown();
+}
+#endif
