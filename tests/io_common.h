@@ -22,7 +22,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
+#include <time.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -151,8 +153,24 @@ static void on_alarm(int sig) {
     alarms++;
 }
 
-/* SIGALRM in `ms` milliseconds, with a handler installed WITHOUT SA_RESTART: a blocked read or
- * write returns -1 EINTR. */
+/* SIGALRM to this thread every `ms` milliseconds until no_interrupt(), with a handler installed
+ * WITHOUT SA_RESTART: a blocked read or write returns -1 EINTR. Every `ms`, not once: the call
+ * under test may do work of its own before it blocks (a fetch from the device, slow under a
+ * sanitizer on a loaded machine), and a single signal spent there would leave it blocked for
+ * good (test_io_cuda under ASan timed out so in CI). To this thread, not the process: a signal
+ * for the process may go to any thread that does not block it, the backends' among them. */
+static timer_t interrupt_timer;
+static int interrupt_timer_made;
+
+static inline void set_interrupt_timer(long ms) {
+    struct itimerspec it;
+    memset(&it, 0, sizeof it);
+    it.it_value.tv_sec = ms / 1000;
+    it.it_value.tv_nsec = (ms % 1000) * 1000000;
+    it.it_interval = it.it_value;
+    cr_assert_eq(timer_settime(interrupt_timer, 0, &it, NULL), 0, "timer_settime: %s", strerror(errno));
+}
+
 static inline void interrupt_in(long ms) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -160,17 +178,20 @@ static inline void interrupt_in(long ms) {
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;
     cr_assert_eq(sigaction(SIGALRM, &sa, NULL), 0);
-    struct itimerval it;
-    memset(&it, 0, sizeof it);
-    it.it_value.tv_sec = ms / 1000;
-    it.it_value.tv_usec = (ms % 1000) * 1000;
-    cr_assert_eq(setitimer(ITIMER_REAL, &it, NULL), 0);
+    if (!interrupt_timer_made) {
+        struct sigevent ev;
+        memset(&ev, 0, sizeof ev);
+        ev.sigev_notify = SIGEV_THREAD_ID;
+        ev.sigev_signo = SIGALRM;
+        ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+        cr_assert_eq(timer_create(CLOCK_MONOTONIC, &ev, &interrupt_timer), 0, "timer_create: %s", strerror(errno));
+        interrupt_timer_made = 1;
+    }
+    set_interrupt_timer(ms);
 }
 
 static inline void no_interrupt(void) {
-    struct itimerval it;
-    memset(&it, 0, sizeof it);
-    setitimer(ITIMER_REAL, &it, NULL);
+    if (interrupt_timer_made) set_interrupt_timer(0);
 }
 
 /* ---- threads ----------------------------------------------------------------------------------- */

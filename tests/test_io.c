@@ -285,11 +285,13 @@ static void sc_interrupted(io_op op) {
     alarms = 0;
     interrupt_in(50);
     io_outcome po = io_call(&libc_fns, op, &pe, mirror + at, item, n, 0);
-    cr_assert_eq(alarms, 1);
+    no_interrupt();
+    cr_assert_geq(alarms, 1);
+    sig_atomic_t before = alarms;
     interrupt_in(50);
     io_outcome so = io_call(&adsm_fns, op, &se, obj + at, item, n, 0);
     no_interrupt();
-    cr_assert_eq(alarms, 2, "%s: the call returned before the signal", io_ctx);
+    cr_assert_gt(alarms, before, "%s: the call returned before the signal", io_ctx);
     expect_same_outcome(&po, &so);
     cr_assert_eq(so.err, EINTR, "%s: errno %d", io_ctx, so.err);
     expect_same_bytes(mirror, obj, osize, "memory");

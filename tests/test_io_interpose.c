@@ -246,7 +246,7 @@ static void errors(void) {
     cr_assert_eq(read(p[0], obj + 10, bs), -1);
     cr_assert_eq(errno, EINTR);
     no_interrupt();
-    cr_assert_eq(alarms, 1);
+    cr_assert_geq(alarms, 1);
     FILE *f = fopen("/dev/null", "w");
     errno = 0;
     cr_assert_eq(fread(obj + 10, 1, bs, f), 0);
