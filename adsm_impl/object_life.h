@@ -18,6 +18,7 @@
 #include "runtime.h"
 #include "reservation.h"
 #include "directory.h"
+#include "trace.h"
 
 ADSM__PRIVATE void adsm__object_destroy(adsm__object *o) {
     free(o->blocks);
@@ -62,8 +63,11 @@ ADSM__PRIVATE void adsm__object_unlist(adsm__runtime *rt, adsm__object *o, int s
  * counting in adsm__object_uncharge). */
 ADSM__PRIVATE void adsm__object_dev_free(adsm__runtime *rt, adsm__object *o, unsigned ndev) {
     for (unsigned d = 0; d < ndev; d++)
-        if (!adsm__mapped_on_charge(rt) || (o->dev_resident & adsm__dev_bit(d)))
+        if (!adsm__mapped_on_charge(rt) || (o->dev_resident & adsm__dev_bit(d))) {
+            uint64_t t0 = adsm__now_ns();
             rt->be->dev_free(rt->dev_ctx[d], o->dev, o->span);
+            adsm__trace(&rt->trace, ADSM__TR_DEV_MEMORY, t0, o->dev, 0);
+        }
 }
 
 /* Memory for o on every live device (each holds every object at the same address); on failure
@@ -73,7 +77,9 @@ ADSM__PRIVATE void adsm__object_dev_free(adsm__runtime *rt, adsm__object *o, uns
 ADSM__PRIVATE adsm_result adsm__object_dev_alloc(adsm__runtime *rt, adsm__object *o) {
     for (unsigned d = 0; d < rt->ndev && !adsm__mapped_on_charge(rt); d++) {
         if (adsm__lost_devices(rt) & adsm__dev_bit(d)) continue;
+        uint64_t t0 = adsm__now_ns();
         adsm_result r = rt->be->dev_alloc(rt->dev_ctx[d], o->dev, o->span);
+        adsm__trace(&rt->trace, ADSM__TR_DEV_MEMORY, t0, o->dev, o->span);
         if (r == ADSM_ERROR_DEVICE_LOST && rt->ndev > 1 && adsm__live_devices(rt) != adsm__dev_bit(d)) {
             adsm__mark_lost(rt, d);
             continue;
@@ -96,8 +102,10 @@ ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, in
     }
     if (stage >= 2) adsm__object_dev_free(rt, o, rt->ndev);
     if (stage >= 1 && !o->device_only) {
+        uint64_t t0 = adsm__now_ns();
         if (o->locked) rt->be->host_unlock(rt->be_ctx, adsm__host_dma(rt, o->host), o->span); /* before the pages go */
         adsm__host_pages_release(rt, o->host, o->span); /* the next object here starts zeroed */
+        adsm__trace(&rt->trace, ADSM__TR_PAGE_UNLOCK, t0, o->host, o->span);
         adsm__protect(o->host, o->span, PROT_NONE);
     }
 }
@@ -179,9 +187,18 @@ ADSM__PRIVATE void adsm__prefault(void *p, size_t n, size_t page) {
 ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     if (!rt->be->host_lock || !rt->be->moves_data) return;
     if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
+    int aliased = adsm__host_dma(rt, o->host) != o->host;
+    uint64_t t0 = adsm__now_ns();
     adsm__host_alias_huge_pages(rt, o->host, o->span);
+    if (aliased) adsm__trace(&rt->trace, ADSM__TR_HUGE_PAGES, t0, o->host, o->span);
+    t0 = adsm__now_ns();
     o->locked = rt->be->host_lock(rt->be_ctx, adsm__host_dma(rt, o->host), o->span);
-    if (o->locked) adsm__host_alias_map_ahead(rt, o->host, o->span);
+    adsm__trace(&rt->trace, ADSM__TR_PAGE_LOCK, t0, o->host, o->span);
+    t0 = adsm__now_ns();
+    if (o->locked && aliased) {
+        adsm__host_alias_map_ahead(rt, o->host, o->span);
+        adsm__trace(&rt->trace, ADSM__TR_VIEW_MAP, t0, o->host, o->span);
+    }
 }
 
 /* The bookkeeping of a new object (tens of MiB for a large one with small blocks), touched

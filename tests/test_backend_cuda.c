@@ -1498,6 +1498,20 @@ Test(cuda_double, trace_records_kernels_and_engine_copies) {
     cr_assert_eq(kernels, s.launches, "%zu kernel events for %llu launches", kernels, (unsigned long long)s.launches);
     cr_assert(strstr(text, "\"name\":\"cuda engine\""), "the engine's track has no name");
     cr_assert(strstr(text, "\"name\":\"copy to device\""));
+    /* making each object: its alias's huge pages, page-locking, the view mapped ahead, device memory */
+    size_t objects = 0, parts[4] = {0};
+    static const char *const part_names[4] = {"alloc: huge pages", "alloc: page-lock", "alloc: view mapped",
+                                              "device memory"};
+    for (const char *p = strstr(text, "\"name\":\"alloc\""); p; p = strstr(p + 1, "\"name\":\"alloc\"")) objects++;
+    for (int k = 0; k < 4; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "\"name\":\"%s\"", part_names[k]);
+        for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) parts[k]++;
+    }
+    cr_assert_gt(objects, 0);
+    for (int k = 0; k < 3; k++)
+        cr_assert_eq(parts[k], objects, "%zu '%s' spans for %zu objects", parts[k], part_names[k], objects);
+    cr_assert_eq(parts[3], 2 * objects, "%zu 'device memory' spans for %zu objects made and freed", parts[3], objects);
 }
 
 /* ---- single-source kernels ------------------------------------------------------------------- */

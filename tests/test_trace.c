@@ -89,6 +89,10 @@ Test(trace, events_match_the_stats) {
     cr_assert_eq(count_events(text, "alloc"), 1);
     cr_assert_eq(sum_bytes(text, "alloc"), n * sizeof *x);
     cr_assert_eq(count_events(text, "free"), 1);
+    /* and their parts: device memory given and taken back, the host pages given back */
+    cr_assert_eq(count_events(text, "device memory"), 2);
+    cr_assert_eq(sum_bytes(text, "device memory"), n * sizeof *x, "the alloc's part carries the bytes, the free's 0");
+    cr_assert_eq(count_events(text, "free: page-unlock"), 1);
     cr_assert(strstr(text, "\"name\":\"emu copy engine\""), "the copy engine's track has no name");
     cr_assert(strstr(text, "\"name\":\"device 0: kernels, stream 0\""), "the kernels' track has no name");
     free(text);
