@@ -1283,19 +1283,23 @@ static int kernel_collapses_shmem(void) {
 typedef struct alias_case {
     char collapse[2]; /* ADSM_CUDA_ALIAS_COLLAPSE */
     size_t block;     /* 0: the default, 2 MiB */
+    adsm_protocol_kind protocol;
 } alias_case;
 
 ParameterizedTestParameters(cuda_double, the_alias_has_2_mib_pages_where_the_kernel_grants_them) {
-    static alias_case cases[] = {{"1", 0}, {"0", 0}, {"1", 64 << 10}, {"0", 64 << 10}};
+    static alias_case cases[] = {{"1", 0, ADSM_PROTOCOL_ROLLING},         {"0", 0, ADSM_PROTOCOL_ROLLING},
+                                 {"1", 64 << 10, ADSM_PROTOCOL_ROLLING}, {"0", 64 << 10, ADSM_PROTOCOL_ROLLING},
+                                 {"1", 64 << 10, ADSM_PROTOCOL_LAZY},    {"1", 64 << 10, ADSM_PROTOCOL_BATCH}};
     return cr_make_param_array(alias_case, cases, sizeof cases / sizeof cases[0]);
 }
 
+/* (lazy and batch change whole objects: their view keeps 2 MiB pages at any block size) */
 ParameterizedTest(alias_case *t, cuda_double, the_alias_has_2_mib_pages_where_the_kernel_grants_them) {
-    int small_blocks = t->block && t->block < 2 * MIB;
+    int small_blocks = t->block && t->block < 2 * MIB && t->protocol == ADSM_PROTOCOL_ROLLING;
     int by_setting = adsm__shmem_gets_huge_pages() == 1;
     int collapsing = !by_setting && *t->collapse == '1' && kernel_collapses_shmem();
     int huge = by_setting || collapsing;
-    init_setting("ADSM_CUDA_ALIAS_COLLAPSE", t->collapse, ADSM_PROTOCOL_ROLLING, t->block);
+    init_setting("ADSM_CUDA_ALIAS_COLLAPSE", t->collapse, t->protocol, t->block);
     int want = by_setting ? ADSM__ALIAS_HUGE_BY_SETTING : collapsing ? ADSM__ALIAS_HUGE_BY_COLLAPSE : ADSM__ALIAS_SMALL;
     cr_assert_eq(adsm__rt.alias_pages, want, "the alias's pages: %d, expected %d", adsm__rt.alias_pages, want);
     cr_assert_eq(adsm__rt.view_small_pages, small_blocks);
