@@ -311,7 +311,6 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
     size_t piece = x->whole ? n : adsm__io_piece(rt), done = 0;
     uintptr_t unfinished = 0;
     int stop = 0, call_errno = saved_errno;
-    errno = saved_errno;
     done = adsm__transfer_direct(x, buf, n, &stop, &call_errno, &unfinished);
     if (stop) {
         if (unfinished > buf + done) adsm__repair_tail(rt, buf + done, unfinished);

@@ -187,12 +187,13 @@ ADSM__PRIVATE void adsm__prefault(void *p, size_t n, size_t page) {
 ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     if (!rt->be->host_lock || !rt->be->moves_data) return;
     if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
-    int aliased = adsm__host_dma(rt, o->host) != o->host;
+    uintptr_t dma = adsm__host_dma(rt, o->host);
+    int aliased = dma != o->host;
     uint64_t t0 = adsm__now_ns();
     adsm__host_alias_huge_pages(rt, o->host, o->span);
     if (aliased) adsm__trace(&rt->trace, ADSM__TR_HUGE_PAGES, t0, o->host, o->span);
     t0 = adsm__now_ns();
-    o->locked = rt->be->host_lock(rt->be_ctx, adsm__host_dma(rt, o->host), o->span);
+    o->locked = rt->be->host_lock(rt->be_ctx, dma, o->span);
     adsm__trace(&rt->trace, ADSM__TR_PAGE_LOCK, t0, o->host, o->span);
     t0 = adsm__now_ns();
     if (o->locked && aliased) {

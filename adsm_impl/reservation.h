@@ -161,9 +161,9 @@ ADSM__PRIVATE int adsm__shmem_gets_huge_pages(void);
  * 2 MiB tells whether this kernel grants them on request (its page is then given back), and each
  * new object's range is collapsed in turn (adsm__alias_collapse). With blocks under 2 MiB under
  * rolling, whose units are blocks, the program's view is advised away from huge pages
- * (view_small_pages): it then maps the alias's
- * 2 MiB pages 4 KiB at a time, since a protection change inside a 2 MiB page that a view maps
- * whole drops that mapping, and every 4 KiB page of it faults in again (bench/fault_cost, kind D:
+ * (view_small_pages): it then maps the alias's 2 MiB pages 4 KiB at a time, since a protection
+ * change inside a 2 MiB page that a view maps whole drops that mapping, and every 4 KiB page of
+ * it faults in again (bench/fault_cost, kind D:
  * 12-175 us per adsm fault at 64 KiB to 1 MiB blocks, against 6-17 on 4 KiB pages). The alias,
  * never protected, keeps its 2 MiB pages for page-locking and DMA (the third GPU run: vecadd at
  * blocks under 2 MiB took 1.5x the explicit program with 4 KiB pages in both views, 1.0x at
@@ -171,8 +171,8 @@ ADSM__PRIVATE int adsm__shmem_gets_huge_pages(void);
  * view keeps 2 MiB pages at any block size: protecting a 128 MiB object then changes 64 entries,
  * not 32768 (likely what the probe after that run saw: lazy's uploads at 64 KiB blocks 0.79-0.89x
  * the explicit copy with the view on 4 KiB pages, 0.98-1.07x at 2 MiB blocks; not measured on a
- * GPU since). ADSM_CUDA_ALIAS_COLLAPSE=0
- * keeps 4 KiB pages (to measure them, or where collapsing misbehaves). */
+ * GPU since). ADSM_CUDA_ALIAS_COLLAPSE=0 keeps 4 KiB pages (to measure them, or where
+ * collapsing misbehaves). */
 ADSM__PRIVATE void adsm__alias_choose_pages(adsm__runtime *rt) {
     rt->alias_pages = ADSM__ALIAS_SMALL;
     rt->alias_refusal = 0;

@@ -62,7 +62,7 @@ typedef struct adsm__runtime {
     /* the alias's page size (reservation.h): ADSM__ALIAS_SMALL (4 KiB pages; alias_refusal says
      * why, an errno), ADSM__ALIAS_HUGE_BY_SETTING (shmem_enabled gives huge pages) or
      * ADSM__ALIAS_HUGE_BY_COLLAPSE (each new object's pages collapsed into 2 MiB pages);
-     * view_small_pages: the program's view maps them 4 KiB at a time (blocks under 2 MiB) */
+     * view_small_pages: the program's view maps them 4 KiB at a time (rolling, blocks under 2 MiB) */
     int alias_pages, alias_refusal, view_small_pages;
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */

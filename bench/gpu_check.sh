@@ -349,6 +349,7 @@ elapsed
 say ""
 say "## The fault path on $(nproc) CPUs (emu backend, both fault engines)"
 for b in threads fault_path; do
+    [[ -x $bin/bench_$b ]] && continue # built for the GPU's part above (the same binary)
     "$CC" -std=c11 -O2 -I. "bench/$b/$b.c" -pthread -ldl -o "$bin/bench_$b" > "$out/gpu_bench_$b.log" 2>&1 ||
         { say "bench/$b: BUILD FAILED"; block "$out/gpu_bench_$b.log"; status=1; continue; }
 done

@@ -83,7 +83,7 @@ ADSM__PRIVATE void adsm__cuda_say_alias_pages(const adsm__runtime *rt) {
                   rt->cfg.cuda_alias_collapse ? (rt->alias_refusal ? strerror(rt->alias_refusal) : "refused")
                                               : "ADSM_CUDA_ALIAS_COLLAPSE=0");
     if (rt->view_small_pages && rt->alias_pages != ADSM__ALIAS_SMALL)
-        adsm__log(ADSM_LOG_INFO, "cuda: with blocks under 2 MiB the program's view maps those pages 4 KiB at a time, "
+        adsm__log(ADSM_LOG_INFO, "cuda: rolling with blocks under 2 MiB: the program's view maps those pages 4 KiB at a time, "
                   "so that protecting a block leaves the rest of its 2 MiB page mapped");
 }
 
