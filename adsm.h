@@ -159,9 +159,10 @@
        ADSM_EMU_SAME_ADDRESS 0: the emulated device's memory at addresses of its own, as a GPU
                           that translates (pointer arguments moved, untranslated pointers crash,
                           typed objects' fields translated: section 2)   (1)
-       ADSM_TRANSLATE     auto | staged: how typed objects' pointer fields are rewritten where
-                          addresses differ: in place (emu; a patch kernel on one GPU) or through
-                          host memory                                  (auto)
+       ADSM_TRANSLATE     auto | staged | in-place: how typed objects' pointer fields are
+                          rewritten where addresses differ: in place (emu's memory; a patch
+                          kernel on one GPU) or through host memory; auto patches on a GPU only
+                          where the typed objects hold 128 KiB or more  (auto)
        ADSM_STREAMS       kernels one device (emu or GPU) runs at once, 1..16 (4 with several devices, 1 with one)
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)

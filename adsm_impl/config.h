@@ -54,10 +54,10 @@ typedef struct adsm__settings {
     int emu_same_address;    /* emu: 0 puts device memory at addresses of its own, as a GPU that
                                 translates (ADSM_EMU_SAME_ADDRESS=0; backend_emu.h) */
     int translate;           /* how declared pointer fields are rewritten (ADSM_TRANSLATE; translate.h):
-                                ADSM__TRANSLATE_AUTO or ADSM__TRANSLATE_STAGED */
+                                ADSM__TRANSLATE_AUTO, ADSM__TRANSLATE_STAGED or ADSM__TRANSLATE_IN_PLACE */
 } adsm__settings;
 
-enum { ADSM__TRANSLATE_AUTO = 1, ADSM__TRANSLATE_STAGED = 2 };
+enum { ADSM__TRANSLATE_AUTO = 1, ADSM__TRANSLATE_STAGED = 2, ADSM__TRANSLATE_IN_PLACE = 3 };
 
 typedef struct adsm__name_value {
     const char *name;
@@ -75,7 +75,8 @@ static const adsm__name_value adsm__log_names[] = {
     {"error", ADSM_LOG_ERROR}, {"warn", ADSM_LOG_WARN}, {"info", ADSM_LOG_INFO},
     {"debug", ADSM_LOG_DEBUG}, {NULL, 0}};
 static const adsm__name_value adsm__translate_names[] = {
-    {"auto", ADSM__TRANSLATE_AUTO}, {"staged", ADSM__TRANSLATE_STAGED}, {NULL, 0}};
+    {"auto", ADSM__TRANSLATE_AUTO}, {"staged", ADSM__TRANSLATE_STAGED}, {"in-place", ADSM__TRANSLATE_IN_PLACE},
+    {NULL, 0}};
 static const adsm__name_value adsm__engine_names[] = {
     {"auto", ADSM_FAULT_ENGINE_AUTO}, {"mprotect", ADSM_FAULT_ENGINE_MPROTECT},
     {"userfaultfd", ADSM_FAULT_ENGINE_USERFAULTFD}, {"uffd", ADSM_FAULT_ENGINE_USERFAULTFD}, {NULL, 0}};
@@ -346,7 +347,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         return r;
     int translate = 0;
     if ((r = adsm__env_name("ADSM_TRANSLATE", adsm__translate_names, &translate,
-                            "expected auto (in place where possible) or staged (through host memory)")) != ADSM_OK)
+                            "expected auto (in place where it pays), staged (through host memory) or in-place")) != ADSM_OK)
         return r;
     s->translate = translate ? translate : ADSM__TRANSLATE_AUTO;
     if (c.trace) {

@@ -130,7 +130,7 @@ ADSM__PRIVATE adsm_result adsm__launch_list(adsm__runtime *rt, adsm__launch *l, 
  * that translations run on the device; where that fails they stay staged, said once. */
 ADSM__PRIVATE void adsm__xlate_ready_patch(adsm__runtime *rt) {
     if (!rt->typed_objects || rt->xlate_fault || rt->xlate_patch_refused || rt->be->device_window ||
-        !rt->be->module_load || !rt->be->moves_data || rt->cfg.translate == ADSM__TRANSLATE_STAGED)
+        !rt->be->module_load || !rt->be->moves_data || !adsm__xlate_patch_pays(rt))
         return;
     void *fault = NULL;
     adsm_result r = adsm__prepare_everywhere(rt, adsm__kernel_adsm__xlate_patch());

@@ -275,7 +275,7 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     adsm__tree_init(&rt->objects); /* its nodes were in the objects just destroyed */
     rt->fifo_head = rt->fifo_tail = NULL;
     rt->fifo_len = rt->nobjects = rt->object_bytes = rt->device_used = rt->tracked_blocks = 0;
-    rt->typed_objects = rt->safe_objects = 0;
+    rt->typed_objects = rt->typed_bytes = rt->safe_objects = 0;
     rt->xlate_fault = 0;
     rt->xlate_patch_refused = 0;
     rt->rolling_limit = 0;

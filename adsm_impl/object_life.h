@@ -48,7 +48,10 @@ ADSM__PRIVATE void adsm__object_unlist(adsm__runtime *rt, adsm__object *o, int s
         rt->nobjects--;
         rt->object_bytes -= o->size;
         rt->tracked_blocks -= o->nblocks;
-        if (o->type) rt->typed_objects--; /* translate.h */
+        if (o->type) { /* translate.h */
+            rt->typed_objects--;
+            rt->typed_bytes -= o->size;
+        }
         o->type = NULL;
     }
     if (stage >= 3) {

@@ -128,6 +128,7 @@ typedef struct adsm__runtime {
     uint64_t launch_seq; /* last launch issued */
     uint64_t dev_last_launch[ADSM__MAX_DEVICES]; /* the last launch sent to each device */
     size_t typed_objects; /* live objects with a declared type (translate.h) */
+    size_t typed_bytes;   /* the bytes they hold (whether a patch kernel pays: translate.h) */
     uint64_t reach_marks; /* walks for what a launch reaches so far (translate.h, adsm__reach) */
     size_t safe_objects;  /* live adsm_safe_alloc objects (their device address is their own) */
     uintptr_t xlate_fault; /* cuda: the patch kernel's fault record, a device buffer (adsm's device

@@ -16,7 +16,7 @@ static const char *const all_vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",    
                                        "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
                                        "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT",
                                        "ADSM_EMU_DEVICES",  "ADSM_WRITE_THROUGH", "ADSM_DROP_REPLICAS",
-                                       "ADSM_AFFINITY_BLOCK", "ADSM_STREAMS"};
+                                       "ADSM_AFFINITY_BLOCK", "ADSM_STREAMS",      "ADSM_TRANSLATE"};
 
 /* every test starts from a clean environment: no ADSM_* variable from the caller */
 static void clean_env(void) {
@@ -103,6 +103,9 @@ Test(config, affinity_block_junk) { expect_bad_saying("ADSM_AFFINITY_BLOCK", "ro
 Test(config, affinity_block_huge) { expect_bad_saying("ADSM_AFFINITY_BLOCK", "2000000", "count from 1 to 1048576"); }
 Test(config, streams_zero) { expect_bad_saying("ADSM_STREAMS", "0", "count from 1 to 16"); }
 Test(config, streams_17) { expect_bad_saying("ADSM_STREAMS", "17", "count from 1 to 16"); }
+Test(config, translate_names_its_three_choices) {
+    expect_bad_saying("ADSM_TRANSLATE", "patch", "auto (in place where it pays), staged (through host memory) or in-place");
+}
 Test(config, rolling_size_1_is_refused) { expect_bad_saying("ADSM_ROLLING_SIZE", "1", "count from 2"); }
 Test(config, rolling_step_junk_asks_for_a_count) { expect_bad_saying("ADSM_ROLLING_STEP", "x", "count from 1"); }
 Test(config, block_size_junk_asks_for_a_size) { expect_bad_saying("ADSM_BLOCK_SIZE", "big", "size such as"); }

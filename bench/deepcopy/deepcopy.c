@@ -19,8 +19,8 @@
  *   same        the device sees host addresses (ADSM_EMU_SAME_ADDRESS=1 / ADSM_CUDA_SAME_ADDRESS=1):
  *               nothing is translated
  *   in place    addresses differ (=0): adsm translates the typed objects' fields at each launch where
- *               they are (ADSM_TRANSLATE=auto: through the device's window on emu, by a patch kernel
- *               on a GPU; the paper's PCPY)
+ *               they are (ADSM_TRANSLATE=in-place: through the device's window on emu, by a patch
+ *               kernel on a GPU; the paper's PCPY)
  *   staged      the same through host memory (ADSM_TRANSLATE=staged: pieces come home, are
  *               rewritten, go back; the paper's TCPY)
  *   explicit    the hand-written deep copy: adsm_dev_alloc buffers, the host rewrites pointers
@@ -30,7 +30,9 @@
  * in place / same as a ratio of those medians; x / explicit, small structures: the median over
  * runs of each start's median pair ratio, larger ones: a ratio of medians; and the CPU faults adsm
  * resolved and the protection changes its protocol made per repetition in place (the same in every
- * shared variant: the protocol's fixed cost, which the hand-written copy does not pay).
+ * shared variant: the protocol's fixed cost, which the hand-written copy does not pay). The
+ * default column names the technique ADSM_TRANSLATE=auto takes for the structure: in place,
+ * except on a GPU where the typed pool holds under 128 KiB (translate.h, ADSM__XLATE_PATCH_MIN).
  *
  *   bazel run //:bench_deepcopy -- [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES]]
  * (--only List, --only Tree:1024: one structure, or one node size of it, for a closer look)
@@ -137,7 +139,7 @@ static double read_payloads(const structure *s, unsigned char *nodes, double *ex
 
 static int start(const char *backend, int same_address, int staged) {
     setenv(strcmp(backend, "cuda") == 0 ? "ADSM_CUDA_SAME_ADDRESS" : "ADSM_EMU_SAME_ADDRESS", same_address ? "1" : "0", 1);
-    setenv("ADSM_TRANSLATE", staged ? "staged" : "auto", 1);
+    setenv("ADSM_TRANSLATE", staged ? "staged" : "in-place", 1);
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.backend = strcmp(backend, "cuda") == 0 ? ADSM_BACKEND_CUDA : ADSM_BACKEND_EMU;
@@ -334,15 +336,17 @@ int main(int argc, char **argv) {
            "median of %d runs\n\n", backend, mib, runs);
     printf("ms per repetition: CPU writes every payload, a kernel walks the structure (payload += 1), the CPU "
            "reads every payload. same = no translation; in place = adsm translates the typed pool where it is "
-           "at each launch (ADSM_TRANSLATE=auto); staged = through host memory (ADSM_TRANSLATE=staged); "
+           "at each launch (ADSM_TRANSLATE=in-place); staged = through host memory (ADSM_TRANSLATE=staged); "
+           "default = the one adsm takes unless told (ADSM_TRANSLATE=auto: staged on a GPU where the typed "
+           "objects hold under 128 KiB), its x / explicit beside; "
            "explicit = hand-written deep copy with adsm_dev_alloc; x / explicit: for structures under 1 MiB the "
            "median of the ratios of pairs of repetitions in one start (explicit ms: beside in place), for larger "
            "ones a ratio of medians of starts of their own; "
            "faults / rep: CPU faults adsm resolved per repetition; changes / rep: page protection changes its "
            "protocol made per repetition (each a system call).\n\n");
     printf("| structure | node | nodes | same ms | in place ms | staged ms | explicit ms | in place / same | "
-           "in place / explicit | staged / explicit | faults / rep | changes / rep |\n"
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "in place / explicit | staged / explicit | default | default / explicit | faults / rep | changes / rep |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n");
     int failed = 0;
     for (int sh = LIST; sh <= DENSE_TREE; sh++)
         for (size_t z = 0; z < sizeof node_sizes / sizeof *node_sizes; z++) {
@@ -384,10 +388,13 @@ int main(int argc, char **argv) {
             }
             double ms = bench_median(same, runs), mp = bench_median(in_place, runs), mt = bench_median(staged, runs),
                    me = bench_median(expl, runs);
-            printf("| %s | %zu B | %zu | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.0f |\n",
-                   shape_names[sh], node_sizes[z], s.nodes, ms, mp, mt, me, mp / ms,
-                   pairs ? bench_median(in_place_x, runs) : mp / me, pairs ? bench_median(staged_x, runs) : mt / me,
-                   res[1][0].faults, res[1][0].changes);
+            double in_place_r = pairs ? bench_median(in_place_x, runs) : mp / me,
+                   staged_r = pairs ? bench_median(staged_x, runs) : mt / me;
+            int default_staged = !strcmp(backend, "cuda") && s.nodes * s.node_bytes < ADSM__XLATE_PATCH_MIN;
+            printf("| %s | %zu B | %zu | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %s | %.2fx | %.0f | %.0f |\n",
+                   shape_names[sh], node_sizes[z], s.nodes, ms, mp, mt, me, mp / ms, in_place_r, staged_r,
+                   default_staged ? "staged" : "in place", default_staged ? staged_r : in_place_r, res[1][0].faults,
+                   res[1][0].changes);
             fflush(stdout);
             free(s.order);
         }

@@ -11,7 +11,8 @@
  * (the CPU's writes), call, sync (explicit: the copy back too), read, free. Variants, every one in
  * one process, run after run in turn (so drift hits all alike), median of --runs per phase:
  *   explicit     adsm_host_alloc + adsm_dev_alloc, copies by hand (the care adsm takes)
- *   lazy, rolling adsm_alloc objects, 2 MiB blocks, in each placement the backend offers:
+ *   batch        adsm_alloc objects under batch, in the backend's default placement
+ *   lazy, rolling adsm_alloc objects, 2 MiB blocks (--block), in each placement the backend offers:
  *                  alias       (cuda, the default) shared addresses; host pages are shared
  *                              memory in 2 MiB pages where the kernel grants them (collapsed)
  *                  alias 4K    (cuda, ADSM_CUDA_ALIAS_COLLAPSE=0) the same in 4 KiB pages (where
@@ -25,7 +26,9 @@
  * The placement is chosen by setting the environment variable before each adsm_init.
  *
  *   gcc -std=c11 -O2 -I. bench/placement/placement.c -pthread -ldl -o /tmp/bp && /tmp/bp [--runs N] [--elements N]
- *   (defaults: 5 runs, 8 Mi elements = 32 MiB per vector). Main thread only. */
+ *       [--block BYTES]
+ *   (defaults: 5 runs, 8 Mi elements = 32 MiB per vector, 2 MiB blocks). The table gives each phase's
+ *   median and the fastest and slowest run's total, so a run of two speeds shows. Main thread only. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +63,7 @@ typedef struct variant {
     double changes[MAX_RUNS]; /* adsm_stats.protection_changes of the run */
 } variant;
 
-static size_t n_elems = (size_t)8 << 20;
+static size_t n_elems = (size_t)8 << 20, block_size = (size_t)2 << 20;
 
 static void die(const char *what) {
     fprintf(stderr, "placement: %s failed: %s\n", what, adsm_last_error());
@@ -75,7 +78,7 @@ static void start(const variant *v) {
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.protocol = v->protocol;
-    cfg.block_size = (size_t)2 << 20;
+    cfg.block_size = block_size;
     if (adsm_init(&cfg) != ADSM_OK) die("adsm_init");
     if (ADSM_PREPARE(placement_add) != ADSM_OK) die("ADSM_PREPARE"); /* NVRTC before the clock */
 }
@@ -131,7 +134,7 @@ static void run_once(const variant *v, double t[P_COUNT + 1]) {
 }
 
 static void usage(const char *argv0) {
-    fprintf(stderr, "usage: %s [--runs N (1-%d)] [--elements N]\n", argv0, MAX_RUNS);
+    fprintf(stderr, "usage: %s [--runs N (1-%d)] [--elements N] [--block BYTES]\n", argv0, MAX_RUNS);
     exit(2);
 }
 
@@ -140,9 +143,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--elements") && i + 1 < argc) n_elems = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--block") && i + 1 < argc) block_size = strtoull(argv[++i], NULL, 10);
         else usage(argv[0]);
     }
-    if (runs < 1 || runs > MAX_RUNS || n_elems < 1) usage(argv[0]);
+    if (runs < 1 || runs > MAX_RUNS || n_elems < 1 || block_size < 4096) usage(argv[0]);
 
     /* which placements the default backend offers: ask it */
     if (adsm_init(NULL) != ADSM_OK) die("adsm_init");
@@ -153,9 +157,10 @@ int main(int argc, char **argv) {
     const placement *where = on_cuda ? cuda_placements : &only_placement;
     int nwhere = on_cuda ? (int)(sizeof cuda_placements / sizeof *cuda_placements) : 1;
 
-    static variant v[1 + 2 * sizeof cuda_placements / sizeof *cuda_placements];
+    static variant v[2 + 2 * sizeof cuda_placements / sizeof *cuda_placements];
     int nv = 0;
     v[nv++] = (variant){.name = "explicit", .explicit_copies = 1, .protocol = ADSM_PROTOCOL_LAZY, .where = only_placement};
+    v[nv++] = (variant){.name = "batch", .protocol = ADSM_PROTOCOL_BATCH, .where = where[0]};
     for (int w = 0; w < nwhere; w++) {
         v[nv++] = (variant){.name = "lazy", .protocol = ADSM_PROTOCOL_LAZY, .where = where[w]};
         v[nv++] = (variant){.name = "rolling", .protocol = ADSM_PROTOCOL_ROLLING, .where = where[w]};
@@ -180,21 +185,26 @@ int main(int argc, char **argv) {
     unsetenv("ADSM_CUDA_ALIAS_COLLAPSE");
 
     printf("## placement: vecadd's phases by where the objects' host pages live (backend %s, %zu floats per "
-           "vector, 2 MiB blocks, median of %d runs)\n\n",
-           backend, n_elems, runs);
+           "vector, %zu KiB blocks, median of %d runs)\n\n",
+           backend, n_elems, block_size >> 10, runs);
     printf("ms per phase; total = alloc to free; x expl = total over the explicit program's; changes = page "
-           "protection changes adsm's protocol made in the run (adsm_stats.protection_changes).\n\n");
+           "protection changes adsm's protocol made in the run (adsm_stats.protection_changes); min-max = the "
+           "fastest and slowest run's total.\n\n");
     printf("| variant | placement |");
     for (int p = 0; p < P_COUNT; p++) printf(" %s ms |", phase_name[p]);
-    printf(" total ms | x expl | changes |\n| --- | --- |");
-    for (int p = 0; p <= P_COUNT + 2; p++) printf(" ---: |");
+    printf(" total ms | min-max ms | x expl | changes |\n| --- | --- |");
+    for (int p = 0; p <= P_COUNT + 3; p++) printf(" ---: |");
     printf("\n");
     double base = bench_median_of(v[0].total, runs);
     for (int k = 0; k < nv; k++) {
         printf("| %s | %s |", v[k].name, k == 0 ? "-" : v[k].where.name);
         for (int p = 0; p < P_COUNT; p++) printf(" %.1f |", bench_median_of(v[k].ms[p], runs));
-        double total = bench_median_of(v[k].total, runs);
-        printf(" %.1f | %.2f | %.0f |\n", total, total / base, bench_median_of(v[k].changes, runs));
+        double total = bench_median_of(v[k].total, runs), lo = v[k].total[0], hi = v[k].total[0];
+        for (int r = 1; r < runs; r++) {
+            lo = v[k].total[r] < lo ? v[k].total[r] : lo;
+            hi = v[k].total[r] > hi ? v[k].total[r] : hi;
+        }
+        printf(" %.1f | %.1f-%.1f | %.2f | %.0f |\n", total, lo, hi, total / base, bench_median_of(v[k].changes, runs));
     }
     return 0;
 }
