@@ -78,6 +78,8 @@ typedef struct adsm__object {
     uint64_t fetch_epoch;     /* rolling: 1 + the runtime's ahead_epoch at this object's last fetch
                                  fault (0: none yet): a write fault that is the first fetch of an
                                  epoch takes its unit alone (protocol_rolling.h, adsm__fetch_granule) */
+    size_t fetch_next, fetch_run; /* rolling: the block right after the last fetch fault's blocks, and
+                                     how many it took (its read-ahead, adsm__fetch_ahead) */
     uint64_t reach_mark;      /* several devices: the walk (translate.h, adsm__reach) that listed it */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */

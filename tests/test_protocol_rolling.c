@@ -736,6 +736,32 @@ Test(rolling_ahead, read_fetches_the_huge_page) {
     adsm_shutdown();
 }
 
+/* A sequential read pass reads ahead, at any block size: with 2 MiB blocks each fetch fault takes
+ * twice the blocks the last one did, so 32 MiB come home in 5 faults, not 16, and never more than
+ * the object (lazy's bytes). Reads that jump take their block alone. Every value right. */
+Test(rolling_ahead, sequential_reads_read_ahead_and_jumps_do_not) {
+    const size_t bs = 2 * MIB, size = 32 * MIB, n = size / sizeof(int32_t), per_block = bs / sizeof(int32_t);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 0);
+    int32_t *x = alloc(size);
+    CALL_OK(k_fill, grid_for(n), x, n, 7);
+    sync_ok();
+    reset();
+    expect_values(x, n, 7);
+    adsm_stats s = stats();
+    cr_assert_eq(s.read_faults, 5, "1 + 2 + 4 + 8 blocks, then the last: %llu faults", (unsigned long long)s.read_faults);
+    cr_assert_eq(s.d2h_bytes, size, "no more than the object: %llu bytes", (unsigned long long)s.d2h_bytes);
+    CALL_OK(k_fill, grid_for(n), x, n, 9);
+    sync_ok();
+    reset();
+    const size_t jumps[] = {0, 8, 3, 12};
+    for (size_t j = 0; j < sizeof jumps / sizeof *jumps; j++)
+        cr_assert_eq(rd(&x[jumps[j] * per_block + 5]), 9 + (int32_t)(jumps[j] * per_block + 5));
+    s = stats();
+    cr_assert_eq(s.d2h_bytes, 4 * bs, "reads that jump take their block alone: %llu bytes", (unsigned long long)s.d2h_bytes);
+    expect_values(x, n, 9);
+    adsm_shutdown();
+}
+
 /* A store into a kernel's output with no read before it (a spot update, stencil3d's emitter) is
  * the object's first fetch of the epoch and takes its block alone; a second store in that epoch
  * takes the Invalid blocks of its huge page, as a read does. After the next call, the first store
