@@ -162,7 +162,9 @@ ADSM__PRIVATE int adsm__trace_write(const adsm__tracer *t, uint64_t *dropped) {
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
     for (uint64_t i = 0; i < n; i++) adsm__trace_write_event(f, &t->events[i], origin, i == 0);
     adsm__trace_name_kernel_tracks(f, seen);
-    fprintf(f, "\n],\"otherData\":{\"dropped_events\":%llu}}\n", (unsigned long long)*dropped);
+    /* origin_ns: CLOCK_MONOTONIC at ts 0, so a program's own timestamps can be set beside the events */
+    fprintf(f, "\n],\"otherData\":{\"dropped_events\":%llu,\"origin_ns\":%llu}}\n", (unsigned long long)*dropped,
+            (unsigned long long)(n ? origin : 0));
     fclose(f);
     return 0;
 }

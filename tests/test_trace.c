@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 ADSM_KERNEL(twice, ADSM_INOUT(int, x), ADSM_VALUE(size_t, n));
@@ -62,6 +63,8 @@ Test(trace, events_match_the_stats) {
     cfg.block_size = 4096;
     cfg.rolling_size = 4;
     cfg.trace = path;
+    struct timespec before;
+    clock_gettime(CLOCK_MONOTONIC, &before);
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
     const size_t n = 16 * 1024;
     int *x = adsm_alloc(n * sizeof *x);
@@ -78,6 +81,14 @@ Test(trace, events_match_the_stats) {
     char *text = slurp(path);
     cr_assert(strstr(text, "\"traceEvents\":["), "not a trace-event file");
     cr_assert(strstr(text, "\"dropped_events\":0"));
+    /* where ts 0 lies on CLOCK_MONOTONIC, so a program's own clock readings can be set beside it
+     * (bench/apps/report.py counts the spans inside a run's timed part) */
+    const char *origin = strstr(text, "\"origin_ns\":");
+    cr_assert_not_null(origin, "no origin_ns");
+    unsigned long long origin_ns = strtoull(origin + strlen("\"origin_ns\":"), NULL, 10);
+    unsigned long long before_ns = (unsigned long long)before.tv_sec * 1000000000ull + (unsigned long long)before.tv_nsec;
+    cr_assert(origin_ns >= before_ns && origin_ns - before_ns < 60ull * 1000000000ull,
+              "origin_ns %llu, the test began at %llu", origin_ns, before_ns);
     cr_assert_eq(count_events(text, "fault (write)"), s.write_faults);
     cr_assert_eq(count_events(text, "fault (read)"), s.read_faults);
     cr_assert_eq(count_events(text, "kernel"), 1);

@@ -28,7 +28,7 @@
 
 #define APP_CSV_HEADER                                                                                         \
     "app,version,protocol,block_size,rolling_size,wall_ms,io_ms,kernel_ms,cpu_ms,copy_ms,fault_ms,h2d_bytes,"  \
-    "d2h_bytes,faults,evictions,ok"
+    "d2h_bytes,faults,evictions,ok,start_ns,stop_ns"
 
 /* Where a run's time goes, measured by the program around its own phases; copies and faults come
  * from adsm_stats (h2d_ns + d2h_ns, fault_ns). */
@@ -149,11 +149,12 @@ static inline int app_report(const app_run *r, int ok) {
     adsm_stats st;
     adsm_get_stats(&st);
     const char *protocol = strcmp(r->version, "explicit") == 0 ? "explicit" : adsm_protocol_name();
-    printf("%s,%s,%s,%zu,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%llu,%llu,%llu,%llu,%d\n", r->app, r->version, protocol,
-           adsm_block_size(), (unsigned long long)st.rolling_size, r->wall_ns / 1e6, r->phase_ns[APP_IO] / 1e6,
-           r->phase_ns[APP_KERNEL] / 1e6, r->phase_ns[APP_CPU] / 1e6, (double)(st.h2d_ns + st.d2h_ns) / 1e6,
-           (double)st.fault_ns / 1e6, (unsigned long long)st.h2d_bytes, (unsigned long long)st.d2h_bytes,
-           (unsigned long long)(st.read_faults + st.write_faults), (unsigned long long)st.evictions, ok);
+    printf("%s,%s,%s,%zu,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%llu,%llu,%llu,%llu,%d,%.0f,%.0f\n", r->app, r->version,
+           protocol, adsm_block_size(), (unsigned long long)st.rolling_size, r->wall_ns / 1e6,
+           r->phase_ns[APP_IO] / 1e6, r->phase_ns[APP_KERNEL] / 1e6, r->phase_ns[APP_CPU] / 1e6,
+           (double)(st.h2d_ns + st.d2h_ns) / 1e6, (double)st.fault_ns / 1e6, (unsigned long long)st.h2d_bytes,
+           (unsigned long long)st.d2h_bytes, (unsigned long long)(st.read_faults + st.write_faults),
+           (unsigned long long)st.evictions, ok, r->start_ns, r->start_ns + r->wall_ns);
     if (!ok) fprintf(stderr, "%s (%s): WRONG OUTPUT\n", r->app, r->version);
     return ok ? 0 : 1;
 }

@@ -33,38 +33,65 @@ def medians(rows, key):
     return {k: statistics.median(v) for k, v in groups.items()}
 
 
-def trace_busy(path):
-    """Milliseconds per kind of span in an ADSM_TRACE file (fetches are inside faults or calls)."""
+def window_of(row):
+    """The run's timed part, (start, stop) in CLOCK_MONOTONIC ns, from its CSV row (None: not given)."""
+    try:
+        return float(row["start_ns"]), float(row["stop_ns"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def trace_spans(path, window=None):
+    """(name, args, ms) of each span in an ADSM_TRACE file; with a window, only the part of each span
+    that lies inside it (the program's timed part: what it frees or checks after it does not count).
+    None where the file is missing."""
     if not os.path.exists(path):
         return None
     import json
+    trace = json.load(open(path))
+    origin = float(trace.get("otherData", {}).get("origin_ns", 0))
+    spans = []
+    for e in trace["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        begin = origin + e["ts"] * 1000.0
+        end = begin + e["dur"] * 1000.0
+        if window is not None and origin:
+            begin, end = max(begin, window[0]), min(end, window[1])
+        spans.append((e["name"], e.get("args", {}), max(end - begin, 0.0) / 1e6))
+    return spans
+
+
+def trace_busy(path, window=None):
+    """Milliseconds per kind of span in an ADSM_TRACE file (fetches are inside faults or calls)."""
+    spans = trace_spans(path, window)
+    if spans is None:
+        return None
     kinds = {"kernel": ["kernel"], "copy": ["copy to device", "copy from device"],
              "fault": ["fault (read)", "fault (write)"], "io": ["I/O"], "objects": ["alloc", "free"]}
     total = {k: 0.0 for k in kinds}
-    for e in json.load(open(path))["traceEvents"]:
+    for name, _, ms in spans:
         for k, names in kinds.items():
-            if e.get("ph") == "X" and e["name"] in names:
-                total[k] += e["dur"] / 1000.0
+            if name in names:
+                total[k] += ms
     return total
 
 
-def trace_objects(path):
-    """Milliseconds spent making and freeing objects in an ADSM_TRACE file, and in each part of it."""
-    if not os.path.exists(path):
+def trace_objects(path, window=None):
+    """Milliseconds spent making and freeing objects in an ADSM_TRACE file, and in each part of it;
+    objects: the alloc spans that lie at least partly inside the window."""
+    spans = trace_spans(path, window)
+    if spans is None:
         return None
-    import json
     parts = {"alloc": 0.0, "alloc: huge pages": 0.0, "alloc: page-lock": 0.0, "alloc: view mapped": 0.0,
              "alloc: device memory": 0.0, "free": 0.0, "free: page-unlock": 0.0, "free: device memory": 0.0,
              "objects": 0}
-    for e in json.load(open(path))["traceEvents"]:
-        if e.get("ph") != "X":
-            continue
-        name = e["name"]
+    for name, args, ms in spans:
         if name == "device memory":  # given (bytes) while making an object, taken back (0) while freeing
-            name = "alloc: device memory" if e.get("args", {}).get("bytes", 0) else "free: device memory"
+            name = "alloc: device memory" if args.get("bytes", 0) else "free: device memory"
         if name in parts:
-            parts[name] += e["dur"] / 1000.0
-        if name == "alloc":
+            parts[name] += ms
+        if name == "alloc" and (window is None or ms > 0):
             parts["objects"] += 1
     return parts
 
@@ -132,9 +159,9 @@ def main():
     fig10.write("app CPU kernels copies faults I/O objects\n")
     for r in traced:
         a, w = r["app"], float(r["wall_ms"])
-        busy = trace_busy(os.path.join(out, "traces", a.replace("-", "") + ".json"))
+        busy = trace_busy(os.path.join(out, "traces", a.replace("-", "") + ".json"), window_of(r))
         if busy is None:
-            busy = trace_busy(os.path.join(out, "traces", a + ".json"))
+            busy = trace_busy(os.path.join(out, "traces", a + ".json"), window_of(r))
         if busy is None:
             continue
         parts = [float(r["cpu_ms"]), busy["kernel"], busy["copy"], busy["fault"], busy["io"], busy["objects"]]
@@ -145,18 +172,20 @@ def main():
             goals.append(f"{a}: fault handling is {busy['fault'] / w * 100:.1f}% of rolling's time (goal < 2%)")
     fig10.close()
     print("\n(CPU is the program's own work between calls; kernels, copies, fault handling, I/O and making and "
-          "freeing objects are the trace's spans, summed per kind; copies run on the copy engine and overlap the "
-          "rest, so the sum may pass 100; well under 100 leaves time the trace does not see.)")
+          "freeing objects are the trace's spans within the timed part (not the frees and checks after it), summed "
+          "per kind; copies run on the copy engine and overlap the rest, so the sum may pass 100; well under 100 "
+          "leaves time the trace does not see.)")
 
-    print("\n### Making and freeing objects (rolling's trace, ms in all; the parts lie inside alloc and free)\n")
+    print("\n### Making and freeing objects (rolling's trace, ms in all within the timed part; the parts lie inside "
+          "alloc and free)\n")
     print("| application | objects | alloc | huge pages | page-lock | view mapped | device memory | free | "
           "page-unlock | device memory |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in traced:
         a = r["app"]
-        o = trace_objects(os.path.join(out, "traces", a.replace("-", "") + ".json"))
+        o = trace_objects(os.path.join(out, "traces", a.replace("-", "") + ".json"), window_of(r))
         if o is None:
-            o = trace_objects(os.path.join(out, "traces", a + ".json"))
+            o = trace_objects(os.path.join(out, "traces", a + ".json"), window_of(r))
         if o is None:
             continue
         cols = ["alloc", "alloc: huge pages", "alloc: page-lock", "alloc: view mapped", "alloc: device memory", "free",

@@ -68,7 +68,7 @@ for a in "${apps[@]}"; do
 done
 
 csv=$out/apps.csv
-header="round,app,version,protocol,block_size,rolling_size,wall_ms,io_ms,kernel_ms,cpu_ms,copy_ms,fault_ms,h2d_bytes,d2h_bytes,faults,evictions,ok"
+header="round,app,version,protocol,block_size,rolling_size,wall_ms,io_ms,kernel_ms,cpu_ms,copy_ms,fault_ms,h2d_bytes,d2h_bytes,faults,evictions,ok,start_ns,stop_ns"
 echo "$header" >"$csv"
 for ((r = 1; r <= runs; r++)); do
     echo "== round $r of $runs" >&2
