@@ -152,8 +152,7 @@ ADSM__PRIVATE int adsm__any_busy(adsm__object *const *objects, size_t n) {
 }
 
 /* ---- the launch: binding, placement, room, copies, release, the backend's launch ------------ */
-ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc *k, adsm_grid grid,
-                                                const void *args) {
+ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, adsm_grid grid, const void *args) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
     if ((r = adsm__ensure()) != ADSM_OK) return r;
@@ -285,9 +284,19 @@ ADSM__PRIVATE adsm_result adsm__devices_synchronize(adsm__runtime *rt) {
     return first;
 }
 
+/* A launch, traced as one "call" span (the CPU's cost of it; the kernel has spans of its own). */
+ADSM__PRIVATE adsm_result adsm__launch_unguarded(int dev, const adsm_kernel_desc *k, adsm_grid grid,
+                                                const void *args) {
+    uint64_t t0 = adsm__now_ns();
+    adsm_result r = adsm__launch_body(dev, k, grid, args);
+    adsm__trace(&adsm__rt.trace, ADSM__TR_CALL, t0, 0, 0);
+    return r;
+}
+
 ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     adsm__runtime *rt = &adsm__rt;
     if (!adsm__ready()) return ADSM_OK;
+    uint64_t t0 = adsm__now_ns();
     adsm_result r = adsm__devices_synchronize(rt);
     adsm__lock(&rt->lock);
     if (adsm__bring_outputs_home(rt) != 0 && r == ADSM_OK)
@@ -295,6 +304,7 @@ ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     adsm_result a = rt->proto->acquire(rt);
     adsm_result x = adsm__xlate_take_error(rt);
     adsm__unlock(&rt->lock);
+    adsm__trace(&rt->trace, ADSM__TR_SYNC, t0, 0, 0);
     return r != ADSM_OK ? r : a != ADSM_OK ? a : x;
 }
 

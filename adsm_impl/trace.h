@@ -34,6 +34,11 @@ enum {
     ADSM__TR_VIEW_MAP,    /* the program's view mapped onto the alias's pages ahead */
     ADSM__TR_DEV_MEMORY,  /* device memory given to or taken from an object */
     ADSM__TR_PAGE_UNLOCK, /* the host pages unlocked and given back */
+    /* the program's calls into adsm around its kernels: the CPU's cost of a launch (binding,
+     * flushes queued, protection, translation), and of a sync (waiting, then the protocol's
+     * acquire), so a trace shows the time between a step's faults and its kernels */
+    ADSM__TR_CALL,   /* adsm_launch / ADSM_CALL, from entry to return */
+    ADSM__TR_SYNC,   /* adsm_sync, from entry to return */
     ADSM__TR_NAME,   /* names the calling thread's track: addr is a string literal */
     ADSM__TR_KINDS
 };
@@ -41,7 +46,7 @@ enum {
 static const char *const adsm__trace_names[ADSM__TR_KINDS] = {
     "fault (read)", "fault (write)", "fetch", "copy to device", "copy from device", "evict", "kernel", "I/O",
     "alloc", "free", "copy between devices", "alloc: huge pages", "alloc: page-lock", "alloc: view mapped",
-    "device memory", "free: page-unlock", ""};
+    "device memory", "free: page-unlock", "call", "sync", ""};
 
 #define ADSM__TRACE_EVENTS ((size_t)1 << 20) /* 32 MiB of events; beyond that, dropped and counted */
 /* Kernels: a track per device and kernel stream, ADSM__TRACE_DEVICE_TID + device * 32 + stream */

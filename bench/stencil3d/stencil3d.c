@@ -25,7 +25,9 @@
  *
  * Build and run (from the repository root):
  *   gcc -std=c11 -O2 -Wall -Wextra -Werror -I. bench/stencil3d/stencil3d.c -pthread -ldl -o /tmp/bst
- *   /tmp/bst [--quick | --full] [--runs N] [--steps N] [--dump-every N] [--csv FILE]
+ *   /tmp/bst [--quick | --full] [--runs N] [--steps N] [--dump-every N] [--csv FILE] [--trace LABEL EDGE FILE]
+ * --trace "rolling 256K" 192 /tmp/t.json: the last run of that variant at that volume writes an
+ * ADSM_TRACE timeline (bench/trace_summary.py sums it per kind of span and per step).
  * --quick (default): 64^3, 128^3, 192^3, 20 steps, 3 runs.  --full: adds 256^3 and 384^3, 50 steps.
  * Progress on stderr (one line per point), a markdown table on stdout.
  *
@@ -297,7 +299,9 @@ static void usage(const char *argv0) {
             "  --runs N       runs per point, the median is reported (default 3)\n"
             "  --steps N      time steps per run\n"
             "  --dump-every N write the volume to a file every N steps (default 10)\n"
-            "  --csv FILE     also write one CSV row per (variant, volume)\n",
+            "  --csv FILE     also write one CSV row per (variant, volume)\n"
+            "  --trace LABEL EDGE FILE  the last run of variant LABEL (as the table names it) at EDGE^3\n"
+            "                 writes an ADSM_TRACE timeline to FILE\n",
             argv0);
 }
 
@@ -314,7 +318,8 @@ static long parse_positive(const char *s, const char *opt) {
 
 int main(int argc, char **argv) {
     int full = 0, runs = 3, steps = 0, dump_every = 10;
-    const char *csv_path = NULL;
+    const char *csv_path = NULL, *trace_label = NULL, *trace_file = NULL;
+    long trace_edge = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--quick")) full = 0;
@@ -323,6 +328,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) steps = (int)parse_positive(i + 1 < argc ? argv[++i] : NULL, a);
         else if (!strcmp(a, "--dump-every")) dump_every = (int)parse_positive(i + 1 < argc ? argv[++i] : NULL, a);
         else if (!strcmp(a, "--csv") && i + 1 < argc) csv_path = argv[++i];
+        else if (!strcmp(a, "--trace") && i + 3 < argc) {
+            trace_label = argv[++i];
+            trace_edge = parse_positive(argv[++i], a);
+            trace_file = argv[++i];
+        }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(argv[0]);
             return 0;
@@ -372,7 +382,12 @@ int main(int argc, char **argv) {
          * machine spreads over all variants; the explicit run of each round is the reference. */
         for (int r = 0; r < runs; r++) {
             for (size_t v = 0; v < nvariants; v++) {
+                char name[48];
+                variant_label(&variants[v], name, sizeof name);
+                int traced = trace_label && r == runs - 1 && edge == trace_edge && !strcmp(name, trace_label);
+                if (traced) setenv("ADSM_TRACE", trace_file, 1); /* read at adsm_init, written at shutdown */
                 results[e][v][r] = run_variant(&c, &variants[v], edge, v == V_EXPLICIT ? ref : got);
+                if (traced) unsetenv("ADSM_TRACE");
                 if (v != V_EXPLICIT) verify(ref, got, n, &variants[v], edge, r);
                 if (r == runs - 1) {
                     double t[64];

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""bench/trace_summary.py -- where a traced run's time goes, per kind of span.
+
+    trace_summary.py TRACE.json [STEPS]
+
+Reads an ADSM_TRACE file (Chrome trace-event JSON) and prints a markdown table: for each kind of
+span (call, sync, faults, fetches, copies, kernels, I/O, alloc, free and their parts), how many
+there were, their total and mean time, the time per step (with STEPS: a program's time steps,
+stencil3d's --steps), and the share of the run: from the first object made to the end of the
+last call or sync. Spans nest on a thread's track (a fetch inside a fault or a sync) and copies
+run on the copy engines beside the CPU, so the shares do not add up to 100; "call" and "sync"
+are the program's own calls into adsm, the rest what happened inside them, in its faults or on
+the device."""
+import json
+import sys
+from collections import defaultdict
+
+
+def summary(path):
+    events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    if not events:
+        return None, {}
+    begin = min((e["ts"] for e in events if e["name"] == "alloc"), default=min(e["ts"] for e in events))
+    ends = [e["ts"] + e["dur"] for e in events if e["name"] in ("call", "sync")]
+    end = max(ends) if ends else max(e["ts"] + e["dur"] for e in events)
+    kinds = defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e["ts"] + e["dur"] < begin or e["ts"] > end:
+            continue
+        k = kinds[e["name"]]
+        k[0] += 1
+        k[1] += e["dur"] / 1000.0
+    return (end - begin) / 1000.0, kinds
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    run_ms, kinds = summary(sys.argv[1])
+    if run_ms is None:
+        sys.exit(f"{sys.argv[1]}: no spans")
+    print(f"run: {run_ms:.2f} ms from the first object made to the end of the last call or sync"
+          + (f", {steps} steps: {run_ms * 1000 / steps:.0f} us a step" if steps else "") + "\n")
+    print("| span | count | total ms | mean us | " + ("us per step | " if steps else "") + "% of the run |")
+    print("| --- | ---: | ---: | ---: | " + ("---: | " if steps else "") + "---: |")
+    for name, (n, ms) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        per_step = f" {ms * 1000 / steps:.1f} |" if steps else ""
+        print(f"| {name} | {n} | {ms:.3f} | {ms * 1000 / n:.1f} |{per_step} {ms / run_ms * 100:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
