@@ -21,6 +21,7 @@
  * timed: init and shutdown fork and reap the emulated device). The CPU read-back loop is the
  * same for every variant: it compares each element of c with a precomputed reference.
  *
+ * Runs go in rounds, every point once per round, so drift on a shared machine spreads over all.
  * Per point: median wall time of --runs runs, the median of each transfer statistic (h2d_ns,
  * d2h_ns from adsm_stats; bandwidth = bytes / ns = GB/s), bytes each way, faults (read + write),
  * evictions, and the ratio of the median wall time to the explicit version's median wall time.
@@ -191,7 +192,8 @@ static sample measure(variant v, size_t block_size) {
     return s;
 }
 
-static point run_point(variant v, size_t block_size, int runs) {
+/* One point from its runs' samples: medians, and the fastest and slowest wall time. */
+static point summarise(variant v, size_t block_size, const sample *samples, int runs) {
     double wall[MAX_RUNS], h2d_ns[MAX_RUNS], d2h_ns[MAX_RUNS], h2d_bw[MAX_RUNS], d2h_bw[MAX_RUNS];
     double h2d_b[MAX_RUNS], d2h_b[MAX_RUNS], faults[MAX_RUNS], evict[MAX_RUNS];
     double lo = 0, hi = 0;
@@ -200,7 +202,7 @@ static point run_point(variant v, size_t block_size, int runs) {
     p.v = v;
     p.block_size = block_size;
     for (int r = 0; r < runs; r++) {
-        sample s = measure(v, block_size);
+        sample s = samples[r];
         wall[r] = s.wall_ns;
         if (r == 0 || s.wall_ns < lo) lo = s.wall_ns;
         if (r == 0 || s.wall_ns > hi) hi = s.wall_ns;
@@ -287,34 +289,48 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < n_elems; i++) ref[i] = init_a(i) + init_b(i);
 
+    if (adsm_init(NULL) != ADSM_OK) { /* which backend the runs get: unified memory is cuda's only */
+        fprintf(stderr, "vecadd: adsm_init: %s\n", adsm_last_error());
+        return 1;
+    }
+    snprintf(backend, sizeof backend, "%s", adsm_backend_name());
+    adsm_shutdown();
     int npoints = 1 + 3 * NBLOCKS + 2; /* the last two: unified memory, on cuda only */
-    point *pts = calloc((size_t)npoints, sizeof *pts);
-    if (!pts) return 1;
-    double t_start = now_ns();
-    int k = 0;
-    pts[k++] = run_point(V_EXPLICIT, 0, runs);
-    fprintf(stderr, "[%2d/%d] %-8s %5s  wall %8.1f ms (min %.1f, max %.1f)  backend %s\n", k, npoints, "explicit", "-",
-            pts[0].wall_ms, pts[0].wall_min_ms, pts[0].wall_max_ms, backend);
-    for (variant v = V_BATCH; v <= V_ROLLING; v++) {
-        for (int b = 0; b < NBLOCKS; b++) {
-            point *p = &pts[k++];
-            *p = run_point(v, block_sizes[b], runs);
-            char bs[16];
-            size_label(block_sizes[b], bs, sizeof bs);
-            fprintf(stderr,
-                    "[%2d/%d] %-8s %5s  wall %8.1f ms (min %.1f, max %.1f)  x%.2f explicit  faults %llu  "
-                    "evictions %llu  %.0f s elapsed\n",
-                    k, npoints, variant_name[v], bs, p->wall_ms, p->wall_min_ms, p->wall_max_ms,
-                    p->wall_ms / pts[0].wall_ms, (unsigned long long)p->faults, (unsigned long long)p->evictions,
-                    (now_ns() - t_start) / 1e9);
-        }
-    }
     if (strcmp(backend, "cuda") != 0) npoints -= 2;
-    for (variant v = V_UM; v <= V_UM_PREFETCH && k < npoints; v++) {
-        pts[k++] = run_point(v, 0, runs);
-        fprintf(stderr, "[%2d/%d] %-11s wall %8.1f ms  x%.2f explicit\n", k, npoints, variant_name[v],
-                pts[k - 1].wall_ms, pts[k - 1].wall_ms / pts[0].wall_ms);
+    point *pts = calloc((size_t)npoints, sizeof *pts);
+    variant *vs = calloc((size_t)npoints, sizeof *vs);
+    size_t *bss = calloc((size_t)npoints, sizeof *bss);
+    sample *samples = calloc((size_t)npoints * (size_t)runs, sizeof *samples);
+    if (!pts || !vs || !bss || !samples) return 1;
+    int k = 0;
+    vs[k++] = V_EXPLICIT;
+    for (variant v = V_BATCH; v <= V_ROLLING; v++)
+        for (int b = 0; b < NBLOCKS; b++) {
+            vs[k] = v;
+            bss[k++] = block_sizes[b];
+        }
+    for (variant v = V_UM; v <= V_UM_PREFETCH && k < npoints; v++) vs[k++] = v;
+    /* Rounds: every point once, then again, so that a slow minute of a shared machine lands on
+     * every point alike rather than on a stretch of them (the fourth GPU run: with each point's
+     * runs back to back, lazy read 1.04-1.47x explicit by where the slow stretches fell). */
+    double t_start = now_ns();
+    for (int r = 0; r < runs; r++) {
+        for (int i = 0; i < npoints; i++) samples[(size_t)i * (size_t)runs + (size_t)r] = measure(vs[i], bss[i]);
+        fprintf(stderr, "round %d of %d: %d points, %.0f s elapsed\n", r + 1, runs, npoints, (now_ns() - t_start) / 1e9);
     }
+    for (int i = 0; i < npoints; i++) {
+        point *p = &pts[i];
+        *p = summarise(vs[i], bss[i], &samples[(size_t)i * (size_t)runs], runs);
+        char bs[16] = "-";
+        if (bss[i]) size_label(bss[i], bs, sizeof bs);
+        fprintf(stderr, "[%2d/%d] %-11s %5s  wall %8.1f ms (min %.1f, max %.1f)  x%.2f explicit  faults %llu  "
+                "evictions %llu\n", i + 1, npoints, variant_name[vs[i]], bs, p->wall_ms, p->wall_min_ms,
+                p->wall_max_ms, p->wall_ms / pts[0].wall_ms, (unsigned long long)p->faults,
+                (unsigned long long)p->evictions);
+    }
+    free(vs);
+    free(bss);
+    free(samples);
     for (int i = 0; i < npoints; i++) pts[i].ratio = pts[i].wall_ms / pts[0].wall_ms;
 
     /* header: backend, machine, date */
