@@ -301,8 +301,25 @@ ADSM__PRIVATE int adsm__xlate_window(const adsm__runtime *rt) {
     return rt->be->device_window && rt->cfg.translate != ADSM__TRANSLATE_STAGED;
 }
 
-/* One piece: in place where the CPU reaches device memory (emu), else home, translated, and back
- * if it changed. 0, or -1 when a copy failed (or no stage could be made). */
+/* Going to the device, where piece [p0, p1) of o has the same bytes on the host: no block of it
+ * Invalid or being copied, and no kernel may have written it since it came home (batch's
+ * device_newer). The launch's flushes have reached the device by then (adsm__xlate_before waits),
+ * so the device copy equals the host's, which is read instead of copied home: the staged
+ * technique's copy each way before a launch becomes one, the paper's TCPY. Its host bytes (through
+ * the alias where there is one: always readable), or NULL. */
+ADSM__PRIVATE const unsigned char *adsm__xlate_host_bytes(const adsm__xlate_pass *x, const adsm__object *o,
+                                                         size_t p0, size_t p1) {
+    const adsm__runtime *rt = x->rt;
+    if (!x->to_device || o->device_newer || o->safe) return NULL;
+    unsigned shift = rt->cfg.block_shift;
+    for (size_t b = p0 >> shift; b < o->nblocks && (b << shift) < p1; b++)
+        if (o->blocks[b].state == ADSM__INVALID || o->blocks[b].busy) return NULL;
+    return (const unsigned char *)adsm__host_dma(rt, o->host + p0);
+}
+
+/* One piece: in place where the CPU reaches device memory (emu), else into the stage (from the
+ * host where its bytes are the same, else copied home), translated, and sent back if it changed.
+ * 0, or -1 when a copy failed (or no stage could be made). */
 ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1) {
     adsm__runtime *rt = x->rt;
     void *ctx = rt->dev_ctx[x->d];
@@ -314,9 +331,15 @@ ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, s
         x->in_place = 0;
         return 0;
     }
-    if (!adsm__xlate_stage(x) || rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
-    adsm__count_from_device(rt, x->d, n);
-    ADSM__ADD(&rt->stats.translation_bytes, n);
+    if (!adsm__xlate_stage(x)) return -1;
+    const unsigned char *host = adsm__xlate_host_bytes(x, o, p0, p1);
+    if (host) {
+        memcpy(x->stage, host, n);
+    } else {
+        if (rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
+        adsm__count_from_device(rt, x->d, n);
+        ADSM__ADD(&rt->stats.translation_bytes, n);
+    }
     adsm_result before = x->r;
     int changed = adsm__xlate_piece(x, o, x->stage, p0, p1);
     if (x->to_device && before == ADSM_OK && x->r != ADSM_OK) return 0; /* not written: rolled back */
@@ -411,6 +434,28 @@ ADSM__PRIVATE int adsm__xlate_batchable(const adsm__xlate_pass *x, const adsm__o
            o->size <= ADSM__XLATE_STAGE / 4;
 }
 
+/* The batch's device bytes into the stage: from the host where every member's are the same
+ * there (adsm__xlate_host_bytes, each member's whole span up to the batch's end, so the gaps
+ * between them go back as they were), else copied home. 0, or -1 when the copy failed. */
+ADSM__PRIVATE int adsm__xlate_batch_in(adsm__xlate_pass *x, const adsm__xlate_batch *b) {
+    adsm__runtime *rt = x->rt;
+    ptrdiff_t k = stbds_arrlen(b->members);
+    size_t n = b->end - b->lo;
+    ptrdiff_t i = 0;
+    while (i < k && adsm__xlate_host_bytes(x, b->members[i], 0, b->members[i]->span)) i++;
+    if (i < k) {
+        if (rt->be->from_device(rt->dev_ctx[x->d], (uintptr_t)x->stage, b->lo, n) != 0) return -1;
+        adsm__count_from_device(rt, x->d, n);
+        ADSM__ADD(&rt->stats.translation_bytes, n);
+        return 0;
+    }
+    for (i = 0; i < k; i++) {
+        const adsm__object *o = b->members[i];
+        memcpy(x->stage + (o->dev - b->lo), adsm__xlate_host_bytes(x, o, 0, o->span), ADSM__MIN(o->span, b->end - o->dev));
+    }
+    return 0;
+}
+
 /* 0, or -1 when a copy failed. A field that cannot go to the device stops the pass before this
  * batch: none of it is written. */
 ADSM__PRIVATE int adsm__xlate_flush(adsm__xlate_pass *x, adsm__xlate_batch *b) {
@@ -421,9 +466,7 @@ ADSM__PRIVATE int adsm__xlate_flush(adsm__xlate_pass *x, adsm__xlate_batch *b) {
     size_t n = b->end - b->lo;
     int changed = 0, rc = -1;
     adsm_result before = x->r;
-    if (adsm__xlate_stage(x) && rt->be->from_device(ctx, (uintptr_t)x->stage, b->lo, n) == 0) {
-        adsm__count_from_device(rt, x->d, n);
-        ADSM__ADD(&rt->stats.translation_bytes, n);
+    if (adsm__xlate_stage(x) && adsm__xlate_batch_in(x, b) == 0) {
         for (ptrdiff_t i = 0; i < k; i++) {
             const adsm__object *o = b->members[i];
             changed |= adsm__xlate_piece(x, o, x->stage + (o->dev - b->lo), 0, o->size);

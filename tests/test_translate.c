@@ -604,6 +604,37 @@ Test(translate, by_default_small_structures_are_staged_and_large_ones_patched) {
 #endif
 
 #ifdef TEST_TRANSLATE_STAGED /* through host memory: on cuda, and on emu when asked for */
+/* Staged, a typed object whose host copy is current at a launch that only reads it is translated
+ * from the host's bytes and sent once: 3 copies of it per launch (there; home and back after the
+ * kernel), not 4. One a kernel left newer on the device, or one the launch writes (its host copy
+ * is Invalid from the launch on), is copied home first, as before; everything comes out right. */
+Test(translate, a_structure_current_on_the_host_is_not_copied_home_to_go) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    const size_t n = 300, bytes = n * sizeof(node);
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    struct {
+        int skip;
+        size_t copies;
+        const char *why;
+    } steps[] = {{0, 3, "read, written by the CPU"}, {1, 4, "written by the kernel"}, {0, 4, "newer on the device"},
+                 {0, 3, "read again, current on both sides"}};
+    for (size_t s = 0; s < sizeof steps / sizeof *steps; s++) {
+        cr_assert_eq(adsm_reset_stats(), ADSM_OK);
+        adsm_result r = steps[s].skip ? ADSM_CALL(k_skip, adsm_grid_1d(1, 32), list, n)
+                                      : ADSM_CALL(k_links, adsm_grid_1d(2, 256), list, seen, n);
+        cr_assert_eq(r, ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(stats().translation_bytes, steps[s].copies * bytes, "%s: %llu bytes", steps[s].why,
+                     (unsigned long long)stats().translation_bytes);
+        if (s == 2) cr_assert_eq(list[0].next, &list[2]); /* the CPU reads it: current on both sides next */
+    }
+    cr_assert_eq(seen[0], dev_of(&list[2]), "the kernel saw the skipped list");
+    for (size_t i = 0; i + 1 < n; i++) cr_assert_eq(list[i].next, &list[(i + 2) % n], "node %zu", i);
+    adsm_shutdown();
+}
+
 /* Staged, small typed objects lying end to end go through the stage together: a launch costs a
  * copy each way for 64 one-node objects, not 64; and each comes home right. */
 Test(translate, small_objects_end_to_end_are_staged_together) {
