@@ -6,7 +6,8 @@
 # exit non-zero on a mismatch). Quick sizes; about half a minute. Binaries come as arguments
 # (Bazel passes them in pairs: explicit, adsm). The first adsm program runs once more traced: the
 # study's report (bench/apps/report.py) counts only the spans inside the run's timed part, so the
-# objects it frees after that part (as every program does) are no part of Figure 10.
+# objects it frees after that part (as every program does) are no part of Figure 10; and
+# bench/trace_summary.py (what the GPU check prints for stencil3d) sums that trace per kind of span.
 set -euo pipefail
 data=${TEST_TMPDIR:-$(mktemp -d)}
 export ADSM_BACKEND=emu
@@ -39,5 +40,9 @@ wall_ms = float(row[5])
 assert busy["objects"] <= wall_ms * 1.01, f"alloc + free {busy['objects']:.3f} ms in a {wall_ms} ms run"
 print(f"traced: alloc {timed['alloc']:.3f} ms of {wall_ms} ms timed; {every['free']:.3f} ms of frees after it")
 EOF_PY
+    summary=$(python3 bench/trace_summary.py "$data/trace.json" 1)
+    for span in alloc call sync kernel; do
+        grep -q "^| $span | [1-9]" <<< "$summary" || { echo "FAIL: trace_summary has no $span row: $summary" >&2; exit 1; }
+    done
 done
 echo "PASS: apps_smoke_test"
