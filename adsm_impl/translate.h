@@ -489,6 +489,12 @@ ADSM__PRIVATE int adsm__xlate_flush(adsm__xlate_pass *x, adsm__xlate_batch *b) {
     return rc;
 }
 
+/* Whether a pass rewrites o: typed, with a copy of its own on the device (a managed object's is the
+ * driver's, an adsm_dev_alloc buffer is never typed). */
+ADSM__PRIVATE int adsm__xlate_rewrites(const adsm__object *o) {
+    return o->type && !o->managed && !o->device_only;
+}
+
 /* Every typed object, in address order, up to x->limit. 0 or -1. */
 ADSM__PRIVATE int adsm__xlate_all(adsm__xlate_pass *x) {
     adsm__xlate_batch b;
@@ -496,7 +502,7 @@ ADSM__PRIVATE int adsm__xlate_all(adsm__xlate_pass *x) {
     int rc = 0;
     for (adsm__tree_node *n = adsm__tree_first(&x->rt->objects); n && rc == 0 && !x->stop; n = adsm__tree_next(n)) {
         const adsm__object *o = adsm__object_of(n);
-        if (!o->type || o->managed || o->device_only) continue;
+        if (!adsm__xlate_rewrites(o)) continue;
         if (x->limit == o && x->limit_off == 0) break; /* nothing of it went translated */
         if (adsm__xlate_batchable(x, o)) {
             if (stbds_arrlen(b.members) && (b.next != o->dev || o->dev + o->size - b.lo > ADSM__XLATE_STAGE))
@@ -642,7 +648,7 @@ ADSM__PRIVATE int adsm__xlate_patch_object(adsm__xlate_pass *x, const adsm__obje
 ADSM__PRIVATE int adsm__xlate_all_patchable(const adsm__runtime *rt) {
     uint64_t first, mask, nonnull;
     for (const adsm__object *o = rt->first_object; o; o = o->next)
-        if (o->type && !o->managed && !o->device_only && !adsm__type_words(o->type, &first, &mask, &nonnull))
+        if (adsm__xlate_rewrites(o) && !adsm__type_words(o->type, &first, &mask, &nonnull))
             return 0;
     return 1;
 }
@@ -653,7 +659,7 @@ ADSM__PRIVATE int adsm__xlate_patch_launches(adsm__xlate_pass *x, uint64_t mode)
     uint64_t tag = 0, first, mask, nonnull;
     for (adsm__tree_node *n = adsm__tree_first(&x->rt->objects); n; n = adsm__tree_next(n), tag++) {
         const adsm__object *o = adsm__object_of(n);
-        if (!o->type || o->managed || o->device_only) continue;
+        if (!adsm__xlate_rewrites(o)) continue;
         if (!adsm__type_words(o->type, &first, &mask, &nonnull)) {
             if (adsm__xlate_object(x, o) != 0) return -1;
         } else if (adsm__xlate_patch_object(x, o, mode, tag) != 0) {

@@ -36,6 +36,15 @@ static inline double bench_median_of(const double *in, int n) {
     return bench_median(v, n);
 }
 
+/* The smallest and largest of v[0..n), n >= 1: a run's fastest and slowest beside its median. */
+static inline void bench_range(const double *v, int n, double *lo, double *hi) {
+    *lo = *hi = v[0];
+    for (int i = 1; i < n; i++) {
+        if (v[i] < *lo) *lo = v[i];
+        if (v[i] > *hi) *hi = v[i];
+    }
+}
+
 /* K = min(n, most) distinct indices below n, spread evenly over [0, n) and shuffled (xorshift,
  * the same order for the same seed). Returns K. */
 static inline size_t bench_random_order(size_t *order, size_t n, size_t most, uint64_t seed) {

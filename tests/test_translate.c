@@ -156,13 +156,17 @@ static void attach(void) {}
 #define DIFFERENT_ADDRESSES "ADSM_EMU_SAME_ADDRESS"
 #endif
 
-static void start_on(adsm_protocol_kind protocol, size_t block, int same_address, unsigned devices) {
-    setenv(DIFFERENT_ADDRESSES, same_address ? "1" : "0", 1);
 #ifdef TEST_TRANSLATE_STAGED
-    setenv("ADSM_TRANSLATE", "staged", 1);
+#define SUITE_TRANSLATE "staged"
 #else
-    setenv("ADSM_TRANSLATE", "in-place", 1);
+#define SUITE_TRANSLATE "in-place"
 #endif
+
+/* adsm_init with ADSM_TRANSLATE=translate (the suite's technique, or auto where a test is about it). */
+static void start_translating(adsm_protocol_kind protocol, size_t block, int same_address, unsigned devices,
+                              const char *translate) {
+    setenv(DIFFERENT_ADDRESSES, same_address ? "1" : "0", 1);
+    setenv("ADSM_TRANSLATE", translate, 1);
     unsetenv("ADSM_PROTOCOL");
     unsetenv("ADSM_BLOCK_SIZE");
     adsm_config cfg;
@@ -175,6 +179,10 @@ static void start_on(adsm_protocol_kind protocol, size_t block, int same_address
     cfg.emu_devices = devices;
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
     attach();
+}
+
+static void start_on(adsm_protocol_kind protocol, size_t block, int same_address, unsigned devices) {
+    start_translating(protocol, block, same_address, devices, SUITE_TRANSLATE);
 }
 
 static void start(adsm_protocol_kind protocol, size_t block, int same_address) {
@@ -565,15 +573,7 @@ Test(translate, the_device_patches_in_place_without_copies) {
  * more than staging the fields. A small list is staged (its bytes come home), a large one is
  * patched (none do), and each comes out right. */
 Test(translate, by_default_small_structures_are_staged_and_large_ones_patched) {
-    setenv("ADSM_TRANSLATE", "auto", 1);
-    setenv(DIFFERENT_ADDRESSES, "0", 1);
-    adsm_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.backend = TEST_BACKEND;
-    cfg.protocol = ADSM_PROTOCOL_LAZY;
-    cfg.block_size = 4096;
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
-    attach();
+    start_translating(ADSM_PROTOCOL_LAZY, 4096, 0, 1, "auto");
     const size_t small = 500, large = ((size_t)128 << 10) / sizeof(node) + 1;
     float *data = adsm_alloc(large * sizeof *data);
     uint64_t *seen = adsm_alloc(2 * large * sizeof *seen);

@@ -41,6 +41,12 @@ def window_of(row):
         return None
 
 
+def app_trace(out, app):
+    """The application's ADSM_TRACE file in OUT_DIR/traces (named without its dash, or with it)."""
+    path = os.path.join(out, "traces", app.replace("-", "") + ".json")
+    return path if os.path.exists(path) else os.path.join(out, "traces", app + ".json")
+
+
 def trace_spans(path, window=None):
     """(name, args, ms) of each span in an ADSM_TRACE file; with a window, only the part of each span
     that lies inside it (the program's timed part: what it frees or checks after it does not count).
@@ -159,9 +165,7 @@ def main():
     fig10.write("app CPU kernels copies faults I/O objects\n")
     for r in traced:
         a, w = r["app"], float(r["wall_ms"])
-        busy = trace_busy(os.path.join(out, "traces", a.replace("-", "") + ".json"), window_of(r))
-        if busy is None:
-            busy = trace_busy(os.path.join(out, "traces", a + ".json"), window_of(r))
+        busy = trace_busy(app_trace(out, a), window_of(r))
         if busy is None:
             continue
         parts = [float(r["cpu_ms"]), busy["kernel"], busy["copy"], busy["fault"], busy["io"], busy["objects"]]
@@ -183,9 +187,7 @@ def main():
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in traced:
         a = r["app"]
-        o = trace_objects(os.path.join(out, "traces", a.replace("-", "") + ".json"), window_of(r))
-        if o is None:
-            o = trace_objects(os.path.join(out, "traces", a + ".json"), window_of(r))
+        o = trace_objects(app_trace(out, a), window_of(r))
         if o is None:
             continue
         cols = ["alloc", "alloc: huge pages", "alloc: page-lock", "alloc: view mapped", "alloc: device memory", "free",

@@ -199,11 +199,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < nv; k++) {
         printf("| %s | %s |", v[k].name, k == 0 ? "-" : v[k].where.name);
         for (int p = 0; p < P_COUNT; p++) printf(" %.1f |", bench_median_of(v[k].ms[p], runs));
-        double total = bench_median_of(v[k].total, runs), lo = v[k].total[0], hi = v[k].total[0];
-        for (int r = 1; r < runs; r++) {
-            lo = v[k].total[r] < lo ? v[k].total[r] : lo;
-            hi = v[k].total[r] > hi ? v[k].total[r] : hi;
-        }
+        double total = bench_median_of(v[k].total, runs), lo, hi;
+        bench_range(v[k].total, runs, &lo, &hi);
         printf(" %.1f | %.1f-%.1f | %.2f | %.0f |\n", total, lo, hi, total / base, bench_median_of(v[k].changes, runs));
     }
     return 0;

@@ -27,7 +27,8 @@
  *   gcc -std=c11 -O2 -Wall -Wextra -Werror -I. bench/stencil3d/stencil3d.c -pthread -ldl -o /tmp/bst
  *   /tmp/bst [--quick | --full] [--runs N] [--steps N] [--dump-every N] [--csv FILE] [--trace LABEL EDGE FILE]
  * --trace "rolling 256K" 192 /tmp/t.json: the last run of that variant at that volume writes an
- * ADSM_TRACE timeline (bench/trace_summary.py sums it per kind of span and per step).
+ * ADSM_TRACE timeline (bench/trace_summary.py sums it per kind of span and per step); up to 4
+ * --trace options trace as many variants in one run.
  * --quick (default): 64^3, 128^3, 192^3, 20 steps, 3 runs.  --full: adds 256^3 and 384^3, 50 steps.
  * Progress on stderr (one line per point), a markdown table on stdout.
  *
@@ -301,7 +302,7 @@ static void usage(const char *argv0) {
             "  --dump-every N write the volume to a file every N steps (default 10)\n"
             "  --csv FILE     also write one CSV row per (variant, volume)\n"
             "  --trace LABEL EDGE FILE  the last run of variant LABEL (as the table names it) at EDGE^3\n"
-            "                 writes an ADSM_TRACE timeline to FILE\n",
+            "                 writes an ADSM_TRACE timeline to FILE (up to 4 of them)\n",
             argv0);
 }
 
@@ -318,8 +319,12 @@ static long parse_positive(const char *s, const char *opt) {
 
 int main(int argc, char **argv) {
     int full = 0, runs = 3, steps = 0, dump_every = 10;
-    const char *csv_path = NULL, *trace_label = NULL, *trace_file = NULL;
-    long trace_edge = 0;
+    const char *csv_path = NULL;
+    struct {
+        const char *label, *file;
+        long edge;
+    } traces[4];
+    int ntraces = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--quick")) full = 0;
@@ -328,10 +333,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) steps = (int)parse_positive(i + 1 < argc ? argv[++i] : NULL, a);
         else if (!strcmp(a, "--dump-every")) dump_every = (int)parse_positive(i + 1 < argc ? argv[++i] : NULL, a);
         else if (!strcmp(a, "--csv") && i + 1 < argc) csv_path = argv[++i];
-        else if (!strcmp(a, "--trace") && i + 3 < argc) {
-            trace_label = argv[++i];
-            trace_edge = parse_positive(argv[++i], a);
-            trace_file = argv[++i];
+        else if (!strcmp(a, "--trace") && i + 3 < argc && ntraces < 4) {
+            traces[ntraces].label = argv[++i];
+            traces[ntraces].edge = parse_positive(argv[++i], a);
+            traces[ntraces++].file = argv[++i];
         }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(argv[0]);
@@ -384,8 +389,12 @@ int main(int argc, char **argv) {
             for (size_t v = 0; v < nvariants; v++) {
                 char name[48];
                 variant_label(&variants[v], name, sizeof name);
-                int traced = trace_label && r == runs - 1 && edge == trace_edge && !strcmp(name, trace_label);
-                if (traced) setenv("ADSM_TRACE", trace_file, 1); /* read at adsm_init, written at shutdown */
+                int traced = 0;
+                for (int t = 0; t < ntraces && !traced && r == runs - 1; t++)
+                    if (edge == traces[t].edge && !strcmp(name, traces[t].label)) {
+                        setenv("ADSM_TRACE", traces[t].file, 1); /* read at adsm_init, written at shutdown */
+                        traced = 1;
+                    }
                 results[e][v][r] = run_variant(&c, &variants[v], edge, v == V_EXPLICIT ? ref : got);
                 if (traced) unsetenv("ADSM_TRACE");
                 if (v != V_EXPLICIT) verify(ref, got, n, &variants[v], edge, r);

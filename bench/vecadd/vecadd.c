@@ -194,9 +194,9 @@ static sample measure(variant v, size_t block_size) {
 
 /* One point from its runs' samples: medians, and the fastest and slowest wall time. */
 static point summarise(variant v, size_t block_size, const sample *samples, int runs) {
-    double wall[MAX_RUNS], h2d_ns[MAX_RUNS], d2h_ns[MAX_RUNS], h2d_bw[MAX_RUNS], d2h_bw[MAX_RUNS];
+    double wall[MAX_RUNS] = {0}, h2d_ns[MAX_RUNS], d2h_ns[MAX_RUNS], h2d_bw[MAX_RUNS], d2h_bw[MAX_RUNS];
     double h2d_b[MAX_RUNS], d2h_b[MAX_RUNS], faults[MAX_RUNS], evict[MAX_RUNS];
-    double lo = 0, hi = 0;
+    double lo, hi;
     point p;
     memset(&p, 0, sizeof p);
     p.v = v;
@@ -204,8 +204,6 @@ static point summarise(variant v, size_t block_size, const sample *samples, int 
     for (int r = 0; r < runs; r++) {
         sample s = samples[r];
         wall[r] = s.wall_ns;
-        if (r == 0 || s.wall_ns < lo) lo = s.wall_ns;
-        if (r == 0 || s.wall_ns > hi) hi = s.wall_ns;
         h2d_ns[r] = (double)s.st.h2d_ns;
         d2h_ns[r] = (double)s.st.d2h_ns;
         h2d_bw[r] = s.st.h2d_ns ? (double)s.st.h2d_bytes / (double)s.st.h2d_ns : 0.0;
@@ -215,6 +213,7 @@ static point summarise(variant v, size_t block_size, const sample *samples, int 
         faults[r] = (double)(s.st.read_faults + s.st.write_faults);
         evict[r] = (double)s.st.evictions;
     }
+    bench_range(wall, runs, &lo, &hi);
     p.wall_ms = bench_median(wall, runs) / 1e6;
     p.wall_min_ms = lo / 1e6;
     p.wall_max_ms = hi / 1e6;
