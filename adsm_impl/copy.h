@@ -176,6 +176,12 @@ ADSM__PRIVATE int adsm__filler_force(adsm__filler *f, uintptr_t dst, const void 
     return fd >= 0 ? adsm__pwrite_full(fd, src, n, dst) : -1;
 }
 
+/* Reads a protected piece through /proc/self/mem into plain memory. 0 or -1. */
+ADSM__PRIVATE int adsm__filler_peek(adsm__filler *f, void *dst, uintptr_t src, size_t n) {
+    int fd = adsm__own_fd_get(&f->procmem);
+    return fd >= 0 ? adsm__pread_full(fd, dst, n, src) : -1;
+}
+
 /* One piece of at most one slot, with the pair held: fetch into the staging slot, then move it
  * (whole huge pages, or whole pages when /proc/self/mem is missing) or force it in. */
 ADSM__PRIVATE int adsm__filler_piece(adsm__filler *f, adsm__fill_pair *p, const adsm__fetch_ops *ops,

@@ -65,6 +65,10 @@ typedef struct adsm__object {
     uint64_t dev_launch[ADSM__MAX_DEVICES]; /* the last launch on each device that named it: a
                                                copy to that device waits for it (directory.h) */
     int device_newer;         /* batch: a launch may have written it since it last came home */
+    int host_kept;            /* lazy, rolling: an output whose host pages still hold its device
+                                 bytes though Invalid (each block was current on the host when the
+                                 launch's release made it Invalid; no kernel ran since): set at the
+                                 release, cleared once that launch is done (translate.h reads them) */
     /* rolling write-ahead (protocol_rolling.h, adsm__write_run): the block right after the run the last
      * write fault made Dirty and how many blocks that run was meant to hold (0 where blocks are
      * taken one by one: only the position counts there), valid while ahead_epoch equals the

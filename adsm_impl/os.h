@@ -243,6 +243,21 @@ ADSM__PRIVATE int adsm__pwrite_full(int fd, const void *src, size_t len, uintptr
     return 0;
 }
 
+/* Reads len bytes at host address src whatever its protection (/proc/self/mem, as above), into
+ * plain memory. Returns 0 or -1. */
+ADSM__PRIVATE int adsm__pread_full(int fd, void *dst, size_t len, uintptr_t src) {
+    char *p = (char *)dst;
+    while (len > 0) {
+        ssize_t n = (ssize_t)syscall(SYS_pread64, fd, p, len, (off_t)src); /* never an interposed pread */
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        p += n;
+        src += (uintptr_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 /* write(2) a string: the only output allowed in signal context. A raw system call, so an
  * interposed write() (ADSM_INTERPOSE_IO) is never entered from a signal handler. */
 ADSM__PRIVATE void adsm__write_stderr(const char *s) {

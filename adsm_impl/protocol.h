@@ -207,6 +207,30 @@ ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, unsigned from, uintptr_t 
     return 0;
 }
 
+/* The "device" side of a fill from host memory (adsm__fill_range): the address is the source. */
+ADSM__PRIVATE int adsm__copy_from_memory(void *ctx, uintptr_t dst, uintptr_t src, size_t n) {
+    (void)ctx;
+    memcpy((void *)dst, (const void *)src, n);
+    return 0;
+}
+
+ADSM__PRIVATE const void *adsm__memory_view(void *ctx, uintptr_t src, size_t n) {
+    (void)ctx;
+    (void)n;
+    return (const void *)src;
+}
+
+/* Bytes the runtime already holds in plain memory (src) into host memory [host, host + n) of
+ * protection `prot` (kept), landing as a fetch's do: through the alias where there is one, else
+ * all at once (copy.h). Used where a device copy's bytes came home for another reason (translate.h,
+ * the pass back of a staged translation), so the CPU need not fetch them again. 0 or -1. */
+ADSM__PRIVATE int adsm__fill_range(adsm__runtime *rt, uintptr_t host, const void *src, size_t n, int prot) {
+    adsm__fill_count count = {0, 0};
+    adsm__fetch_ops ops = {adsm__copy_from_memory, NULL, adsm__memory_view, NULL};
+    uintptr_t to = adsm__host_dma(rt, host);
+    return adsm__copy_home(&rt->fill, &ops, to, (uintptr_t)src, n, to != host ? PROT_READ | PROT_WRITE : prot, &count);
+}
+
 /* Waits for the last kernel that may write o. A lost device never finishes it; the device memory
  * is then taken as it stands (adsm_sync reports ADSM_ERROR_DEVICE_LOST), so the program can
  * still read its data instead of crashing. */
@@ -639,6 +663,7 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
     if (adsm__check_fault_engine(rt) != 0)
         return adsm__protection_failed("taking over from the closed userfaultfd");
     for (size_t i = 0; i < nwrites; i++) {
+        writes[i]->host_kept = !(adsm__states_in(writes[i], 0, writes[i]->nblocks) & ADSM__HAS(ADSM__INVALID));
         if (adsm__copies_read_alias(rt, writes[i])) by_alias[nalias++] = writes[i];
         else rest[nrest++] = writes[i];
     }

@@ -37,6 +37,8 @@
 #include "backend.h"
 #include "directory.h"
 #include "lifecycle.h"
+#include "copy.h"
+#include "protocol.h"
 
 #define ADSM__XLATE_STAGE ((size_t)4 << 20) /* bytes per piece through the staging buffer */
 #define ADSM__XLATE_AHEAD 8                 /* elements between a prefetch and its use */
@@ -301,26 +303,63 @@ ADSM__PRIVATE int adsm__xlate_window(const adsm__runtime *rt) {
     return rt->be->device_window && rt->cfg.translate != ADSM__TRANSLATE_STAGED;
 }
 
-/* Going to the device, where piece [p0, p1) of o has the same bytes on the host: no block of it
- * Invalid or being copied, and no kernel may have written it since it came home (batch's
- * device_newer). The launch's flushes have reached the device by then (adsm__xlate_before waits),
- * so the device copy equals the host's, which is read instead of copied home: the staged
- * technique's copy each way before a launch becomes one, the paper's TCPY. Its host bytes (through
- * the alias where there is one: always readable), or NULL. */
-ADSM__PRIVATE const unsigned char *adsm__xlate_host_bytes(const adsm__xlate_pass *x, const adsm__object *o,
-                                                         size_t p0, size_t p1) {
-    const adsm__runtime *rt = x->rt;
-    if (!x->to_device || o->device_newer || o->safe) return NULL;
+/* Going to the device, piece [p0, p1) of o read from the host into dst, where the host's bytes
+ * are the device's: every block current on the host (none Invalid or being copied, not left newer
+ * on the device by batch), or Invalid only because this launch's release made a kernel's output
+ * Invalid after flushing it (o->host_kept: its pages still hold those bytes; read through the
+ * alias, or /proc/self/mem where the program's view is protected). The launch's flushes have
+ * reached the device by then (adsm__xlate_before waits), so the device copy equals them: the
+ * staged technique's copy each way before a launch becomes one, the paper's TCPY. 1 when read, 0
+ * when the piece must be copied home. */
+ADSM__PRIVATE int adsm__xlate_read_host(const adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1,
+                                        unsigned char *dst) {
+    adsm__runtime *rt = x->rt;
+    if (!x->to_device || o->device_newer || o->safe) return 0;
     unsigned shift = rt->cfg.block_shift;
-    for (size_t b = p0 >> shift; b < o->nblocks && (b << shift) < p1; b++)
-        if (o->blocks[b].state == ADSM__INVALID || o->blocks[b].busy) return NULL;
-    return (const unsigned char *)adsm__host_dma(rt, o->host + p0);
+    int hidden = 0; /* a block the program's view protects */
+    for (size_t b = p0 >> shift; b < o->nblocks && (b << shift) < p1; b++) {
+        if (o->blocks[b].busy || (o->blocks[b].state == ADSM__INVALID && !o->host_kept)) return 0;
+        hidden |= o->blocks[b].state == ADSM__INVALID;
+    }
+    uintptr_t at = adsm__host_dma(rt, o->host + p0); /* the alias is always readable */
+    if (hidden && at == o->host + p0) return adsm__filler_peek(&rt->fill, dst, at, p1 - p0) == 0;
+    memcpy(dst, (const void *)at, p1 - p0);
+    return 1;
+}
+
+/* Coming home, piece [p0, p1) of o translated in buf is what a fetch would bring: it goes into
+ * the host copy too where whole blocks of it are Invalid there (a kernel wrote them), and those
+ * become ReadOnly, current on both sides, so the CPU's next read neither faults nor copies them
+ * home a second time. Lazy tracks an object as one unit: only a piece holding all of it. One
+ * device, lazy or rolling. A failure only leaves the blocks Invalid: a fetch brings the same. */
+ADSM__PRIVATE void adsm__xlate_fill_host(adsm__xlate_pass *x, adsm__object *o, const unsigned char *buf, size_t p0,
+                                         size_t p1) {
+    adsm__runtime *rt = x->rt;
+    if (x->to_device || !adsm__tracking(rt) || rt->ndev != 1 || o->safe) return;
+    unsigned shift = rt->cfg.block_shift;
+    size_t b = (p0 + ((size_t)1 << shift) - 1) >> shift; /* the first block that starts in the piece */
+    while (b < o->nblocks && (b << shift) < p1) {
+        size_t end = b; /* [b, end): whole blocks in the piece, Invalid and idle */
+        while (end < o->nblocks && ADSM__MIN((end + 1) << shift, o->size) <= p1 &&
+               o->blocks[end].state == ADSM__INVALID && !o->blocks[end].busy)
+            end++;
+        if (end == b) {
+            b++;
+            continue;
+        }
+        if (rt->proto->whole_object && (b != 0 || end != o->nblocks)) return;
+        size_t off = b << shift, len = ADSM__MIN(end << shift, o->size) - off;
+        if (adsm__fill_range(rt, o->host + off, buf + (off - p0), len, PROT_NONE) != 0 ||
+            adsm__set_state(rt, o, b, end - b, ADSM__READONLY) != 0)
+            return;
+        b = end;
+    }
 }
 
 /* One piece: in place where the CPU reaches device memory (emu), else into the stage (from the
  * host where its bytes are the same, else copied home), translated, and sent back if it changed.
  * 0, or -1 when a copy failed (or no stage could be made). */
-ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1) {
+ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, adsm__object *o, size_t p0, size_t p1) {
     adsm__runtime *rt = x->rt;
     void *ctx = rt->dev_ctx[x->d];
     size_t n = p1 - p0;
@@ -332,10 +371,7 @@ ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, s
         return 0;
     }
     if (!adsm__xlate_stage(x)) return -1;
-    const unsigned char *host = adsm__xlate_host_bytes(x, o, p0, p1);
-    if (host) {
-        memcpy(x->stage, host, n);
-    } else {
+    if (!adsm__xlate_read_host(x, o, p0, p1, x->stage)) {
         if (rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
         adsm__count_from_device(rt, x->d, n);
         ADSM__ADD(&rt->stats.translation_bytes, n);
@@ -343,10 +379,12 @@ ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, const adsm__object *o, s
     adsm_result before = x->r;
     int changed = adsm__xlate_piece(x, o, x->stage, p0, p1);
     if (x->to_device && before == ADSM_OK && x->r != ADSM_OK) return 0; /* not written: rolled back */
-    if (!changed) return 0;
-    if (rt->be->to_device(ctx, o->dev + p0, (uintptr_t)x->stage, n, 0, ADSM__EVERY_LAUNCH) != 0) return -1;
-    adsm__count_to_device(rt, x->d, 0, n);
-    ADSM__ADD(&rt->stats.translation_bytes, n);
+    if (changed) {
+        if (rt->be->to_device(ctx, o->dev + p0, (uintptr_t)x->stage, n, 0, ADSM__EVERY_LAUNCH) != 0) return -1;
+        adsm__count_to_device(rt, x->d, 0, n);
+        ADSM__ADD(&rt->stats.translation_bytes, n);
+    }
+    if (x->r == before) adsm__xlate_fill_host(x, o, x->stage, p0, p1);
     return 0;
 }
 
@@ -390,7 +428,7 @@ ADSM__PRIVATE int adsm__next_piece(adsm__pieces *it, size_t *p0, size_t *p1) {
 
 /* Bytes [off, end) of o: whole pieces through the stage, or each element's field span where the
  * fields are a small part of large structs. 0 or -1. */
-ADSM__PRIVATE int adsm__xlate_range(adsm__xlate_pass *x, const adsm__object *o, size_t off, size_t end) {
+ADSM__PRIVATE int adsm__xlate_range(adsm__xlate_pass *x, adsm__object *o, size_t off, size_t end) {
     adsm__pieces it = adsm__pieces_of(o->type, off, end);
     size_t p0, p1;
     while (!(x->stop == o) && adsm__next_piece(&it, &p0, &p1)) {
@@ -407,7 +445,7 @@ ADSM__PRIVATE int adsm__xlate_range(adsm__xlate_pass *x, const adsm__object *o, 
 }
 
 /* Every unit of o current on the pass's device. 0 or -1. */
-ADSM__PRIVATE int adsm__xlate_object(adsm__xlate_pass *x, const adsm__object *o) {
+ADSM__PRIVATE int adsm__xlate_object(adsm__xlate_pass *x, adsm__object *o) {
     adsm__runtime *rt = x->rt;
     if (rt->ndev == 1) return adsm__xlate_range(x, o, 0, o->size);
     if (!(o->dev_resident & adsm__dev_bit(x->d))) return 0;
@@ -426,7 +464,7 @@ ADSM__PRIVATE int adsm__xlate_object(adsm__xlate_pass *x, const adsm__object *o)
  * through the stage together instead: one copy home, each translated at its place, one copy back. */
 typedef struct adsm__xlate_batch {
     uintptr_t lo, next, end; /* [lo, end) is copied; the next member must start at `next` */
-    const adsm__object **members; /* stb_ds array */
+    adsm__object **members; /* stb_ds array */
 } adsm__xlate_batch;
 
 ADSM__PRIVATE int adsm__xlate_batchable(const adsm__xlate_pass *x, const adsm__object *o) {
@@ -435,24 +473,19 @@ ADSM__PRIVATE int adsm__xlate_batchable(const adsm__xlate_pass *x, const adsm__o
 }
 
 /* The batch's device bytes into the stage: from the host where every member's are the same
- * there (adsm__xlate_host_bytes, each member's whole span up to the batch's end, so the gaps
+ * there (adsm__xlate_read_host, each member's whole span up to the batch's end, so the gaps
  * between them go back as they were), else copied home. 0, or -1 when the copy failed. */
 ADSM__PRIVATE int adsm__xlate_batch_in(adsm__xlate_pass *x, const adsm__xlate_batch *b) {
     adsm__runtime *rt = x->rt;
-    ptrdiff_t k = stbds_arrlen(b->members);
+    ptrdiff_t k = stbds_arrlen(b->members), i = 0;
     size_t n = b->end - b->lo;
-    ptrdiff_t i = 0;
-    while (i < k && adsm__xlate_host_bytes(x, b->members[i], 0, b->members[i]->span)) i++;
-    if (i < k) {
-        if (rt->be->from_device(rt->dev_ctx[x->d], (uintptr_t)x->stage, b->lo, n) != 0) return -1;
-        adsm__count_from_device(rt, x->d, n);
-        ADSM__ADD(&rt->stats.translation_bytes, n);
-        return 0;
-    }
-    for (i = 0; i < k; i++) {
-        const adsm__object *o = b->members[i];
-        memcpy(x->stage + (o->dev - b->lo), adsm__xlate_host_bytes(x, o, 0, o->span), ADSM__MIN(o->span, b->end - o->dev));
-    }
+    while (i < k && adsm__xlate_read_host(x, b->members[i], 0, ADSM__MIN(b->members[i]->span, b->end - b->members[i]->dev),
+                                          x->stage + (b->members[i]->dev - b->lo)))
+        i++;
+    if (i == k) return 0;
+    if (rt->be->from_device(rt->dev_ctx[x->d], (uintptr_t)x->stage, b->lo, n) != 0) return -1;
+    adsm__count_from_device(rt, x->d, n);
+    ADSM__ADD(&rt->stats.translation_bytes, n);
     return 0;
 }
 
@@ -468,7 +501,7 @@ ADSM__PRIVATE int adsm__xlate_flush(adsm__xlate_pass *x, adsm__xlate_batch *b) {
     adsm_result before = x->r;
     if (adsm__xlate_stage(x) && adsm__xlate_batch_in(x, b) == 0) {
         for (ptrdiff_t i = 0; i < k; i++) {
-            const adsm__object *o = b->members[i];
+            adsm__object *o = b->members[i];
             changed |= adsm__xlate_piece(x, o, x->stage + (o->dev - b->lo), 0, o->size);
         }
         rc = 0;
@@ -479,6 +512,10 @@ ADSM__PRIVATE int adsm__xlate_flush(adsm__xlate_pass *x, adsm__xlate_batch *b) {
                 adsm__count_to_device(rt, x->d, 0, n);
                 ADSM__ADD(&rt->stats.translation_bytes, n);
             }
+        }
+        for (ptrdiff_t i = 0; rc == 0 && x->r == before && i < k; i++) {
+            adsm__object *o = b->members[i];
+            adsm__xlate_fill_host(x, o, x->stage + (o->dev - b->lo), 0, o->size);
         }
     }
     if (x->to_device && (rc != 0 || (before == ADSM_OK && x->r != ADSM_OK))) {
@@ -501,7 +538,7 @@ ADSM__PRIVATE int adsm__xlate_all(adsm__xlate_pass *x) {
     memset(&b, 0, sizeof b);
     int rc = 0;
     for (adsm__tree_node *n = adsm__tree_first(&x->rt->objects); n && rc == 0 && !x->stop; n = adsm__tree_next(n)) {
-        const adsm__object *o = adsm__object_of(n);
+        adsm__object *o = adsm__object_of(n);
         if (!adsm__xlate_rewrites(o)) continue;
         if (x->limit == o && x->limit_off == 0) break; /* nothing of it went translated */
         if (adsm__xlate_batchable(x, o)) {
@@ -658,7 +695,7 @@ ADSM__PRIVATE int adsm__xlate_all_patchable(const adsm__runtime *rt) {
 ADSM__PRIVATE int adsm__xlate_patch_launches(adsm__xlate_pass *x, uint64_t mode) {
     uint64_t tag = 0, first, mask, nonnull;
     for (adsm__tree_node *n = adsm__tree_first(&x->rt->objects); n; n = adsm__tree_next(n), tag++) {
-        const adsm__object *o = adsm__object_of(n);
+        adsm__object *o = adsm__object_of(n);
         if (!adsm__xlate_rewrites(o)) continue;
         if (!adsm__type_words(o->type, &first, &mask, &nonnull)) {
             if (adsm__xlate_object(x, o) != 0) return -1;

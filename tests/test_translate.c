@@ -604,10 +604,11 @@ Test(translate, by_default_small_structures_are_staged_and_large_ones_patched) {
 #endif
 
 #ifdef TEST_TRANSLATE_STAGED /* through host memory: on cuda, and on emu when asked for */
-/* Staged, a typed object whose host copy is current at a launch that only reads it is translated
- * from the host's bytes and sent once: 3 copies of it per launch (there; home and back after the
- * kernel), not 4. One a kernel left newer on the device, or one the launch writes (its host copy
- * is Invalid from the launch on), is copied home first, as before; everything comes out right. */
+/* Staged, a typed object whose host bytes are the device's at a launch is translated from them and
+ * sent once: 3 copies of it per launch (there; home and back after the kernel), not 4. That holds
+ * for a launch that writes it too (its release made it Invalid, but its pages still hold what was
+ * flushed), and after a kernel wrote it (the translation back left its bytes on the host as
+ * well), so every step costs 3; without either, the second or the third step costs 4. */
 Test(translate, a_structure_current_on_the_host_is_not_copied_home_to_go) {
     start(ADSM_PROTOCOL_LAZY, 4096, 0);
     const size_t n = 300, bytes = n * sizeof(node);
@@ -618,8 +619,8 @@ Test(translate, a_structure_current_on_the_host_is_not_copied_home_to_go) {
         int skip;
         size_t copies;
         const char *why;
-    } steps[] = {{0, 3, "read, written by the CPU"}, {1, 4, "written by the kernel"}, {0, 4, "newer on the device"},
-                 {0, 3, "read again, current on both sides"}};
+    } steps[] = {{0, 3, "read, written by the CPU"}, {1, 3, "written by the kernel"},
+                 {0, 3, "read after a kernel wrote it"}, {0, 3, "read again, current on both sides"}};
     for (size_t s = 0; s < sizeof steps / sizeof *steps; s++) {
         cr_assert_eq(adsm_reset_stats(), ADSM_OK);
         adsm_result r = steps[s].skip ? ADSM_CALL(k_skip, adsm_grid_1d(1, 32), list, n)
@@ -632,6 +633,42 @@ Test(translate, a_structure_current_on_the_host_is_not_copied_home_to_go) {
     }
     cr_assert_eq(seen[0], dev_of(&list[2]), "the kernel saw the skipped list");
     for (size_t i = 0; i + 1 < n; i++) cr_assert_eq(list[i].next, &list[(i + 2) % n], "node %zu", i);
+    adsm_shutdown();
+}
+
+ParameterizedTestParameters(translate, what_a_kernel_wrote_comes_home_with_the_translation_back) {
+    static protocol_case cases[] = {{ADSM_PROTOCOL_LAZY, 4096}, {ADSM_PROTOCOL_ROLLING, 4096},
+                                    {ADSM_PROTOCOL_ROLLING, 65536}};
+    return cr_make_param_array(protocol_case, cases, sizeof cases / sizeof *cases);
+}
+
+/* Staged, the translation back after a kernel brings the typed objects it wrote home anyway: their
+ * host copies take those bytes, so the CPU reads them without a fault or a fetch, sees what the
+ * kernel wrote in host addresses, and its next write still reaches the next kernel. */
+ParameterizedTest(protocol_case *c, translate, what_a_kernel_wrote_comes_home_with_the_translation_back) {
+    start(c->protocol, c->block, 0);
+    const size_t n = 2000; /* 80 KB: several blocks, two rolling blocks of 64 KiB */
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    uint64_t *seen = adsm_alloc(2 * n * sizeof *seen);
+    cr_assert_eq(ADSM_CALL(k_skip, adsm_grid_1d(1, 32), list, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_reset_stats(), ADSM_OK);
+    for (size_t i = 0; i + 1 < n; i++) {
+        cr_assert_eq(list[i].next, &list[(i + 2) % n], "node %zu: %p", i, (void *)list[i].next);
+        cr_assert_eq(list[i].kids[0], list[i].next, "node %zu", i);
+        cr_assert_eq(list[i].value, (int64_t)i + 1, "node %zu", i);
+    }
+    adsm_stats st = stats();
+    cr_assert_eq(st.read_faults, 0, "%llu read faults on a list the translation back brought home",
+                 (unsigned long long)st.read_faults);
+    cr_assert_eq(st.d2h_bytes, 0, "%llu bytes fetched", (unsigned long long)st.d2h_bytes);
+    list[5].next = &list[7]; /* a write after it: a fault, and the next kernel sees it */
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(8, 256), list, seen, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(seen[10], dev_of(&list[7]), "the kernel saw node 5's next at %#llx", (unsigned long long)seen[10]);
+    cr_assert_eq(seen[12], dev_of(&list[8]));
+    cr_assert_gt(stats().write_faults, 0);
     adsm_shutdown();
 }
 
