@@ -213,11 +213,14 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
     }
     for (size_t i = 0; i < nwrites; i++) writer_dev_before[i] = writes[i]->writer_dev;
     rt->release_dev = (int)d; /* flushes at this call go to d */
+    /* declared pointer fields (translate.h) */
+    int xlate = r == ADSM_OK && adsm__xlate_needed(rt, d, all, adsm__count(all));
+    if (xlate) adsm__xlate_take_flushes(rt, d);
     if (r == ADSM_OK) r = adsm__gather(rt, all, adsm__count(all), d);
     if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, all, adsm__count(all), l.seq);
     rt->release_dev = -1;
-    /* declared pointer fields (translate.h) */
-    int xlate = r == ADSM_OK && adsm__xlate_needed(rt, d, all, adsm__count(all));
+    if (xlate && r != ADSM_OK) (void)adsm__xlate_give_back_flushes(rt, d, k->name, NULL, 0, 1);
+    xlate = xlate && r == ADSM_OK;
     if (xlate) {
         while (adsm__xlate_busy(rt)) adsm__await_copies(rt);
         if ((r = adsm__xlate_before(rt, d, k->name)) != ADSM_OK) xlate = 0;

@@ -65,6 +65,9 @@ typedef struct adsm__object {
     uint64_t dev_launch[ADSM__MAX_DEVICES]; /* the last launch on each device that named it: a
                                                copy to that device waits for it (directory.h) */
     int device_newer;         /* batch: a launch may have written it since it last came home */
+    int flush_by_xlate;       /* during a launch's release: its Dirty units are not flushed, a
+                                 staged translation sends them translated (translate.h) */
+    int flush_skipped;        /* a flush of it was skipped for that reason: the pass must send it */
     int host_kept;            /* lazy, rolling: an output whose host pages still hold its device
                                  bytes though Invalid (each block was current on the host when the
                                  launch's release made it Invalid; no kernel ran since): set at the

@@ -286,6 +286,11 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     /* a call's device has room (capacity.h); an eviction to a device with none leaves the unit
      * ReadOnly, current on the host only, for the next launch there to send (several devices) */
     if (adsm__charge(rt, o, d) != 0) return rt->release_dev >= 0 ? -1 : 0;
+    if (o->flush_by_xlate && rt->release_dev >= 0) { /* the launch's translation sends these bytes */
+        o->flush_skipped = 1;
+        for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
+        return 0;
+    }
     if (async) adsm__stamp_copy(rt, o, first, count);
     if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, adsm__host_dma(rt, o->host + off), len, async,
                           adsm__copy_after(rt, o, d)) != 0)

@@ -327,38 +327,63 @@ ADSM__PRIVATE int adsm__xlate_read_host(const adsm__xlate_pass *x, const adsm__o
     return 1;
 }
 
-/* Coming home, piece [p0, p1) of o translated in buf is what a fetch would bring: it goes into
- * the host copy too where whole blocks of it are Invalid there (a kernel wrote them), and those
- * become ReadOnly, current on both sides, so the CPU's next read neither faults nor copies them
- * home a second time. Lazy tracks an object as one unit: only a piece holding all of it. One
- * device, lazy or rolling. A failure only leaves the blocks Invalid: a fetch brings the same. */
-ADSM__PRIVATE void adsm__xlate_fill_host(adsm__xlate_pass *x, adsm__object *o, const unsigned char *buf, size_t p0,
-                                         size_t p1) {
-    adsm__runtime *rt = x->rt;
-    if (x->to_device || !adsm__tracking(rt) || rt->ndev != 1 || o->safe) return;
+/* ---- coming home: the host copy made current, the device's left as the kernel saw it ----------
+ * After a staged pass's kernel, a piece of whole blocks (one device, lazy or rolling, not a safe
+ * object) is not rewritten back on the device: its host copy is made current instead (the blocks a
+ * kernel wrote, Invalid there, take the translated bytes a fetch would have brought) and every
+ * block of it Dirty, which marks the device copy stale. The next launch's release would flush it;
+ * a staged pass takes that flush over and sends it translated (adsm__xlate_take_flushes). So a
+ * structure a kernel only reads costs one copy a launch, and one it writes a copy each way, as a
+ * hand-written deep copy does, and the CPU reads and writes it after without a fault. What holds:
+ * a device copy marked current has host addresses in its fields outside kernels. */
+
+/* Whether piece [p0, p1) of o is left so (above); *copy: whether a block of it must come home
+ * (Invalid on the host). */
+ADSM__PRIVATE int adsm__xlate_keepable(const adsm__xlate_pass *x, const adsm__object *o, size_t p0, size_t p1,
+                                       int *copy) {
+    const adsm__runtime *rt = x->rt;
     unsigned shift = rt->cfg.block_shift;
-    size_t b = (p0 + ((size_t)1 << shift) - 1) >> shift; /* the first block that starts in the piece */
-    while (b < o->nblocks && (b << shift) < p1) {
-        size_t end = b; /* [b, end): whole blocks in the piece, Invalid and idle */
-        while (end < o->nblocks && ADSM__MIN((end + 1) << shift, o->size) <= p1 &&
-               o->blocks[end].state == ADSM__INVALID && !o->blocks[end].busy)
-            end++;
-        if (end == b) {
+    size_t block = (size_t)1 << shift;
+    if (x->to_device || !adsm__tracking(rt) || rt->ndev != 1 || o->safe || o->device_newer) return 0;
+    if (p0 % block != 0 || (p1 % block != 0 && p1 < o->size)) return 0;
+    if (rt->proto->whole_object && (p0 != 0 || p1 < o->size)) return 0; /* lazy: one unit */
+    *copy = 0;
+    for (size_t b = p0 >> shift; b < o->nblocks && (b << shift) < p1; b++) {
+        if (o->blocks[b].busy) return 0;
+        *copy |= o->blocks[b].state == ADSM__INVALID;
+    }
+    return 1;
+}
+
+/* Piece [p0, p1) of o current and Dirty on the host, its Invalid blocks filled from buf (the
+ * translated bytes; NULL where none is Invalid). 0, or -1 with nothing marked: the caller
+ * rewrites the device copy back then. */
+ADSM__PRIVATE int adsm__xlate_keep(adsm__xlate_pass *x, adsm__object *o, const unsigned char *buf, size_t p0,
+                                   size_t p1) {
+    adsm__runtime *rt = x->rt;
+    unsigned shift = rt->cfg.block_shift;
+    size_t first = p0 >> shift, end = first;
+    while (end < o->nblocks && (end << shift) < p1) end++;
+    for (size_t b = first; b < end;) {
+        size_t run = b;
+        while (run < end && o->blocks[run].state == ADSM__INVALID) run++;
+        if (run == b) {
             b++;
             continue;
         }
-        if (rt->proto->whole_object && (b != 0 || end != o->nblocks)) return;
-        size_t off = b << shift, len = ADSM__MIN(end << shift, o->size) - off;
-        if (adsm__fill_range(rt, o->host + off, buf + (off - p0), len, PROT_NONE) != 0 ||
-            adsm__set_state(rt, o, b, end - b, ADSM__READONLY) != 0)
-            return;
-        b = end;
+        size_t off = b << shift, len = ADSM__MIN(run << shift, o->size) - off;
+        if (!buf || adsm__fill_range(rt, o->host + off, buf + (off - p0), len, PROT_NONE) != 0) return -1;
+        b = run;
     }
+    if (adsm__set_state(rt, o, first, end - first, ADSM__DIRTY) != 0) return -1;
+    for (size_t b = first; b < end; b++) adsm__fifo_push(rt, &o->blocks[b]);
+    return 0;
 }
 
 /* One piece: in place where the CPU reaches device memory (emu), else into the stage (from the
- * host where its bytes are the same, else copied home), translated, and sent back if it changed.
- * 0, or -1 when a copy failed (or no stage could be made). */
+ * host where its bytes are the same, else copied home), translated, and sent back if it changed
+ * (or its flush was left to the pass); coming home, left on the device where the host copy can
+ * be made current instead (above). 0, or -1 when a copy failed (or no stage could be made). */
 ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, adsm__object *o, size_t p0, size_t p1) {
     adsm__runtime *rt = x->rt;
     void *ctx = rt->dev_ctx[x->d];
@@ -371,7 +396,10 @@ ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, adsm__object *o, size_t 
         return 0;
     }
     if (!adsm__xlate_stage(x)) return -1;
+    int copy = 1, keep = adsm__xlate_keepable(x, o, p0, p1, &copy);
+    if (keep && !copy && adsm__xlate_keep(x, o, NULL, p0, p1) == 0) return 0; /* current on the host */
     if (!adsm__xlate_read_host(x, o, p0, p1, x->stage)) {
+        if (x->to_device && o->flush_skipped) return -1; /* its device bytes are stale: cannot happen */
         if (rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
         adsm__count_from_device(rt, x->d, n);
         ADSM__ADD(&rt->stats.translation_bytes, n);
@@ -379,12 +407,11 @@ ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, adsm__object *o, size_t 
     adsm_result before = x->r;
     int changed = adsm__xlate_piece(x, o, x->stage, p0, p1);
     if (x->to_device && before == ADSM_OK && x->r != ADSM_OK) return 0; /* not written: rolled back */
-    if (changed) {
-        if (rt->be->to_device(ctx, o->dev + p0, (uintptr_t)x->stage, n, 0, ADSM__EVERY_LAUNCH) != 0) return -1;
-        adsm__count_to_device(rt, x->d, 0, n);
-        ADSM__ADD(&rt->stats.translation_bytes, n);
-    }
-    if (x->r == before) adsm__xlate_fill_host(x, o, x->stage, p0, p1);
+    if (keep && x->r == before && adsm__xlate_keep(x, o, x->stage, p0, p1) == 0) return 0;
+    if (!changed && !(x->to_device && o->flush_skipped)) return 0; /* the device has these bytes */
+    if (rt->be->to_device(ctx, o->dev + p0, (uintptr_t)x->stage, n, 0, ADSM__EVERY_LAUNCH) != 0) return -1;
+    adsm__count_to_device(rt, x->d, 0, n);
+    ADSM__ADD(&rt->stats.translation_bytes, n);
     return 0;
 }
 
@@ -472,20 +499,55 @@ ADSM__PRIVATE int adsm__xlate_batchable(const adsm__xlate_pass *x, const adsm__o
            o->size <= ADSM__XLATE_STAGE / 4;
 }
 
+/* Member i's bytes from the host into its place in the stage (adsm__xlate_read_host: its whole
+ * span up to the batch's end, so the gaps between members go back as they were). 1 when read. */
+ADSM__PRIVATE int adsm__xlate_member_in(adsm__xlate_pass *x, const adsm__xlate_batch *b, ptrdiff_t i) {
+    const adsm__object *o = b->members[i];
+    return adsm__xlate_read_host(x, o, 0, ADSM__MIN(o->span, b->end - o->dev), x->stage + (o->dev - b->lo));
+}
+
 /* The batch's device bytes into the stage: from the host where every member's are the same
- * there (adsm__xlate_read_host, each member's whole span up to the batch's end, so the gaps
- * between them go back as they were), else copied home. 0, or -1 when the copy failed. */
+ * there, else copied home, and then the members whose flushes the pass took over (their device
+ * bytes are stale) from the host all the same. 0, or -1 when a copy failed. */
 ADSM__PRIVATE int adsm__xlate_batch_in(adsm__xlate_pass *x, const adsm__xlate_batch *b) {
     adsm__runtime *rt = x->rt;
     ptrdiff_t k = stbds_arrlen(b->members), i = 0;
     size_t n = b->end - b->lo;
-    while (i < k && adsm__xlate_read_host(x, b->members[i], 0, ADSM__MIN(b->members[i]->span, b->end - b->members[i]->dev),
-                                          x->stage + (b->members[i]->dev - b->lo)))
-        i++;
+    while (i < k && adsm__xlate_member_in(x, b, i)) i++;
     if (i == k) return 0;
     if (rt->be->from_device(rt->dev_ctx[x->d], (uintptr_t)x->stage, b->lo, n) != 0) return -1;
     adsm__count_from_device(rt, x->d, n);
     ADSM__ADD(&rt->stats.translation_bytes, n);
+    for (i = 0; i < k; i++)
+        if (b->members[i]->flush_skipped && !adsm__xlate_member_in(x, b, i)) return -1;
+    return 0;
+}
+
+/* Coming home, whether every member of the batch is left on the device as the kernel saw it
+ * (adsm__xlate_keepable); *copy: whether one must come home for it. */
+ADSM__PRIVATE int adsm__xlate_batch_keepable(const adsm__xlate_pass *x, const adsm__xlate_batch *b, int *copy) {
+    *copy = 0;
+    for (ptrdiff_t i = 0; i < stbds_arrlen(b->members); i++) {
+        int c = 1;
+        if (!adsm__xlate_keepable(x, b->members[i], 0, b->members[i]->size, &c)) return 0;
+        *copy |= c;
+    }
+    return 1;
+}
+
+/* Every member kept (adsm__xlate_keep), buf NULL or the batch's translated bytes. 0, or -1 when
+ * one could not be: the batch is rewritten back on the device then. */
+ADSM__PRIVATE int adsm__xlate_batch_keep(adsm__xlate_pass *x, const adsm__xlate_batch *b, const unsigned char *buf) {
+    for (ptrdiff_t i = 0; i < stbds_arrlen(b->members); i++) {
+        adsm__object *o = b->members[i];
+        if (adsm__xlate_keep(x, o, buf ? buf + (o->dev - b->lo) : NULL, 0, o->size) != 0) return -1;
+    }
+    return 0;
+}
+
+ADSM__PRIVATE int adsm__xlate_batch_skipped(const adsm__xlate_batch *b) {
+    for (ptrdiff_t i = 0; i < stbds_arrlen(b->members); i++)
+        if (b->members[i]->flush_skipped) return 1;
     return 0;
 }
 
@@ -497,25 +559,24 @@ ADSM__PRIVATE int adsm__xlate_flush(adsm__xlate_pass *x, adsm__xlate_batch *b) {
     ptrdiff_t k = stbds_arrlen(b->members);
     if (k == 0) return 0;
     size_t n = b->end - b->lo;
-    int changed = 0, rc = -1;
+    int changed = 0, rc = -1, copy = 1, keep = adsm__xlate_batch_keepable(x, b, &copy);
     adsm_result before = x->r;
-    if (adsm__xlate_stage(x) && adsm__xlate_batch_in(x, b) == 0) {
+    if (keep && !copy && adsm__xlate_batch_keep(x, b, NULL) == 0) {
+        rc = 0; /* current on the host: nothing comes home */
+    } else if (adsm__xlate_stage(x) && adsm__xlate_batch_in(x, b) == 0) {
         for (ptrdiff_t i = 0; i < k; i++) {
             adsm__object *o = b->members[i];
             changed |= adsm__xlate_piece(x, o, x->stage + (o->dev - b->lo), 0, o->size);
         }
         rc = 0;
         int refused = x->to_device && before == ADSM_OK && x->r != ADSM_OK; /* not written: stop below */
-        if (!refused && changed) {
+        int kept = !refused && keep && x->r == before && adsm__xlate_batch_keep(x, b, x->stage) == 0;
+        if (!refused && !kept && (changed || (x->to_device && adsm__xlate_batch_skipped(b)))) {
             rc = rt->be->to_device(ctx, b->lo, (uintptr_t)x->stage, n, 0, ADSM__EVERY_LAUNCH) == 0 ? 0 : -1;
             if (rc == 0) {
                 adsm__count_to_device(rt, x->d, 0, n);
                 ADSM__ADD(&rt->stats.translation_bytes, n);
             }
-        }
-        for (ptrdiff_t i = 0; rc == 0 && x->r == before && i < k; i++) {
-            adsm__object *o = b->members[i];
-            adsm__xlate_fill_host(x, o, x->stage + (o->dev - b->lo), 0, o->size);
         }
     }
     if (x->to_device && (rc != 0 || (before == ADSM_OK && x->r != ADSM_OK))) {
@@ -904,9 +965,49 @@ ADSM__PRIVATE adsm_result adsm__xlate_home(adsm__runtime *rt, unsigned d, const 
     return x.r;
 }
 
-/* Before a launch on d (its flushes queued): d goes idle, then its typed objects take its
- * addresses. On an error nothing is left translated. */
-ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, const char *kernel) {
+/* ---- the flushes a staged pass takes over --------------------------------------------------
+ * Staged, a typed object the CPU holds current is read from host memory and sent translated, so
+ * the raw flush its Dirty units would take at the launch's release sends bytes the pass then
+ * overwrites: before the release, such objects take their flushes over (protocol.h, adsm__flush,
+ * skips them), and the pass sends every piece of them, changed or not. Only whole copies read
+ * from the host: one device, lazy or rolling, staged, neither safe nor sparse, no block Invalid
+ * or being copied. */
+ADSM__PRIVATE void adsm__xlate_take_flushes(adsm__runtime *rt, unsigned d) {
+    if (rt->ndev != 1 || !adsm__tracking(rt) || adsm__xlate_window(rt) || adsm__xlate_patching(rt, d)) return;
+    for (adsm__object *o = rt->first_object; o; o = o->next)
+        o->flush_by_xlate = adsm__xlate_rewrites(o) && !o->safe && !o->device_newer && !o->busy_units &&
+                            !adsm__type_sparse(o->type) &&
+                            !(adsm__states_in(o, 0, o->nblocks) & ADSM__HAS(ADSM__INVALID));
+}
+
+/* After the pass going to d, or where none ran (nothing_sent): no object takes its flushes any
+ * more, and what the pass did not send (all of it, or from where a failed pass stopped on) goes
+ * now, raw, as the skipped flushes would have sent it. The first error, or ADSM_OK. */
+ADSM__PRIVATE adsm_result adsm__xlate_give_back_flushes(adsm__runtime *rt, unsigned d, const char *kernel,
+                                                        const adsm__object *stop, size_t stop_off, int nothing_sent) {
+    adsm__xlate_pass x = adsm__xlate_begin(rt, d, kernel, 1);
+    int rc = 0;
+    for (adsm__object *o = rt->first_object; o; o = o->next) {
+        int skipped = o->flush_skipped;
+        o->flush_by_xlate = o->flush_skipped = 0;
+        size_t p0 = nothing_sent || (stop && o->host > stop->host) ? 0 : stop == o ? stop_off : o->size;
+        for (; skipped && rc == 0 && p0 < o->size; p0 += ADSM__XLATE_STAGE) {
+            size_t p1 = ADSM__MIN(o->size, p0 + ADSM__XLATE_STAGE);
+            if (!adsm__xlate_stage(&x) || !adsm__xlate_read_host(&x, o, p0, p1, x.stage) ||
+                rt->be->to_device(rt->dev_ctx[d], o->dev + p0, (uintptr_t)x.stage, p1 - p0, 0, ADSM__EVERY_LAUNCH) != 0)
+                rc = -1;
+            else adsm__count_to_device(rt, d, 0, p1 - p0);
+        }
+    }
+    free(x.stage);
+    if (rc == 0) return ADSM_OK;
+    return adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': sending typed objects to device %u failed", kernel, d);
+}
+
+/* The pass going to d (below); *stop, *stop_off: where a failed staged pass stopped; *nothing_sent:
+ * whether no staged pass ran. */
+ADSM__PRIVATE adsm_result adsm__xlate_going(adsm__runtime *rt, unsigned d, const char *kernel,
+                                            const adsm__object **stop, size_t *stop_off, int *nothing_sent) {
     void *ctx = rt->dev_ctx[d];
     rt->be->drain(ctx);
     if (rt->be->wait(ctx, rt->dev_last_launch[d]) != 0)
@@ -914,7 +1015,8 @@ ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, cons
     adsm__xlate_pass x = adsm__xlate_begin(rt, d, kernel, 1);
     int rc = 0;
     if (adsm__xlate_patching(rt, d)) { /* on the device: a check pass, then the pass that rewrites */
-        adsm_result r;
+        adsm_result r = adsm__xlate_give_back_flushes(rt, d, kernel, NULL, 0, 1); /* none taken, normally */
+        if (r != ADSM_OK) return r;
         if (adsm__xlate_all_patchable(rt)) {
             r = adsm__xlate_patch_all(&x, 1);
         } else { /* staged objects among them: the check's answer before anything changes */
@@ -928,8 +1030,11 @@ ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, cons
             return adsm__fail(r, "kernel '%s': translating pointer fields on device %u failed", kernel, d);
         return x.r;
     }
+    *nothing_sent = 0;
     rc = adsm__xlate_all(&x);
     free(x.stage);
+    *stop = x.stop;
+    *stop_off = x.stop_off;
     if (rc == 0 && x.r == ADSM_OK) return ADSM_OK;
     adsm_result r = x.r != ADSM_OK ? x.r
                                    : adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': copying pointer fields to "
@@ -938,6 +1043,20 @@ ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, cons
     snprintf(text, sizeof text, "%s", adsm_last_error());
     (void)adsm__xlate_home(rt, d, kernel, x.stop, x.stop_off); /* what went translated comes back */
     return adsm__fail(r, "%s", text);
+}
+
+/* Before a launch on d (its flushes queued): d goes idle, then its typed objects take its
+ * addresses. On an error nothing is left translated. */
+ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, const char *kernel) {
+    const adsm__object *stop = NULL;
+    size_t stop_off = 0;
+    int nothing_sent = 1;
+    adsm_result r = adsm__xlate_going(rt, d, kernel, &stop, &stop_off, &nothing_sent);
+    char text[512];
+    snprintf(text, sizeof text, "%s", r != ADSM_OK ? adsm_last_error() : "");
+    adsm_result given = adsm__xlate_give_back_flushes(rt, d, kernel, stop, stop_off, nothing_sent);
+    if (r != ADSM_OK) return adsm__fail(r, "%s", text);
+    return given;
 }
 
 /* After launch `seq` on d: once it finished, its typed objects back to host addresses. An error
