@@ -29,8 +29,10 @@
  * Columns: median over runs of ms per repetition (explicit, small structures: beside in place);
  * in place / same as a ratio of those medians; x / explicit, small structures: the median over
  * runs of each start's median pair ratio, larger ones: a ratio of medians; and the CPU faults adsm
- * resolved and the protection changes its protocol made per repetition in place (the same in every
- * shared variant: the protocol's fixed cost, which the hand-written copy does not pay). The
+ * resolved and the protection changes its protocol made per repetition in place (the same without
+ * translation: the protocol's fixed cost, which the hand-written copy does not pay), and staged,
+ * the faults and the copies either way per repetition (staged leaves what a kernel wrote current
+ * on the host, so the CPU's reads after it do not fault). The
  * default column names the technique ADSM_TRANSLATE=auto takes for the structure: in place,
  * except on a GPU where the typed pool holds under 128 KiB (translate.h, ADSM__XLATE_PATCH_MIN).
  *
@@ -268,7 +270,7 @@ static double rep_explicit(const structure *s, const explicit_bufs *b, double va
  * adsm's protocol work per shared repetition (CPU faults resolved, protection changes made; the
  * hand-written copy's memory is not shared, so it adds none). */
 typedef struct start_result {
-    double shared_ms, explicit_ms, ratio, faults, changes;
+    double shared_ms, explicit_ms, ratio, faults, changes, copies;
 } start_result;
 
 enum { SHARED = 1, EXPLICIT = 2 }; /* what a start runs: one of them, or both in pairs */
@@ -282,13 +284,17 @@ static int run_start(const structure *s, const char *backend, int same_address, 
     explicit_bufs ex;
     int failed = make_bufs(s, what & SHARED ? &sh : NULL, what & EXPLICIT ? &ex : NULL) != 0, reps = timed_reps(s);
     double shared_ms[64], explicit_ms[64], ratio[64];
-    adsm_stats before, after;
+    adsm_stats before, after, rep0, rep1;
     memset(&before, 0, sizeof before);
+    uint64_t copies = 0; /* the shared variant's alone: the explicit one's copy calls count there too */
     for (int k = 0; k < WARM_REPS + reps && !failed; k++) {
         if (k == WARM_REPS) adsm_get_stats(&before);
         double t_shared = 0, t_explicit = 0, v = value + k;
         if (k % 2 && (what & EXPLICIT)) t_explicit = rep_explicit(s, &ex, v);
+        adsm_get_stats(&rep0);
         if (what & SHARED) t_shared = rep_shared(s, &sh, v);
+        adsm_get_stats(&rep1);
+        if (k >= WARM_REPS) copies += rep1.h2d_copies + rep1.d2h_copies - rep0.h2d_copies - rep0.d2h_copies;
         if (!(k % 2) && (what & EXPLICIT)) t_explicit = rep_explicit(s, &ex, v);
         failed = t_shared < 0 || t_explicit < 0;
         if (k < WARM_REPS || failed) continue;
@@ -304,6 +310,7 @@ static int run_start(const structure *s, const char *backend, int same_address, 
     out->ratio = bench_median(ratio, reps);
     out->faults = (double)(after.read_faults + after.write_faults - before.read_faults - before.write_faults) / reps;
     out->changes = (double)(after.protection_changes - before.protection_changes) / reps;
+    out->copies = (double)copies / reps;
     return 0;
 }
 
@@ -343,10 +350,13 @@ int main(int argc, char **argv) {
            "median of the ratios of pairs of repetitions in one start (explicit ms: beside in place), for larger "
            "ones a ratio of medians of starts of their own; "
            "faults / rep: CPU faults adsm resolved per repetition; changes / rep: page protection changes its "
-           "protocol made per repetition (each a system call).\n\n");
+           "protocol made per repetition (each a system call), both in place; staged faults / rep, copies / rep: "
+           "the faults staged (it leaves a structure a kernel wrote current on the host), and the copies either "
+           "way per repetition (adsm_stats h2d_copies + d2h_copies: flushes, fetches and the translation's).\n\n");
     printf("| structure | node | nodes | same ms | in place ms | staged ms | explicit ms | in place / same | "
-           "in place / explicit | staged / explicit | default | default / explicit | faults / rep | changes / rep |\n"
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n");
+           "in place / explicit | staged / explicit | default | default / explicit | faults / rep | changes / rep | "
+           "staged faults / rep | staged copies / rep |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
     int failed = 0;
     for (int sh = LIST; sh <= DENSE_TREE; sh++)
         for (size_t z = 0; z < sizeof node_sizes / sizeof *node_sizes; z++) {
@@ -391,10 +401,11 @@ int main(int argc, char **argv) {
             double in_place_r = pairs ? bench_median(in_place_x, runs) : mp / me,
                    staged_r = pairs ? bench_median(staged_x, runs) : mt / me;
             int default_staged = !strcmp(backend, "cuda") && s.nodes * s.node_bytes < ADSM__XLATE_PATCH_MIN;
-            printf("| %s | %zu B | %zu | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %s | %.2fx | %.0f | %.0f |\n",
+            printf("| %s | %zu B | %zu | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %s | %.2fx | %.0f | %.0f | "
+                   "%.0f | %.1f |\n",
                    shape_names[sh], node_sizes[z], s.nodes, ms, mp, mt, me, mp / ms, in_place_r, staged_r,
                    default_staged ? "staged" : "in place", default_staged ? staged_r : in_place_r, res[1][0].faults,
-                   res[1][0].changes);
+                   res[1][0].changes, res[2][0].faults, res[2][0].copies);
             fflush(stdout);
             free(s.order);
         }
