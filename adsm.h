@@ -128,8 +128,9 @@
    A field pointing outside every shared object fails the launch with ADSM_ERROR_NOT_SHARED
    naming kernel, type, element and field (a kernel leaving one: that launch and the next
    adsm_sync). Where the addresses agree nothing runs; where they differ a launch that names a
-   typed object waits for its device and is synchronous (one that names none translates nothing
-   and stays asynchronous). docs/usage.md, "Pointer structures where addresses differ".
+   typed object waits for its device and is synchronous, unless it goes through host memory and
+   its kernel only reads them (one that names none translates nothing and stays asynchronous).
+   docs/usage.md, "Pointer structures where addresses differ".
 
    3. CONFIGURATION
    ================

@@ -237,7 +237,7 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
         ADSM__STORE(&rt->launch_seq, l.seq);
     }
     adsm_result after = ADSM_OK;
-    if (xlate) after = r == ADSM_OK ? adsm__xlate_after(rt, d, k->name, l.seq) : adsm__xlate_home(rt, d, k->name, NULL, 0);
+    if (xlate) after = r == ADSM_OK ? adsm__xlate_after(rt, d, k->name, l.seq) : adsm__xlate_home(rt, d, k->name, NULL, 0, 0);
     for (size_t i = 0; i < nwrites; i++) writes[i]->host_kept = 0; /* its kernel may have run */
     if (r == ADSM_OK) {
         adsm__note_users(all, adsm__count(all), d, l.seq);

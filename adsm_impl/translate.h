@@ -156,7 +156,19 @@ typedef struct adsm__xlate_pass {
     uint64_t patched_fields;   /* fields the patch launches of the pass rewrite (counted once it succeeded) */
     int in_place;              /* the piece being translated is the device's memory itself */
     adsm__xlate_hit hit;       /* the object the last field pointed into */
+    uint64_t kernel_seq;       /* coming home: the launch whose kernel the pass waits for before it
+                                  first touches device memory (0: done waiting) */
+    int lost;                  /* that wait found the device lost */
 } adsm__xlate_pass;
+
+/* Coming home, before the pass first reads or rewrites device memory: its kernel has finished.
+ * A pass that needs none of it (every piece left on the device as the kernel saw it, below) never
+ * waits, so the launch returns at once. 0, or -1 when the device is lost. */
+ADSM__PRIVATE int adsm__xlate_settle(adsm__xlate_pass *x) {
+    if (x->kernel_seq && x->rt->be->wait(x->rt->dev_ctx[x->d], x->kernel_seq) != 0) x->lost = 1;
+    x->kernel_seq = 0;
+    return x->lost ? -1 : 0;
+}
 
 /* v translated, or 0 when it points into no shared object. */
 ADSM__PRIVATE uintptr_t adsm__xlate_value(adsm__xlate_pass *x, uintptr_t v) {
@@ -389,6 +401,7 @@ ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, adsm__object *o, size_t 
     void *ctx = rt->dev_ctx[x->d];
     size_t n = p1 - p0;
     unsigned char *in_place = adsm__xlate_window(rt) ? (unsigned char *)rt->be->device_window(ctx, o->dev + p0, n) : NULL;
+    if (in_place && adsm__xlate_settle(x) != 0) return -1;
     if (in_place) {
         x->in_place = 1;
         (void)adsm__xlate_piece(x, o, in_place, p0, p1);
@@ -400,7 +413,8 @@ ADSM__PRIVATE int adsm__xlate_move(adsm__xlate_pass *x, adsm__object *o, size_t 
     if (keep && !copy && adsm__xlate_keep(x, o, NULL, p0, p1) == 0) return 0; /* current on the host */
     if (!adsm__xlate_read_host(x, o, p0, p1, x->stage)) {
         if (x->to_device && o->flush_skipped) return -1; /* its device bytes are stale: cannot happen */
-        if (rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0) return -1;
+        if (adsm__xlate_settle(x) != 0 || rt->be->from_device(ctx, (uintptr_t)x->stage, o->dev + p0, n) != 0)
+            return -1;
         adsm__count_from_device(rt, x->d, n);
         ADSM__ADD(&rt->stats.translation_bytes, n);
     }
@@ -515,7 +529,8 @@ ADSM__PRIVATE int adsm__xlate_batch_in(adsm__xlate_pass *x, const adsm__xlate_ba
     size_t n = b->end - b->lo;
     while (i < k && adsm__xlate_member_in(x, b, i)) i++;
     if (i == k) return 0;
-    if (rt->be->from_device(rt->dev_ctx[x->d], (uintptr_t)x->stage, b->lo, n) != 0) return -1;
+    if (adsm__xlate_settle(x) != 0 || rt->be->from_device(rt->dev_ctx[x->d], (uintptr_t)x->stage, b->lo, n) != 0)
+        return -1;
     adsm__count_from_device(rt, x->d, n);
     ADSM__ADD(&rt->stats.translation_bytes, n);
     for (i = 0; i < k; i++)
@@ -942,15 +957,19 @@ ADSM__PRIVATE adsm__xlate_pass adsm__xlate_begin(adsm__runtime *rt, unsigned d, 
     return x;
 }
 
-/* After the kernels on d finished: the typed objects there back to host addresses (up to a limit,
- * when rolling a failed pass back). The first error, or ADSM_OK. */
+/* Once the kernel of launch kernel_seq on d finished (0: nothing to wait for), the typed objects
+ * there back to host addresses (up to a limit, when rolling a failed pass back); the pass waits
+ * only where it touches device memory. The first error, or ADSM_OK (also where the device was
+ * lost meanwhile: its memory is taken as it stands). */
 ADSM__PRIVATE adsm_result adsm__xlate_home(adsm__runtime *rt, unsigned d, const char *kernel, const adsm__object *limit,
-                                           size_t limit_off) {
+                                           size_t limit_off, uint64_t kernel_seq) {
     adsm__xlate_pass x = adsm__xlate_begin(rt, d, kernel, 0);
     x.limit = limit;
     x.limit_off = limit_off;
+    x.kernel_seq = kernel_seq;
     int rc = 0;
     if (!limit && adsm__xlate_patching(rt, d)) { /* a rollback never follows a patch pass */
+        if (adsm__xlate_settle(&x) != 0) return ADSM_OK;
         adsm_result r = adsm__xlate_patch_all(&x, 0);
         free(x.stage);
         if (r == ADSM_ERROR_DEVICE_LOST && x.r == ADSM_OK)
@@ -959,6 +978,7 @@ ADSM__PRIVATE adsm_result adsm__xlate_home(adsm__runtime *rt, unsigned d, const 
     }
     rc = adsm__xlate_all(&x);
     free(x.stage);
+    if (x.lost) return ADSM_OK;
     if (rc != 0 && x.r == ADSM_OK)
         x.r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': copying pointer fields back from device %u failed",
                          kernel, d);
@@ -1041,7 +1061,7 @@ ADSM__PRIVATE adsm_result adsm__xlate_going(adsm__runtime *rt, unsigned d, const
                                                 "device %u failed", kernel, d);
     char text[512];
     snprintf(text, sizeof text, "%s", adsm_last_error());
-    (void)adsm__xlate_home(rt, d, kernel, x.stop, x.stop_off); /* what went translated comes back */
+    (void)adsm__xlate_home(rt, d, kernel, x.stop, x.stop_off, 0); /* what went translated comes back */
     return adsm__fail(r, "%s", text);
 }
 
@@ -1059,11 +1079,11 @@ ADSM__PRIVATE adsm_result adsm__xlate_before(adsm__runtime *rt, unsigned d, cons
     return given;
 }
 
-/* After launch `seq` on d: once it finished, its typed objects back to host addresses. An error
- * is also kept for the next adsm_sync. */
+/* After launch `seq` on d: its typed objects back to host addresses, waiting for its kernel only
+ * where that needs the device's memory (a launch whose kernel only reads them, staged, returns at
+ * once). An error is also kept for the next adsm_sync. */
 ADSM__PRIVATE adsm_result adsm__xlate_after(adsm__runtime *rt, unsigned d, const char *kernel, uint64_t seq) {
-    if (rt->be->wait(rt->dev_ctx[d], seq) != 0) return ADSM_OK; /* lost: its memory is taken as it stands */
-    adsm_result r = adsm__xlate_home(rt, d, kernel, NULL, 0);
+    adsm_result r = adsm__xlate_home(rt, d, kernel, NULL, 0, seq);
     if (r != ADSM_OK && rt->translate_error == ADSM_OK) {
         rt->translate_error = r;
         snprintf(rt->translate_message, sizeof rt->translate_message, "%s", adsm_last_error());

@@ -327,26 +327,51 @@ void k_wait_for_file(adsm_grid g, int *saw, int64_t tag) {
     }
 }
 
+/* The same, reading a typed list too: list[0].next as a number into seen[0] first. */
+ADSM_KERNEL(k_wait_reading, ADSM_IN(node, list), ADSM_OUT(uint64_t, seen), ADSM_OUT(int, saw),
+            ADSM_VALUE(int64_t, tag));
+
+void k_wait_reading(adsm_grid g, const node *list, uint64_t *seen, int *saw, int64_t tag) {
+    ADSM_FOR_EACH_THREAD(g, t) {
+        if (t == 0) seen[0] = (uint64_t)(size_t)list[0].next;
+    }
+    k_wait_for_file(g, saw, tag);
+}
+
 /* ... and returns before its kernel finished: the kernel waits for a file the test makes only
  * once the launch returned (a launch that waited would leave it waiting in vain for a minute). */
-Test(translate, a_launch_naming_no_typed_object_stays_asynchronous) {
+static void launch_then_release(int typed) {
     start(ADSM_PROTOCOL_LAZY, 4096, 0);
     node *list = make_list(10, adsm_alloc(10 * sizeof(float)));
     int *saw = adsm_alloc(sizeof *saw);
-    cr_assert(list && saw, "%s", adsm_last_error());
+    uint64_t *seen = adsm_alloc(sizeof *seen);
+    cr_assert(list && saw && seen, "%s", adsm_last_error());
     char path[64];
     snprintf(path, sizeof path, "/tmp/adsm-translate-async-%lld", (long long)getpid());
     unlink(path);
-    cr_assert_eq(ADSM_CALL(k_wait_for_file, adsm_grid_1d(1, 32), saw, (int64_t)getpid()), ADSM_OK, "%s",
-                 adsm_last_error());
+    adsm_result r = typed ? ADSM_CALL(k_wait_reading, adsm_grid_1d(1, 32), list, seen, saw, (int64_t)getpid())
+                          : ADSM_CALL(k_wait_for_file, adsm_grid_1d(1, 32), saw, (int64_t)getpid());
+    cr_assert_eq(r, ADSM_OK, "%s", adsm_last_error());
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fclose(f);
     cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
     unlink(path);
     cr_assert_eq(saw[0], 1, "the launch waited for its kernel");
+    if (typed) {
+        cr_assert_eq(seen[0], dev_of(&list[1]), "the kernel saw %#llx", (unsigned long long)seen[0]);
+        cr_assert_eq(list[0].next, &list[1]);
+    }
     adsm_shutdown();
 }
+
+Test(translate, a_launch_naming_no_typed_object_stays_asynchronous) { launch_then_release(0); }
+
+#ifdef TEST_TRANSLATE_STAGED
+/* Staged, a launch whose kernel only reads typed objects needs nothing of the device's memory to
+ * bring them home (the host copies are current), so it returns before its kernel finished too. */
+Test(translate, a_launch_only_reading_typed_objects_stays_asynchronous) { launch_then_release(1); }
+#endif
 #endif
 
 /* Structs of 8 KiB whose one pointer field is a small part of them: each is translated right,
