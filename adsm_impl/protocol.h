@@ -502,7 +502,11 @@ ADSM__PRIVATE int adsm__prepare_unit(adsm__runtime *rt, adsm__object *o, size_t 
     adsm__block *head = &o->blocks[first];
     /* an Invalid unit's flush, if any, ran before the kernel that made it Invalid, which both the
      * fetch and an overwrite wait for: no drain (its flush may be unsettled: adsm__tracked_release) */
-    int need_fetch = state == ADSM__INVALID, need_drain = is_write && !need_fetch && adsm__flushing(rt, head);
+    /* an output whose flush a launch's translation took over (translate.h) has its current bytes
+     * in its host pages, not on the device, until that launch's pass sent them: a thread touching
+     * it meanwhile (racing the launch) takes them as they are */
+    int need_fetch = state == ADSM__INVALID && !o->flush_skipped;
+    int need_drain = is_write && !need_fetch && adsm__flushing(rt, head);
     if (!need_drain && !need_fetch) return 0;
     int rc = 0;
     size_t marks = rt->proto->whole_object ? 1 : count;

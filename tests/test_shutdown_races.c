@@ -12,6 +12,9 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 ADSM_KERNEL(mark, ADSM_OUT(int, c), ADSM_VALUE(int, v));
@@ -79,14 +82,41 @@ typedef struct blocked_read {
     char *buf;
     ssize_t got;
     int err;
+    int tid; /* the reader's thread id, once it runs */
 } blocked_read;
 
 static void *read_from_pipe(void *arg) {
     blocked_read *b = arg;
+    __atomic_store_n(&b->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
     errno = 0;
     b->got = adsm_read(b->fd, b->buf, 4096);
     b->err = errno;
     return NULL;
+}
+
+/* Whether thread tid is blocked in read(2) now (/proc/self/task/<tid>/syscall names the call). */
+static int blocked_in_read(int tid) {
+    char path[64];
+    long nr = -1;
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    if (fscanf(f, "%ld", &nr) != 1) nr = -1;
+    fclose(f);
+    return nr == SYS_read;
+}
+
+/* Waits, a bounded number of 1 ms naps (a minute at most, however loaded the machine), until the
+ * reader is blocked in read(2): shutting down before it got there would test something else. */
+static void await_blocked_reader(const blocked_read *b) {
+    int seen = 0;
+    for (int i = 0; i < 60000 && !seen; i++) {
+        int tid = __atomic_load_n(&b->tid, __ATOMIC_ACQUIRE);
+        seen = tid != 0 && blocked_in_read(tid);
+        struct timespec nap = {0, 1000000};
+        if (!seen) nanosleep(&nap, NULL);
+    }
+    cr_assert(seen, "the reader never blocked in read(2)");
 }
 
 Test(shutdown_races, shutdown_does_not_wait_for_a_read_blocked_on_a_pipe, .timeout = 60) {
@@ -96,7 +126,7 @@ Test(shutdown_races, shutdown_does_not_wait_for_a_read_blocked_on_a_pipe, .timeo
     blocked_read b = {.fd = fds[0], .buf = adsm_alloc(4096)};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, read_from_pipe, &b), 0);
-    usleep(50000); /* the reader is in read(2) now */
+    await_blocked_reader(&b);
     adsm_shutdown(); /* returns: the Criterion timeout fails a hang */
     cr_assert_eq(write(fds[1], "late", 4), 4);
     pthread_join(t, NULL);
