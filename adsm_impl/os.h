@@ -227,35 +227,32 @@ ADSM__PRIVATE void adsm__close_fds_except(int keep) {
     for (long fd = keep + 1; fd < (max > 0 ? max : 65536); fd++) close((int)fd);
 }
 
-/* Writes len bytes at host address dst whatever its protection: the kernel's /proc/self/mem
- * writes with FOLL_FORCE, so a PROT_NONE block is filled completely before any thread can see
- * it. Returns 0 or -1. */
-ADSM__PRIVATE int adsm__pwrite_full(int fd, const void *src, size_t len, uintptr_t dst) {
-    const char *p = (const char *)src;
+/* The loop behind the two below: system call nr (SYS_pread64 or SYS_pwrite64, raw, so never an
+ * interposed pread or pwrite) until len bytes moved between buf and host address `at` of
+ * /proc/self/mem. 0 or -1. */
+ADSM__PRIVATE int adsm__procmem_full(long nr, int fd, char *buf, size_t len, uintptr_t at) {
     while (len > 0) {
-        ssize_t n = (ssize_t)syscall(SYS_pwrite64, fd, p, len, (off_t)dst); /* never an interposed pwrite */
+        ssize_t n = (ssize_t)syscall(nr, fd, buf, len, (off_t)at);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return -1;
-        p += n;
-        dst += (uintptr_t)n;
+        buf += n;
+        at += (uintptr_t)n;
         len -= (size_t)n;
     }
     return 0;
 }
 
+/* Writes len bytes at host address dst whatever its protection: the kernel's /proc/self/mem
+ * writes with FOLL_FORCE, so a PROT_NONE block is filled completely before any thread can see
+ * it. Returns 0 or -1. */
+ADSM__PRIVATE int adsm__pwrite_full(int fd, const void *src, size_t len, uintptr_t dst) {
+    return adsm__procmem_full(SYS_pwrite64, fd, (char *)src, len, dst); /* only read from */
+}
+
 /* Reads len bytes at host address src whatever its protection (/proc/self/mem, as above), into
  * plain memory. Returns 0 or -1. */
 ADSM__PRIVATE int adsm__pread_full(int fd, void *dst, size_t len, uintptr_t src) {
-    char *p = (char *)dst;
-    while (len > 0) {
-        ssize_t n = (ssize_t)syscall(SYS_pread64, fd, p, len, (off_t)src); /* never an interposed pread */
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        p += n;
-        src += (uintptr_t)n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return adsm__procmem_full(SYS_pread64, fd, (char *)dst, len, src);
 }
 
 /* write(2) a string: the only output allowed in signal context. A raw system call, so an

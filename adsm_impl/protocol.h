@@ -189,17 +189,23 @@ ADSM__PRIVATE int adsm__check_fault_engine(adsm__runtime *rt) {
     return adsm__protection_lost(&rt->protection) ? adsm__fault_engine_lost(rt) : 0;
 }
 
-/* Device `from` -> host copy into host memory of protection `prot` (kept), counted in the stats.
- * Where the shared half has a host alias (reservation.h) the bytes go in through it, which is
- * always writable: the program's view stays as it is until the protocol opens it. */
+/* n bytes from `src` (as ops reach it) into host memory [host, host + n) of protection `prot`
+ * (kept). Where the shared half has a host alias (reservation.h) the bytes go in through it, which
+ * is always writable: the program's view stays as it is until the protocol opens it. 0 or -1. */
+ADSM__PRIVATE int adsm__land_home(adsm__runtime *rt, const adsm__fetch_ops *ops, uintptr_t host, uintptr_t src,
+                                  size_t n, int prot, adsm__fill_count *count) {
+    uintptr_t to = adsm__host_dma(rt, host);
+    return adsm__copy_home(&rt->fill, ops, to, src, n, to != host ? PROT_READ | PROT_WRITE : prot, count);
+}
+
+/* Device `from` -> host copy into host memory of protection `prot` (kept), counted in the stats. */
+
 ADSM__PRIVATE int adsm__fetch_range(adsm__runtime *rt, unsigned from, uintptr_t host, uintptr_t dev, size_t n,
                                     int prot) {
     adsm__fill_count count = {0, 0};
     adsm__fetch_ops ops = {rt->be->from_device, rt->be->host_direct, rt->be->device_view, rt->dev_ctx[from]};
     uint64_t t0 = adsm__now_ns();
-    uintptr_t to = adsm__host_dma(rt, host);
-    if (adsm__copy_home(&rt->fill, &ops, to, dev, n, to != host ? PROT_READ | PROT_WRITE : prot, &count) != 0)
-        return -1;
+    if (adsm__land_home(rt, &ops, host, dev, n, prot, &count) != 0) return -1;
     adsm__trace(&rt->trace, ADSM__TR_FETCH, t0, host, n);
     adsm__count_from_device(rt, from, n);
     ADSM__ADD(&rt->stats.d2h_moved_bytes, count.moved);
@@ -221,14 +227,13 @@ ADSM__PRIVATE const void *adsm__memory_view(void *ctx, uintptr_t src, size_t n) 
 }
 
 /* Bytes the runtime already holds in plain memory (src) into host memory [host, host + n) of
- * protection `prot` (kept), landing as a fetch's do: through the alias where there is one, else
- * all at once (copy.h). Used where a device copy's bytes came home for another reason (translate.h,
- * the pass back of a staged translation), so the CPU need not fetch them again. 0 or -1. */
+ * protection `prot` (kept), landing as a fetch's do (adsm__land_home). Used where a device copy's
+ * bytes came home for another reason (translate.h, the pass back of a staged translation), so the
+ * CPU need not fetch them again. 0 or -1. */
 ADSM__PRIVATE int adsm__fill_range(adsm__runtime *rt, uintptr_t host, const void *src, size_t n, int prot) {
     adsm__fill_count count = {0, 0};
     adsm__fetch_ops ops = {adsm__copy_from_memory, NULL, adsm__memory_view, NULL};
-    uintptr_t to = adsm__host_dma(rt, host);
-    return adsm__copy_home(&rt->fill, &ops, to, (uintptr_t)src, n, to != host ? PROT_READ | PROT_WRITE : prot, &count);
+    return adsm__land_home(rt, &ops, host, (uintptr_t)src, n, prot, &count);
 }
 
 /* Waits for the last kernel that may write o. A lost device never finishes it; the device memory
