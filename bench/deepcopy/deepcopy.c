@@ -36,8 +36,9 @@
  * default column names the technique ADSM_TRANSLATE=auto takes for the structure: in place,
  * except on a GPU where the typed pool holds under 128 KiB (translate.h, ADSM__XLATE_PATCH_MIN).
  *
- *   bazel run //:bench_deepcopy -- [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES]]
- * (--only List, --only Tree:1024: one structure, or one node size of it, for a closer look)
+ *   bazel run //:bench_deepcopy -- [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES][,...]]
+ * (--only List, --only Tree:1024: one structure, or one node size of it, for a closer look; a comma
+ * list names several)
  *
  * Main thread only. */
 #define ADSM_IMPLEMENTATION
@@ -315,12 +316,16 @@ static int run_start(const structure *s, const char *backend, int same_address, 
 }
 
 /* Whether --only (NULL: everything) names this structure ("List") or this structure and node size
- * ("List:1024"). */
+ * ("Tree:1024"); a comma separates several ("dense 4-level tree,List:128"). */
 static int wanted(const char *only, const char *name, size_t node_bytes) {
     if (!only) return 1;
-    size_t n = strcspn(only, ":");
-    if (strlen(name) != n || strncmp(only, name, n) != 0) return 0;
-    return only[n] == '\0' || strtoull(only + n + 1, NULL, 10) == node_bytes;
+    for (const char *w = only;; w++) { /* w: one name of the list */
+        size_t len = strcspn(w, ","), n = strcspn(w, ":,");
+        if (strlen(name) == n && strncmp(w, name, n) == 0 && (n == len || strtoull(w + n + 1, NULL, 10) == node_bytes))
+            return 1;
+        w += len;
+        if (!*w) return 0;
+    }
 }
 
 int main(int argc, char **argv) {
@@ -333,7 +338,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES]]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES][,...]]\n", argv[0]);
             return 2;
         }
     }
