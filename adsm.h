@@ -1132,6 +1132,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/io.h"
 #include "adsm_impl/touch.h"
 #include "adsm_impl/object_life.h"
+#include "adsm_impl/xlate_stage.h"
 #include "adsm_impl/lifecycle.h"
 #include "adsm_impl/translate.h"
 #include "adsm_impl/explicit.h"

@@ -32,6 +32,7 @@
 #include "fault.h"
 #include "io.h"
 #include "object_life.h"
+#include "xlate_stage.h"
 
 /* Writes the ADSM_TRACE file, saying what went wrong. */
 ADSM__PRIVATE void adsm__close_trace(adsm__runtime *rt) {
@@ -287,6 +288,7 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     stbds_arrfree(rt->batch_sends);
     stbds_arrfree(rt->through);
     adsm__bounce_release_all(rt);
+    adsm__xlate_stages_release(rt); /* page-locked by the backend, which stops next */
     adsm__unlock(&rt->lock);
     adsm__devices_stop(rt);
     rt->be = NULL;

@@ -147,6 +147,8 @@ typedef struct adsm__runtime {
                                           them again); under lock */
     adsm__source_image *source_images; /* stb_ds string map: the same for adsm_module_load_source */
     void **io_bounce;    /* stb_ds array: idle I/O bounce buffers, reused (io.h); under lock */
+    struct adsm__xlate_stage_buf *xlate_stages; /* stb_ds array: the translation's staging buffers,
+                                               page-locked once and kept (translate.h); under lock */
     struct adsm__object **through; /* stb_ds array: objects kernels wrote, to bring home before the
                                       next call or sync (ADSM_WRITE_THROUGH, directory.h); under lock */
     struct adsm__object **batch_sends; /* stb_ds array: batch's objects to send at a call, kept

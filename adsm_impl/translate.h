@@ -39,8 +39,8 @@
 #include "lifecycle.h"
 #include "copy.h"
 #include "protocol.h"
+#include "xlate_stage.h"
 
-#define ADSM__XLATE_STAGE ((size_t)4 << 20) /* bytes per piece through the staging buffer */
 #define ADSM__XLATE_AHEAD 8                 /* elements between a prefetch and its use */
 
 /* ---- types ----------------------------------------------------------------------------------- */
@@ -301,10 +301,10 @@ ADSM__PRIVATE int adsm__xlate_piece(adsm__xlate_pass *x, const adsm__object *o, 
     return changed;
 }
 
-/* The pass's staging buffer, made at its first staged piece (in place and on the device, a pass
+/* The pass's staging buffer, taken at its first staged piece (in place and on the device, a pass
  * needs none). NULL when out of memory: the pass's error says so. */
 ADSM__PRIVATE unsigned char *adsm__xlate_stage(adsm__xlate_pass *x) {
-    if (!x->stage && !(x->stage = (unsigned char *)malloc(ADSM__XLATE_STAGE)) && x->r == ADSM_OK)
+    if (!x->stage && !(x->stage = adsm__xlate_stage_take(x->rt)) && x->r == ADSM_OK)
         x->r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "kernel '%s': no memory to stage pointer fields", x->kernel);
     return x->stage;
 }
@@ -872,7 +872,7 @@ ADSM__PRIVATE void adsm__reach_piece(adsm__reach_walk *w, const adsm__object *o,
 ADSM__PRIVATE int adsm__reach_from_device(adsm__reach_walk *w, const adsm__object *o, unsigned s, size_t off,
                                           size_t end) {
     adsm__runtime *rt = w->rt;
-    if (!w->stage && !(w->stage = (unsigned char *)malloc(ADSM__XLATE_STAGE))) return -1;
+    if (!w->stage && !(w->stage = adsm__xlate_stage_take(rt))) return -1;
     (void)adsm__dev_wait_writer(rt, o); /* a lost writer never finishes: its memory as it stands */
     adsm__pieces it = adsm__pieces_of(o->type, off, end);
     size_t p0, p1;
@@ -912,7 +912,7 @@ ADSM__PRIVATE adsm_result adsm__reach(adsm__runtime *rt, adsm__object *const *na
     int rc = 0;
     while (rc == 0 && stbds_arrlen(w.pending) > 0) rc = adsm__reach_object(&w, stbds_arrpop(w.pending));
     stbds_arrfree(w.pending);
-    free(w.stage);
+    adsm__xlate_stage_give(rt, w.stage);
     if (rc != 0)
         return adsm__fail(ADSM_ERROR_SYSTEM, "kernel '%s': reading typed objects' pointer fields to find what it "
                           "reaches failed (no memory for a staging buffer, or a device that cannot be read)", kernel);
@@ -971,13 +971,13 @@ ADSM__PRIVATE adsm_result adsm__xlate_home(adsm__runtime *rt, unsigned d, const 
     if (!limit && adsm__xlate_patching(rt, d)) { /* a rollback never follows a patch pass */
         if (adsm__xlate_settle(&x) != 0) return ADSM_OK;
         adsm_result r = adsm__xlate_patch_all(&x, 0);
-        free(x.stage);
+        adsm__xlate_stage_give(rt, x.stage);
         if (r == ADSM_ERROR_DEVICE_LOST && x.r == ADSM_OK)
             return adsm__fail(r, "kernel '%s': translating pointer fields back on device %u failed", kernel, d);
         return x.r;
     }
     rc = adsm__xlate_all(&x);
-    free(x.stage);
+    adsm__xlate_stage_give(rt, x.stage);
     if (x.lost) return ADSM_OK;
     if (rc != 0 && x.r == ADSM_OK)
         x.r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': copying pointer fields back from device %u failed",
@@ -1019,7 +1019,7 @@ ADSM__PRIVATE adsm_result adsm__xlate_give_back_flushes(adsm__runtime *rt, unsig
             else adsm__count_to_device(rt, d, 0, p1 - p0);
         }
     }
-    free(x.stage);
+    adsm__xlate_stage_give(rt, x.stage);
     if (rc == 0) return ADSM_OK;
     return adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': sending typed objects to device %u failed", kernel, d);
 }
@@ -1045,14 +1045,14 @@ ADSM__PRIVATE adsm_result adsm__xlate_going(adsm__runtime *rt, unsigned d, const
             x.dry = 0;
             if (r == ADSM_OK) r = adsm__xlate_patch_all(&x, 0);
         }
-        free(x.stage);
+        adsm__xlate_stage_give(rt, x.stage);
         if (r == ADSM_ERROR_DEVICE_LOST && x.r == ADSM_OK)
             return adsm__fail(r, "kernel '%s': translating pointer fields on device %u failed", kernel, d);
         return x.r;
     }
     *nothing_sent = 0;
     rc = adsm__xlate_all(&x);
-    free(x.stage);
+    adsm__xlate_stage_give(rt, x.stage);
     *stop = x.stop;
     *stop_off = x.stop_off;
     if (rc == 0 && x.r == ADSM_OK) return ADSM_OK;

@@ -738,6 +738,36 @@ Test(translate, small_objects_end_to_end_are_staged_together) {
 }
 #endif
 
+#if defined(TEST_ON_CUDA_DOUBLE) && defined(TEST_TRANSLATE_STAGED)
+/* Staged on a GPU, the translation copies through a stage the driver page-locked once, kept for
+ * the next launch: the copies are DMA from and into it, as a hand-written deep copy's are from its
+ * page-locked buffer, never through the backend's own pinned staging (a memcpy each way). At
+ * shutdown the stage goes. */
+Test(translate, the_stage_is_page_locked_once_and_kept) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    const size_t n = 2000, bytes = n * sizeof(node), launches = 3;
+    float *data = adsm_alloc(n * sizeof *data);
+    node *list = make_list(n, data);
+    cr_assert_eq(adsm_sync(), ADSM_OK);
+    cr_assert_eq(adsm_reset_stats(), ADSM_OK);
+    for (size_t k = 0; k < launches; k++) {
+        cr_assert_eq(ADSM_CALL(k_bump, adsm_grid_1d(8, 256), list, n), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    }
+    adsm_stats st = stats();
+    cr_assert_eq(st.translation_bytes, 2 * launches * bytes, "the list each way at each launch: %llu bytes",
+                 (unsigned long long)st.translation_bytes);
+    cr_assert_eq(st.staged_bytes, 0, "%llu bytes through the backend's staging", (unsigned long long)st.staged_bytes);
+    cr_assert_eq(stbds_arrlen(adsm__rt.xlate_stages), 1, "one stage for every pass");
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(list[i].value, (int64_t)(i + 100 * launches), "node %zu", i);
+        cr_assert_eq(list[i].next, &list[(i + 1) % n], "node %zu", i);
+    }
+    adsm_shutdown();
+    cr_assert_null(adsm__rt.xlate_stages, "the stage outlived adsm_shutdown");
+}
+#endif
+
 #ifdef TEST_ON_CUDA_DOUBLE
 /* A second GPU always has addresses of its own: a kernel there sees its addresses (consistent
  * offsets, neither the host's nor the first GPU's), and what it writes comes home right. */
