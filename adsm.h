@@ -192,8 +192,8 @@
        ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so.N for the driver's
                           major N down to 12, then libnvrtc.so if not newer than the driver)
        ADSM_TRACE         file to write at adsm_shutdown: a timeline of faults, fetches, copies,
-                          evictions, kernels, I/O pieces and objects made and freed in Chrome's
-                          trace-event JSON (opens in
+                          evictions, kernels, I/O pieces, protection changes, calls, syncs and
+                          objects made and freed in Chrome's trace-event JSON (opens in
                           Perfetto or chrome://tracing; bench/trace_timeline.py draws it). Up to
                           1M events; later ones are dropped and counted.  (none; adsm_config.trace)
 

@@ -119,10 +119,13 @@ ADSM__PRIVATE void adsm__fifo_remove(adsm__runtime *rt, adsm__block *b) {
 }
 
 /* The protection of `state` over [addr, addr + len), whose blocks are in the states of mask
- * `from` (protection.h), counted in the stats. */
+ * `from` (protection.h), counted in the stats and traced. */
 ADSM__PRIVATE int adsm__protect_blocks(adsm__runtime *rt, uintptr_t addr, size_t len, unsigned from, int state) {
     ADSM__ADD(&rt->stats.protection_changes, 1);
-    return adsm__protect_state(&rt->protection, addr, len, from, state);
+    uint64_t t0 = rt->trace.events ? adsm__now_ns() : 0;
+    int rc = adsm__protect_state(&rt->protection, addr, len, from, state);
+    adsm__trace(&rt->trace, ADSM__TR_PROTECT, t0, addr, len);
+    return rc;
 }
 
 /* The states blocks [first, first+count) of o are in, as a mask (ADSM__HAS). */

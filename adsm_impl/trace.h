@@ -39,6 +39,10 @@ enum {
      * acquire), so a trace shows the time between a step's faults and its kernels */
     ADSM__TR_CALL,   /* adsm_launch / ADSM_CALL, from entry to return */
     ADSM__TR_SYNC,   /* adsm_sync, from entry to return */
+    /* one protection change the protocol made (mprotect, or the userfaultfd engine's ioctl) over
+     * `bytes`: its cost grows with the page-table entries it changes, 4 KiB or 2 MiB ones, and is
+     * otherwise hidden inside the call, sync or fault around it */
+    ADSM__TR_PROTECT,
     ADSM__TR_NAME,   /* names the calling thread's track: addr is a string literal */
     ADSM__TR_KINDS
 };
@@ -46,7 +50,7 @@ enum {
 static const char *const adsm__trace_names[ADSM__TR_KINDS] = {
     "fault (read)", "fault (write)", "fetch", "copy to device", "copy from device", "evict", "kernel", "I/O",
     "alloc", "free", "copy between devices", "alloc: huge pages", "alloc: page-lock", "alloc: view mapped",
-    "device memory", "free: page-unlock", "call", "sync", ""};
+    "device memory", "free: page-unlock", "call", "sync", "protection change", ""};
 
 #define ADSM__TRACE_EVENTS ((size_t)1 << 20) /* 32 MiB of events; beyond that, dropped and counted */
 /* Kernels: a track per device and kernel stream, ADSM__TRACE_DEVICE_TID + device * 32 + stream */

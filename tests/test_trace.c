@@ -94,6 +94,8 @@ Test(trace, events_match_the_stats) {
     cr_assert_eq(count_events(text, "kernel"), 1);
     cr_assert_eq(count_events(text, "call"), 1, "the launch's CPU side");
     cr_assert_eq(count_events(text, "sync"), 1);
+    cr_assert_eq(count_events(text, "protection change"), s.protection_changes, "each protection change a span");
+    cr_assert_gt(s.protection_changes, 0);
     cr_assert_eq(count_events(text, "evict"), s.evictions);
     cr_assert_gt(s.evictions, 0);
     cr_assert_eq(sum_bytes(text, "copy to device"), s.h2d_bytes);
