@@ -12,6 +12,9 @@
  *                      is then collapsed into 2 MiB pages (MADV_COLLAPSE, whatever shmem_enabled
  *                      says), page-locked, and the program's view mapped onto it
  *                      (MADV_POPULATE_READ)
+ *   ... by threads     anonymous THP populated (MADV_POPULATE_WRITE) and shmem collapsed by --threads
+ *                      threads (default: the CPUs, up to 8), each a run of whole 2 MiB pages, before
+ *                      the locking: whether preparing memory on idle CPUs would pay
  * Both views of the memfd sit at 2 MiB-aligned addresses, as adsm's do. Columns: prepare ms (what
  * comes before or after the locking: populating, or collapsing and mapping ahead), register ms
  * (cuMemHostRegister), write ms (the CPU's first pass of writes through the program's view),
@@ -21,12 +24,14 @@
  * $ADSM_CUDA_DRIVER, loaded at run time: the driver test double, which page-locks as the driver
  * does, makes it run anywhere); says so and exits 1 without.
  *
- *   gcc -std=c11 -O2 -I. bench/host_pages/host_pages.c -ldl -o /tmp/bh && /tmp/bh [--mib N] [--runs N]
+ *   gcc -std=c11 -O2 -I. bench/host_pages/host_pages.c -pthread -ldl -o /tmp/bh && /tmp/bh [--mib N] [--runs N]
+ *       [--threads N]
  * Main thread only. */
 #ifndef _GNU_SOURCE /* memfd_create; the build may define it already */
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,9 +62,11 @@ typedef int (*cu_unregister_fn)(void *);
 static cu_register_fn cu_register;
 static cu_unregister_fn cu_unregister;
 
-enum { K_ANON, K_SHMEM_COLD, K_SHMEM_POPULATED, K_SHMEM_COLLAPSED, K_COUNT };
+enum { K_ANON, K_SHMEM_COLD, K_SHMEM_POPULATED, K_SHMEM_COLLAPSED, K_ANON_THREADS, K_SHMEM_COLLAPSED_THREADS, K_COUNT };
 static const char *const kind_name[K_COUNT] = {"anonymous THP", "shmem, cold", "shmem, populated",
-                                               "shmem, collapsed"};
+                                               "shmem, collapsed", "anonymous THP, populated by threads",
+                                               "shmem, collapsed by threads"};
+static int prep_threads = 1; /* the threads of the last two kinds (--threads; default: the CPUs, up to 8) */
 
 enum { C_PREPARE, C_REGISTER, C_WRITE, C_TOTAL, C_PROTECT, C_READ, C_COUNT };
 
@@ -148,11 +155,48 @@ static void collapse(char *lock, size_t bytes) {
     if (r != 0) die("MADV_COLLAPSE refused (Linux before 6.1, or shmem_enabled deny?)");
 }
 
+static void populate(char *p, size_t bytes) {
+    if (madvise(p, bytes, MADV_POPULATE_WRITE) != 0) die("MADV_POPULATE_WRITE refused (Linux before 5.14?)");
+}
+
+/* The kernel zeroes the huge pages a collapse or a first touch takes on the calling thread (the
+ * driver's registration of anonymous memory faults it in there too): about 5 GB/s on the GPU
+ * machine's CPUs, so that 96 MiB took 18-19 ms either way in its fourth run. The same work split
+ * over threads, each a run of whole 2 MiB pages, tells whether a runtime that prepares memory
+ * on the idle CPUs would make objects faster there. */
+typedef struct chunk {
+    char *p;
+    size_t bytes;
+    void (*work)(char *, size_t);
+} chunk;
+
+static void *chunk_main(void *arg) {
+    chunk *c = (chunk *)arg;
+    c->work(c->p, c->bytes);
+    return NULL;
+}
+
+static void in_threads(char *p, size_t bytes, void (*work)(char *, size_t)) {
+    pthread_t tid[64];
+    chunk c[64];
+    size_t pages = bytes / HUGE, per = (pages + (size_t)prep_threads - 1) / (size_t)prep_threads * HUGE;
+    int n = 0;
+    for (size_t off = 0; off < bytes && n < 64; off += per, n++) c[n] = (chunk){p + off, off + per <= bytes ? per : bytes - off, work};
+    if (n == 0) return;
+    for (int i = 1; i < n; i++)
+        if (pthread_create(&tid[i], NULL, chunk_main, &c[i]) != 0) die("pthread_create failed");
+    work(c[0].p, c[0].bytes);
+    for (int i = 1; i < n; i++) pthread_join(tid[i], NULL);
+}
+
 static timing measure(int kind, size_t bytes) {
     timing t = {0, 0, 0, 0, 0};
-    if (kind == K_ANON) {
+    if (kind == K_ANON || kind == K_ANON_THREADS) {
         char *p = map_aligned(bytes, -1);
         madvise(p, bytes, MADV_HUGEPAGE);
+        double t0 = bench_now_s();
+        if (kind == K_ANON_THREADS) in_threads(p, bytes, populate);
+        t.prepare = (bench_now_s() - t0) * 1e3;
         locked_write(p, p, bytes, 0, &t);
         munmap(p, bytes);
         return t;
@@ -166,8 +210,9 @@ static timing measure(int kind, size_t bytes) {
         (madvise(lock, bytes, MADV_POPULATE_WRITE) || madvise(program, bytes, MADV_POPULATE_WRITE)))
         die("MADV_POPULATE_WRITE refused (Linux before 5.14?)");
     if (kind == K_SHMEM_COLLAPSED) collapse(lock, bytes);
+    if (kind == K_SHMEM_COLLAPSED_THREADS) in_threads(lock, bytes, collapse);
     t.prepare = (bench_now_s() - t0) * 1e3;
-    locked_write(lock, program, bytes, kind == K_SHMEM_COLLAPSED, &t);
+    locked_write(lock, program, bytes, kind == K_SHMEM_COLLAPSED || kind == K_SHMEM_COLLAPSED_THREADS, &t);
     munmap(program, bytes);
     munmap(lock, bytes);
     return t;
@@ -176,12 +221,17 @@ static timing measure(int kind, size_t bytes) {
 int main(int argc, char **argv) {
     size_t mib = 96;
     int runs = 3;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    prep_threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (int)cpus;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
-        else die("usage: host_pages [--mib N] [--runs N (1-15)]");
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) prep_threads = atoi(argv[++i]);
+        else die("usage: host_pages [--mib N] [--runs N (1-15)] [--threads N (1-64)]");
     }
-    if (mib < 1 || runs < 1 || runs > MAX_RUNS) die("usage: host_pages [--mib N] [--runs N (1-15)]");
+    if (!prep_threads) prep_threads = 1;
+    if (mib < 1 || runs < 1 || runs > MAX_RUNS || prep_threads < 1 || prep_threads > 64)
+        die("usage: host_pages [--mib N] [--runs N (1-15)] [--threads N (1-64)]");
     open_driver();
     double ms[K_COUNT][C_COUNT][MAX_RUNS];
     /* one round unmeasured: the first huge pages a process takes may wait for the kernel to
@@ -199,7 +249,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < K_COUNT; k++)
         for (int c = 0; c < C_COUNT; c++) med[k][c] = bench_median_of(ms[k][c], runs);
     printf("## host_pages: page-locking and first writes, %zu MiB, median of %d runs\n\n", mib, runs);
-    printf("x anon: over anonymous THP's median, same column.\n\n");
+    printf("x anon: over anonymous THP's median, same column. \"by threads\": the populating or the collapse "
+           "split over %d threads (runs of whole 2 MiB pages).\n\n", prep_threads);
     printf("| host memory | prepare ms | register ms | write ms | total ms | x anon | protect us | x anon | read ms "
            "| x anon |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int k = 0; k < K_COUNT; k++)
