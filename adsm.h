@@ -166,6 +166,9 @@
                           where the typed objects hold 128 KiB or more  (auto)
        ADSM_STREAMS       kernels one device (emu or GPU) runs at once, 1..16 (4 with several devices, 1 with one)
        ADSM_WRITE_THROUGH 1: kernels' outputs come home before the next call (0: write-back)
+       ADSM_SYNC_HOME     lazy, rolling: 1 brings home, in adsm_sync, a kernel's output of at most
+                          64 KiB that the CPU read after one of the last syncs (section 4); 0
+                          leaves every output to the CPU's fault              (1)
        ADSM_DROP_REPLICAS 1: read copies are dropped after each kernel (0: kept until a write)
        ADSM_AFFINITY_BLOCK B >= 1: objects belong to devices B at a time in allocation order (0: none)
        ADSM_FAULT_ENGINE  auto | mprotect | userfaultfd                (auto = mprotect)
@@ -206,7 +209,10 @@
                 kernels were given as OUT/INOUT come back (and only those). adsm_memcpy,
                 adsm_memset and the I/O calls bring such an object home first.
        lazy     whole objects: first CPU touch of an Invalid object fetches it; dirty objects are
-                flushed at the call.
+                flushed at the call. Lazy and rolling alike: an output of at most 64 KiB the CPU
+                read after a sync (a result, a count) comes home in the next 4 syncs after a
+                kernel wrote it, without the fault (adsm_stats.sync_fetches); then a read fault
+                renews that (ADSM_SYNC_HOME=0: never).
        rolling  lazy at block granularity, plus at most "rolling size" Dirty blocks: the oldest is
                 sent to the device asynchronously while the CPU goes on (the default).
                 The adaptive rolling size (ADSM_ROLLING_SIZE=0) starts at ADSM_ROLLING_STEP
@@ -613,6 +619,9 @@ typedef struct adsm_stats {
                                     (each an mprotect, or with ADSM_FAULT_ENGINE=userfaultfd one or
                                     two system calls): with the faults, the price of tracking the
                                     CPU's accesses, which an explicit program does not pay */
+    uint64_t sync_fetches; /* lazy, rolling: small outputs (64 KiB at most) adsm_sync brought home
+                              because the CPU had read them after earlier kernels: each a read
+                              fault spared, or a copy nobody reads if the habit changed */
 } adsm_stats;
 
 /* ---- kernels -------------------------------------------------------------------------------- */

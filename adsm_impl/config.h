@@ -51,6 +51,8 @@ typedef struct adsm__settings {
     adsm_fault_engine_kind fault_engine; /* AUTO, MPROTECT or USERFAULTFD (protection.h) */
     int emu_check_bounds;    /* emu: guard pages between objects, out-of-bounds kernel accesses
                                 reported (ADSM_EMU_CHECK_BOUNDS; backend_emu.h) */
+    int sync_home;           /* lazy, rolling: adsm_sync brings home small outputs the CPU reads after
+                                each sync (protocol.h); ADSM_SYNC_HOME=0 leaves every output to faults */
     int emu_same_address;    /* emu: 0 puts device memory at addresses of its own, as a GPU that
                                 translates (ADSM_EMU_SAME_ADDRESS=0; backend_emu.h) */
     int translate;           /* how declared pointer fields are rewritten (ADSM_TRANSLATE; translate.h):
@@ -341,6 +343,10 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         (r = adsm__flag_setting("ADSM_EMU_CHECK_BOUNDS", "emu_check_bounds", &c.emu_check_bounds)) != ADSM_OK)
         return r;
     if ((r = adsm__cuda_settings(&c, s)) != ADSM_OK) return r;
+    if ((r = adsm__env_switch("ADSM_SYNC_HOME", &s->sync_home, 1,
+                              "expected 1 (small results the CPU reads after each sync come home in it) or 0 "
+                              "(every kernel output waits for the CPU's fault)")) != ADSM_OK)
+        return r;
     if ((r = adsm__env_switch("ADSM_EMU_SAME_ADDRESS", &s->emu_same_address, 1,
                               "expected 1 (device memory at the host's addresses) or 0 (at addresses of its "
                               "own, as a GPU that translates)")) != ADSM_OK)

@@ -246,6 +246,7 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
         if (adsm__tracking(rt)) {
             adsm__drop_replicas(rt, all, adsm__count(all), writes, nwrites, d);
             adsm__note_outputs(rt, writes, nwrites);
+            adsm__note_small_outputs(rt, writes, nwrites);
         }
     } else {
         /* this launch will not write them; an earlier one still may */
@@ -305,6 +306,7 @@ ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     adsm__lock(&rt->lock);
     if (adsm__bring_outputs_home(rt) != 0 && r == ADSM_OK)
         r = adsm__fail(ADSM_ERROR_SYSTEM, "write-through: bringing a kernel's output home failed");
+    if (r == ADSM_OK) adsm__bring_small_outputs_home(rt);
     adsm_result a = rt->proto->acquire(rt);
     adsm_result x = adsm__xlate_take_error(rt);
     adsm__unlock(&rt->lock);

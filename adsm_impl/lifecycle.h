@@ -287,6 +287,7 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     adsm__rolling_costs_reset(rt);
     stbds_arrfree(rt->batch_sends);
     stbds_arrfree(rt->through);
+    stbds_arrfree(rt->home_at_sync);
     adsm__bounce_release_all(rt);
     adsm__xlate_stages_release(rt); /* page-locked by the backend, which stops next */
     adsm__unlock(&rt->lock);

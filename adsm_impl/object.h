@@ -88,6 +88,9 @@ typedef struct adsm__object {
     size_t fetch_next, fetch_run; /* rolling: the block right after the last fetch fault's blocks, and
                                      how many it took (its read-ahead, adsm__fetch_ahead) */
     uint64_t reach_mark;      /* several devices: the walk (translate.h, adsm__reach) that listed it */
+    uint8_t home_syncs;       /* lazy, rolling, a small object the CPU read after a kernel wrote it:
+                                 how many more syncs bring it home after a kernel writes it, before
+                                 the CPU faults on it (protocol.h, adsm__bring_small_outputs_home) */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */

@@ -35,6 +35,11 @@
 #include "protocol_vtbl.h"
 #include "directory.h"
 
+/* Small outputs home at adsm_sync (below, adsm__bring_small_outputs_home): the largest object that
+ * learns the habit, and how many syncs one read fault buys. */
+#define ADSM__SMALL_OUTPUT ((size_t)64 << 10)
+#define ADSM__HOME_SYNCS 4
+
 /* Tracking is off when the backend shares host memory (host), the protocol is batch, or objects
  * are managed memory (um). */
 ADSM__PRIVATE int adsm__tracking(const adsm__runtime *rt) {
@@ -559,6 +564,8 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     size_t from = first, n = count; /* the blocks to prepare: the unit, or a wider fetch */
     if (state == ADSM__INVALID && !(is_write && overwrite) && rt->proto->fetch_granule)
         rt->proto->fetch_granule(rt, o, is_write, &from, &n);
+    if (state == ADSM__INVALID && !is_write && o->size <= ADSM__SMALL_OUTPUT && !rt->bringing_home && rt->cfg.sync_home)
+        o->home_syncs = ADSM__HOME_SYNCS; /* it reads a kernel's output: the next syncs bring it */
     if (adsm__prepare_unit(rt, o, from, n, state, is_write, overwrite, &let_go) != 0) return -1;
     int done = let_go ? ADSM__AGAIN : 0;
     if (let_go) elsewhere = adsm__now_ns() - t0;
@@ -717,28 +724,67 @@ ADSM__PRIVATE int adsm__tracked_alloc(adsm__runtime *rt, adsm__object *o) {
 ADSM__PRIVATE void adsm__tracked_free(adsm__runtime *rt, adsm__object *o) {
     for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_remove(rt, &o->blocks[b]);
     adsm__forget_output(rt, o);
+    for (ptrdiff_t k = 0; k < stbds_arrlen(rt->home_at_sync); k++)
+        if (rt->home_at_sync[k] == o) stbds_arrdelswap(rt->home_at_sync, k--);
 }
 
-/* Write-through (directory.h): brings every output listed since the last call or sync home, unit
- * by unit as a CPU read would (its holder keeps its copy). The lock is let go around each copy; an
- * object freed meanwhile is no longer at its address and is skipped. 0, or -1 when a copy failed. */
-ADSM__PRIVATE int adsm__bring_outputs_home(adsm__runtime *rt) {
-    while (stbds_arrlen(rt->through) > 0) {
-        adsm__object *o = stbds_arrpop(rt->through);
-        uintptr_t host = o->host;
-        for (size_t b = 0; b < o->nblocks;) {
-            int r = 0;
-            if (o->blocks[b].state != ADSM__INVALID) {
-                b++;
-                continue;
-            }
-            if (o->blocks[rt->proto->whole_object ? 0 : b].busy) r = adsm__await_copies(rt);
-            else r = rt->proto->on_access(rt, o, b, 0, 0);
-            if (r < 0) return -1;
-            if (r == ADSM__AGAIN && adsm__object_of(adsm__tree_find(&rt->objects, host)) != o) break; /* freed */
+/* o's Invalid units home, as a CPU read would bring them (their holder keeps its copy). The lock
+ * is let go around each copy; an object freed meanwhile is no longer at its address and is
+ * skipped. 0, or -1 when a copy failed. */
+ADSM__PRIVATE int adsm__bring_home(adsm__runtime *rt, adsm__object *o) {
+    uintptr_t host = o->host;
+    for (size_t b = 0; b < o->nblocks;) {
+        int r = 0;
+        if (o->blocks[b].state != ADSM__INVALID) {
+            b++;
+            continue;
         }
+        if (o->blocks[rt->proto->whole_object ? 0 : b].busy) r = adsm__await_copies(rt);
+        else r = rt->proto->on_access(rt, o, b, 0, 0);
+        if (r < 0) return -1;
+        if (r == ADSM__AGAIN && adsm__object_of(adsm__tree_find(&rt->objects, host)) != o) break; /* freed */
     }
     return 0;
+}
+
+/* Write-through (directory.h): brings every output listed since the last call or sync home. 0, or
+ * -1 when a copy failed. */
+ADSM__PRIVATE int adsm__bring_outputs_home(adsm__runtime *rt) {
+    while (stbds_arrlen(rt->through) > 0)
+        if (adsm__bring_home(rt, stbds_arrpop(rt->through)) != 0) return -1;
+    return 0;
+}
+
+/* ---- small outputs home at adsm_sync ------------------------------------------------------------
+ * A kernel's small result the CPU reads after each sync (a reduction, histo's ranges, a count)
+ * costs a read fault, a fetch and two protection changes every time; the fetch is the copy the
+ * hand-written program makes too, the fault is not. So an object of at most ADSM__SMALL_OUTPUT
+ * bytes whose Invalid data the CPU read (a fault, or adsm's own I/O on its behalf) learns the
+ * habit: the next ADSM__HOME_SYNCS syncs after a kernel wrote it bring it home, in the sync, and
+ * the CPU reads it without a fault. Brought home, its reads are no longer seen, so the habit runs
+ * out and a read fault renews it: a result read at every sync faults once in ADSM__HOME_SYNCS + 1
+ * times, one never read again costs at most ADSM__HOME_SYNCS small copies. */
+/* After a launch: its outputs with the habit are listed for the next sync. */
+ADSM__PRIVATE void adsm__note_small_outputs(adsm__runtime *rt, adsm__object *const *writes, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int listed = !writes[i]->home_syncs;
+        for (ptrdiff_t k = 0; !listed && k < stbds_arrlen(rt->home_at_sync); k++) listed = rt->home_at_sync[k] == writes[i];
+        if (!listed) stbds_arrput(rt->home_at_sync, writes[i]);
+    }
+}
+
+/* adsm_sync, its kernels done: the listed outputs still wholly Invalid come home. A copy that
+ * fails leaves the object as it was, for the CPU's fault to report. */
+ADSM__PRIVATE void adsm__bring_small_outputs_home(adsm__runtime *rt) {
+    rt->bringing_home = 1;
+    while (stbds_arrlen(rt->home_at_sync) > 0) {
+        adsm__object *o = stbds_arrpop(rt->home_at_sync);
+        if (!o->home_syncs || adsm__states_in(o, 0, o->nblocks) != ADSM__HAS(ADSM__INVALID)) continue;
+        o->home_syncs--;
+        ADSM__ADD(&rt->stats.sync_fetches, 1);
+        if (adsm__bring_home(rt, o) != 0) break;
+    }
+    rt->bringing_home = 0;
 }
 
 #endif /* ADSM__PROTOCOL_INCLUDED */

@@ -151,6 +151,9 @@ typedef struct adsm__runtime {
                                                page-locked once and kept (translate.h); under lock */
     struct adsm__object **through; /* stb_ds array: objects kernels wrote, to bring home before the
                                       next call or sync (ADSM_WRITE_THROUGH, directory.h); under lock */
+    struct adsm__object **home_at_sync; /* stb_ds array: small outputs of the kernels since the last
+                                           sync that it brings home (protocol.h); under lock */
+    int bringing_home;   /* a sync is bringing small outputs home: no CPU read, no habit learnt */
     struct adsm__object **batch_sends; /* stb_ds array: batch's objects to send at a call, kept
                                           for reuse (protocol_batch.h); under rt->launch_mutex */
     adsm__protection protection; /* how block states become page protection (protection.h) */

@@ -19,6 +19,7 @@ typedef struct adsm__stats {
     uint64_t map_limit_merges;
     uint64_t translated_fields, translation_bytes;
     uint64_t protection_changes;
+    uint64_t sync_fetches;
 } adsm__stats;
 
 ADSM__PRIVATE void adsm__stats_h2d(adsm__stats *s, size_t bytes) {
@@ -54,6 +55,7 @@ ADSM__PRIVATE void adsm__stats_read(const adsm__stats *s, adsm_stats *out) {
     out->translated_fields = ADSM__LOAD(&s->translated_fields);
     out->translation_bytes = ADSM__LOAD(&s->translation_bytes);
     out->protection_changes = ADSM__LOAD(&s->protection_changes);
+    out->sync_fetches = ADSM__LOAD(&s->sync_fetches);
 }
 
 ADSM__PRIVATE void adsm__stats_reset(adsm__stats *s) {

@@ -124,6 +124,8 @@ static inline void clear_adsm_env(void) {
 
 /* adsm_config.block_exact for the next init: rolling's white-box tests follow single blocks. */
 static int test_block_exact;
+/* ADSM_SYNC_HOME for the next init: small outputs home at adsm_sync (off in these suites unless set) */
+static int test_sync_home;
 /* adsm_config.emu_devices for the next init (0: one device) */
 static unsigned test_devices;
 /* adsm_config.write_through and .drop_replicas for the next init */
@@ -140,6 +142,9 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
                              size_t rolling_size, size_t rolling_step) {
     static const char *const protocol_names[] = {"", "batch", "lazy", "rolling", "um", "um-prefetch"};
     clear_adsm_env();
+    /* the suites follow each transition the CPU's faults make: a sync bringing small outputs
+     * home would skip them, so it is on only where a test asks (test_sync_home) */
+    setenv("ADSM_SYNC_HOME", test_sync_home ? "1" : "0", 1);
     adsm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.backend = backend;
@@ -228,6 +233,59 @@ static inline void sync_ok(void) {
 /* Accesses the compiler may not drop, merge or move: each one really touches memory. */
 static inline int32_t rd(const int32_t *p) { return *(const volatile int32_t *)p; }
 static inline void wr(int32_t *p, int32_t v) { *(volatile int32_t *)p = v; }
+
+/* Small outputs home at adsm_sync (protocol.h), for lazy and rolling with block size bs: a kernel's
+ * result of 4000 bytes that the CPU reads after every sync faults once, then comes home in the next
+ * ADSM__HOME_SYNCS syncs without a fault, then faults again; one it stops reading costs exactly
+ * ADSM__HOME_SYNCS copies more; one over 64 KiB faults at every read; ADSM_SYNC_HOME=0 leaves every
+ * read to its fault. */
+static inline void small_results_come_home_in_the_sync(adsm_protocol_kind protocol, size_t bs) {
+    const int32_t habit = ADSM__HOME_SYNCS, rounds = habit + 2;
+    const size_t n = 1000, big = 20000; /* 4000 bytes; 80000 */
+    for (int on = 1; on >= 0; on--) {
+        test_sync_home = on;
+        init(TEST_DEVICE_BACKEND, protocol, bs, 0);
+        int32_t *r = adsm_alloc(n * sizeof *r), *large = adsm_alloc(big * sizeof *large);
+        cr_assert(r && large, "%s", adsm_last_error());
+        reset();
+        for (int32_t k = 0; k < rounds; k++) {
+            CALL_OK(k_fill, grid_for(n), r, n, k);
+            sync_ok();
+            cr_assert_eq(rd(&r[n - 1]), k + (int32_t)n - 1, "round %d", k);
+            cr_assert_eq(rd(&r[0]), k, "round %d", k);
+        }
+        adsm_stats s = stats();
+        cr_assert_eq(s.read_faults, on ? 2 : (uint64_t)rounds, "sync_home %d: %llu read faults", on,
+                     (unsigned long long)s.read_faults);
+        cr_assert_eq(s.sync_fetches, on ? (uint64_t)habit : 0, "sync_home %d: brought home at a sync: %llu", on,
+                     (unsigned long long)s.sync_fetches);
+        cr_assert_eq(s.d2h_bytes, rounds * n * sizeof *r, "the result once a round: %llu bytes",
+                     (unsigned long long)s.d2h_bytes);
+        if (!on) {
+            adsm_shutdown();
+            break;
+        }
+        reset(); /* the CPU stops reading it */
+        for (int32_t k = 0; k < 3 * habit; k++) {
+            CALL_OK(k_fill, grid_for(n), r, n, k);
+            sync_ok();
+        }
+        s = stats();
+        cr_assert_eq(s.sync_fetches, (uint64_t)habit, "a result nobody reads: %llu copies", (unsigned long long)s.sync_fetches);
+        cr_assert_eq(s.d2h_bytes, habit * n * sizeof *r);
+        cr_assert_eq(rd(&r[5]), 3 * habit - 1 + 5, "and it still comes home when read");
+        reset(); /* too large to learn it */
+        for (int32_t k = 0; k < 3; k++) {
+            CALL_OK(k_fill, grid_for(big), large, big, k);
+            sync_ok();
+            cr_assert_eq(rd(&large[big - 1]), k + (int32_t)big - 1);
+        }
+        s = stats();
+        cr_assert_eq(s.sync_fetches, 0);
+        cr_assert_geq(s.read_faults, 3);
+        adsm_shutdown();
+    }
+}
 
 /* Defines Test(suite, name_4k) and Test(suite, name_64k) running `static void name(size_t bs)`
  * with 4 KiB and 64 KiB blocks; write the body of name right after the macro. */

@@ -38,6 +38,11 @@ TEST_BLOCK_SIZES(lazy, fresh_object_is_readonly_and_never_copied) {
     adsm_shutdown();
 }
 
+/* I -> R at adsm_sync for a small result the CPU reads after each sync (protocol_common.h). */
+TEST_BLOCK_SIZES(lazy, small_results_read_after_each_sync_come_home_in_it) {
+    small_results_come_home_in_the_sync(ADSM_PROTOCOL_LAZY, bs);
+}
+
 /* R -> D: one write fault makes the whole object Dirty; nothing is copied. */
 TEST_BLOCK_SIZES(lazy, write_to_readonly_makes_whole_object_dirty) {
     lazy(bs);

@@ -35,6 +35,11 @@ TestSuite(rolling, .timeout = 120, .init = block_by_block);
 
 static void rolling(size_t bs) { init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 4096); }
 
+/* I -> R at adsm_sync for a small result the CPU reads after each sync (protocol_common.h). */
+TEST_BLOCK_SIZES(rolling, small_results_read_after_each_sync_come_home_in_it) {
+    small_results_come_home_in_the_sync(ADSM_PROTOCOL_ROLLING, bs);
+}
+
 /* Expected state of each of the NBLOCKS + 1 blocks of p, e.g. "RRDRRR". */
 static void expect_blocks(const int32_t *p, size_t bs, const char *states) {
     for (size_t k = 0; states[k]; k++) {

@@ -790,6 +790,7 @@ static void run_threads(const variant *v) {
     cfg.block_size = v->block_size;
     cfg.rolling_size = v->rolling_size;
     cfg.block_exact = v->block_exact;
+    setenv("ADSM_SYNC_HOME", "0", 1); /* phase 1 needs the OUT object Invalid after each sync */
 #ifdef TEST_ON_CUDA_DOUBLE
     cuda_double_use();
 #endif
