@@ -777,7 +777,8 @@ ADSM__PRIVATE void adsm__note_small_outputs(adsm__runtime *rt, adsm__object *con
  * fails leaves the object as it was, for the CPU's fault to report. */
 ADSM__PRIVATE void adsm__bring_small_outputs_home(adsm__runtime *rt) {
     rt->bringing_home = 1;
-    while (stbds_arrlen(rt->home_at_sync) > 0) {
+    /* those listed now: launches from other threads while a copy lets the lock go wait for the next sync */
+    for (ptrdiff_t left = stbds_arrlen(rt->home_at_sync); left > 0 && stbds_arrlen(rt->home_at_sync) > 0; left--) {
         adsm__object *o = stbds_arrpop(rt->home_at_sync);
         if (!o->home_syncs || adsm__states_in(o, 0, o->nblocks) != ADSM__HAS(ADSM__INVALID)) continue;
         o->home_syncs--;
