@@ -312,17 +312,12 @@ ADSM__PRIVATE void adsm__drop_replicas(const adsm__runtime *rt, adsm__object *co
 /* After a launch, with ADSM_WRITE_THROUGH: what it writes comes home at the next call or sync. */
 ADSM__PRIVATE void adsm__note_outputs(adsm__runtime *rt, adsm__object *const *writes, size_t nwrites) {
     if (!rt->cfg.write_through) return;
-    for (size_t i = 0; i < nwrites; i++) {
-        int listed = 0;
-        for (ptrdiff_t k = 0; k < stbds_arrlen(rt->through); k++) listed |= rt->through[k] == writes[i];
-        if (!listed) stbds_arrput(rt->through, writes[i]);
-    }
+    for (size_t i = 0; i < nwrites; i++) adsm__list_once(&rt->through, writes[i]);
 }
 
 /* A freed object is no output to bring home any more. */
 ADSM__PRIVATE void adsm__forget_output(adsm__runtime *rt, const adsm__object *o) {
-    for (ptrdiff_t k = 0; k < stbds_arrlen(rt->through); k++)
-        if (rt->through[k] == o) stbds_arrdelswap(rt->through, k--);
+    adsm__unlist(&rt->through, o);
 }
 
 #endif /* ADSM__DIRECTORY_INCLUDED */

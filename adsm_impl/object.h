@@ -100,6 +100,19 @@ ADSM__PRIVATE adsm__object *adsm__object_of(adsm__tree_node *n) {
     return n ? ADSM__CONTAINER_OF(n, adsm__object, node) : NULL;
 }
 
+/* Lists of objects kept in stb_ds arrays (directory.h's outputs to bring home, protocol.h's small
+ * outputs): o appended unless it is there already, and o taken out. Under the runtime lock. */
+ADSM__PRIVATE void adsm__list_once(adsm__object ***list, adsm__object *o) {
+    for (ptrdiff_t k = 0; k < stbds_arrlen(*list); k++)
+        if ((*list)[k] == o) return;
+    stbds_arrput(*list, o);
+}
+
+ADSM__PRIVATE void adsm__unlist(adsm__object ***list, const adsm__object *o) {
+    for (ptrdiff_t k = 0; k < stbds_arrlen(*list); k++)
+        if ((*list)[k] == o) stbds_arrdelswap(*list, k--);
+}
+
 /* Byte offset and length of blocks [first, first + count) within the object, clamped to limit
  * (the object's size for copies, its span for page protection). */
 ADSM__PRIVATE size_t adsm__blocks_len(size_t first, size_t count, unsigned shift,

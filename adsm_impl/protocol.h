@@ -724,8 +724,7 @@ ADSM__PRIVATE int adsm__tracked_alloc(adsm__runtime *rt, adsm__object *o) {
 ADSM__PRIVATE void adsm__tracked_free(adsm__runtime *rt, adsm__object *o) {
     for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_remove(rt, &o->blocks[b]);
     adsm__forget_output(rt, o);
-    for (ptrdiff_t k = 0; k < stbds_arrlen(rt->home_at_sync); k++)
-        if (rt->home_at_sync[k] == o) stbds_arrdelswap(rt->home_at_sync, k--);
+    adsm__unlist(&rt->home_at_sync, o);
 }
 
 /* o's Invalid units home, as a CPU read would bring them (their holder keeps its copy). The lock
@@ -766,11 +765,8 @@ ADSM__PRIVATE int adsm__bring_outputs_home(adsm__runtime *rt) {
  * times, one never read again costs at most ADSM__HOME_SYNCS small copies. */
 /* After a launch: its outputs with the habit are listed for the next sync. */
 ADSM__PRIVATE void adsm__note_small_outputs(adsm__runtime *rt, adsm__object *const *writes, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        int listed = !writes[i]->home_syncs;
-        for (ptrdiff_t k = 0; !listed && k < stbds_arrlen(rt->home_at_sync); k++) listed = rt->home_at_sync[k] == writes[i];
-        if (!listed) stbds_arrput(rt->home_at_sync, writes[i]);
-    }
+    for (size_t i = 0; i < n; i++)
+        if (writes[i]->home_syncs) adsm__list_once(&rt->home_at_sync, writes[i]);
 }
 
 /* adsm_sync, its kernels done: the listed outputs still wholly Invalid come home. A copy that

@@ -180,6 +180,7 @@ static void in_threads(char *p, size_t bytes, void (*work)(char *, size_t)) {
     pthread_t tid[64];
     chunk c[64];
     size_t pages = bytes / HUGE, per = (pages + (size_t)prep_threads - 1) / (size_t)prep_threads * HUGE;
+    if (per == 0) per = bytes; /* under a huge page: one thread */
     int n = 0;
     for (size_t off = 0; off < bytes && n < 64; off += per, n++) c[n] = (chunk){p + off, off + per <= bytes ? per : bytes - off, work};
     if (n == 0) return;
@@ -206,9 +207,10 @@ static timing measure(int kind, size_t bytes) {
     char *program = map_aligned(bytes, fd), *lock = map_aligned(bytes, fd);
     close(fd);
     double t0 = bench_now_s();
-    if (kind == K_SHMEM_POPULATED &&
-        (madvise(lock, bytes, MADV_POPULATE_WRITE) || madvise(program, bytes, MADV_POPULATE_WRITE)))
-        die("MADV_POPULATE_WRITE refused (Linux before 5.14?)");
+    if (kind == K_SHMEM_POPULATED) {
+        populate(lock, bytes);
+        populate(program, bytes);
+    }
     if (kind == K_SHMEM_COLLAPSED) collapse(lock, bytes);
     if (kind == K_SHMEM_COLLAPSED_THREADS) in_threads(lock, bytes, collapse);
     t.prepare = (bench_now_s() - t0) * 1e3;
