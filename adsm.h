@@ -138,7 +138,7 @@
    variable, else the default. A bad value fails adsm_init (or the first call) with
    ADSM_ERROR_INVALID_CONFIG and a message naming the variable.
        ADSM_BACKEND       auto | emu | host | cuda                     (auto: cuda if a GPU answers, else emu)
-       ADSM_PROTOCOL      batch | lazy | rolling | um | um-prefetch    (rolling)
+       ADSM_PROTOCOL      batch | lazy | rolling | um | um-prefetch | hmm  (rolling)
        ADSM_BLOCK_SIZE    power of two, multiple of the page size, 4K..1G; K/M/G suffixes (2M)
        ADSM_ROLLING_SIZE  dirty blocks kept before eager eviction, 2..16M; 0 = adaptive (0)
        ADSM_ROLLING_STEP  adaptive: the smallest rolling size, per live object (2)
@@ -239,6 +239,11 @@
                 device before the launch and, at adsm_sync, those it may have written back home;
                 prefetched bytes count in adsm_stats. Between a call and adsm_sync the CPU leaves
                 the kernel's outputs alone (as under batch). One GPU; refused on emu and host.
+       hmm      (cuda only, for comparison) objects in plain host memory (anonymous pages, as
+                malloc gives), which kernels reach through the GPU's pageable memory access
+                (HMM, or ATS on a coherent link): the driver and the kernel migrate or map pages
+                on faults, nothing is protected. Refused, saying so, where the GPU does not report
+                CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, and on emu and host. One GPU.
 
    5. BACKENDS
    ===========
@@ -532,8 +537,10 @@ typedef enum adsm_protocol_kind {
     ADSM_PROTOCOL_BATCH,
     ADSM_PROTOCOL_LAZY,
     ADSM_PROTOCOL_ROLLING,
-    ADSM_PROTOCOL_UM,         /* cuda: objects in CUDA managed memory, the driver's coherence */
-    ADSM_PROTOCOL_UM_PREFETCH /* cuda: the same, with prefetches from the kernel annotations */
+    ADSM_PROTOCOL_UM,          /* cuda: objects in CUDA managed memory, the driver's coherence */
+    ADSM_PROTOCOL_UM_PREFETCH, /* cuda: the same, with prefetches from the kernel annotations */
+    ADSM_PROTOCOL_HMM          /* cuda, where the GPU reaches pageable memory: objects in plain
+                                  host memory, the driver's and the kernel's (HMM) coherence */
 } adsm_protocol_kind;
 
 typedef enum adsm_log_level {

@@ -128,6 +128,10 @@ typedef struct adsm__backend_vtbl {
      * `managed_settle` waits until the moves asked so far landed. Normal context. 0 or -1. */
     int (*managed_prefetch)(void *ctx, uintptr_t addr, size_t n, int to_device);
     int (*managed_settle)(void *ctx);
+    /* optional (cuda): 1 when the device's kernels reach pageable host memory, plain anonymous
+     * pages, at their host addresses (HMM, or ATS on a coherent link), for protocol hmm. Normal
+     * context. */
+    int (*pageable_access)(void *ctx);
     /* optional: what this device's kernels see at adsm's device address a is a + address_delta
      * (cuda translating, emu with ADSM_EMU_SAME_ADDRESS=0); NULL: 0, the same address. Any context */
     intptr_t (*address_delta)(void *ctx);

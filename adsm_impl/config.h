@@ -72,6 +72,7 @@ static const adsm__name_value adsm__backend_names[] = {
 static const adsm__name_value adsm__protocol_names[] = {
     {"batch", ADSM_PROTOCOL_BATCH}, {"lazy", ADSM_PROTOCOL_LAZY},
     {"rolling", ADSM_PROTOCOL_ROLLING}, {"um", ADSM_PROTOCOL_UM}, {"um-prefetch", ADSM_PROTOCOL_UM_PREFETCH},
+    {"hmm", ADSM_PROTOCOL_HMM},
     {NULL, 0}};
 static const adsm__name_value adsm__log_names[] = {
     {"error", ADSM_LOG_ERROR}, {"warn", ADSM_LOG_WARN}, {"info", ADSM_LOG_INFO},
@@ -310,7 +311,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     else memset(&c, 0, sizeof c);
     int backend = (int)c.backend, protocol = (int)c.protocol, log = (int)c.log_level, engine = (int)c.fault_engine;
     if ((r = adsm__env_name("ADSM_BACKEND", adsm__backend_names, &backend, "expected auto, emu, host or cuda")) ||
-        (r = adsm__env_name("ADSM_PROTOCOL", adsm__protocol_names, &protocol, "expected batch, lazy or rolling")) ||
+        (r = adsm__env_name("ADSM_PROTOCOL", adsm__protocol_names, &protocol, "expected batch, lazy, rolling, um, um-prefetch or hmm")) ||
         (r = adsm__env_name("ADSM_LOG", adsm__log_names, &log, "expected error, warn, info or debug")) ||
         (r = adsm__env_name("ADSM_FAULT_ENGINE", adsm__engine_names, &engine,
                             "expected auto, mprotect or userfaultfd")) ||
@@ -363,7 +364,7 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     } else if ((r = adsm__env_path("ADSM_TRACE", s->trace_path, sizeof s->trace_path)) != ADSM_OK) {
         return r;
     }
-    if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_UM_PREFETCH ||
+    if (backend < 0 || backend > ADSM_BACKEND_CUDA || protocol < 0 || protocol > ADSM_PROTOCOL_HMM ||
         log < 0 || log > ADSM_LOG_DEBUG || engine < 0 || engine > ADSM_FAULT_ENGINE_USERFAULTFD)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG,
                           "adsm_config: backend, protocol, log_level or fault_engine out of range");

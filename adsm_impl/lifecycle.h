@@ -72,12 +72,14 @@ ADSM__PRIVATE const adsm__protocol_vtbl *adsm__protocol_for(adsm_protocol_kind k
     case ADSM_PROTOCOL_LAZY: return &adsm__protocol_lazy;
     case ADSM_PROTOCOL_UM: return &adsm__protocol_um;
     case ADSM_PROTOCOL_UM_PREFETCH: return &adsm__protocol_um_prefetch;
+    case ADSM_PROTOCOL_HMM: return &adsm__protocol_hmm;
     default: return &adsm__protocol_rolling;
     }
 }
 
-/* The unified-memory protocols need the backend's managed memory (cuda), and drive one device:
- * elsewhere they are refused, not quietly replaced. */
+/* The unified-memory protocols need the backend's managed memory (cuda), hmm a device that
+ * reaches pageable host memory, and they drive one device: elsewhere they are refused, not
+ * quietly replaced. */
 ADSM__PRIVATE adsm_result adsm__protocol_fits(const adsm__runtime *rt) {
     const adsm__protocol_vtbl *asked = adsm__protocol_for(rt->cfg.protocol);
     if (!asked->managed) return ADSM_OK;
@@ -87,6 +89,10 @@ ADSM__PRIVATE adsm_result adsm__protocol_fits(const adsm__runtime *rt) {
     if (rt->ndev > 1)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_PROTOCOL=%s drives one GPU; %u are in use (ADSM_DEVICES)",
                           asked->name, rt->ndev);
+    if (asked->system_memory && !(rt->be->pageable_access && rt->be->pageable_access(rt->be_ctx)))
+        return adsm__fail(ADSM_ERROR_UNSUPPORTED, "ADSM_PROTOCOL=%s: this GPU does not reach pageable host memory "
+                          "(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS is 0: no HMM in the kernel and driver, nor "
+                          "ATS); um and um-prefetch use managed memory instead", asked->name);
     return ADSM_OK;
 }
 

@@ -96,9 +96,13 @@ ADSM__PRIVATE adsm_result adsm__object_dev_alloc(adsm__runtime *rt, adsm__object
     return ADSM_OK;
 }
 
-/* Gives back what only this object uses (stage 2: device memory; 1: host pages; managed memory
- * at any stage): no lock needed. */
+/* Gives back what only this object uses (stage 2: device memory; 1: host pages; managed or hmm
+ * memory at any stage): no lock needed. */
 ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, int stage) {
+    if (o->managed && rt->proto->system_memory) {
+        munmap((void *)o->host, o->span);
+        return;
+    }
     if (o->managed) {
         rt->be->managed_free(rt->be_ctx, o->host);
         return;
@@ -275,17 +279,28 @@ ADSM__PRIVATE adsm_result adsm__object_publish(adsm__runtime *rt, adsm__object *
     return ADSM_OK;
 }
 
-/* Creates an object in the backend's managed memory, for the protocols that want it
- * (protocol_um.h): no range of adsm's, no device memory or page-locking of its own, nothing
- * charged to the device's room (managed memory may exceed it); one address on both sides, so a
- * "safe" object is an ordinary one. Called without the runtime lock. */
+/* Plain host memory for an hmm object (protocol_um.h): anonymous pages, zeroed, as malloc gives a
+ * large array; the device reaches them itself. */
+ADSM__PRIVATE adsm_result adsm__system_alloc(size_t span, const char *fn, uintptr_t *addr) {
+    void *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "%s(%zu): no host memory (mmap: %s)", fn, span, strerror(errno));
+    *addr = (uintptr_t)p;
+    return ADSM_OK;
+}
+
+/* Creates an object in the backend's managed memory, or in plain host memory under hmm, for the
+ * protocols that want it (protocol_um.h): no range of adsm's, no device memory or page-locking of
+ * its own, nothing charged to the device's room (managed memory may exceed it); one address on
+ * both sides, so a "safe" object is an ordinary one. Called without the runtime lock. */
 ADSM__PRIVATE adsm_result adsm__object_create_managed(adsm__runtime *rt, size_t size, const char *fn,
                                                       adsm__object **out) {
     adsm__object *o = adsm__object_new(rt, size, 0);
     if (!o) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of host memory for the bookkeeping of %zu bytes", size);
     uintptr_t addr = 0;
-    adsm_result r = rt->be->managed_alloc(rt->be_ctx, o->span, &addr);
-    (void)fn; /* the backend's message names the driver call */
+    /* the backend's message names the driver call */
+    adsm_result r = rt->proto->system_memory ? adsm__system_alloc(o->span, fn, &addr)
+                                             : rt->be->managed_alloc(rt->be_ctx, o->span, &addr);
     if (r != ADSM_OK) {
         adsm__object_destroy(o);
         return r;

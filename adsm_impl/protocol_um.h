@@ -4,13 +4,15 @@
  * either side; "um-prefetch" adds the hints adsm's kernel annotations give: before a launch every
  * object the kernel names is prefetched to the device (cuMemPrefetchAsync on the launch stream;
  * objects it only writes too, so the device does not fault their pages in one by one), and at
- * adsm_sync the objects a kernel may have written are prefetched back to the host. Nothing is
+ * adsm_sync the objects a kernel may have written are prefetched back to the host; "hmm" puts
+ * every object in plain host memory (anonymous pages) that the device reaches through its
+ * pageable memory access (HMM), the driver and the kernel keeping it coherent. Nothing is
  * protected, so no fault reaches adsm; adsm_memcpy, adsm_memset and the I/O calls work on the
  * memory in place. Prefetched bytes count in adsm_stats (h2d_bytes, d2h_bytes); what the driver
  * moves on faults is not seen.
  *
- * Only where the backend has managed memory (cuda; lifecycle.h refuses these protocols on emu and
- * host, saying so). Normal thread context, runtime lock held. */
+ * Only where the backend has managed memory (cuda), hmm only where the device reports pageable
+ * memory access: lifecycle.h refuses them elsewhere, saying so. Normal thread context, runtime lock held. */
 #ifndef ADSM__PROTOCOL_UM_INCLUDED
 #define ADSM__PROTOCOL_UM_INCLUDED
 
@@ -35,7 +37,7 @@ ADSM__PRIVATE int adsm__um_alloc(adsm__runtime *rt, adsm__object *o) {
     return 0;
 }
 
-/* um's release, acquire and free do nothing, as batch's release and free and the tracked
+/* um's (and hmm's) release, acquire and free do nothing, as batch's release and free and the tracked
  * protocols' acquire do: the vtables below point at those. */
 
 /* um-prefetch: every object the kernel names goes to the device ahead of it; those it may write
@@ -67,16 +69,21 @@ ADSM__PRIVATE adsm_result adsm__um_prefetch_acquire(adsm__runtime *rt) {
     return ADSM_OK;
 }
 
-/* The two vtables differ in name and in what release and acquire do. */
-#define ADSM__UM_VTBL(label, which, release_fn, acquire_fn)                                                    \
+/* The vtables differ in name, in what release and acquire do, and in where objects live. */
+#define ADSM__UM_VTBL(label, which, release_fn, acquire_fn, system)                                             \
     {                                                                                                            \
-        .name = label, .kind = which, .whole_object = 1, .eager = 0, .managed = 1, .on_access = adsm__um_access, \
-        .release = release_fn, .acquire = acquire_fn, .on_alloc = adsm__um_alloc, .on_free = adsm__untracked_free \
+        .name = label, .kind = which, .whole_object = 1, .eager = 0, .managed = 1, .system_memory = system,      \
+        .on_access = adsm__um_access, .release = release_fn, .acquire = acquire_fn, .on_alloc = adsm__um_alloc,  \
+        .on_free = adsm__untracked_free                                                                          \
     }
 
 static const adsm__protocol_vtbl adsm__protocol_um =
-    ADSM__UM_VTBL("um", ADSM_PROTOCOL_UM, adsm__untracked_release, adsm__tracked_acquire);
+    ADSM__UM_VTBL("um", ADSM_PROTOCOL_UM, adsm__untracked_release, adsm__tracked_acquire, 0);
 static const adsm__protocol_vtbl adsm__protocol_um_prefetch =
-    ADSM__UM_VTBL("um-prefetch", ADSM_PROTOCOL_UM_PREFETCH, adsm__um_prefetch_release, adsm__um_prefetch_acquire);
+    ADSM__UM_VTBL("um-prefetch", ADSM_PROTOCOL_UM_PREFETCH, adsm__um_prefetch_release, adsm__um_prefetch_acquire, 0);
+/* hmm: as um, on plain host memory that the device's pageable memory access reaches (the program
+ * a CUDA programmer writes with malloc on such a system) */
+static const adsm__protocol_vtbl adsm__protocol_hmm =
+    ADSM__UM_VTBL("hmm", ADSM_PROTOCOL_HMM, adsm__untracked_release, adsm__tracked_acquire, 1);
 
 #endif /* ADSM__PROTOCOL_UM_INCLUDED */

@@ -17,8 +17,11 @@ typedef struct adsm__protocol_vtbl {
     int whole_object; /* unit of tracking: the object (batch, lazy) or one block (rolling) */
     int eager;        /* rolling: evicts Dirty blocks past its window (api.h, memops.h ask) */
     /* objects live in the backend's managed memory, kept coherent by the driver: nothing is
-     * protected or copied by adsm (um, um-prefetch: protocol_um.h) */
+     * protected or copied by adsm (um, um-prefetch, hmm: protocol_um.h) */
     int managed;
+    /* ... and that memory is plain host memory the device reaches itself (hmm), not the
+     * backend's managed allocations */
+    int system_memory;
     /* a CPU read or write of block `block` needs the protocol; overwrite: the caller will
      * replace the whole unit, so Invalid data need not be fetched. 0, ADSM__AGAIN (see above),
      * or -1 on a system error */

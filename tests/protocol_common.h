@@ -140,7 +140,7 @@ static adsm_fault_engine_kind test_fault_engine;
 
 static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind protocol, size_t block_size,
                              size_t rolling_size, size_t rolling_step) {
-    static const char *const protocol_names[] = {"", "batch", "lazy", "rolling", "um", "um-prefetch"};
+    static const char *const protocol_names[] = {"", "batch", "lazy", "rolling", "um", "um-prefetch", "hmm"};
     clear_adsm_env();
     /* the suites follow each transition the CPU's faults make: a sync bringing small outputs
      * home would skip them, so it is on only where a test asks (test_sync_home) */
@@ -176,6 +176,8 @@ static inline void init_step(adsm_backend_kind backend, adsm_protocol_kind proto
         snprintf(bytes, sizeof bytes, "%zu", test_emu_memory);
         setenv("CUDADOUBLE_MEMORY", bytes, 1);
     }
+    /* hmm: the double's GPU reaches pageable host memory, as HMM gives (read at its cuInit) */
+    if (protocol == ADSM_PROTOCOL_HMM) setenv("CUDADOUBLE_PAGEABLE", "1", 1);
 #endif
     adsm_result r = adsm_init(&cfg);
     cr_assert_eq(r, ADSM_OK, "adsm_init: %s", adsm_last_error());

@@ -229,7 +229,8 @@ static void check_range(model *m, object *o, size_t off, size_t len, const char 
 }
 
 static int unified(const model *m) {
-    return m->v->protocol == ADSM_PROTOCOL_UM || m->v->protocol == ADSM_PROTOCOL_UM_PREFETCH;
+    return m->v->protocol == ADSM_PROTOCOL_UM || m->v->protocol == ADSM_PROTOCOL_UM_PREFETCH ||
+           m->v->protocol == ADSM_PROTOCOL_HMM;
 }
 /* Reads of a kernel's outputs while it runs: lazy and rolling wait for the kernel (a fault);
  * batch and unified memory do not (the CPU would race the device), so the model leaves them. */
@@ -670,6 +671,7 @@ static void run_model(const variant *v) {
     if (v->devices > 1) cfg.devices = "all";
     if (v->emu_memory) snprintf(bytes, sizeof bytes, "%zu", v->emu_memory), setenv("CUDADOUBLE_MEMORY", bytes, 1);
     if (strstr(v->name, "nopeer")) setenv("CUDADOUBLE_NO_PEER", "1", 1);
+    if (v->protocol == ADSM_PROTOCOL_HMM) setenv("CUDADOUBLE_PAGEABLE", "1", 1); /* the GPU reaches host pages */
 #else
     cfg.emu_devices = v->devices;
     /* "translated": each emulated device's memory at addresses of its own (pointer arguments and
@@ -734,8 +736,8 @@ static void run_model(const variant *v) {
     } else if (unified(m)) { /* the driver moves the data; adsm sees only its prefetches */
         cr_expect_eq(st.read_faults + st.write_faults, 0, "[%s] faults under unified memory", v->name);
         cr_expect_eq(st.evictions, 0, "[%s] evictions under unified memory", v->name);
-        if (v->protocol == ADSM_PROTOCOL_UM)
-            cr_expect_eq(st.h2d_bytes + st.d2h_bytes, 0, "[%s] um prefetched", v->name);
+        if (v->protocol != ADSM_PROTOCOL_UM_PREFETCH)
+            cr_expect_eq(st.h2d_bytes + st.d2h_bytes, 0, "[%s] %s prefetched", v->name, adsm_protocol_name());
         else if (m->ops >= 1000)
             cr_expect_gt(st.h2d_bytes, 0, "[%s] um-prefetch prefetched nothing", v->name);
     } else if (m->ops >= 1000) {
@@ -795,6 +797,8 @@ MODEL_TEST(cuda_lazy_64k_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_LAZY, 64 * KI
 MODEL_TEST(cuda_um, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_UM, 2 * MIB, 0, 5000)
 MODEL_TEST(cuda_um_prefetch, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_UM_PREFETCH, 2 * MIB, 0, 5000)
 MODEL_TEST(cuda_um_prefetch_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_UM_PREFETCH, 2 * MIB, 0, 2000)
+/* plain host memory the double's GPU reaches (pageable memory access, as HMM gives) */
+MODEL_TEST(cuda_hmm, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_HMM, 2 * MIB, 0, 5000)
 /* several GPUs of the double: kernels on random GPUs, replicas, peer copies; every policy; GPUs
  * of 16 MiB (8 granules: objects take whole granules there) that must evict */
 #define MODEL_TEST_GPUS(tname, protocol, bs, rs, ops, devices, through, drop, memory)                \

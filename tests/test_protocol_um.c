@@ -1,9 +1,12 @@
 /* tests/test_protocol_um.c -- the unified-memory protocols (adsm_impl/protocol_um.h): um, whose
- * objects are CUDA managed memory kept coherent by the driver, and um-prefetch, which adds
- * prefetches from the kernel annotations. Built for the cuda backend on the driver test double
- * (tests/cuda/, which models cuMemAllocManaged memory as host pages every device reaches and
- * counts prefetches by destination) and, by bench/gpu_check.sh, for a real GPU. Each test runs
- * in its own process, under both protocols where both apply. */
+ * objects are CUDA managed memory kept coherent by the driver, um-prefetch, which adds prefetches
+ * from the kernel annotations, and hmm, whose objects are plain host memory the GPU reaches
+ * itself. Built for the cuda backend on the driver test double (tests/cuda/, which models
+ * cuMemAllocManaged memory as host pages every device reaches, counts prefetches by destination,
+ * and with CUDADOUBLE_PAGEABLE=1 reaches pageable host memory, as HMM does) and, by
+ * bench/gpu_check.sh, for a real GPU (where hmm runs if the GPU reports pageable memory access,
+ * and is checked to be refused, saying why, if not). Each test runs in its own process, under
+ * every protocol that applies. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
@@ -17,9 +20,43 @@ TestSuite(um, .timeout = 120);
 #define N ((size_t)300000) /* not a multiple of a page or a block */
 #define S (N * sizeof(int32_t))
 
-ParameterizedTestParameters(um, both) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH};
+ParameterizedTestParameters(um, every_protocol) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
     return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+#ifndef TEST_ON_CUDA_DOUBLE
+/* A real GPU runs hmm only if it reports pageable memory access; one that does not must refuse
+ * it at adsm_init, naming the attribute, and the test ends there (the double is told to reach
+ * pageable memory: protocol_common.h). */
+static int gpu_refuses_hmm(adsm_protocol_kind protocol) {
+    if (protocol != ADSM_PROTOCOL_HMM) return 0;
+    clear_adsm_env();
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.protocol = ADSM_PROTOCOL_HMM;
+    adsm_result r = adsm_init(&cfg);
+    if (r == ADSM_OK) {
+        adsm_shutdown();
+        return 0;
+    }
+    cr_assert_eq(r, ADSM_ERROR_UNSUPPORTED, "adsm_init(hmm): %s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS"), "error: %s", adsm_last_error());
+    cr_log_info("this GPU does not reach pageable memory: hmm refused (%s)", adsm_last_error());
+    return 1;
+}
+#else
+static int gpu_refuses_hmm(adsm_protocol_kind protocol) {
+    (void)protocol;
+    return 0;
+}
+#endif
+
+/* init() for the protocol, or 0 where a real GPU refused hmm as it should. */
+static int um_init(adsm_protocol_kind protocol) {
+    if (gpu_refuses_hmm(protocol)) return 0;
+    init(TEST_DEVICE_BACKEND, protocol, 2 * MIB, 0);
+    return 1;
 }
 
 static void expect_no_faults(void) {
@@ -31,9 +68,9 @@ static void expect_no_faults(void) {
 /* The CPU writes inputs in place, a kernel reads them and writes its output, the CPU reads the
  * result after adsm_sync; no fault reaches adsm, and one pointer serves both sides. */
 static void inputs_in_and_results_out(adsm_protocol_kind protocol) {
-    init(TEST_DEVICE_BACKEND, protocol, 2 * MIB, 0);
+    if (!um_init(protocol)) return;
     int32_t *a = alloc(S), *b = alloc(S), *c = alloc(S);
-    cr_assert_eq(adsm_safe(a), (void *)a, "managed memory has one address for the CPU and the device");
+    cr_assert_eq(adsm_safe(a), (void *)a, "%s memory has one address for the CPU and the device", adsm_protocol_name());
     reset();
     for (size_t i = 0; i < N; i++) wr(&a[i], (int32_t)i), wr(&b[i], (int32_t)(2 * i));
     CALL_OK(k_add, grid_for(N), c, a, b, N);
@@ -50,7 +87,7 @@ static void inputs_in_and_results_out(adsm_protocol_kind protocol) {
     adsm_shutdown();
 }
 
-ParameterizedTest(adsm_protocol_kind *protocol, um, both) { inputs_in_and_results_out(*protocol); }
+ParameterizedTest(adsm_protocol_kind *protocol, um, every_protocol) { inputs_in_and_results_out(*protocol); }
 
 #ifdef TEST_ON_CUDA_DOUBLE
 static cudadouble_counters counters(void) {
@@ -91,6 +128,53 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, prefetches_follow_the_annota
     adsm_shutdown();
 }
 
+/* hmm's objects are plain host memory: the driver makes no managed allocation, adsm moves and
+ * prefetches nothing, and what the CPU writes in place is what the kernel reads (the double's GPU
+ * reaches the pages themselves, as HMM does). The object is an anonymous private mapping of the
+ * process, outside adsm's reservation. */
+Test(um, hmm_objects_are_plain_host_memory) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_HMM, 2 * MIB, 0);
+    cr_assert_eq(cuda_double_open(), 0);
+    cudadouble_counters before = counters();
+    int32_t *a = alloc(S), *b = alloc(S), *c = alloc(S);
+    cr_assert_eq(counters().managed_allocs, before.managed_allocs, "hmm made managed allocations");
+    cr_assert((uintptr_t)a < adsm__rt.va_shared.base || (uintptr_t)a >= adsm__rt.va_shared.base + adsm__rt.va_shared.size,
+              "hmm object %p inside adsm's reservation", (void *)a);
+    reset();
+    for (size_t i = 0; i < N; i++) a[i] = (int32_t)i, b[i] = 7;
+    CALL_OK(k_add, grid_for(N), c, a, b, N);
+    sync_ok();
+    for (size_t i = 0; i < N; i++)
+        if (c[i] != (int32_t)i + 7) cr_assert_fail("c[%zu] = %d, expected %d", i, c[i], (int)i + 7);
+    adsm_stats s = stats();
+    cr_assert_eq(s.h2d_bytes + s.d2h_bytes, 0, "hmm moved %llu bytes", (unsigned long long)(s.h2d_bytes + s.d2h_bytes));
+    cr_assert_eq(counters().prefetch_device_bytes + counters().prefetch_host_bytes,
+                 before.prefetch_device_bytes + before.prefetch_host_bytes, "hmm prefetched");
+    expect_no_faults();
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(adsm_free(b), ADSM_OK);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    adsm_shutdown();
+}
+
+/* A GPU that does not reach pageable memory (the double's default, as the H200 measured in
+ * docs/gpu/) refuses hmm at adsm_init, naming the attribute and what to use instead; the
+ * runtime then starts as before under um. */
+Test(um, hmm_refused_where_the_gpu_cannot_reach_pageable_memory) {
+    clear_adsm_env();
+    unsetenv("CUDADOUBLE_PAGEABLE");
+    adsm_config cfg = {0};
+    cfg.backend = TEST_DEVICE_BACKEND;
+    cfg.protocol = ADSM_PROTOCOL_HMM;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_UNSUPPORTED, "%s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "ADSM_PROTOCOL=hmm"), "error: %s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS"), "error: %s", adsm_last_error());
+    cfg.protocol = ADSM_PROTOCOL_UM;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_not_null(adsm_alloc(S));
+    adsm_shutdown();
+}
+
 /* Where the driver has no managed memory, making an object fails with an error that says so, and
  * nothing is left behind. */
 Test(um, no_managed_memory_fails_the_allocation) {
@@ -107,12 +191,12 @@ Test(um, no_managed_memory_fails_the_allocation) {
 /* adsm_memset, adsm_memcpy and adsm_read/adsm_write work on managed memory in place, and what
  * they write is what a kernel reads. */
 ParameterizedTestParameters(um, memops_work_in_place) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH};
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
     return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
 }
 
 ParameterizedTest(adsm_protocol_kind *protocol, um, memops_work_in_place) {
-    init(TEST_DEVICE_BACKEND, *protocol, 2 * MIB, 0);
+    if (!um_init(*protocol)) return;
     int32_t *a = alloc(S), *b = alloc(S), *c = alloc(S);
     cr_assert_eq(adsm_memset(a, 0x01, S), ADSM_OK, "%s", adsm_last_error());
     cr_assert_eq(adsm_memcpy(b, a, S), ADSM_OK, "%s", adsm_last_error());
@@ -127,12 +211,12 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, memops_work_in_place) {
 /* Objects come and go: each free gives its managed memory back; a second free of the same
  * pointer, or one inside an object, is refused as with the other protocols. */
 ParameterizedTestParameters(um, objects_come_and_go) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH};
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
     return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
 }
 
 ParameterizedTest(adsm_protocol_kind *protocol, um, objects_come_and_go) {
-    init(TEST_DEVICE_BACKEND, *protocol, 2 * MIB, 0);
+    if (!um_init(*protocol)) return;
     for (int round = 0; round < 50; round++) {
         int32_t *x = alloc(S);
         wr(&x[7], round);
@@ -150,7 +234,7 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, objects_come_and_go) {
 /* Unified memory is the CUDA driver's: the emulated device refuses the protocols at adsm_init,
  * naming the setting, rather than running something else under their name. */
 ParameterizedTestParameters(um, refused_on_the_emulated_device) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH};
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
     return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
 }
 
@@ -160,6 +244,9 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, refused_on_the_emulated_devi
     cfg.backend = ADSM_BACKEND_EMU;
     cfg.protocol = *protocol;
     cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
-    cr_assert(strstr(adsm_last_error(), "ADSM_PROTOCOL=um"), "error: %s", adsm_last_error());
+    char setting[64];
+    snprintf(setting, sizeof setting, "ADSM_PROTOCOL=%s:", *protocol == ADSM_PROTOCOL_HMM ? "hmm"
+                                                         : *protocol == ADSM_PROTOCOL_UM ? "um" : "um-prefetch");
+    cr_assert(strstr(adsm_last_error(), setting), "error: %s", adsm_last_error());
     cr_assert(strstr(adsm_last_error(), "the emu backend has none"), "error: %s", adsm_last_error());
 }

@@ -485,6 +485,10 @@ ADSM__PRIVATE int adsm__cuda_managed_settle(void *ctx) {
     return r == 0 ? 0 : -1;
 }
 
+/* Protocol hmm: whether the GPU's kernels reach plain host memory (HMM on x86 with the open kernel
+ * modules, ATS on a coherent link), as cuDeviceGetAttribute said at init. */
+ADSM__PRIVATE int adsm__cuda_pageable_access(void *ctx) { return ((adsm__cuda *)ctx)->pageable_access; }
+
 ADSM__PRIVATE intptr_t adsm__cuda_address_delta(void *ctx) { return ((adsm__cuda *)ctx)->delta; }
 
 static const adsm__backend_vtbl adsm__backend_cuda = {
@@ -517,6 +521,7 @@ static const adsm__backend_vtbl adsm__backend_cuda = {
     .managed_free = adsm__cuda_managed_free,
     .managed_prefetch = adsm__cuda_managed_prefetch,
     .managed_settle = adsm__cuda_managed_settle,
+    .pageable_access = adsm__cuda_pageable_access,
     .address_delta = adsm__cuda_address_delta,
 };
 

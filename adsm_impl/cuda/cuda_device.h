@@ -115,6 +115,7 @@ struct adsm__cuda {
     adsm__cu_context init_prev; /* the context current on the initialising thread before adsm_init */
     int init_entered;            /* adsm's context made current on that thread (restored at the end) */
     int ctx_retained, cc_major, cc_minor, max_threads, has_param_info;
+    int pageable_access; /* the device's kernels reach pageable host memory (HMM, ATS): protocol hmm */
     int driver_version; /* cuDriverGetVersion: 1000 * major + 10 * minor */
     char device_name[128];
     size_t capacity;
@@ -333,6 +334,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_device(adsm__cuda *c, int ordinal) {
     c->cu.cuDeviceGetAttribute(&c->cc_minor, ADSM__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->device);
     c->cu.cuDeviceGetAttribute(&c->max_threads, ADSM__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, c->device);
     c->cu.cuDeviceGetAttribute(&vmm, ADSM__CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, c->device);
+    if (c->cu.cuDeviceGetAttribute(&c->pageable_access, ADSM__CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, c->device))
+        c->pageable_access = 0;
     if (!vmm)
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE,
                           "cuda backend: device %d (%s) lacks virtual memory management (cuMemMap)", ordinal,

@@ -129,7 +129,8 @@ enum {
     X(CU_MEM_ATTACH_GLOBAL, 0x1)                                \
     X(CU_MEM_LOCATION_TYPE_HOST, 0x2)                           \
     X(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 83)                   \
-    X(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 89)
+    X(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 89)        \
+    X(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 88)
 
 enum {
 #define ADSM__CU_CONSTANT_ENUM(name, value) ADSM__##name = value,

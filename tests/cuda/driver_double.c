@@ -14,7 +14,10 @@
  * listed: a module whose PTX .target is newer than its context's device is refused, as the JIT
  * refuses it), CUDADOUBLE_NO_PARAM_INFO=1 (cuFuncGetParamInfo
  * not found), CUDADOUBLE_NO_PINNED=1 (cuMemAllocHost fails), CUDADOUBLE_NO_MANAGED=1 (no managed
- * memory: the device attributes say 0, cuMemAllocManaged answers NOT_SUPPORTED), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
+ * memory: the device attributes say 0, cuMemAllocManaged answers NOT_SUPPORTED), CUDADOUBLE_PAGEABLE=1
+ * (every device reaches pageable host memory, as with HMM: CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS
+ * says 1, and kernels and copies reach any mapped host address outside the reserved device
+ * ranges; an unmapped one is an illegal address), CUDADOUBLE_NO_PLACEHOLDER=1 (reserved
  * device ranges hold no host placeholder, so a hint on a host mapping is granted), CUDADOUBLE_DELAY_US (sleep before
  * each queued stream operation, 0), CUDADOUBLE_NO_REGISTER=1 (cuMemHostRegister refuses, as a
  * driver out of lockable memory does), CUDADOUBLE_REGISTER_BUDGET (bytes registrations may hold
@@ -230,7 +233,7 @@ static struct {
     int compute[64]; /* per device: major*10 + minor (CUDADOUBLE_COMPUTE) */
     int driver_version;
     size_t memory;
-    bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets, no_peer, no_managed;
+    bool no_param_info, no_pinned, no_placeholder, no_register, lose_null_memsets, no_peer, no_managed, pageable;
     size_t register_budget, registered_total; /* CUDADOUBLE_REGISTER_BUDGET: lockable bytes (0: no limit) */
     CUresult param_info_error;
     void (*address_hook)(int reserved, unsigned long long base, size_t size, void *user);
@@ -379,10 +382,26 @@ static struct managed *managed_containing(dptr_t d, size_t n) {
     return NULL;
 }
 
+static bool host_in_resv(const void *p, size_t n);
+
+/* CUDADOUBLE_PAGEABLE: whether every page of host range [a, a + n) is mapped (mincore fails with
+ * ENOMEM on a hole), so that a device reaching pageable memory finds it there. */
+static bool host_mapped(uintptr_t a, size_t n) {
+    const uintptr_t page = 4096;
+    unsigned char vec[64];
+    for (uintptr_t p = a & ~(page - 1); p < a + n; p += 64 * page) {
+        size_t len = a + n - p < 64 * page ? a + n - p : 64 * page;
+        if (mincore((void *)p, len, vec) != 0) return false;
+    }
+    return true;
+}
+
 static char *dev_view(int dev, dptr_t d, size_t n, unsigned prot) {
     if (n == 0) n = 1;
     if (managed_containing(d, n)) return (char *)(uintptr_t)d; /* every device reaches it */
     struct resv *r = resv_containing(d, n);
+    if (!r && g.pageable && range_ok(d, n) && !host_in_resv((const void *)(uintptr_t)d, n) && host_mapped(d, n))
+        return (char *)(uintptr_t)d; /* pageable memory access (HMM): plain host pages */
     if (!r) return NULL;
     unsigned long long who = dev < 0 ? ~0ull : 1ull << dev;
     size_t first = (d - r->base) / GRAN, last = (d + n - 1 - r->base) / GRAN;
@@ -648,6 +667,7 @@ CUresult cuInit(unsigned int flags) {
     g.no_param_info = env_flag("CUDADOUBLE_NO_PARAM_INFO");
     g.no_pinned = env_flag("CUDADOUBLE_NO_PINNED");
     g.no_managed = env_flag("CUDADOUBLE_NO_MANAGED");
+    g.pageable = env_flag("CUDADOUBLE_PAGEABLE");
     g.no_register = env_flag("CUDADOUBLE_NO_REGISTER");
     g.register_budget = (size_t)env_ull("CUDADOUBLE_REGISTER_BUDGET", 0);
     if (g.procmem < 0) g.procmem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
@@ -854,6 +874,7 @@ CUresult cuDeviceGetAttribute(int *value, adsm__cu_device_attribute attrib, adsm
         case ADSM__CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; break;
         case ADSM__CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *value = !g.no_managed; break;
         case ADSM__CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *value = !g.no_managed; break;
+        case ADSM__CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: *value = g.pageable; break;
         default: r = ADSM__CUDA_ERROR_INVALID_VALUE; break;
         }
     }
