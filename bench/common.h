@@ -60,4 +60,22 @@ static inline size_t bench_random_order(size_t *order, size_t n, size_t most, ui
     return k;
 }
 
+#ifdef ADSM_H_INCLUDED
+#include <stdio.h>
+/* Whether protocol hmm (plain host memory the GPU reaches itself) runs on the default backend:
+ * only on cuda, where the GPU reports pageable memory access. Where it does not, says why on
+ * stderr, so that a table without the hmm rows tells its reader. */
+static inline int bench_hmm_runs(const char *bench) {
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.protocol = ADSM_PROTOCOL_HMM;
+    if (adsm_init(&cfg) == ADSM_OK) {
+        adsm_shutdown();
+        return 1;
+    }
+    fprintf(stderr, "%s: no hmm rows: %s\n", bench, adsm_last_error());
+    return 0;
+}
+#endif
+
 #endif /* BENCH_COMMON_H */

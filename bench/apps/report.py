@@ -14,7 +14,9 @@ import sys
 from collections import defaultdict
 
 VARIANTS = ["explicit", "batch", "lazy", "rolling"]
-UNIFIED = ["um", "um-prefetch"]  # CUDA managed memory: measured on cuda only
+# CUDA managed memory: measured on cuda only; hmm (plain host memory the GPU reaches) only where the
+# GPU reports pageable memory access
+UNIFIED = ["um", "um-prefetch", "hmm"]
 
 
 def load(path):

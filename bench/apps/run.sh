@@ -2,7 +2,8 @@
 # The application study (GMAC paper, Figures 7, 8, 10 and 12) on this machine's default backend:
 # every application under bench/apps/ in its explicit version and its adsm version under batch,
 # lazy and rolling (and with ADSM_BACKEND=cuda under um and um-prefetch too: CUDA managed
-# memory, the same program unchanged), in rounds (one run of each variant per round, so drift hits all alike; the
+# memory, the same program unchanged; and hmm, plain host memory, where the GPU reaches pageable
+# memory), in rounds (one run of each variant per round, so drift hits all alike; the
 # variant that runs first changes from round to round, because the first large allocation after
 # another program's exit pays the kernel's huge-page compaction, up to 10x its copy time), then
 # tpacf across block sizes and rolling sizes, then the line counts. Prints the tables, writes
@@ -67,6 +68,18 @@ for a in "${apps[@]}"; do
     ADSM_PROTOCOL=lazy "$bin/app_${a}_adsm" "${size[@]}" >/dev/null
 done
 
+# Plain host memory the GPU reaches itself (protocol hmm), where the GPU reports pageable memory
+# access; elsewhere adsm_init refuses it, and the reason is printed here.
+unified=()
+if [[ ${ADSM_BACKEND:-} == cuda ]]; then
+    unified=(um um-prefetch)
+    if why=$(ADSM_PROTOCOL=hmm "$bin/app_${apps[0]}_adsm" "${size[@]}" 2>&1 >/dev/null); then
+        unified+=(hmm)
+    else
+        echo "no hmm runs: ${why##*$'\n'}" >&2
+    fi
+fi
+
 csv=$out/apps.csv
 header="round,app,version,protocol,block_size,rolling_size,wall_ms,io_ms,kernel_ms,cpu_ms,copy_ms,fault_ms,h2d_bytes,d2h_bytes,faults,evictions,ok,start_ns,stop_ns"
 echo "$header" >"$csv"
@@ -74,7 +87,7 @@ for ((r = 1; r <= runs; r++)); do
     echo "== round $r of $runs" >&2
     variants=(explicit batch lazy rolling)
     # CUDA managed memory beside them, where there is a GPU (the emulated device refuses it)
-    [[ ${ADSM_BACKEND:-} == cuda ]] && variants+=(um um-prefetch)
+    variants+=("${unified[@]}")
     nv=${#variants[@]}
     for a in "${apps[@]}"; do
         echo "   $a" >&2

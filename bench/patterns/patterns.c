@@ -105,12 +105,13 @@ typedef enum { P_SEQINIT, P_RANDOM, P_HOT, P_STRIDED, P_COLMAJOR, P_SWEEPS, P_RE
 static const char *pattern_name[] = {"seqinit", "random", "hot", "strided", "colmajor", "sweeps", "readmostly"};
 
 /* um and um-prefetch (CUDA managed memory, the driver's coherence) run on cuda only, beside the
- * others (issue 30: Unified Memory measured beside adsm) */
-typedef enum { V_EXPLICIT, V_LAZY, V_ROLLING, V_UM, V_UM_PREFETCH } variant;
-static const char *variant_name[] = {"explicit", "lazy", "rolling", "um", "um-prefetch"};
+ * others (issue 30: Unified Memory measured beside adsm), and hmm (plain host memory) where the
+ * GPU reaches pageable memory */
+typedef enum { V_EXPLICIT, V_LAZY, V_ROLLING, V_UM, V_UM_PREFETCH, V_HMM } variant;
+static const char *variant_name[] = {"explicit", "lazy", "rolling", "um", "um-prefetch", "hmm"};
 static const adsm_protocol_kind variant_protocol[] = {ADSM_PROTOCOL_DEFAULT, ADSM_PROTOCOL_LAZY,
                                                       ADSM_PROTOCOL_ROLLING, ADSM_PROTOCOL_UM,
-                                                      ADSM_PROTOCOL_UM_PREFETCH};
+                                                      ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
 
 typedef struct sample {
     double ns;
@@ -423,18 +424,24 @@ static void usage(const char *argv0) {
 
 static double mib(double bytes) { return bytes / (double)MiB; }
 
-/* cuda: unified memory beside the explicit program and rolling at the largest block. um[2 i] and
- * um[2 i + 1] are pattern i's um and um-prefetch points. */
-static void print_um_table(const point *pts, size_t npts, size_t nblocks, const point *um, size_t npatterns) {
+/* cuda: unified memory beside the explicit program and rolling at the largest block. um[k i + j]
+ * is pattern i's j-th of the k unified points (um, um-prefetch, and hmm where it runs). */
+static void print_um_table(const point *pts, size_t npts, size_t nblocks, const point *um, size_t npatterns,
+                           size_t k) {
     size_t per = 1 + 2 * nblocks;
-    printf("\n### Unified memory beside them (cuda: um, um-prefetch; CUDA managed memory, the driver migrates)\n\n");
-    printf("| pattern | explicit ms | rolling %s ms | um ms | um-prefetch ms | rolling x expl | um x expl | "
-           "um-prefetch x expl |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-           "(largest block)");
+    printf("\n### Unified memory beside them (cuda: um, um-prefetch; CUDA managed memory, the driver migrates%s)\n\n",
+           k > 2 ? "; hmm: plain host memory the GPU reaches" : "");
+    printf("| pattern | explicit ms | rolling %s ms | um ms | um-prefetch ms |%s rolling x expl | um x expl | "
+           "um-prefetch x expl |%s\n| --- | ---: | ---: | ---: | ---: |%s ---: | ---: | ---: |%s\n",
+           "(largest block)", k > 2 ? " hmm ms |" : "", k > 2 ? " hmm x expl |" : "", k > 2 ? " ---: |" : "",
+           k > 2 ? " ---: |" : "");
     for (size_t i = 0; i < npatterns && (i + 1) * per <= npts; i++) {
-        const point *e = &pts[i * per], *r = &pts[i * per + per - 1], *u = &um[2 * i], *up = &um[2 * i + 1];
-        printf("| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n", pattern_name[e->p], e->ms, r->ms, u->ms,
-               up->ms, r->ms / e->ms, u->ms / e->ms, up->ms / e->ms);
+        const point *e = &pts[i * per], *r = &pts[i * per + per - 1], *u = &um[k * i];
+        printf("| %s | %.1f | %.1f | %.1f | %.1f |", pattern_name[e->p], e->ms, r->ms, u[0].ms, u[1].ms);
+        if (k > 2) printf(" %.1f |", u[2].ms);
+        printf(" %.2f | %.2f | %.2f |", r->ms / e->ms, u[0].ms / e->ms, u[1].ms / e->ms);
+        if (k > 2) printf(" %.2f |", u[2].ms / e->ms);
+        printf("\n");
     }
 }
 
@@ -543,12 +550,13 @@ int main(int argc, char **argv) {
     const size_t *blocks = full ? full_blocks : quick_blocks;
     const size_t nblocks = full ? COUNT(full_blocks) : COUNT(quick_blocks);
     const size_t n = size / sizeof(unsigned), npts = (only < 0 ? P_COUNT : 1) * (1 + 2 * nblocks);
-    point *pts = calloc(npts, sizeof *pts), *um = calloc(2 * P_COUNT, sizeof *um);
+    point *pts = calloc(npts, sizeof *pts), *um = calloc(3 * P_COUNT, sizeof *um);
     unsigned *want = malloc(size), *host = huge_alloc(size);
     if (!pts || !um || !want) return 1;
     start(ADSM_PROTOCOL_DEFAULT, 0, "the backend"); /* which backend the default picks */
     adsm_shutdown();
     int on_cuda = strcmp(backend, "cuda") == 0;
+    variant last_unified = on_cuda && bench_hmm_runs("patterns") ? V_HMM : V_UM_PREFETCH;
     size_t nu = 0;
     double t_start = now_ns();
     size_t k = 0;
@@ -567,14 +575,15 @@ int main(int argc, char **argv) {
                         pt->evictions, pt->regrets, (now_ns() - t_start) / 1e9);
             }
         }
-        for (variant v = V_UM; on_cuda && v <= V_UM_PREFETCH; v++, nu++) {
+        for (variant v = V_UM; on_cuda && v <= last_unified; v++, nu++) {
             um[nu] = run_point(p, v, blocks[nblocks - 1], host, want);
             fprintf(stderr, "[um] %-10s %-11s %8.1f ms  %8.1f MiB prefetched  %.0f s\n", pattern_name[p],
                     variant_name[v], um[nu].ms, mib(um[nu].h2d + um[nu].d2h), (now_ns() - t_start) / 1e9);
         }
     }
     print_table(pts, npts, nblocks, (now_ns() - t_start) / 1e9, csv);
-    if (on_cuda) print_um_table(pts, npts, nblocks, um, nu / 2);
+    size_t per_pattern = (size_t)(last_unified - V_UM) + 1;
+    if (on_cuda) print_um_table(pts, npts, nblocks, um, nu / per_pattern, per_pattern);
     if (csv && fclose(csv) != 0) {
         fprintf(stderr, "patterns: writing %s failed: %s\n", csv_path, strerror(errno));
         return 1;

@@ -18,6 +18,8 @@
  *                 CUDA-style program: the least data any version can move)
  *   lazy          adsm_alloc volumes, protocol lazy (default block size)
  *   rolling-<B>   adsm_alloc volumes, protocol rolling, block size B = 4K, 256K, 1M, 32M
+ *   um, um-prefetch, hmm  (cuda only) the same volumes in CUDA managed memory, or in plain host
+ *                 memory where the GPU reaches pageable memory (hmm; else stderr says why not)
  * Each variant of each run does adsm_init(&cfg) ... adsm_shutdown(); the time measured goes from
  * the allocation of the volumes to the end of the last step (kernel synced, last dump written),
  * init and shutdown excluded. The final volume of every variant must equal the explicit one bit
@@ -138,7 +140,7 @@ static const char *size_name(size_t b, char *buf, size_t len) {
 }
 
 /* ---- variants ------------------------------------------------------------------------------- */
-enum { V_EXPLICIT, V_LAZY, V_ROLLING, V_UM, V_UM_PREFETCH };
+enum { V_EXPLICIT, V_LAZY, V_ROLLING, V_UM, V_UM_PREFETCH, V_HMM };
 typedef struct variant {
     const char *name; /* CSV name */
     int kind;
@@ -152,13 +154,17 @@ static variant variants[] = {
     {"rolling", V_ROLLING, 256u << 10},
     {"rolling", V_ROLLING, 1u << 20},
     {"rolling", V_ROLLING, 32u << 20},
-    /* cuda only (unified memory is the CUDA driver's): the last two, left out elsewhere */
+    /* cuda only (unified memory is the CUDA driver's): the last three, left out elsewhere; hmm
+     * (plain host memory) only where the GPU reaches pageable memory */
     {"um", V_UM, 0},
     {"um-prefetch", V_UM_PREFETCH, 0},
+    {"hmm", V_HMM, 0},
 };
 #define NVARIANTS (sizeof variants / sizeof variants[0])
-/* the variants this backend runs: all on cuda, all but unified memory's elsewhere */
-static size_t nvariants = NVARIANTS - 2;
+/* the variants this backend runs: all on cuda (hmm where it runs), all but unified memory's
+ * elsewhere */
+static size_t nvariants = NVARIANTS - 3;
+static int hmm_runs; /* bench_hmm_runs, asked once before the runs */
 
 typedef struct measure {
     double ms;
@@ -190,6 +196,7 @@ static measure run_variant(bench_ctx *c, variant *v, uint32_t edge, float *final
     if (v->kind == V_LAZY) cfg.protocol = ADSM_PROTOCOL_LAZY;
     if (v->kind == V_UM) cfg.protocol = ADSM_PROTOCOL_UM;
     if (v->kind == V_UM_PREFETCH) cfg.protocol = ADSM_PROTOCOL_UM_PREFETCH;
+    if (v->kind == V_HMM) cfg.protocol = ADSM_PROTOCOL_HMM;
     if (v->kind == V_ROLLING) {
         cfg.protocol = ADSM_PROTOCOL_ROLLING;
         cfg.block_size = v->block_size;
@@ -198,7 +205,7 @@ static measure run_variant(bench_ctx *c, variant *v, uint32_t edge, float *final
     check(adsm_module_load_source(stencil_step_cuda, NULL), "adsm_module_load_source");
     if (!c->backend[0]) {
         snprintf(c->backend, sizeof c->backend, "%s", adsm_backend_name());
-        if (!strcmp(c->backend, "cuda")) nvariants = NVARIANTS;
+        if (!strcmp(c->backend, "cuda")) nvariants = NVARIANTS - !hmm_runs;
     }
     if (v->kind == V_LAZY) v->block_size = adsm_block_size();
     /* every run starts with an empty file, so no variant inherits another's page cache */
@@ -369,6 +376,7 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    hmm_runs = bench_hmm_runs("stencil3d");
     /* results[e][v][r] */
     if (runs > 64) runs = 64;
     measure(*results)[NVARIANTS][64] = calloc(nedges, sizeof *results);

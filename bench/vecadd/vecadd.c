@@ -16,6 +16,8 @@
  *             on cuda only: the same program on CUDA managed memory, the driver migrating pages
  *             on faults (um) or where the kernel annotations prefetch them (um-prefetch); one
  *             point each (no blocks).
+ *   hmm       on cuda where the GPU reaches pageable host memory (HMM): the same program on plain
+ *             host memory (otherwise stderr says why there is no such row).
  * One measurement = adsm_init (protocol, block size) + adsm_reset_stats, then the timed part
  * (allocation, CPU init, call, sync, CPU read-back and check), then free + adsm_shutdown (not
  * timed: init and shutdown fork and reap the emulated device). The CPU read-back loop is the
@@ -64,11 +66,11 @@ static const size_t block_sizes[NBLOCKS] = {
     (size_t)128 << 10, (size_t)256 << 10, (size_t)512 << 10, (size_t)1 << 20,  (size_t)2 << 20,
     (size_t)4 << 20,   (size_t)8 << 20,   (size_t)16 << 20,  (size_t)32 << 20};
 
-typedef enum { V_EXPLICIT, V_BATCH, V_LAZY, V_ROLLING, V_UM, V_UM_PREFETCH } variant;
-static const char *variant_name[] = {"explicit", "batch", "lazy", "rolling", "um", "um-prefetch"};
+typedef enum { V_EXPLICIT, V_BATCH, V_LAZY, V_ROLLING, V_UM, V_UM_PREFETCH, V_HMM } variant;
+static const char *variant_name[] = {"explicit", "batch", "lazy", "rolling", "um", "um-prefetch", "hmm"};
 static const adsm_protocol_kind variant_protocol[] = {ADSM_PROTOCOL_DEFAULT, ADSM_PROTOCOL_BATCH, ADSM_PROTOCOL_LAZY,
                                                       ADSM_PROTOCOL_ROLLING, ADSM_PROTOCOL_UM,
-                                                      ADSM_PROTOCOL_UM_PREFETCH};
+                                                      ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
 
 /* one measurement */
 typedef struct sample {
@@ -294,8 +296,10 @@ int main(int argc, char **argv) {
     }
     snprintf(backend, sizeof backend, "%s", adsm_backend_name());
     adsm_shutdown();
-    int npoints = 1 + 3 * NBLOCKS + 2; /* the last two: unified memory, on cuda only */
-    if (strcmp(backend, "cuda") != 0) npoints -= 2;
+    /* the last points: unified memory, on cuda only; hmm where the GPU reaches pageable memory */
+    int on_cuda = strcmp(backend, "cuda") == 0;
+    variant last_unified = on_cuda && bench_hmm_runs("vecadd") ? V_HMM : V_UM_PREFETCH;
+    int npoints = 1 + 3 * NBLOCKS + (on_cuda ? (int)(last_unified - V_UM) + 1 : 0);
     point *pts = calloc((size_t)npoints, sizeof *pts);
     variant *vs = calloc((size_t)npoints, sizeof *vs);
     size_t *bss = calloc((size_t)npoints, sizeof *bss);
@@ -308,7 +312,7 @@ int main(int argc, char **argv) {
             vs[k] = v;
             bss[k++] = block_sizes[b];
         }
-    for (variant v = V_UM; v <= V_UM_PREFETCH && k < npoints; v++) vs[k++] = v;
+    for (variant v = V_UM; v <= last_unified && k < npoints; v++) vs[k++] = v;
     /* Rounds: every point once, then again, so that a slow minute of a shared machine lands on
      * every point alike rather than on a stretch of them (the fourth GPU run: with each point's
      * runs back to back, lazy read 1.04-1.47x explicit by where the slow stretches fell). */
