@@ -191,6 +191,10 @@
        ADSM_CUDA_ALIAS_COLLAPSE 1: that shared memory in 2 MiB pages (MADV_COLLAPSE, Linux 6.1+)
                           where shmem_enabled gives none and blocks are 2 MiB or more; 0: 4 KiB
                           pages there (about 1 ms per MiB to make and first write)   (1)
+       ADSM_PREPARE_THREADS cuda: threads, the caller's included, that allocate and zero a large
+                          new object's host pages (and an adsm_host_alloc buffer's) before the
+                          driver page-locks them, in runs of 2 MiB pages, 1..16; 0: half the
+                          CPUs up to 8 where there are 4 or more, else 1   (0)
        ADSM_CUDA_DRIVER   driver library to load                       (libcuda.so.1, then libcuda.so)
        ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so.N for the driver's
                           major N down to 12, then libnvrtc.so if not newer than the driver)
@@ -1110,6 +1114,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 /* The bottom layer first: each file includes what it uses, and only files listed before it. */
 #include "adsm_impl/common.h"
 #include "adsm_impl/os.h"
+#include "adsm_impl/prepare.h"
 #include "adsm_impl/blocktree.h"
 #include "adsm_impl/arena.h"
 #include "adsm_impl/stats.h"

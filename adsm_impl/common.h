@@ -76,5 +76,6 @@
 #define ADSM__MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ADSM__ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uintptr_t)(a) - 1))
 #define ADSM__ALIGN_DOWN(x, a) ((x) & ~((uintptr_t)(a) - 1))
+#define ADSM__HUGE_PAGE ((size_t)2 << 20) /* a PMD page on x86-64 (and arm64 with 4 KiB pages) */
 
 #endif /* ADSM__COMMON_INCLUDED */

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "os.h"
 #include "arena.h"
+#include "prepare.h"
 
 /* 2 MiB: the size of a transparent huge page. Tracking a 2 MiB huge-page block costs one fault
  * and one PMD update, which keeps tracked CPU writes far above PCIe line rate; see docs/design.md
@@ -51,6 +52,8 @@ typedef struct adsm__settings {
     adsm_fault_engine_kind fault_engine; /* AUTO, MPROTECT or USERFAULTFD (protection.h) */
     int emu_check_bounds;    /* emu: guard pages between objects, out-of-bounds kernel accesses
                                 reported (ADSM_EMU_CHECK_BOUNDS; backend_emu.h) */
+    unsigned prepare_threads; /* threads that prepare a large range of host memory (prepare.h;
+                                 ADSM_PREPARE_THREADS, 0: automatic), resolved: at least 1 */
     int sync_home;           /* lazy, rolling: adsm_sync brings home small outputs the CPU reads after
                                 each sync (protocol.h); ADSM_SYNC_HOME=0 leaves every output to faults */
     int emu_same_address;    /* emu: 0 puts device memory at addresses of its own, as a GPU that
@@ -344,6 +347,9 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
         (r = adsm__flag_setting("ADSM_EMU_CHECK_BOUNDS", "emu_check_bounds", &c.emu_check_bounds)) != ADSM_OK)
         return r;
     if ((r = adsm__cuda_settings(&c, s)) != ADSM_OK) return r;
+    size_t prepare = 0;
+    if ((r = adsm__env_count("ADSM_PREPARE_THREADS", &prepare, 1, ADSM__PREPARE_MAX_THREADS, 1)) != ADSM_OK) return r;
+    s->prepare_threads = prepare ? (unsigned)prepare : adsm__prepare_threads_auto(adsm__cpu_count());
     if ((r = adsm__env_switch("ADSM_SYNC_HOME", &s->sync_home, 1,
                               "expected 1 (small results the CPU reads after each sync come home in it) or 0 "
                               "(every kernel output waits for the CPU's fault)")) != ADSM_OK)

@@ -35,7 +35,6 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-#define ADSM__HUGE_PAGE ((size_t)2 << 20)
 #define ADSM__FILL_SLOT ((size_t)4 << 20) /* bytes moved per mremap: fewer calls, fewer VMAs */
 #define ADSM__FILL_PAIRS 4                /* fills that may run at once (faults copy outside the
                                              runtime lock), each holding a pair for one piece */

@@ -200,7 +200,10 @@ ADSM__PRIVATE void *adsm__host_alloc_unguarded(size_t size) {
     if (size >= huge) madvise(p, span, MADV_HUGEPAGE);
     b->node.start = at;
     b->node.end = at + span;
-    if (rt->be->host_lock) b->locked = rt->be->host_lock(rt->be_ctx, at, span);
+    if (rt->be->host_lock) { /* the same care as an object's pages (object_life.h) */
+        adsm__host_pages_populate(rt, at, span);
+        b->locked = rt->be->host_lock(rt->be_ctx, at, span);
+    }
     adsm__lock(&rt->lock);
     adsm__tree_insert(&rt->host_buffers, &b->node);
     adsm__unlock(&rt->lock);

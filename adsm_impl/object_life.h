@@ -19,6 +19,7 @@
 #include "reservation.h"
 #include "directory.h"
 #include "trace.h"
+#include "prepare.h"
 
 ADSM__PRIVATE void adsm__object_destroy(adsm__object *o) {
     free(o->blocks);
@@ -190,7 +191,10 @@ ADSM__PRIVATE void adsm__prefault(void *p, size_t n, size_t page) {
  * so the range is made writable first (the protocol protects it right after, in on_alloc);
  * pinned pages stay pinned whatever their protection later, and DMA ignores the protection.
  * Through the alias, its pages are first made 2 MiB pages where the kernel grants them (pinned
- * pages cannot be), and the program's view is then mapped onto the pages the locking allocated. */
+ * pages cannot be), and the program's view is then mapped onto the pages the locking allocated.
+ * Either way a large range's pages are first allocated on several threads where
+ * ADSM_PREPARE_THREADS gives more than one (prepare.h): a collapse of the alias, or a populate of
+ * the object's own pages, which the driver would otherwise fault in one thread. */
 ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     if (!rt->be->host_lock || !rt->be->moves_data) return;
     if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
@@ -198,7 +202,8 @@ ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     int aliased = dma != o->host;
     uint64_t t0 = adsm__now_ns();
     adsm__host_alias_huge_pages(rt, o->host, o->span);
-    if (aliased) adsm__trace(&rt->trace, ADSM__TR_HUGE_PAGES, t0, o->host, o->span);
+    if (!aliased) adsm__host_pages_populate(rt, o->host, o->span);
+    if (aliased || rt->cfg.prepare_threads > 1) adsm__trace(&rt->trace, ADSM__TR_HUGE_PAGES, t0, o->host, o->span);
     t0 = adsm__now_ns();
     o->locked = rt->be->host_lock(rt->be_ctx, dma, o->span);
     adsm__trace(&rt->trace, ADSM__TR_PAGE_LOCK, t0, o->host, o->span);

@@ -17,6 +17,7 @@
 #include "arena.h"
 #include "trace.h"
 #include "runtime.h"
+#include "prepare.h"
 
 /* Address space adsm maps besides its reservation's halves: fetch slots, its threads' stacks,
  * tables. One more half is mapped as a second view: of device memory (emu), or of the shared
@@ -134,7 +135,6 @@ ADSM__PRIVATE adsm_result adsm__replace_reservation(adsm__runtime *rt) {
 #endif
 
 enum { ADSM__ALIAS_SMALL, ADSM__ALIAS_HUGE_BY_SETTING, ADSM__ALIAS_HUGE_BY_COLLAPSE };
-#define ADSM__HUGE_PAGE ((size_t)2 << 20)
 
 /* Normal context, a new object's alias range [at, at + n) before it is page-locked and published:
  * gives every 2 MiB of it that lies whole inside the range one 2 MiB page, whatever shmem_enabled
@@ -282,18 +282,35 @@ ADSM__PRIVATE int adsm__in_host_alias(const adsm__runtime *rt, uintptr_t a, size
 #endif
 
 /* Normal context, a new object before it is page-locked: its alias range in 2 MiB pages where
- * adsm collapses them. A refusal after the probe succeeded (out of huge pages: ENOMEM, EBUSY)
- * leaves this object 4 KiB pages; it is said once, at info. */
+ * adsm collapses them, split over ADSM_PREPARE_THREADS threads in runs of whole 2 MiB pages
+ * (prepare.h; the kernel zeroes each on the thread that collapses it). A refusal after the probe
+ * succeeded (out of huge pages: ENOMEM, EBUSY) leaves this object 4 KiB pages; it is said once,
+ * at info. */
 ADSM__PRIVATE void adsm__host_alias_huge_pages(adsm__runtime *rt, uintptr_t host, size_t n) {
     uintptr_t at = adsm__host_dma(rt, host);
     if (at == host || rt->alias_pages != ADSM__ALIAS_HUGE_BY_COLLAPSE) return;
-    int refusal = adsm__alias_collapse(at, n), none = 0;
+    uintptr_t lo = ADSM__ALIGN_UP(at, ADSM__HUGE_PAGE), hi = ADSM__ALIGN_DOWN(at + n, ADSM__HUGE_PAGE);
+    if (hi <= lo) return;
+    int refusal = 0, none = 0;
+    unsigned helpers = adsm__prepare_split(rt->cfg.prepare_threads, lo, hi - lo, adsm__alias_collapse, &refusal);
+    ADSM__ADD(&rt->prepare_helpers, helpers);
     /* objects are made by several threads at once: the first refusal is the one said */
     if (!refusal || !__atomic_compare_exchange_n(&rt->alias_refusal, &none, refusal, 0, __ATOMIC_RELAXED,
                                                  __ATOMIC_RELAXED))
         return;
     adsm__log(ADSM_LOG_INFO, "host alias: the kernel would not collapse a new object's %zu bytes into 2 MiB pages "
               "(MADV_COLLAPSE: %s): it has 4 KiB pages, as may later ones (said once)", n, strerror(refusal));
+}
+
+/* Normal context, a new host range adsm will have the driver page-lock (an object's own pages, an
+ * adsm_host_alloc buffer): where ADSM_PREPARE_THREADS gives more than one thread, its pages are
+ * allocated and zeroed now on them (prepare.h), not by the driver's page-locking on one. A
+ * refusal leaves them to the page-locking. */
+ADSM__PRIVATE void adsm__host_pages_populate(adsm__runtime *rt, uintptr_t at, size_t n) {
+    if (rt->cfg.prepare_threads <= 1 || n < 2 * ADSM__PREPARE_MIN_RUN) return;
+    int refusal = 0;
+    ADSM__ADD(&rt->prepare_helpers, adsm__prepare_split(rt->cfg.prepare_threads, at, n, adsm__populate_anonymous,
+                                                        &refusal));
 }
 
 /* Normal context, a new object before it is published: maps the program's view of an aliased

@@ -64,6 +64,9 @@ typedef struct adsm__runtime {
      * ADSM__ALIAS_HUGE_BY_COLLAPSE (each new object's pages collapsed into 2 MiB pages);
      * view_small_pages: the program's view maps them 4 KiB at a time (rolling, blocks under 2 MiB) */
     int alias_pages, alias_refusal, view_small_pages;
+    /* threads that helped prepare host memory so far (prepare.h; the tests read it): any thread
+     * making an object or a host buffer adds to it */
+    uint64_t prepare_helpers;
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */
     size_t dev_granule; /* device memory comes in units this large (cuda's granule); 0: pages */

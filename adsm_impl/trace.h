@@ -29,7 +29,8 @@ enum {
     ADSM__TR_D2D,    /* a copy from one device's memory to another's */
     /* the parts of making and freeing an object, inside its alloc or free span (cuda's cost on a
      * GPU: the third GPU run found 0.6-1.1 ms per 1 MiB object, without saying where) */
-    ADSM__TR_HUGE_PAGES,  /* the host alias's pages collapsed into 2 MiB pages */
+    ADSM__TR_HUGE_PAGES,  /* a new object's host pages prepared: the alias collapsed into 2 MiB pages, or its own
+                             pages populated on several threads (prepare.h) */
     ADSM__TR_PAGE_LOCK,   /* the host pages page-locked with the driver */
     ADSM__TR_VIEW_MAP,    /* the program's view mapped onto the alias's pages ahead */
     ADSM__TR_DEV_MEMORY,  /* device memory given to or taken from an object */

@@ -63,7 +63,7 @@ static void clear_env(void) {
     static const char *const vars[] = {"ADSM_BACKEND", "ADSM_PROTOCOL", "ADSM_BLOCK_SIZE", "ADSM_ROLLING_SIZE",
                                        "ADSM_EMU_MEMORY", "ADSM_LOG", "ADSM_DEVICE", "ADSM_CUDA_STAGING",
                                        "ADSM_CUDA_SAME_ADDRESS", "ADSM_CUDA_DMA_VIEW", "ADSM_CUDA_DRIVER",
-                                       "ADSM_CUDA_ALIAS_COLLAPSE"};
+                                       "ADSM_CUDA_ALIAS_COLLAPSE", "ADSM_PREPARE_THREADS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
     setenv("ADSM_NVRTC_LIBRARY", nvrtc_library, 1);
 }
@@ -1318,6 +1318,63 @@ ParameterizedTest(alias_case *t, cuda_double, the_alias_has_2_mib_pages_where_th
                  "%zu of the object's %zu pages", mapped_pages((uintptr_t)a, size), size / page);
     cr_assert_eq(pmd_mapped_kib(alias, size), alias_kib, "the write split the alias's 2 MiB pages");
     adsm_free(a);
+    run_vadd(size / sizeof(float)); /* the same results either way */
+    adsm_shutdown();
+}
+
+/* A large new object's host pages, and a large adsm_host_alloc buffer (the explicit program's
+ * memory, the same care), are allocated on ADSM_PREPARE_THREADS threads before the driver
+ * page-locks them (prepare.h): the alias collapsed into 2 MiB pages in runs, one per thread, or
+ * the object's own pages (translated placement) and the buffer populated. With one thread no
+ * helper runs. Either way the memory starts zeroed, the alias is 2 MiB pages where the kernel
+ * grants them, and kernels get the same results. */
+typedef struct prepare_case {
+    char threads[3];   /* ADSM_PREPARE_THREADS */
+    char same_addr[2]; /* ADSM_CUDA_SAME_ADDRESS: 1, the alias; 0, translated (the objects' own pages) */
+} prepare_case;
+
+ParameterizedTestParameters(cuda_double, large_ranges_are_prepared_on_several_threads) {
+    static prepare_case cases[] = {{"4", "1"}, {"4", "0"}, {"1", "1"}, {"1", "0"}};
+    return cr_make_param_array(prepare_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(prepare_case *t, cuda_double, large_ranges_are_prepared_on_several_threads) {
+    const size_t size = 32 * MIB;
+    int threads = atoi(t->threads), aliased = *t->same_addr == '1';
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_PREPARE_THREADS", t->threads, 1);
+    setenv("ADSM_CUDA_SAME_ADDRESS", t->same_addr, 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    attach();
+    cr_assert_eq(adsm__rt.cfg.prepare_threads, (unsigned)threads);
+    /* 32 MiB over 4 threads: the caller and 3 helpers, 8 MiB each; where the alias is not collapsed
+     * (the kernel refuses), nothing is prepared for it */
+    int collapsing = adsm__rt.alias_pages == ADSM__ALIAS_HUGE_BY_COLLAPSE;
+    uint64_t helpers = threads > 1 && (collapsing || !aliased) ? 3 : 0, before = adsm__rt.prepare_helpers;
+    unsigned char *a = adsm_alloc(size);
+    cr_assert_not_null(a, "%s", adsm_last_error());
+    uintptr_t dma = adsm__host_dma(&adsm__rt, (uintptr_t)a);
+    cr_assert_eq(dma != (uintptr_t)a, aliased, "host alias %p for object %p", (void *)dma, (void *)a);
+    cr_assert_eq(adsm__rt.prepare_helpers - before, helpers, "%llu threads helped make the object, expected %llu",
+                 (unsigned long long)(adsm__rt.prepare_helpers - before), (unsigned long long)helpers);
+    if (collapsing && aliased)
+        cr_assert_eq(pmd_mapped_kib(dma, size), size >> 10, "the alias maps %zu KiB by 2 MiB pages, expected %zu",
+                     pmd_mapped_kib(dma, size), size >> 10);
+    for (size_t i = 0; i < size; i += 4096)
+        if (a[i] || a[i + 4095]) cr_assert_fail("a new object's byte %zu is not zero", a[i] ? i : i + 4095);
+    before = adsm__rt.prepare_helpers;
+    unsigned char *h = adsm_host_alloc(size);
+    cr_assert_not_null(h, "%s", adsm_last_error());
+    cr_assert_eq(adsm__rt.prepare_helpers - before, threads > 1 ? 3u : 0u, "%llu threads helped make the buffer",
+                 (unsigned long long)(adsm__rt.prepare_helpers - before));
+    cr_assert_eq(resident_pages((uintptr_t)h, size), size / 4096, "the buffer's pages are not all there");
+    for (size_t i = 0; i < size; i += 4096)
+        if (h[i] || h[i + 4095]) cr_assert_fail("a new buffer's byte %zu is not zero", h[i] ? i : i + 4095);
+    cr_assert_eq(adsm_host_free(h), ADSM_OK);
+    cr_assert_eq(adsm_free(a), ADSM_OK);
     run_vadd(size / sizeof(float)); /* the same results either way */
     adsm_shutdown();
 }

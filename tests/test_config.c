@@ -16,7 +16,8 @@ static const char *const all_vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",    
                                        "ADSM_ROLLING_SIZE", "ADSM_ROLLING_STEP", "ADSM_EMU_MEMORY",
                                        "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT",
                                        "ADSM_EMU_DEVICES",  "ADSM_WRITE_THROUGH", "ADSM_DROP_REPLICAS",
-                                       "ADSM_AFFINITY_BLOCK", "ADSM_STREAMS",      "ADSM_TRANSLATE"};
+                                       "ADSM_AFFINITY_BLOCK", "ADSM_STREAMS",      "ADSM_TRANSLATE",
+                                       "ADSM_PREPARE_THREADS"};
 
 /* every test starts from a clean environment: no ADSM_* variable from the caller */
 static void clean_env(void) {
@@ -103,6 +104,8 @@ Test(config, affinity_block_junk) { expect_bad_saying("ADSM_AFFINITY_BLOCK", "ro
 Test(config, affinity_block_huge) { expect_bad_saying("ADSM_AFFINITY_BLOCK", "2000000", "count from 1 to 1048576"); }
 Test(config, streams_zero) { expect_bad_saying("ADSM_STREAMS", "0", "count from 1 to 16"); }
 Test(config, streams_17) { expect_bad_saying("ADSM_STREAMS", "17", "count from 1 to 16"); }
+Test(config, prepare_threads_17) { expect_bad_saying("ADSM_PREPARE_THREADS", "17", "count from 1 to 16 (or 0)"); }
+Test(config, prepare_threads_abc) { expect_bad_saying("ADSM_PREPARE_THREADS", "abc", "ADSM_PREPARE_THREADS"); }
 Test(config, translate_names_its_three_choices) {
     expect_bad_saying("ADSM_TRANSLATE", "patch", "auto (in place where it pays), staged (through host memory) or in-place");
 }
