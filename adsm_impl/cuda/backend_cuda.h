@@ -92,6 +92,10 @@ ADSM__PRIVATE void adsm__cuda_say_alias_pages(const adsm__runtime *rt) {
  * given a second view, the host alias (reservation.h), which the driver can page-lock and DMA
  * reaches. Without one (ADSM_CUDA_DMA_VIEW=0, or memfd refused) every copy is staged. */
 ADSM__PRIVATE void adsm__cuda_alias_host(adsm__cuda *c, adsm__runtime *rt) {
+    if (c->index == 0)
+        adsm__log(ADSM_LOG_INFO, "cuda: a large new object's host pages (and adsm_host_alloc's) are allocated on %u "
+                  "thread%s before they are page-locked (ADSM_PREPARE_THREADS)", rt->cfg.prepare_threads,
+                  rt->cfg.prepare_threads > 1 ? "s" : "");
     if (c->index != 0 || c->delta != 0 || !rt->cfg.cuda_dma_view) return;
     if (adsm__alias_shared_half(rt) != 0) {
         adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: cannot give the objects' host pages a second view (%s); "
