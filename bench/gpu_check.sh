@@ -145,6 +145,8 @@ if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max \
         --format=csv >> "$report" 2>&1
     nvidia-smi | sed -n '3p' >> "$report" 2>&1 # the "Driver Version / CUDA Version" line
+    # pageable memory access (protocol hmm's rows run only where the GPU has it): HMM or ATS
+    nvidia-smi -q | grep -m1 -i "addressing mode" >> "$report" 2>&1
 else
     say "nvidia-smi not found"
 fi
