@@ -88,7 +88,7 @@ static int name_index(const char *v, const char *const *names, int n) {
 
 static expect ref_resolve(const adsm_config *cfg, size_t page, const char *const env[NVARS]) {
     static const char *const backends[] = {"auto", "emu", "host", "cuda"};
-    static const char *const protocols[] = {"batch", "lazy", "rolling", "um", "um-prefetch"};
+    static const char *const protocols[] = {"batch", "lazy", "rolling", "um", "um-prefetch", "hmm"};
     static const char *const logs[] = {"error", "warn", "info", "debug"};
     expect e;
     adsm_config c;
@@ -110,7 +110,7 @@ static expect ref_resolve(const adsm_config *cfg, size_t page, const char *const
     } while (0)
     int backend = (int)c.backend, protocol = (int)c.protocol, log = (int)c.log_level;
     if (!backend && SET(V_BACKEND) && (backend = name_index(env[V_BACKEND], backends, 4)) < 0) BAD(V_BACKEND);
-    if (!protocol && SET(V_PROTOCOL) && (protocol = name_index(env[V_PROTOCOL], protocols, 5)) < 0)
+    if (!protocol && SET(V_PROTOCOL) && (protocol = name_index(env[V_PROTOCOL], protocols, 6)) < 0)
         BAD(V_PROTOCOL);
     if (!log && SET(V_LOG) && (log = name_index(env[V_LOG], logs, 4)) < 0) BAD(V_LOG);
     size_t workers = 0;
@@ -122,7 +122,7 @@ static expect ref_resolve(const adsm_config *cfg, size_t page, const char *const
     if (!c.emu_memory && SET(V_EMUMEM) && (ref_parse_size(env[V_EMUMEM], &c.emu_memory) || !c.emu_memory))
         BAD(V_EMUMEM);
     if (!c.emu_workers && SET(V_WORKERS) && ref_parse_count(env[V_WORKERS], &workers, 1, 256, 0)) BAD(V_WORKERS);
-    if (backend < 0 || backend > 4 || protocol < 0 || protocol > 5 || log < 0 || log > 4) {
+    if (backend < 0 || backend > 4 || protocol < 0 || protocol > 6 || log < 0 || log > 4) {
         e.r = ADSM_ERROR_INVALID_CONFIG;
         e.names = "adsm_config";
         return e;
@@ -256,7 +256,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(s.block_shift < 64 && ((size_t)1 << s.block_shift) == s.block_size, "block shift %u for %zu",
           s.block_shift, s.block_size);
     CHECK(s.backend >= ADSM_BACKEND_AUTO && s.backend <= ADSM_BACKEND_CUDA, "backend %d", (int)s.backend);
-    CHECK(s.protocol >= ADSM_PROTOCOL_BATCH && s.protocol <= ADSM_PROTOCOL_UM_PREFETCH, "protocol %d", (int)s.protocol);
+    CHECK(s.protocol >= ADSM_PROTOCOL_BATCH && s.protocol <= ADSM_PROTOCOL_HMM, "protocol %d", (int)s.protocol);
     CHECK(s.log_level >= ADSM_LOG_ERROR && s.log_level <= ADSM_LOG_DEBUG, "log level %d", (int)s.log_level);
     CHECK(s.rolling_size <= ((size_t)1 << 24), "rolling size %zu", s.rolling_size);
     CHECK(s.rolling_step >= 1 && s.rolling_step <= 4096, "rolling step %zu", s.rolling_step);

@@ -72,6 +72,10 @@ write("fuzz_config", "suffixes", bytes([0x7C, 1]) + b"\n\n64KiB\n16\n4096\n256mb
 write("fuzz_config", "overflow", bytes([0x24, 0]) + b"\n\n99999999999999999999\n\n\n17179869184T\n")
 write("fuzz_config", "struct", bytes([0xFF, 0x80, 2, 0xFF, 9, 100, 0, 0, 0, 0])
       + "\n".join(["host", "lazy", "2M", "x", "5000", "0", "300", "loud"]).encode())
+# the last protocol in the struct (hmm, 6) is valid, the next (7) is not; hmm by name too
+write("fuzz_config", "struct_last_protocol", bytes([0x00, 0x80, 4, 6, 3, 0, 0, 0, 0, 0]))
+write("fuzz_config", "struct_past_protocol", bytes([0x00, 0x80, 4, 7, 3, 0, 0, 0, 0, 0]))
+write("fuzz_config", "hmm_by_name", bytes([0x02, 0]) + b"\nhmm\n")
 
 
 # ---- fuzz_protocol: op bytes (op % 13), see fuzz_protocol.c -------------------------------------
