@@ -51,6 +51,7 @@ ADSM__PRIVATE void *adsm__prepare_main(void *arg) {
  * ADSM__PREPARE_MIN_RUN. */
 ADSM__PRIVATE unsigned adsm__prepare_split_count(unsigned threads, size_t n) {
     size_t most = n / ADSM__PREPARE_MIN_RUN;
+    if (threads < 1) threads = 1; /* the caller, at least */
     if (threads > ADSM__PREPARE_MAX_THREADS) threads = ADSM__PREPARE_MAX_THREADS;
     return most < 2 ? 1 : (unsigned)ADSM__MIN((size_t)threads, most);
 }

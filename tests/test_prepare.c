@@ -45,6 +45,7 @@ typedef struct split_case {
 ParameterizedTestParameters(prepare, a_range_is_split_into_whole_huge_pages_done_once) {
     static split_case cases[] = {
         {1, 96 * MIB, 1},           /* one thread: the caller alone */
+        {0, 96 * MIB, 1},           /* none asked: still the caller */
         {4, 96 * MIB, 4},           /* 24 MiB each */
         {8, 96 * MIB, 8},           /* 12 MiB each */
         {8, 16 * MIB, 4},           /* at least 4 MiB a run */
