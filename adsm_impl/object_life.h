@@ -201,8 +201,8 @@ ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     uintptr_t dma = adsm__host_dma(rt, o->host);
     int aliased = dma != o->host;
     uint64_t t0 = adsm__now_ns();
-    adsm__host_alias_huge_pages(rt, o->host, o->span);
-    if (!aliased) adsm__host_pages_populate(rt, o->host, o->span);
+    if (aliased) adsm__host_alias_huge_pages(rt, o->host, o->span);
+    else adsm__host_pages_populate(rt, o->host, o->span);
     if (aliased || rt->cfg.prepare_threads > 1) adsm__trace(&rt->trace, ADSM__TR_HUGE_PAGES, t0, o->host, o->span);
     t0 = adsm__now_ns();
     o->locked = rt->be->host_lock(rt->be_ctx, dma, o->span);

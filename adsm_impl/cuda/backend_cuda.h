@@ -92,10 +92,6 @@ ADSM__PRIVATE void adsm__cuda_say_alias_pages(const adsm__runtime *rt) {
  * given a second view, the host alias (reservation.h), which the driver can page-lock and DMA
  * reaches. Without one (ADSM_CUDA_DMA_VIEW=0, or memfd refused) every copy is staged. */
 ADSM__PRIVATE void adsm__cuda_alias_host(adsm__cuda *c, adsm__runtime *rt) {
-    if (c->index == 0)
-        adsm__log(ADSM_LOG_INFO, "cuda: a large new object's host pages (and adsm_host_alloc's) are allocated on %u "
-                  "thread%s before they are page-locked (ADSM_PREPARE_THREADS)", rt->cfg.prepare_threads,
-                  rt->cfg.prepare_threads > 1 ? "s" : "");
     if (c->index != 0 || c->delta != 0 || !rt->cfg.cuda_dma_view) return;
     if (adsm__alias_shared_half(rt) != 0) {
         adsm__log(ADSM_LOG_INFO, "cuda: shared addresses: cannot give the objects' host pages a second view (%s); "
@@ -396,6 +392,10 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
     adsm__log(ADSM_LOG_INFO, "cuda: device %u is GPU %d (%s, compute %d.%d), %zu MiB, %s addresses, %s staging of "
               "%zu KiB", c->index, (int)c->device, c->device_name, c->cc_major, c->cc_minor, c->capacity >> 20,
               c->delta ? "translated" : "same", c->pinned ? "pinned" : "pageable", c->stage_size >> 10);
+    if (c->index == 0)
+        adsm__log(ADSM_LOG_INFO, "cuda: a large new object's host pages (and adsm_host_alloc's) are allocated on %u "
+                  "thread%s before they are page-locked (ADSM_PREPARE_THREADS)", rt->cfg.prepare_threads,
+                  rt->cfg.prepare_threads > 1 ? "s" : "");
     /* the addresses adsm_safe and adsm_dev_alloc hand out are device 0's; the others translate
      * them in their own verbs */
     if (c->index == 0) rt->dev_delta = c->delta;
