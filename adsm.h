@@ -1141,6 +1141,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/cuda/backend_cuda.h"
 #include "adsm_impl/protocol_vtbl.h"
 #include "adsm_impl/directory.h"
+#include "adsm_impl/host_pages.h"
 #include "adsm_impl/protocol.h"
 #include "adsm_impl/protocol_batch.h"
 #include "adsm_impl/protocol_lazy.h"

@@ -54,6 +54,9 @@ typedef struct adsm__settings {
                                 reported (ADSM_EMU_CHECK_BOUNDS; backend_emu.h) */
     unsigned prepare_threads; /* threads that prepare a large range of host memory (prepare.h;
                                  ADSM_PREPARE_THREADS, 0: automatic), resolved: at least 1 */
+    int host_on_first_use;   /* cuda, shared addresses, lazy and rolling: an object's host pages are made
+                                the first time the CPU or a copy needs them, not at adsm_alloc
+                                (ADSM_HOST_ON_FIRST_USE; host_pages.h) */
     int sync_home;           /* lazy, rolling: adsm_sync brings home small outputs the CPU reads after
                                 each sync (protocol.h); ADSM_SYNC_HOME=0 leaves every output to faults */
     int emu_same_address;    /* emu: 0 puts device memory at addresses of its own, as a GPU that
@@ -350,6 +353,10 @@ ADSM__PRIVATE adsm_result adsm__settings_resolve(const adsm_config *cfg, size_t 
     size_t prepare = 0;
     if ((r = adsm__env_count("ADSM_PREPARE_THREADS", &prepare, 1, ADSM__PREPARE_MAX_THREADS, 1)) != ADSM_OK) return r;
     s->prepare_threads = prepare ? (unsigned)prepare : adsm__prepare_threads_auto(adsm__cpu_count());
+    if ((r = adsm__env_switch("ADSM_HOST_ON_FIRST_USE", &s->host_on_first_use, 1,
+                              "expected 1 (an object's host pages are made and page-locked when the CPU or a "
+                              "copy first needs them) or 0 (at adsm_alloc)")) != ADSM_OK)
+        return r;
     if ((r = adsm__env_switch("ADSM_SYNC_HOME", &s->sync_home, 1,
                               "expected 1 (small results the CPU reads after each sync come home in it) or 0 "
                               "(every kernel output waits for the CPU's fault)")) != ADSM_OK)

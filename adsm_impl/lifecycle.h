@@ -20,6 +20,7 @@
 #include "runtime.h"
 #include "reservation.h"
 #include "backend.h"
+#include "host_pages.h"
 #include "protocol_vtbl.h"
 #include "protocol.h"
 #include "protocol_batch.h"
@@ -234,6 +235,7 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
         adsm__release_memory(rt);
         return r;
     }
+    adsm__preparer_start(rt);
     adsm__log(ADSM_LOG_INFO, "backend %s, protocol %s, block size %zu, fault engine %s", rt->be->name,
               adsm__protocol_for(rt->cfg.protocol)->name, rt->cfg.block_size, adsm__protection_name(&rt->protection));
     ADSM__ADD(&rt->generation, 1);
@@ -297,6 +299,7 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     adsm__bounce_release_all(rt);
     adsm__xlate_stages_release(rt); /* page-locked by the backend, which stops next */
     adsm__unlock(&rt->lock);
+    adsm__preparer_stop(rt);
     adsm__devices_stop(rt);
     rt->be = NULL;
     rt->be_ctx = NULL;

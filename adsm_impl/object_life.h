@@ -20,6 +20,7 @@
 #include "directory.h"
 #include "trace.h"
 #include "prepare.h"
+#include "host_pages.h"
 
 ADSM__PRIVATE void adsm__object_destroy(adsm__object *o) {
     free(o->blocks);
@@ -185,35 +186,6 @@ ADSM__PRIVATE void adsm__prefault(void *p, size_t n, size_t page) {
     for (size_t off = 0; off < n; off += page) b[off] = 0;
 }
 
-/* Where the backend can (cuda), the object's host pages are page-locked with the driver, so its
- * copies are DMA straight between them and device memory: at their addresses, or through the
- * host alias where the shared half has one (reservation.h). The driver pins pages for writing,
- * so the range is made writable first (the protocol protects it right after, in on_alloc);
- * pinned pages stay pinned whatever their protection later, and DMA ignores the protection.
- * Through the alias, its pages are first made 2 MiB pages where the kernel grants them (pinned
- * pages cannot be), and the program's view is then mapped onto the pages the locking allocated.
- * Either way a large range's pages are first allocated on several threads where
- * ADSM_PREPARE_THREADS gives more than one (prepare.h): a collapse of the alias, or a populate of
- * the object's own pages, which the driver would otherwise fault in one thread. */
-ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
-    if (!rt->be->host_lock || !rt->be->moves_data) return;
-    if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
-    uintptr_t dma = adsm__host_dma(rt, o->host);
-    int aliased = dma != o->host;
-    uint64_t t0 = adsm__now_ns();
-    if (aliased) adsm__host_alias_huge_pages(rt, o->host, o->span);
-    else adsm__host_pages_populate(rt, o->host, o->span);
-    if (aliased || rt->cfg.prepare_threads > 1) adsm__trace(&rt->trace, ADSM__TR_HUGE_PAGES, t0, o->host, o->span);
-    t0 = adsm__now_ns();
-    o->locked = rt->be->host_lock(rt->be_ctx, dma, o->span);
-    adsm__trace(&rt->trace, ADSM__TR_PAGE_LOCK, t0, o->host, o->span);
-    t0 = adsm__now_ns();
-    if (o->locked && aliased) {
-        adsm__host_alias_map_ahead(rt, o->host, o->span);
-        adsm__trace(&rt->trace, ADSM__TR_VIEW_MAP, t0, o->host, o->span);
-    }
-}
-
 /* The bookkeeping of a new object (tens of MiB for a large one with small blocks), touched
  * through, before anything is reserved. NULL when out of memory. */
 ADSM__PRIVATE adsm__object *adsm__object_new(const adsm__runtime *rt, size_t size, int safe) {
@@ -331,7 +303,8 @@ ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, in
     adsm_result r = adsm__object_reserve(rt, o, fn);
     adsm__unlock(&rt->lock);
     if (r != ADSM_OK) return r;
-    adsm__object_lock_pages(rt, o);
+    if (adsm__host_on_first_use(rt, o)) o->host_pending = 1; /* made when first needed */
+    else adsm__object_lock_pages(rt, o);
     adsm__lock(&rt->lock);
     r = adsm__object_publish(rt, o);
     adsm__unlock(&rt->lock);

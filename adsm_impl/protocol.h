@@ -34,6 +34,7 @@
 #include "reservation.h"
 #include "protocol_vtbl.h"
 #include "directory.h"
+#include "host_pages.h"
 
 /* Small outputs home at adsm_sync (below, adsm__bring_small_outputs_home): the largest object that
  * learns the habit, and how many syncs one read fault buys. */
@@ -557,6 +558,7 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     size_t first, count;
     adsm__unit_of(rt, o, block, &first, &count);
     if (o->blocks[first].busy) return adsm__await_copies(rt); /* another thread's copy of this unit */
+    adsm__object_host_ready(rt, o); /* the CPU or a fetch is about to use its host pages */
     int state = o->blocks[block].state, let_go = 0;
     if (adsm__state_allows(state, is_write)) /* another thread got here first; applied again, so a */
         return adsm__set_state(rt, o, first, count, state); /* page out of step with its state heals */

@@ -19,6 +19,7 @@ static const adsm__protocol_vtbl adsm__protocol_lazy = {
     .whole_object = 1,
     .eager = 0,
     .on_access = adsm__tracked_access,
+    .host_on_first_use = 1,
     .release = adsm__tracked_release,
     .acquire = adsm__tracked_acquire,
     .on_alloc = adsm__tracked_alloc,

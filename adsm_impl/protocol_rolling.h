@@ -475,6 +475,7 @@ static const adsm__protocol_vtbl adsm__protocol_rolling = {
     .whole_object = 0,
     .eager = 1,
     .on_access = adsm__tracked_access,
+    .host_on_first_use = 1,
     .release = adsm__rolling_release,
     .acquire = adsm__tracked_acquire,
     .on_alloc = adsm__tracked_alloc,

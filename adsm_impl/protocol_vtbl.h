@@ -22,6 +22,10 @@ typedef struct adsm__protocol_vtbl {
     /* ... and that memory is plain host memory the device reaches itself (hmm), not the
      * backend's managed allocations */
     int system_memory;
+    /* every CPU access and every copy into an object's host pages passes on_access first
+     * (lazy, rolling: adsm__tracked_access), so those pages may be made on first use there
+     * (host_pages.h) */
+    int host_on_first_use;
     /* a CPU read or write of block `block` needs the protocol; overwrite: the caller will
      * replace the whole unit, so Invalid data need not be fetched. 0, ADSM__AGAIN (see above),
      * or -1 on a system error */

@@ -146,7 +146,10 @@ enum { ADSM__ALIAS_SMALL, ADSM__ALIAS_HUGE_BY_SETTING, ADSM__ALIAS_HUGE_BY_COLLA
 ADSM__PRIVATE int adsm__alias_collapse(uintptr_t at, size_t n) {
     uintptr_t lo = ADSM__ALIGN_UP(at, ADSM__HUGE_PAGE), hi = ADSM__ALIGN_DOWN(at + n, ADSM__HUGE_PAGE);
     if (hi <= lo) return 0;
-    for (uintptr_t a = lo; a < hi; a += ADSM__HUGE_PAGE) *(volatile unsigned char *)a = 0;
+    /* a write per 2 MiB gives each a resident page; an atomic or of 0, since an object made on first
+     * use (host_pages.h) may hold bytes there already, and another thread may be writing them */
+    for (uintptr_t a = lo; a < hi; a += ADSM__HUGE_PAGE)
+        __atomic_fetch_or((volatile unsigned char *)a, (unsigned char)0, __ATOMIC_RELAXED);
     for (int tries = 0; tries < 3; tries++) {
         if (madvise((void *)lo, hi - lo, MADV_COLLAPSE) == 0) return 0;
         if (errno != EAGAIN) break;

@@ -67,6 +67,16 @@ typedef struct adsm__runtime {
     /* threads that helped prepare host memory so far (prepare.h; the tests read it): any thread
      * making an object or a host buffer adds to it */
     uint64_t prepare_helpers;
+    /* ADSM_HOST_ON_FIRST_USE (host_pages.h): the thread that makes an object's host pages ready
+     * when the CPU or a copy first needs them, for the fault handler, which may not; asked and
+     * answered are futex words (requests made and done), one request at a time (the asker holds
+     * the runtime lock) */
+    struct {
+        pthread_t thread;
+        int running, stop;
+        int asked, answered;
+        struct adsm__object *object;
+    } preparer;
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */
     size_t dev_granule; /* device memory comes in units this large (cuda's granule); 0: pages */

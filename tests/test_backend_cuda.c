@@ -1308,15 +1308,16 @@ ParameterizedTest(alias_case *t, cuda_double, the_alias_has_2_mib_pages_where_th
     cr_assert_not_null(a, "%s", adsm_last_error());
     uintptr_t alias = adsm__host_dma(&adsm__rt, (uintptr_t)a);
     cr_assert_neq(alias, (uintptr_t)a, "no host alias");
+    /* a write fault on one block, inside a 2 MiB page: the object's first use (its host pages are
+     * made then under lazy and rolling, at adsm_alloc under batch) */
+    ((volatile char *)a)[3 * MIB + (64 << 10)] = 1;
     size_t alias_kib = huge ? size >> 10 : 0, view_kib = huge && !small_blocks ? size >> 10 : 0;
     cr_assert_eq(pmd_mapped_kib(alias, size), alias_kib, "the alias maps %zu KiB by 2 MiB pages, expected %zu",
                  pmd_mapped_kib(alias, size), alias_kib);
     cr_assert_eq(pmd_mapped_kib((uintptr_t)a, size), view_kib, "the program's view maps %zu KiB by 2 MiB pages, "
                  "expected %zu", pmd_mapped_kib((uintptr_t)a, size), view_kib);
-    ((volatile char *)a)[3 * MIB + (64 << 10)] = 1; /* a write fault on one block, inside a 2 MiB page */
     cr_assert_eq(mapped_pages((uintptr_t)a, size), size / page, "after a write to one block the program's view maps "
                  "%zu of the object's %zu pages", mapped_pages((uintptr_t)a, size), size / page);
-    cr_assert_eq(pmd_mapped_kib(alias, size), alias_kib, "the write split the alias's 2 MiB pages");
     adsm_free(a);
     run_vadd(size / sizeof(float)); /* the same results either way */
     adsm_shutdown();
@@ -1358,6 +1359,7 @@ ParameterizedTest(prepare_case *t, cuda_double, large_ranges_are_prepared_on_sev
     cr_assert_not_null(a, "%s", adsm_last_error());
     uintptr_t dma = adsm__host_dma(&adsm__rt, (uintptr_t)a);
     cr_assert_eq(dma != (uintptr_t)a, aliased, "host alias %p for object %p", (void *)dma, (void *)a);
+    a[size - 1] = 0; /* its first use: through the alias, its host pages are made now */
     cr_assert_eq(adsm__rt.prepare_helpers - before, helpers, "%llu threads helped make the object, expected %llu",
                  (unsigned long long)(adsm__rt.prepare_helpers - before), (unsigned long long)helpers);
     if (collapsing && aliased)
@@ -1379,20 +1381,96 @@ ParameterizedTest(prepare_case *t, cuda_double, large_ranges_are_prepared_on_sev
     adsm_shutdown();
 }
 
-/* Page-locking a new object allocates its alias pages (the driver pins them for writing, and the
- * double does as the driver), and adsm then maps the program's view onto them in one call, so
- * the program's first touch of each 4 KiB page of shared memory is not a page fault of its own
- * (about 0.5 ms per MiB on a GPU server). Before anything touched the object. */
-Test(cuda_double, a_new_objects_view_is_mapped_onto_its_alias_pages) {
-    init_ok(ADSM_PROTOCOL_LAZY, 0, 0);
-    const size_t size = 8 << 20, page = (size_t)sysconf(_SC_PAGESIZE);
+/* Whether the first GPU's backend has [host, host + n) page-locked. */
+static int host_locked(uintptr_t host, size_t n) {
+    return adsm__cuda_is_locked((adsm__cuda *)adsm__rt.dev_ctx[0], host, n);
+}
+
+/* An object's host pages (through the alias) are made when the CPU first needs them under lazy
+ * and rolling (ADSM_HOST_ON_FIRST_USE, the default), at adsm_alloc with the setting off and under
+ * batch. Either way, once made, the alias's pages are all there (page-locking allocated them) and
+ * adsm has mapped the program's view onto them in one call, so the program's first touch of each
+ * 4 KiB page of shared memory is not a page fault of its own (about 0.5 ms per MiB on a GPU
+ * server). */
+typedef struct first_use_case {
+    char setting[2]; /* ADSM_HOST_ON_FIRST_USE */
+    adsm_protocol_kind protocol;
+} first_use_case;
+
+ParameterizedTestParameters(cuda_double, an_objects_host_pages_are_made_on_first_use_or_at_alloc) {
+    static first_use_case cases[] = {{"1", ADSM_PROTOCOL_LAZY},
+                                     {"1", ADSM_PROTOCOL_ROLLING},
+                                     {"0", ADSM_PROTOCOL_LAZY},
+                                     {"0", ADSM_PROTOCOL_ROLLING},
+                                     {"1", ADSM_PROTOCOL_BATCH}};
+    return cr_make_param_array(first_use_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(first_use_case *t, cuda_double, an_objects_host_pages_are_made_on_first_use_or_at_alloc) {
+    init_setting("ADSM_HOST_ON_FIRST_USE", t->setting, t->protocol, 0);
+    const size_t size = 8 << 20, page = (size_t)sysconf(_SC_PAGESIZE), made = size / page;
+    int at_alloc = *t->setting == '0' || t->protocol == ADSM_PROTOCOL_BATCH;
     float *a = adsm_alloc(size);
     cr_assert_not_null(a, "%s", adsm_last_error());
     uintptr_t alias = adsm__host_dma(&adsm__rt, (uintptr_t)a);
     cr_assert_neq(alias, (uintptr_t)a, "no host alias");
-    cr_assert_eq(resident_pages(alias, size), size / page, "page-locking did not allocate the alias's pages");
-    cr_assert_eq(mapped_pages((uintptr_t)a, size), size / page, "the program's view of a new object is not mapped");
+    cr_assert_eq(resident_pages(alias, size), at_alloc ? made : 0, "a new object has %zu of %zu alias pages",
+                 resident_pages(alias, size), made);
+    cr_assert_eq(mapped_pages((uintptr_t)a, size), at_alloc ? made : 0, "a new object's view maps %zu of %zu pages",
+                 mapped_pages((uintptr_t)a, size), made);
+    cr_assert_eq(host_locked(alias, size), at_alloc, "page-locked at allocation: %d", host_locked(alias, size));
+    a[5] = 1.0f; /* the first use */
+    cr_assert_eq(resident_pages(alias, size), made, "page-locking did not allocate the alias's pages");
+    cr_assert_eq(mapped_pages((uintptr_t)a, size), made, "the program's view of a used object is not mapped");
+    cr_assert(host_locked(alias, size), "a used object is not page-locked");
+    cr_assert_eq(a[5], 1.0f);
+    cr_assert_eq(a[6], 0.0f);
     adsm_free(a);
+    adsm_shutdown();
+}
+
+/* An object only kernels use (set by adsm_memset on the device, read and written by kernels) costs
+ * no host memory and no page-locking under lazy and rolling, as a device buffer of the
+ * hand-written program costs none; the object the CPU then reads gets its pages at that read (the
+ * fetch is direct DMA into them), the others still have none. Their device data is right. */
+ParameterizedTestParameters(cuda_double, an_object_only_kernels_use_has_no_host_pages) {
+    static adsm_protocol_kind cases[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
+    return cr_make_param_array(adsm_protocol_kind, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, cuda_double, an_object_only_kernels_use_has_no_host_pages) {
+    init_ok(*protocol, 0, 0);
+    attach();
+    const size_t n = (4 << 20) / sizeof(float), size = n * sizeof(float);
+    float *a = adsm_alloc(size), *b = adsm_alloc(size), *c = adsm_alloc(size);
+    cr_assert(a && b && c, "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(a, 0x3f, size), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(b, 0x40, size), ADSM_OK, "%s", adsm_last_error());
+    adsm_grid grid = adsm_grid_1d((uint32_t)((n + 255) / 256), 256);
+    cr_assert_eq(ADSM_CALL(vadd, grid, c, a, b, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL(vadd, grid, a, c, b, n), ADSM_OK, "%s", adsm_last_error()); /* a = a + 2b */
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    float *objects[] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        uintptr_t alias = adsm__host_dma(&adsm__rt, (uintptr_t)objects[i]);
+        cr_assert_eq(resident_pages(alias, size), 0, "object %d, which only kernels used, has %zu host pages", i,
+                     resident_pages(alias, size));
+        cr_assert_not(host_locked(alias, size), "object %d, which only kernels used, is page-locked", i);
+    }
+    float fa, fb;
+    memset(&fa, 0x3f, sizeof fa);
+    memset(&fb, 0x40, sizeof fb);
+    uint64_t staged = adsm__rt.stats.staged_bytes;
+    for (size_t i = 0; i < n; i += 997) cr_assert_eq(a[i], fa + fb + fb, "a[%zu] = %f", i, (double)a[i]);
+    cr_assert_eq(a[n - 1], fa + fb + fb);
+    uintptr_t alias_a = adsm__host_dma(&adsm__rt, (uintptr_t)a);
+    cr_assert(host_locked(alias_a, size), "the object the CPU read is not page-locked");
+    cr_assert_eq(resident_pages(alias_a, size), size / (size_t)sysconf(_SC_PAGESIZE));
+    cr_assert_eq(adsm__rt.stats.staged_bytes, staged, "the fetch was staged: its pages were not made first");
+    for (int i = 1; i < 3; i++)
+        cr_assert_eq(resident_pages(adsm__host_dma(&adsm__rt, (uintptr_t)objects[i]), size), 0,
+                     "object %d got host pages when another object was read", i);
+    for (int i = 0; i < 3; i++) cr_assert_eq(adsm_free(objects[i]), ADSM_OK);
     adsm_shutdown();
 }
 

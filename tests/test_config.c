@@ -17,7 +17,7 @@ static const char *const all_vars[] = {"ADSM_BACKEND",      "ADSM_PROTOCOL",    
                                        "ADSM_EMU_WORKERS",  "ADSM_LOG",          "ADSM_BLOCK_EXACT",
                                        "ADSM_EMU_DEVICES",  "ADSM_WRITE_THROUGH", "ADSM_DROP_REPLICAS",
                                        "ADSM_AFFINITY_BLOCK", "ADSM_STREAMS",      "ADSM_TRANSLATE",
-                                       "ADSM_PREPARE_THREADS"};
+                                       "ADSM_PREPARE_THREADS", "ADSM_HOST_ON_FIRST_USE"};
 
 /* every test starts from a clean environment: no ADSM_* variable from the caller */
 static void clean_env(void) {
@@ -106,6 +106,9 @@ Test(config, streams_zero) { expect_bad_saying("ADSM_STREAMS", "0", "count from 
 Test(config, streams_17) { expect_bad_saying("ADSM_STREAMS", "17", "count from 1 to 16"); }
 Test(config, prepare_threads_17) { expect_bad_saying("ADSM_PREPARE_THREADS", "17", "count from 1 to 16 (or 0)"); }
 Test(config, prepare_threads_abc) { expect_bad_saying("ADSM_PREPARE_THREADS", "abc", "ADSM_PREPARE_THREADS"); }
+Test(config, host_on_first_use_2) {
+    expect_bad_saying("ADSM_HOST_ON_FIRST_USE", "2", "1 (an object's host pages are made and page-locked when the CPU");
+}
 Test(config, translate_names_its_three_choices) {
     expect_bad_saying("ADSM_TRANSLATE", "patch", "auto (in place where it pays), staged (through host memory) or in-place");
 }

@@ -1,0 +1,162 @@
+/* adsm_impl/host_pages.h -- an object's host pages made ready for DMA: allocated (in 2 MiB pages
+ * where the host alias gets them), page-locked with the driver, and the program's view mapped
+ * onto them. Where the backend page-locks (cuda), that is most of what making an object costs,
+ * and it pins host memory as large as the object. So under shared addresses with the alias, and
+ * a protocol whose every CPU access passes on_access (lazy, rolling), it is done the first time
+ * the CPU or a copy through on_access needs the object's host pages, not at adsm_alloc
+ * (ADSM_HOST_ON_FIRST_USE, default on): an object only kernels use (a scratch array, a
+ * histogram's counters) costs no host memory, no page-locking and no zeroing, as a device buffer
+ * of the hand-written program costs none. An object whose pages were never made still works:
+ * its copies are staged (the engine copies through pinned staging into the always-writable
+ * alias), and the collapse keeps whatever bytes already lie there.
+ *
+ * Contexts: adsm__object_lock_pages, normal context without the runtime lock (a new object, not
+ * yet published). adsm__object_host_ready, any context with the runtime lock held, the fault
+ * handler included: the work (system calls, helper threads, the driver) is handed to the
+ * preparer thread, and the caller waits on a futex. The preparer runs without the runtime lock
+ * and touches only the object's alias range and view mappings; the object cannot be freed
+ * meanwhile, since its asker holds the lock. Its one stdio use is adsm__log's "said once" notes
+ * at ADSM_LOG=info. */
+#ifndef ADSM__HOST_PAGES_INCLUDED
+#define ADSM__HOST_PAGES_INCLUDED
+
+#include "common.h"
+#include "os.h"
+#include "object.h"
+#include "runtime.h"
+#include "reservation.h"
+#include "backend.h"
+#include "trace.h"
+#include "prepare.h"
+#include "protocol_vtbl.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+/* The steps, whenever they run: the pages allocated (the alias collapsed into 2 MiB pages where
+ * the kernel grants them, or, for an object's own pages, populated on several threads where
+ * ADSM_PREPARE_THREADS gives more than one; prepare.h), then page-locked. Pinned pages cannot be
+ * collapsed, so the collapse comes first. The program's view is left as it is. */
+ADSM__PRIVATE void adsm__host_pages_make(adsm__runtime *rt, adsm__object *o) {
+    uintptr_t dma = adsm__host_dma(rt, o->host);
+    int aliased = dma != o->host;
+    uint64_t t0 = adsm__now_ns();
+    if (aliased) adsm__host_alias_huge_pages(rt, o->host, o->span);
+    else adsm__host_pages_populate(rt, o->host, o->span);
+    if (aliased || rt->cfg.prepare_threads > 1) adsm__trace(&rt->trace, ADSM__TR_HUGE_PAGES, t0, o->host, o->span);
+    t0 = adsm__now_ns();
+    o->locked = rt->be->host_lock(rt->be_ctx, dma, o->span);
+    adsm__trace(&rt->trace, ADSM__TR_PAGE_LOCK, t0, o->host, o->span);
+}
+
+/* Where the backend can (cuda), the object's host pages are page-locked with the driver, so its
+ * copies are DMA straight between them and device memory: at their addresses, or through the
+ * host alias where the shared half has one (reservation.h). The driver pins pages for writing,
+ * so the range is made writable first (the protocol protects it right after, in on_alloc);
+ * pinned pages stay pinned whatever their protection later, and DMA ignores the protection.
+ * Through the alias, the program's view is then mapped onto the pages the locking allocated. */
+ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
+    if (!rt->be->host_lock || !rt->be->moves_data) return;
+    if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
+    adsm__host_pages_make(rt, o);
+    uint64_t t0 = adsm__now_ns();
+    if (o->locked && adsm__host_dma(rt, o->host) != o->host) {
+        adsm__host_alias_map_ahead(rt, o->host, o->span);
+        adsm__trace(&rt->trace, ADSM__TR_VIEW_MAP, t0, o->host, o->span);
+    }
+}
+
+/* Whether a new object's host pages wait for their first use: an object in the alias (its
+ * page-locking and DMA never need the program's view, whose protection stays the protocol's),
+ * under a protocol that hears of every CPU access, with the preparer running. */
+ADSM__PRIVATE int adsm__host_on_first_use(const adsm__runtime *rt, const adsm__object *o) {
+    return rt->preparer.running && rt->proto->host_on_first_use && adsm__host_dma(rt, o->host) != o->host;
+}
+
+/* The view mapped onto the alias's pages ahead, as at allocation, but only where the blocks allow
+ * the CPU in: MADV_POPULATE_READ stops at the first inaccessible page, and an Invalid block is
+ * mapped when its fetch opens it. */
+ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, const adsm__object *o) {
+    size_t shift = rt->cfg.block_shift;
+    for (size_t b = 0; b < o->nblocks;) {
+        if (o->blocks[b].state == ADSM__INVALID) {
+            b++;
+            continue;
+        }
+        size_t e = b + 1;
+        while (e < o->nblocks && o->blocks[e].state != ADSM__INVALID) e++;
+        uintptr_t from = o->host + (b << shift), to = ADSM__MIN(o->host + (e << shift), o->host + o->span);
+        adsm__host_alias_map_ahead(rt, from, to - from);
+        b = e;
+    }
+}
+
+/* The preparer's work for one object. Runtime lock held by the asker. */
+ADSM__PRIVATE void adsm__host_pages_first_use(adsm__runtime *rt, adsm__object *o) {
+    adsm__host_pages_make(rt, o);
+    uint64_t t0 = adsm__now_ns();
+    if (o->locked) {
+        adsm__host_view_map_ahead(rt, o);
+        adsm__trace(&rt->trace, ADSM__TR_VIEW_MAP, t0, o->host, o->span);
+    }
+}
+
+ADSM__PRIVATE void *adsm__preparer_main(void *arg) {
+    adsm__runtime *rt = (adsm__runtime *)arg;
+    for (int done = 0;;) {
+        int asked = ADSM__LOAD(&rt->preparer.asked);
+        if (asked == done) {
+            if (ADSM__LOAD(&rt->preparer.stop)) return NULL;
+            adsm__futex_wait(&rt->preparer.asked, asked);
+            continue;
+        }
+        adsm__host_pages_first_use(rt, rt->preparer.object);
+        done = asked;
+        ADSM__STORE(&rt->preparer.answered, done);
+        adsm__futex_wake_all(&rt->preparer.answered);
+    }
+}
+
+/* Initialisation, the protocol chosen: the preparer starts where objects may wait for their first
+ * use (cuda's alias, a protocol that hears of every access, ADSM_HOST_ON_FIRST_USE=1), with every
+ * signal blocked (it touches no protected page, and the program's signals are not for it). If it
+ * cannot start, objects are made ready at allocation, as with ADSM_HOST_ON_FIRST_USE=0. */
+ADSM__PRIVATE void adsm__preparer_start(adsm__runtime *rt) {
+    rt->preparer.running = rt->preparer.stop = rt->preparer.asked = rt->preparer.answered = 0;
+    if (!rt->cfg.host_on_first_use || !rt->host_alias || !rt->be->host_lock || !rt->be->moves_data ||
+        !rt->proto->host_on_first_use)
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rt->preparer.running = pthread_create(&rt->preparer.thread, NULL, adsm__preparer_main, rt) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    adsm__log(ADSM_LOG_INFO, "host pages: %s", rt->preparer.running
+                                                   ? "objects' host pages are made and page-locked when the CPU or a "
+                                                     "copy first needs them (ADSM_HOST_ON_FIRST_USE=0: at adsm_alloc)"
+                                                   : "no thread to make them on first use: made at adsm_alloc");
+}
+
+/* Shutdown, no object left: the preparer ends. */
+ADSM__PRIVATE void adsm__preparer_stop(adsm__runtime *rt) {
+    if (!rt->preparer.running) return;
+    ADSM__STORE(&rt->preparer.stop, 1);
+    adsm__futex_wake_all(&rt->preparer.asked);
+    pthread_join(rt->preparer.thread, NULL);
+    rt->preparer.running = 0;
+}
+
+/* Any context, runtime lock held: o's host pages are made now if they waited for their first use
+ * (the caller is about to let the CPU at them, or to copy into them). One request at a time: the
+ * lock is held from the request to the answer. */
+ADSM__PRIVATE void adsm__object_host_ready(adsm__runtime *rt, adsm__object *o) {
+    if (!o->host_pending) return;
+    o->host_pending = 0;
+    int ask = rt->preparer.asked + 1;
+    rt->preparer.object = o;
+    ADSM__STORE(&rt->preparer.asked, ask);
+    adsm__futex_wake_all(&rt->preparer.asked);
+    for (int seen; (seen = ADSM__LOAD(&rt->preparer.answered)) != ask;) adsm__futex_wait(&rt->preparer.answered, seen);
+}
+
+#endif /* ADSM__HOST_PAGES_INCLUDED */
