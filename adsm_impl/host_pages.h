@@ -101,15 +101,16 @@ ADSM__PRIVATE void adsm__host_pages_first_use(adsm__runtime *rt, adsm__object *o
     }
 }
 
+/* The preparer: one request at a time, an object to make ready, or NULL to end. */
 ADSM__PRIVATE void *adsm__preparer_main(void *arg) {
     adsm__runtime *rt = (adsm__runtime *)arg;
     for (int done = 0;;) {
         int asked = ADSM__LOAD(&rt->preparer.asked);
         if (asked == done) {
-            if (ADSM__LOAD(&rt->preparer.stop)) return NULL;
             adsm__futex_wait(&rt->preparer.asked, asked);
             continue;
         }
+        if (!rt->preparer.object) return NULL;
         adsm__host_pages_first_use(rt, rt->preparer.object);
         done = asked;
         ADSM__STORE(&rt->preparer.answered, done);
@@ -122,7 +123,7 @@ ADSM__PRIVATE void *adsm__preparer_main(void *arg) {
  * signal blocked (it touches no protected page, and the program's signals are not for it). If it
  * cannot start, objects are made ready at allocation, as with ADSM_HOST_ON_FIRST_USE=0. */
 ADSM__PRIVATE void adsm__preparer_start(adsm__runtime *rt) {
-    rt->preparer.running = rt->preparer.stop = rt->preparer.asked = rt->preparer.answered = 0;
+    rt->preparer.running = rt->preparer.asked = rt->preparer.answered = 0;
     if (!rt->cfg.host_on_first_use || !rt->host_alias || !rt->be->host_lock || !rt->be->moves_data ||
         !rt->proto->host_on_first_use)
         return;
@@ -137,10 +138,12 @@ ADSM__PRIVATE void adsm__preparer_start(adsm__runtime *rt) {
                                                    : "no thread to make them on first use: made at adsm_alloc");
 }
 
-/* Shutdown, no object left: the preparer ends. */
+/* Shutdown, no call or fault in flight: the preparer ends (a request without an object, so that
+ * it cannot miss it between looking and sleeping). */
 ADSM__PRIVATE void adsm__preparer_stop(adsm__runtime *rt) {
     if (!rt->preparer.running) return;
-    ADSM__STORE(&rt->preparer.stop, 1);
+    rt->preparer.object = NULL;
+    ADSM__STORE(&rt->preparer.asked, rt->preparer.asked + 1);
     adsm__futex_wake_all(&rt->preparer.asked);
     pthread_join(rt->preparer.thread, NULL);
     rt->preparer.running = 0;

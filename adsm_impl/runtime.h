@@ -70,12 +70,12 @@ typedef struct adsm__runtime {
     /* ADSM_HOST_ON_FIRST_USE (host_pages.h): the thread that makes an object's host pages ready
      * when the CPU or a copy first needs them, for the fault handler, which may not; asked and
      * answered are futex words (requests made and done), one request at a time (the asker holds
-     * the runtime lock) */
+     * the runtime lock); a request without an object ends the thread */
     struct {
         pthread_t thread;
-        int running, stop;
+        int running;
         int asked, answered;
-        struct adsm__object *object;
+        adsm__object *object;
     } preparer;
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */
