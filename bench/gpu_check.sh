@@ -13,6 +13,8 @@
 #   5. bench/sweep.sh's vecadd and stencil3d sweeps (--quick, each within 150 s);
 #   6. the application study, bench/apps/run.sh --runs 2 --sweep-runs 0 (the kernels' CUDA C
 #      twins through NVRTC; with um and um-prefetch; no tpacf sweep), within 240 s;
+#   6b. host pages on first use against at allocation (ADSM_HOST_ON_FIRST_USE=1 / 0): histo and
+#      sgemm under lazy and rolling, 5 runs each way (about 10 s);
 #   7. the goals table (bench/gpu_goals.py): each goal of the GPU issue met or missed, from 4-6;
 #   7b. where stencil3d's steps go: 192^3 traced under rolling 256K and explicit, summed per kind
 #      of span and per step (bench/trace_summary.py);
@@ -343,6 +345,46 @@ ADSM_BENCH_OUT=$out timeout 240 bench/apps/run.sh --runs 2 --sweep-runs 0 > "$ap
 rc=$?
 [[ $rc -eq 0 ]] || { say "bench/apps/run.sh FAILED (exit $rc); its log:"; block "$apps_log"; status=1; }
 [[ -f $out/apps/apps.md ]] && cat "$out/apps/apps.md" >> "$report"
+
+elapsed
+# ---- host pages on first use, A/B ----------------------------------------------------------------
+# Objects' host pages made at their first use (ADSM_HOST_ON_FIRST_USE=1, the default since
+# 2026-11-28, not yet measured on a GPU) against at adsm_alloc (0), in one run: histo, whose
+# mappings and counts only kernels use (no host memory made for them now), and sgemm, whose
+# objects the CPU all uses (the cost only moves), under lazy and rolling; 5 runs each way,
+# alternating, median wall ms. About 10 s.
+say ""
+say "## Host pages on first use against at allocation (ADSM_HOST_ON_FIRST_USE=1 / 0; median wall ms of 5, alternating)"
+appbin=$out/apps/bin
+[[ -x $appbin/app_histo_adsm ]] || appbin=$(bazel info -c opt bazel-bin 2>/dev/null)
+if [[ -x $appbin/app_histo_adsm && -x $appbin/app_sgemm_adsm ]]; then
+    say ""
+    say "| application | protocol | first use ms | at allocation ms | first use / at allocation |"
+    say "| --- | --- | ---: | ---: | ---: |"
+    for a in histo sgemm; do
+        for p in lazy rolling; do
+            walls=()
+            for ((i = 0; i < 5; i++)); do
+                for setting in 1 0; do
+                    w=$(ADSM_PROTOCOL=$p ADSM_HOST_ON_FIRST_USE=$setting ADSM_LOG=warn timeout 20 \
+                        "$appbin/app_${a}_adsm" 2>/dev/null | cut -d, -f6)
+                    walls+=("$setting:${w:-nan}")
+                done
+            done
+            python3 - "$a" "$p" "${walls[@]}" >> "$report" <<'PY'
+import statistics, sys
+app, protocol, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+def median(setting):
+    ws = [float(r.split(":")[1]) for r in runs if r.startswith(setting + ":") and r.split(":")[1] != "nan"]
+    return statistics.median(ws) if ws else float("nan")
+on, off = median("1"), median("0")
+print(f"| {app} | {protocol} | {on:.1f} | {off:.1f} | {on / off:.2f}x |")
+PY
+        done
+    done
+else
+    say "(no application binaries: the study did not build them)"
+fi
 
 elapsed
 # ---- the goals ----------------------------------------------------------------------------------
