@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1471,6 +1472,74 @@ ParameterizedTest(adsm_protocol_kind *protocol, cuda_double, an_object_only_kern
         cr_assert_eq(resident_pages(adsm__host_dma(&adsm__rt, (uintptr_t)objects[i]), size), 0,
                      "object %d got host pages when another object was read", i);
     for (int i = 0; i < 3; i++) cr_assert_eq(adsm_free(objects[i]), ADSM_OK);
+    adsm_shutdown();
+}
+
+/* Bytes that reach an object's alias before its pages are made (a translation's pass back writes
+ * there, a CPU read of a fresh object allocates 4 KiB pages of it) survive the making: the
+ * collapse's one touch per 2 MiB keeps what lies there, as it must for an object made on first
+ * use (it used to write a zero, right only for a new object). */
+Test(cuda_double, making_an_objects_pages_on_first_use_keeps_bytes_already_there) {
+    init_ok(ADSM_PROTOCOL_LAZY, 0, 0);
+    const size_t size = 8 * MIB;
+    unsigned char *a = adsm_alloc(size);
+    cr_assert_not_null(a, "%s", adsm_last_error());
+    unsigned char *alias = (unsigned char *)adsm__host_dma(&adsm__rt, (uintptr_t)a);
+    cr_assert_neq((uintptr_t)alias, (uintptr_t)a, "no host alias");
+    cr_assert_eq(resident_pages((uintptr_t)alias, size), 0, "the object's pages were made at allocation");
+    for (size_t off = 0; off < size; off += 2 * MIB) alias[off] = (unsigned char)(0xa0 + off / (2 * MIB));
+    a[size - 1] = 7; /* the first use: the pages are made now */
+    cr_assert(host_locked((uintptr_t)alias, size), "the used object is not page-locked");
+    for (size_t off = 0; off < size; off += 2 * MIB)
+        cr_assert_eq(a[off], 0xa0 + off / (2 * MIB), "byte %zu: %u after its pages were made", off, a[off]);
+    cr_assert_eq(a[size - 1], 7);
+    adsm_free(a);
+    adsm_shutdown();
+}
+
+/* Several threads' first uses at once, each of its own object and all of one shared object: each
+ * object's pages are made once (the preparer takes one request at a time, the askers holding the
+ * runtime lock), and every thread's writes land. */
+#define FIRST_USE_THREADS 4
+typedef struct first_use_arg {
+    unsigned char *own, *shared;
+    size_t size;
+    int index;
+} first_use_arg;
+
+static void *first_use_thread(void *p) {
+    first_use_arg *t = p;
+    for (size_t i = 0; i < t->size; i += 4096) t->own[i] = (unsigned char)(t->index + 1);
+    t->shared[(size_t)t->index * 4096] = (unsigned char)(t->index + 1);
+    return NULL;
+}
+
+Test(cuda_double, first_uses_on_several_threads_make_each_object_once) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    const size_t size = 4 * MIB;
+    unsigned char *shared = adsm_alloc(size);
+    cr_assert_not_null(shared, "%s", adsm_last_error());
+    first_use_arg args[FIRST_USE_THREADS];
+    pthread_t tids[FIRST_USE_THREADS];
+    uint32_t asked = (uint32_t)adsm__rt.preparer.asked;
+    for (int i = 0; i < FIRST_USE_THREADS; i++) {
+        args[i] = (first_use_arg){adsm_alloc(size), shared, size, i};
+        cr_assert_not_null(args[i].own, "%s", adsm_last_error());
+    }
+    for (int i = 0; i < FIRST_USE_THREADS; i++) cr_assert_eq(pthread_create(&tids[i], NULL, first_use_thread, &args[i]), 0);
+    for (int i = 0; i < FIRST_USE_THREADS; i++) pthread_join(tids[i], NULL);
+    cr_assert_eq((uint32_t)adsm__rt.preparer.asked - asked, FIRST_USE_THREADS + 1,
+                 "%u objects made on first use, expected %d", (uint32_t)adsm__rt.preparer.asked - asked,
+                 FIRST_USE_THREADS + 1);
+    for (int i = 0; i < FIRST_USE_THREADS; i++) {
+        cr_assert(host_locked(adsm__host_dma(&adsm__rt, (uintptr_t)args[i].own), size), "object %d is not page-locked", i);
+        for (size_t k = 0; k < size; k += 4096)
+            if (args[i].own[k] != i + 1) cr_assert_fail("object %d, byte %zu: %u", i, k, args[i].own[k]);
+        cr_assert_eq(shared[(size_t)i * 4096], i + 1, "the shared object lost thread %d's write", i);
+        cr_assert_eq(adsm_free(args[i].own), ADSM_OK);
+    }
+    cr_assert(host_locked(adsm__host_dma(&adsm__rt, (uintptr_t)shared), size), "the shared object is not page-locked");
+    cr_assert_eq(adsm_free(shared), ADSM_OK);
     adsm_shutdown();
 }
 
