@@ -27,9 +27,11 @@ enum {
     ADSM__TR_ALLOC,  /* adsm_alloc / adsm_safe_alloc: making an object (its pages page-locked on cuda) */
     ADSM__TR_FREE,   /* adsm_free: waiting for its users, its copies, and giving its memory back */
     ADSM__TR_D2D,    /* a copy from one device's memory to another's */
-    /* the parts of making and freeing an object, inside its alloc or free span (cuda's cost on a
-     * GPU: the third GPU run found 0.6-1.1 ms per 1 MiB object, without saying where) */
-    ADSM__TR_HUGE_PAGES,  /* a new object's host pages prepared: the alias collapsed into 2 MiB pages, or its own
+    /* the parts of making and freeing an object (cuda's cost on a GPU: the third GPU run found
+     * 0.6-1.1 ms per 1 MiB object, without saying where): its host pages made inside its alloc
+     * span, or at its first use (inside the fault or call that first used it, on the preparer's
+     * track: host_pages.h); its device memory inside alloc; the rest inside its free span */
+    ADSM__TR_HUGE_PAGES,  /* an object's host pages made: the alias collapsed into 2 MiB pages, or its own
                              pages populated on several threads (prepare.h) */
     ADSM__TR_PAGE_LOCK,   /* the host pages page-locked with the driver */
     ADSM__TR_VIEW_MAP,    /* the program's view mapped onto the alias's pages ahead */
@@ -50,7 +52,8 @@ enum {
 
 static const char *const adsm__trace_names[ADSM__TR_KINDS] = {
     "fault (read)", "fault (write)", "fetch", "copy to device", "copy from device", "evict", "kernel", "I/O",
-    "alloc", "free", "copy between devices", "alloc: huge pages", "alloc: page-lock", "alloc: view mapped",
+    "alloc", "free", "copy between devices", "host pages: made", "host pages: page-lock",
+    "host pages: view mapped",
     "device memory", "free: page-unlock", "call", "sync", "protection change", ""};
 
 #define ADSM__TRACE_EVENTS ((size_t)1 << 20) /* 32 MiB of events; beyond that, dropped and counted */
