@@ -11,12 +11,13 @@
  * alias), and the collapse keeps whatever bytes already lie there.
  *
  * Contexts: adsm__object_lock_pages, normal context without the runtime lock (a new object, not
- * yet published). adsm__object_host_ready, any context with the runtime lock held, the fault
- * handler included: the work (system calls, helper threads, the driver) is handed to the
- * preparer thread, and the caller waits on a futex. The preparer runs without the runtime lock
- * and touches only the object's alias range and view mappings; the object cannot be freed
- * meanwhile, since its asker holds the lock. Its one stdio use is adsm__log's "said once" notes
- * at ADSM_LOG=info. */
+ * yet published). adsm__host_pages_ask, any context, the fault handler included, without the
+ * runtime lock and with every unit of the object marked busy (protocol.h, adsm__first_use), so
+ * that nothing changes its states or frees it meanwhile and other threads go on: the work
+ * (system calls, helper threads, the driver) is handed to one of ADSM__PREPARERS preparer
+ * threads, and the asker waits on a futex (several, so that a small object's first use does not
+ * wait behind a large one's page-locking). A preparer touches only the object's alias range and
+ * view mappings. Its one stdio use is adsm__log's "said once" notes at ADSM_LOG=info. */
 #ifndef ADSM__HOST_PAGES_INCLUDED
 #define ADSM__HOST_PAGES_INCLUDED
 
@@ -70,7 +71,7 @@ ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
  * page-locking and DMA never need the program's view, whose protection stays the protocol's),
  * under a protocol that hears of every CPU access, with the preparer running. */
 ADSM__PRIVATE int adsm__host_on_first_use(const adsm__runtime *rt, const adsm__object *o) {
-    return rt->preparer.running && rt->proto->host_on_first_use && adsm__host_dma(rt, o->host) != o->host;
+    return rt->preparers_running && rt->proto->host_on_first_use && adsm__host_dma(rt, o->host) != o->host;
 }
 
 /* The view mapped onto the alias's pages ahead, as at allocation, but only where the blocks allow
@@ -91,7 +92,7 @@ ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, const adsm
     }
 }
 
-/* The preparer's work for one object. Runtime lock held by the asker. */
+/* The preparer's work for one object, its units busy. */
 ADSM__PRIVATE void adsm__host_pages_first_use(adsm__runtime *rt, adsm__object *o) {
     adsm__host_pages_make(rt, o);
     uint64_t t0 = adsm__now_ns();
@@ -101,65 +102,88 @@ ADSM__PRIVATE void adsm__host_pages_first_use(adsm__runtime *rt, adsm__object *o
     }
 }
 
-/* The preparer: one request at a time, an object to make ready, or NULL to end. */
+/* A preparer: one request at a time, an object to make ready, or NULL to end. */
 ADSM__PRIVATE void *adsm__preparer_main(void *arg) {
-    adsm__runtime *rt = (adsm__runtime *)arg;
+    adsm__preparer *p = (adsm__preparer *)arg;
     for (int done = 0;;) {
-        int asked = ADSM__LOAD(&rt->preparer.asked);
+        int asked = ADSM__LOAD(&p->asked);
         if (asked == done) {
-            adsm__futex_wait(&rt->preparer.asked, asked);
+            adsm__futex_wait(&p->asked, asked);
             continue;
         }
-        if (!rt->preparer.object) return NULL;
-        adsm__host_pages_first_use(rt, rt->preparer.object);
+        if (!p->object) return NULL;
+        adsm__host_pages_first_use(p->rt, p->object);
         done = asked;
-        ADSM__STORE(&rt->preparer.answered, done);
-        adsm__futex_wake_all(&rt->preparer.answered);
+        ADSM__STORE(&p->answered, done);
+        adsm__futex_wake_all(&p->answered);
     }
 }
 
-/* Initialisation, the protocol chosen: the preparer starts where objects may wait for their first
+/* Initialisation, the protocol chosen: the preparers start where objects may wait for their first
  * use (cuda's alias, a protocol that hears of every access, ADSM_HOST_ON_FIRST_USE=1), with every
- * signal blocked (it touches no protected page, and the program's signals are not for it). If it
- * cannot start, objects are made ready at allocation, as with ADSM_HOST_ON_FIRST_USE=0. */
+ * signal blocked (they touch no protected page, and the program's signals are not for them).
+ * Where none can start, objects are made ready at allocation, as with ADSM_HOST_ON_FIRST_USE=0. */
 ADSM__PRIVATE void adsm__preparer_start(adsm__runtime *rt) {
-    rt->preparer.running = rt->preparer.asked = rt->preparer.answered = 0;
+    rt->preparers_running = 0;
+    rt->preparer_freed = 0;
     if (!rt->cfg.host_on_first_use || !rt->host_alias || !rt->be->host_lock || !rt->be->moves_data ||
         !rt->proto->host_on_first_use)
         return;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    rt->preparer.running = pthread_create(&rt->preparer.thread, NULL, adsm__preparer_main, rt) == 0;
+    for (unsigned i = 0; i < ADSM__PREPARERS; i++) {
+        adsm__preparer *p = &rt->preparers[rt->preparers_running];
+        *p = (adsm__preparer){.rt = rt};
+        if (pthread_create(&p->thread, NULL, adsm__preparer_main, p) == 0) rt->preparers_running++;
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    adsm__log(ADSM_LOG_INFO, "host pages: %s", rt->preparer.running
+    adsm__log(ADSM_LOG_INFO, "host pages: %s", rt->preparers_running
                                                    ? "objects' host pages are made and page-locked when the CPU or a "
                                                      "copy first needs them (ADSM_HOST_ON_FIRST_USE=0: at adsm_alloc)"
                                                    : "no thread to make them on first use: made at adsm_alloc");
 }
 
-/* Shutdown, no call or fault in flight: the preparer ends (a request without an object, so that
- * it cannot miss it between looking and sleeping). */
+/* Shutdown, no call or fault in flight: the preparers end (a request without an object, so that
+ * none can miss it between looking and sleeping). */
 ADSM__PRIVATE void adsm__preparer_stop(adsm__runtime *rt) {
-    if (!rt->preparer.running) return;
-    rt->preparer.object = NULL;
-    ADSM__STORE(&rt->preparer.asked, rt->preparer.asked + 1);
-    adsm__futex_wake_all(&rt->preparer.asked);
-    pthread_join(rt->preparer.thread, NULL);
-    rt->preparer.running = 0;
+    for (unsigned i = 0; i < rt->preparers_running; i++) {
+        adsm__preparer *p = &rt->preparers[i];
+        p->object = NULL;
+        ADSM__STORE(&p->asked, p->asked + 1);
+        adsm__futex_wake_all(&p->asked);
+        pthread_join(p->thread, NULL);
+    }
+    rt->preparers_running = 0;
 }
 
-/* Any context, runtime lock held: o's host pages are made now if they waited for their first use
- * (the caller is about to let the CPU at them, or to copy into them). One request at a time: the
- * lock is held from the request to the answer. */
-ADSM__PRIVATE void adsm__object_host_ready(adsm__runtime *rt, adsm__object *o) {
-    if (!o->host_pending) return;
-    o->host_pending = 0;
-    int ask = rt->preparer.asked + 1;
-    rt->preparer.object = o;
-    ADSM__STORE(&rt->preparer.asked, ask);
-    adsm__futex_wake_all(&rt->preparer.asked);
-    for (int seen; (seen = ADSM__LOAD(&rt->preparer.answered)) != ask;) adsm__futex_wait(&rt->preparer.answered, seen);
+/* An idle preparer, claimed; waits while all are busy. Signal-safe. */
+ADSM__PRIVATE adsm__preparer *adsm__preparer_claim(adsm__runtime *rt) {
+    for (;;) {
+        int freed = ADSM__LOAD(&rt->preparer_freed);
+        for (unsigned i = 0; i < rt->preparers_running; i++) {
+            int idle = 0;
+            if (__atomic_compare_exchange_n(&rt->preparers[i].state, &idle, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+                return &rt->preparers[i];
+        }
+        adsm__futex_wait(&rt->preparer_freed, freed);
+    }
+}
+
+/* Any context, runtime lock not held, o's units busy: o's host pages, which waited for their first
+ * use, are made now (the caller is about to let the CPU at them, or to copy into them), by an
+ * idle preparer; returns when they are. */
+ADSM__PRIVATE void adsm__host_pages_ask(adsm__runtime *rt, adsm__object *o) {
+    adsm__preparer *p = adsm__preparer_claim(rt);
+    int ask = p->asked + 1;
+    p->object = o;
+    ADSM__STORE(&p->asked, ask);
+    adsm__futex_wake_all(&p->asked);
+    for (int seen; (seen = ADSM__LOAD(&p->answered)) != ask;) adsm__futex_wait(&p->answered, seen);
+    ADSM__ADD(&rt->first_uses, 1);
+    ADSM__STORE(&p->state, 0);
+    ADSM__ADD(&rt->preparer_freed, 1);
+    adsm__futex_wake_all(&rt->preparer_freed);
 }
 
 #endif /* ADSM__HOST_PAGES_INCLUDED */

@@ -506,6 +506,22 @@ ADSM__PRIVATE int adsm__set_state_compacting(adsm__runtime *rt, adsm__object *o,
     return adsm__set_state(rt, o, first, count, state);
 }
 
+/* An object whose host pages wait for their first use (host_pages.h) gets them before the access
+ * that needs them, with every unit busy and the runtime lock let go, as a fetch runs: other
+ * threads' faults and calls go on meanwhile (the driver takes seconds to page-lock a large
+ * object), and an access to this object waits. A copy already running on one of its units (a
+ * device memset, an eviction to another device) is waited for first, so that no mark but these is
+ * cleared after. The access is then tried again: ADSM__AGAIN. */
+ADSM__PRIVATE int adsm__first_use(adsm__runtime *rt, adsm__object *o) {
+    if (o->busy_units) return adsm__await_copies(rt);
+    size_t marks = rt->proto->whole_object ? 1 : o->nblocks;
+    o->host_pending = 0;
+    adsm__busy_begin(rt, o, o->blocks, marks);
+    adsm__host_pages_ask(rt, o);
+    adsm__busy_end(rt, o, o->blocks, marks);
+    return ADSM__AGAIN;
+}
+
 /* ---- lazy and rolling share this engine ------------------------------------------------- */
 /* The copies an access needs before the unit may change state: the end of an eviction still
  * reading it (before a write), and the kernel that may write it plus the fetch (Invalid data).
@@ -558,7 +574,7 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     size_t first, count;
     adsm__unit_of(rt, o, block, &first, &count);
     if (o->blocks[first].busy) return adsm__await_copies(rt); /* another thread's copy of this unit */
-    adsm__object_host_ready(rt, o); /* the CPU or a fetch is about to use its host pages */
+    if (o->host_pending) return adsm__first_use(rt, o); /* the CPU or a fetch is about to use them */
     int state = o->blocks[block].state, let_go = 0;
     if (adsm__state_allows(state, is_write)) /* another thread got here first; applied again, so a */
         return adsm__set_state(rt, o, first, count, state); /* page out of step with its state heals */

@@ -43,6 +43,21 @@ typedef struct adsm__source_image {
     adsm__image *value;
 } adsm__source_image;
 
+/* Threads that make objects' host pages on first use (host_pages.h): several, so that a small
+ * object's first use does not wait behind a large one's page-locking (seconds in the driver). */
+#define ADSM__PREPARERS 4
+
+/* One of them. It takes one request at a time: an asker claims an idle one (state 0 -> 1,
+ * waiting on the runtime's preparer_freed while none is), hands it the object and waits; asked
+ * and answered are futex words (requests made and done), and a request without an object ends
+ * the thread. */
+typedef struct adsm__preparer {
+    struct adsm__runtime *rt;
+    pthread_t thread;
+    int state, asked, answered;
+    adsm__object *object;
+} adsm__preparer;
+
 typedef struct adsm__runtime {
     int state;                  /* ADSM__RT_*, read atomically by the fault handler */
     int atfork_registered;      /* adsm__forked is registered with pthread_atfork (once per process) */
@@ -67,16 +82,12 @@ typedef struct adsm__runtime {
     /* threads that helped prepare host memory so far (prepare.h; the tests read it): any thread
      * making an object or a host buffer adds to it */
     uint64_t prepare_helpers;
-    /* ADSM_HOST_ON_FIRST_USE (host_pages.h): the thread that makes an object's host pages ready
-     * when the CPU or a copy first needs them, for the fault handler, which may not; asked and
-     * answered are futex words (requests made and done), one request at a time (the asker holds
-     * the runtime lock); a request without an object ends the thread */
-    struct {
-        pthread_t thread;
-        int running;
-        int asked, answered;
-        adsm__object *object;
-    } preparer;
+    /* ADSM_HOST_ON_FIRST_USE (host_pages.h): the threads that make objects' host pages ready when
+     * the CPU or a copy first needs them, for the fault handler, which may not */
+    adsm__preparer preparers[ADSM__PREPARERS];
+    unsigned preparers_running;
+    int preparer_freed;
+    uint64_t first_uses; /* objects whose host pages were made on first use (the tests read it) */
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */
     size_t dev_granule; /* device memory comes in units this large (cuda's granule); 0: pages */

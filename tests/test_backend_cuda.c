@@ -1498,8 +1498,8 @@ Test(cuda_double, making_an_objects_pages_on_first_use_keeps_bytes_already_there
 }
 
 /* Several threads' first uses at once, each of its own object and all of one shared object: each
- * object's pages are made once (the preparer takes one request at a time, the askers holding the
- * runtime lock), and every thread's writes land. */
+ * object's pages are made once (an access to an object being made waits for it), and every
+ * thread's writes land. */
 #define FIRST_USE_THREADS 4
 typedef struct first_use_arg {
     unsigned char *own, *shared;
@@ -1521,16 +1521,15 @@ Test(cuda_double, first_uses_on_several_threads_make_each_object_once) {
     cr_assert_not_null(shared, "%s", adsm_last_error());
     first_use_arg args[FIRST_USE_THREADS];
     pthread_t tids[FIRST_USE_THREADS];
-    uint32_t asked = (uint32_t)adsm__rt.preparer.asked;
+    uint64_t made = adsm__rt.first_uses;
     for (int i = 0; i < FIRST_USE_THREADS; i++) {
         args[i] = (first_use_arg){adsm_alloc(size), shared, size, i};
         cr_assert_not_null(args[i].own, "%s", adsm_last_error());
     }
     for (int i = 0; i < FIRST_USE_THREADS; i++) cr_assert_eq(pthread_create(&tids[i], NULL, first_use_thread, &args[i]), 0);
     for (int i = 0; i < FIRST_USE_THREADS; i++) pthread_join(tids[i], NULL);
-    cr_assert_eq((uint32_t)adsm__rt.preparer.asked - asked, FIRST_USE_THREADS + 1,
-                 "%u objects made on first use, expected %d", (uint32_t)adsm__rt.preparer.asked - asked,
-                 FIRST_USE_THREADS + 1);
+    cr_assert_eq(adsm__rt.first_uses - made, FIRST_USE_THREADS + 1, "%llu objects made on first use, expected %d",
+                 (unsigned long long)(adsm__rt.first_uses - made), FIRST_USE_THREADS + 1);
     for (int i = 0; i < FIRST_USE_THREADS; i++) {
         cr_assert(host_locked(adsm__host_dma(&adsm__rt, (uintptr_t)args[i].own), size), "object %d is not page-locked", i);
         for (size_t k = 0; k < size; k += 4096)

@@ -435,6 +435,57 @@ Test(copy, page_locking_a_new_object_holds_up_nothing_else) {
     cr_assert_eq(adsm_free(big), ADSM_OK);
     adsm_shutdown();
 }
+
+static void *first_write(void *arg) {
+    wr((int32_t *)arg, 1);
+    return NULL;
+}
+
+/* Under shared addresses with the host alias, lazy and rolling make an object's host pages at its
+ * first use (host_pages.h): in a fault, where the pinning then runs with the object's units busy
+ * and the runtime lock let go. Meanwhile another thread's faults, fetches (engine copies),
+ * allocations and frees of other objects complete, as they do while adsm_alloc pins, and so does
+ * the first use of another object (another preparer makes it). The double pins the 64 MiB object
+ * for up to 12.8 s, and the test lets it finish as soon as they are done. The placement is set
+ * here, whatever the suite's variant. */
+Test(copy, page_locking_at_a_first_use_holds_up_nothing_else) {
+    setenv("CUDADOUBLE_REGISTER_US_PER_MIB", "200000", 1);
+    setenv("ADSM_CUDA_SAME_ADDRESS", "1", 1);
+    setenv("ADSM_CUDA_DMA_VIEW", "1", 1);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0);
+    cr_assert_gt(adsm__rt.preparers_running, 1, "objects' host pages are not made on first use by several threads");
+    int32_t *readonly = (int32_t *)alloc(4096), *invalid = (int32_t *)alloc(4096), *later = (int32_t *)alloc(4096);
+    wr(&readonly[0], 1); /* both first used now (a write: a read of a fresh object is no fault) */
+    wr(&invalid[0], 1);
+    CALL_OK(k_fill, grid_for(1024), invalid, (size_t)1024, 22);
+    sync_ok();
+    int32_t *big = (int32_t *)alloc(64 * MIB);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, first_write, big), 0);
+    while (cuda_double_counters().registers_in_flight == 0) {}
+    wr(&readonly[5], 5);               /* ReadOnly -> Dirty: no copy */
+    cr_assert_eq(rd(&invalid[7]), 29); /* Invalid: a fetch on the engine */
+    void *small = adsm_alloc(1000);
+    cr_assert_not_null(small, "%s", adsm_last_error());
+    cr_assert_eq(adsm_free(small), ADSM_OK);
+    uint64_t made = adsm__rt.first_uses;
+    wr(&later[3], 3); /* its first use: made beside the large one */
+    cr_assert_eq(adsm__rt.first_uses, made + 1);
+    unsigned long long still = cuda_double_counters().registers_in_flight;
+    cuda_double_release_registers();
+    pthread_join(t, NULL);
+    cr_assert_gt(still, 0, "the other calls waited until the 64 MiB object was page-locked");
+    cr_assert_eq(rd(&big[0]), 1);
+    size_t n = 64 * MIB / sizeof(int32_t);
+    uint64_t staged = adsm__rt.stats.staged_bytes;
+    CALL_OK(k_fill, grid_for(n), big, n, 3);
+    sync_ok();
+    expect_filled(big, n - 1024, n, 3);
+    cr_assert_eq(adsm__rt.stats.staged_bytes, staged, "copies of the object made on first use were staged");
+    cr_assert_eq(adsm_free(big), ADSM_OK);
+    cr_assert_eq(rd(&later[3]), 3);
+    adsm_shutdown();
+}
 #endif
 
 /* ---- queued flushes and invalidation ---------------------------------------------------------- */
