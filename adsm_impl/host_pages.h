@@ -76,11 +76,12 @@ ADSM__PRIVATE int adsm__host_on_first_use(const adsm__runtime *rt, const adsm__o
 
 /* The view mapped onto the alias's pages ahead, as at allocation, but only where the blocks allow
  * the CPU in: MADV_POPULATE_READ stops at the first inaccessible page, and an Invalid block is
- * mapped when its fetch opens it. */
-ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, const adsm__object *o) {
+ * mapped when its fetch opens it (adsm__host_view_map_opened). */
+ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, adsm__object *o) {
     size_t shift = rt->cfg.block_shift;
     for (size_t b = 0; b < o->nblocks;) {
         if (o->blocks[b].state == ADSM__INVALID) {
+            o->view_unmapped = 1;
             b++;
             continue;
         }
@@ -90,6 +91,19 @@ ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, const adsm
         adsm__host_alias_map_ahead(rt, from, to - from);
         b = e;
     }
+}
+
+/* Any context, runtime lock held: blocks [from, from + n) of o were Invalid and the CPU may now
+ * read them (write: and write them): where o's pages were made while they were Invalid, the view
+ * is mapped onto them now, in one call, as allocation once mapped every object's. Else the CPU's
+ * first touch of each page would be a fault of its own: per 4 KiB page where the view maps the
+ * alias that way (rolling, blocks under 2 MiB), on a kernel's output the CPU reads whole. */
+ADSM__PRIVATE void adsm__host_view_map_opened(const adsm__runtime *rt, const adsm__object *o, size_t from, size_t n,
+                                              int write) {
+    if (!o->view_unmapped) return;
+    size_t shift = rt->cfg.block_shift;
+    uintptr_t at = o->host + (from << shift), end = ADSM__MIN(o->host + ((from + n) << shift), o->host + o->span);
+    madvise((void *)at, end - at, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 }
 
 /* The preparer's work for one object, its units busy. */

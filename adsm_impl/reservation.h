@@ -283,6 +283,9 @@ ADSM__PRIVATE int adsm__in_host_alias(const adsm__runtime *rt, uintptr_t a, size
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels refuse it (EINVAL) and lose nothing */
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* the same */
+#endif
 
 /* Normal context, a new object before it is page-locked: its alias range in 2 MiB pages where
  * adsm collapses them, split over ADSM_PREPARE_THREADS threads in runs of whole 2 MiB pages

@@ -1475,6 +1475,36 @@ ParameterizedTest(adsm_protocol_kind *protocol, cuda_double, an_object_only_kern
     adsm_shutdown();
 }
 
+/* An object first used by a read or a write of a kernel's output (its blocks Invalid when its
+ * pages were made, so the view could not be mapped onto them then) has the view mapped onto each
+ * fetched block as its data comes, as allocation once mapped every object's: otherwise the CPU's
+ * first touch of each page would be a fault of its own where the view maps the alias 4 KiB at a
+ * time (rolling, blocks under 2 MiB): for reads, one per 64 KiB (the kernel's fault-around), for
+ * writes one per page. */
+ParameterizedTestParameters(cuda_double, a_first_use_of_a_kernel_output_maps_the_fetched_block) {
+    static int writes[] = {0, 1};
+    return cr_make_param_array(int, writes, 2);
+}
+
+ParameterizedTest(int *write, cuda_double, a_first_use_of_a_kernel_output_maps_the_fetched_block) {
+    const size_t size = 4 * MIB, page = (size_t)sysconf(_SC_PAGESIZE), block = 256 << 10;
+    init_ok(ADSM_PROTOCOL_ROLLING, block, 0);
+    cr_assert(adsm__rt.view_small_pages, "the view maps the alias 2 MiB at a time with 256 KiB blocks");
+    unsigned char *c = adsm_alloc(size);
+    cr_assert_not_null(c, "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(c, 9, size), ADSM_OK, "%s", adsm_last_error()); /* on the device: Invalid here */
+    cr_assert_eq(mapped_pages((uintptr_t)c, size), 0);
+    if (*write) ((volatile unsigned char *)c)[0] = 5; /* the first use, a fetch */
+    else cr_assert_eq(((volatile unsigned char *)c)[0], 9);
+    cr_assert(host_locked(adsm__host_dma(&adsm__rt, (uintptr_t)c), size), "not page-locked at its first use");
+    cr_assert_eq(mapped_pages((uintptr_t)c, block), block / page, "the view maps %zu of the fetched block's %zu pages",
+                 mapped_pages((uintptr_t)c, block), block / page);
+    cr_assert_eq(c[0], *write ? 5 : 9);
+    for (size_t i = 1; i < size; i += 4096) cr_assert_eq(c[i], 9, "c[%zu] = %u", i, c[i]);
+    adsm_free(c);
+    adsm_shutdown();
+}
+
 /* Bytes that reach an object's alias before its pages are made (a translation's pass back writes
  * there, a CPU read of a fresh object allocates 4 KiB pages of it) survive the making: the
  * collapse's one touch per 2 MiB keeps what lies there, as it must for an object made on first
