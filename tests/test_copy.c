@@ -446,12 +446,13 @@ static void *first_write(void *arg) {
  * and the runtime lock let go. Meanwhile another thread's faults, fetches (engine copies),
  * allocations and frees of other objects complete, as they do while adsm_alloc pins, and so does
  * the first use of another object (another preparer makes it). The double pins the 64 MiB object
- * for up to 12.8 s, and the test lets it finish as soon as they are done. The placement is set
- * here, whatever the suite's variant. */
+ * for up to 12.8 s, and the test lets it finish as soon as they are done. The placement and the
+ * setting are set here, whatever the suite's variant. */
 Test(copy, page_locking_at_a_first_use_holds_up_nothing_else) {
     setenv("CUDADOUBLE_REGISTER_US_PER_MIB", "200000", 1);
     setenv("ADSM_CUDA_SAME_ADDRESS", "1", 1);
     setenv("ADSM_CUDA_DMA_VIEW", "1", 1);
+    setenv("ADSM_HOST_ON_FIRST_USE", "1", 1);
     init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0);
     cr_assert_gt(adsm__rt.preparers_running, 1, "objects' host pages are not made on first use by several threads");
     int32_t *readonly = (int32_t *)alloc(4096), *invalid = (int32_t *)alloc(4096), *later = (int32_t *)alloc(4096);
