@@ -283,8 +283,10 @@
              the objects' host pages they are DMA on those pages: the pages themselves under
              translated addresses; under shared addresses, where they are device address space,
              a second view of them (host memory is then a shared-memory file mapped twice;
-             ADSM_CUDA_DMA_VIEW=0 turns that off). Otherwise, and for an object the driver had
-             no lockable memory for, they go through pinned staging buffers
+             ADSM_CUDA_DMA_VIEW=0 turns that off; under lazy and rolling that view's pages are
+             made and page-locked at the object's first use, so an object only kernels use
+             takes no host memory: ADSM_HOST_ON_FIRST_USE). Otherwise, and for an object the
+             driver had no lockable memory for, they go through pinned staging buffers
              (adsm_stats.staged_bytes, ADSM_LOG=info says which). NVRTC
              compiles to PTX, or to a cubin for the GPU's own architecture where the NVRTC is a
              later minor release than the driver (whose PTX the driver would refuse). Do not
