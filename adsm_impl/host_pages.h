@@ -78,7 +78,7 @@ ADSM__PRIVATE int adsm__host_on_first_use(const adsm__runtime *rt, const adsm__o
  * the CPU in: MADV_POPULATE_READ stops at the first inaccessible page, and an Invalid block is
  * mapped when its fetch opens it (adsm__host_view_map_opened). */
 ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, adsm__object *o) {
-    size_t shift = rt->cfg.block_shift;
+    unsigned shift = rt->cfg.block_shift;
     for (size_t b = 0; b < o->nblocks;) {
         if (o->blocks[b].state == ADSM__INVALID) {
             o->view_unmapped = 1;
@@ -87,8 +87,7 @@ ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, adsm__obje
         }
         size_t e = b + 1;
         while (e < o->nblocks && o->blocks[e].state != ADSM__INVALID) e++;
-        uintptr_t from = o->host + (b << shift), to = ADSM__MIN(o->host + (e << shift), o->host + o->span);
-        adsm__host_alias_map_ahead(rt, from, to - from);
+        adsm__host_alias_map_ahead(rt, o->host + (b << shift), adsm__blocks_len(b, e - b, shift, o->span));
         b = e;
     }
 }
@@ -101,9 +100,9 @@ ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, adsm__obje
 ADSM__PRIVATE void adsm__host_view_map_opened(const adsm__runtime *rt, const adsm__object *o, size_t from, size_t n,
                                               int write) {
     if (!o->view_unmapped) return;
-    size_t shift = rt->cfg.block_shift;
-    uintptr_t at = o->host + (from << shift), end = ADSM__MIN(o->host + ((from + n) << shift), o->host + o->span);
-    madvise((void *)at, end - at, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+    unsigned shift = rt->cfg.block_shift;
+    madvise((void *)(o->host + (from << shift)), adsm__blocks_len(from, n, shift, o->span),
+            write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 }
 
 /* The preparer's work for one object, its units busy. */
@@ -143,15 +142,11 @@ ADSM__PRIVATE void adsm__preparer_start(adsm__runtime *rt) {
     if (!rt->cfg.host_on_first_use || !rt->host_alias || !rt->be->host_lock || !rt->be->moves_data ||
         !rt->proto->host_on_first_use)
         return;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     for (unsigned i = 0; i < ADSM__PREPARERS; i++) {
         adsm__preparer *p = &rt->preparers[rt->preparers_running];
         *p = (adsm__preparer){.rt = rt};
-        if (pthread_create(&p->thread, NULL, adsm__preparer_main, p) == 0) rt->preparers_running++;
+        if (adsm__start_quiet_thread(&p->thread, adsm__preparer_main, p)) rt->preparers_running++;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     adsm__log(ADSM_LOG_INFO, "host pages: %s", rt->preparers_running
                                                    ? "objects' host pages are made and page-locked when the CPU or a "
                                                      "copy first needs them (ADSM_HOST_ON_FIRST_USE=0: at adsm_alloc)"
