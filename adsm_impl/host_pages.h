@@ -17,7 +17,9 @@
  * (system calls, helper threads, the driver) is handed to one of ADSM__PREPARERS preparer
  * threads, and the asker waits on a futex (several, so that a small object's first use does not
  * wait behind a large one's page-locking). A preparer touches only the object's alias range and
- * view mappings. Its one stdio use is adsm__log's "said once" notes at ADSM_LOG=info. */
+ * view mappings. What it says (the driver's refusals, at ADSM_LOG=info) goes out through
+ * adsm__log's one write(2), never stdio: the thread it serves may have been stopped by the fault
+ * inside the program's own fprintf(stderr, ...), holding stderr's lock. */
 #ifndef ADSM__HOST_PAGES_INCLUDED
 #define ADSM__HOST_PAGES_INCLUDED
 

@@ -263,15 +263,21 @@ ADSM__PRIVATE int adsm__logs(adsm_log_level level) {
     return level <= limit;
 }
 
+/* Normal context (a preparer thread included): the line is composed in a local buffer and written
+ * with one write(2), not through stdio. A thread adsm makes wait (a preparer, a copy worker) may
+ * log while the thread it serves sits in the fault handler, interrupted inside the program's own
+ * fprintf(stderr, ...): stdio's lock on stderr would then never be let go. One write also keeps
+ * lines from several threads whole. */
 ADSM__PRIVATE void adsm__log(adsm_log_level level, const char *fmt, ...) {
     static const char *names[] = {"", "error", "warn", "info", "debug"};
     if (!adsm__logs(level)) return;
-    char line[600];
+    char msg[600], line[640];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "adsm %s: %s\n", names[level], line);
+    snprintf(line, sizeof line, "adsm %s: %s\n", names[level], msg);
+    adsm__write_stderr(line);
 }
 
 #endif /* ADSM__RUNTIME_INCLUDED */

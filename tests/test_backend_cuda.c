@@ -1572,6 +1572,34 @@ Test(cuda_double, first_uses_on_several_threads_make_each_object_once) {
     adsm_shutdown();
 }
 
+/* A first use's pages are made on a preparer thread while the faulting thread waits in the fault
+ * handler, which may have interrupted the program inside its own fprintf(stderr, ...), holding
+ * stdio's lock on stderr. What the preparer says then (here: the driver would not page-lock the
+ * object, at ADSM_LOG=info) must not need that lock, or neither thread would go on. The test
+ * holds the lock across the first use; the timeout stands for the hang. */
+Test(cuda_double, a_first_use_while_the_program_holds_stderr_completes_and_is_logged, .timeout = 60) {
+    setenv("CUDADOUBLE_NO_REGISTER", "1", 1); /* read by the double at cuInit */
+    init_setting("ADSM_LOG", "info", ADSM_PROTOCOL_LAZY, 0);
+    unsigned char *a = adsm_alloc(MIB);
+    cr_assert_not_null(a, "%s", adsm_last_error());
+    char path[] = "/tmp/adsm_stderr_XXXXXX";
+    int log = mkstemp(path), saved = dup(2);
+    cr_assert(log >= 0 && saved >= 0);
+    unlink(path);
+    dup2(log, 2);
+    flockfile(stderr);
+    a[7] = 3; /* the first use: the preparer's page-locking is refused, and it says so */
+    funlockfile(stderr);
+    dup2(saved, 2);
+    char said[4096] = {0};
+    ssize_t got = pread(log, said, sizeof said - 1, 0);
+    cr_assert_gt(got, 0, "nothing was logged at the first use");
+    cr_assert(strstr(said, "would not page-lock") != NULL, "the first use logged: %s", said);
+    cr_assert_eq(a[7], 3);
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    adsm_shutdown();
+}
+
 /* An eviction's direct upload (DMA from the page-locked pages) runs while the engine goes on to
  * the next command; a CPU write to the evicted block must wait until that DMA has read the pages,
  * so the write fault's drain waits for the upload stream. Every stream operation of the double
