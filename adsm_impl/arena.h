@@ -278,6 +278,14 @@ ADSM__PRIVATE void adsm__arena_free(adsm__arena *a, uintptr_t addr, size_t size)
 
 ADSM__PRIVATE size_t adsm__arena_free_bytes(const adsm__arena *a) { return a->free_bytes; }
 
+/* Whether all of [lo, hi) is free (an empty range is): free ranges are kept merged, so it lies in
+ * one. */
+ADSM__PRIVATE int adsm__arena_is_free(const adsm__arena *a, uintptr_t lo, uintptr_t hi) {
+    if (lo >= hi) return 1;
+    adsm__free_range *r = adsm__range_of(adsm__tree_floor(&a->free_by_address, lo));
+    return r && adsm__range_end(r) >= hi;
+}
+
 ADSM__PRIVATE void adsm__arena_destroy(adsm__arena *a) {
     /* Post-order walk: free leaves and cut them off, so no freed node is ever read again. */
     adsm__tree_node *n = a->free_by_address.root;

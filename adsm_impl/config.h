@@ -43,6 +43,7 @@ typedef struct adsm__settings {
     int cuda_same_address;   /* 0: always translate device addresses (ADSM_CUDA_SAME_ADDRESS=0) */
     int cuda_dma_view;       /* 0: no host alias under shared addresses; copies staged (ADSM_CUDA_DMA_VIEW=0) */
     int cuda_alias_collapse; /* 0: never ask the kernel for the alias's huge pages (ADSM_CUDA_ALIAS_COLLAPSE=0) */
+    int cuda_collapse_shared; /* 0: the 2 MiB pages objects share keep 4 KiB pages (ADSM_CUDA_COLLAPSE_SHARED=0) */
     char cuda_driver[256];   /* driver library to dlopen; empty: libcuda.so.1, then libcuda.so */
     char nvrtc_library[256]; /* NVRTC library to dlopen; empty: the usual names */
     char trace_path[512];    /* ADSM_TRACE / adsm_config.trace; empty: no trace */
@@ -248,7 +249,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_device_list(const adsm_config *c, adsm__set
 }
 
 /* The cuda backend's settings: ADSM_DEVICE(S), ADSM_CUDA_STAGING, ADSM_CUDA_SAME_ADDRESS,
- * ADSM_CUDA_DMA_VIEW, ADSM_CUDA_ALIAS_COLLAPSE, ADSM_CUDA_DRIVER and ADSM_NVRTC_LIBRARY. */
+ * ADSM_CUDA_DMA_VIEW, ADSM_CUDA_ALIAS_COLLAPSE, ADSM_CUDA_COLLAPSE_SHARED, ADSM_CUDA_DRIVER and
+ * ADSM_NVRTC_LIBRARY. */
 ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settings *s) {
     adsm_result r;
     size_t device = 0, staging = c->cuda_staging;
@@ -267,7 +269,10 @@ ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settin
                               "expected 1 (page-lock objects through a second view) or 0 (stage every copy)")) != ADSM_OK ||
         (r = adsm__env_switch("ADSM_CUDA_ALIAS_COLLAPSE", &s->cuda_alias_collapse, 1,
                               "expected 1 (2 MiB pages for the host alias where the kernel grants them) or 0 "
-                              "(4 KiB pages unless shmem_enabled gives huge ones)")) != ADSM_OK)
+                              "(4 KiB pages unless shmem_enabled gives huge ones)")) != ADSM_OK ||
+        (r = adsm__env_switch("ADSM_CUDA_COLLAPSE_SHARED", &s->cuda_collapse_shared, 1,
+                              "expected 1 (collapse the 2 MiB pages objects share too) or 0 (only those "
+                              "inside one object)")) != ADSM_OK)
         return r;
     if ((r = adsm__env_path("ADSM_CUDA_DRIVER", s->cuda_driver, sizeof s->cuda_driver)) != ADSM_OK) return r;
     return adsm__env_path("ADSM_NVRTC_LIBRARY", s->nvrtc_library, sizeof s->nvrtc_library);

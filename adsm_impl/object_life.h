@@ -136,6 +136,7 @@ ADSM__PRIVATE void adsm__object_unreserve(adsm__runtime *rt, adsm__object *o, in
     if (stage >= 1 && o->device_only) {
         adsm__arena_free(&rt->va_shared, o->dev, o->span);
     } else if (stage >= 1) {
+        if (!o->safe) adsm__alias_release_regions(rt, o->host, o->span); /* before others may take them */
         adsm__arena_free(o->safe ? &rt->va_safe : &rt->va_shared, o->host, o->span);
         if (o->safe) adsm__arena_free(&rt->va_shared, o->dev, o->span);
     }

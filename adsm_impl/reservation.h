@@ -234,6 +234,8 @@ ADSM__PRIVATE int adsm__alias_shared_half(adsm__runtime *rt) {
     madvise(alias, rt->half, MADV_DONTFORK);
     madvise(view, rt->half, MADV_DONTFORK);
     rt->host_alias = (uintptr_t)alias;
+    /* one bit per 2 MiB region (adsm__alias_shared_regions); without it shared regions keep 4 KiB pages */
+    rt->alias_regions = (uint64_t *)calloc(rt->half / ADSM__HUGE_PAGE / 64 + 1, sizeof *rt->alias_regions);
     adsm__alias_choose_pages(rt);
     return 0;
 }
@@ -287,14 +289,105 @@ ADSM__PRIVATE int adsm__in_host_alias(const adsm__runtime *rt, uintptr_t a, size
 #define MADV_POPULATE_WRITE 23 /* the same */
 #endif
 
+/* ---- 2 MiB pages that objects share ------------------------------------------------------------
+ * Objects under a block are packed at page granularity, and a large one's head or tail may lie in
+ * a 2 MiB page with other objects: a 2 MiB region of the alias it covers only in part. Such a
+ * region is collapsed too (the first time an object covering at least ADSM__SHARED_REGION_MIN of
+ * it is made), so a 1 MiB object gets a 2 MiB page's cost (the kernel zeroing 2 MiB, shared with
+ * its neighbours) instead of 256 shmem page allocations: on the build machine 0.16 ms against
+ * 0.6-0.75 per 1 MiB object, and on the GPU machine 4 KiB shmem page-locked at 0.5 ms per MiB
+ * against 0.2 for huge pages, DMA at 29-32 GB/s against 46-48 (docs/design.md section 1). Below
+ * half a region an object alone would pay more for the 2 MiB than for its own pages, so smaller
+ * ones keep 4 KiB pages unless a larger neighbour collapsed the region first. The program's view
+ * keeps mapping such a region 4 KiB at a time, as each object in it changes its own protection (a
+ * change inside a 2 MiB page the view mapped whole would drop that mapping for every neighbour):
+ * its first mapping there comes while the neighbours' protections differ, so the kernel never
+ * maps it whole (cuda_double/objects_sharing_a_2_mib_page_have_it_collapsed_once checks it).
+ * One bit per region says it was
+ * claimed (collapsed, or tried), so that its neighbours do not try again (a failed collapse of a
+ * region whose neighbours are pinned costs an allocation and copy of 2 MiB each time); a free
+ * gives the bit back, since the kernel may then split the page. ADSM_CUDA_COLLAPSE_SHARED=0 leaves
+ * shared regions 4 KiB pages (to measure them). Normal context, any thread that
+ * makes objects (the preparers too): atomic. */
+#define ADSM__SHARED_REGION_MIN (ADSM__HUGE_PAGE / 2)
+
+/* The first 2 MiB region of the alias range [at, at + n) and the last, where either is covered
+ * only in part (and lies whole in the alias); returns how many (0-2). */
+ADSM__PRIVATE int adsm__alias_partial_regions(const adsm__runtime *rt, uintptr_t at, size_t n, uintptr_t regions[2]) {
+    uintptr_t head = ADSM__ALIGN_DOWN(at, ADSM__HUGE_PAGE), tail = ADSM__ALIGN_DOWN(at + n - 1, ADSM__HUGE_PAGE);
+    int k = 0;
+    if (at != head || at + n < head + ADSM__HUGE_PAGE) regions[k++] = head;
+    if (tail != head && at + n != tail + ADSM__HUGE_PAGE) regions[k++] = tail;
+    if (k && regions[k - 1] + ADSM__HUGE_PAGE > rt->host_alias + rt->half) k--;
+    if (k && regions[0] < rt->host_alias) regions[0] = regions[--k];
+    return k;
+}
+
+ADSM__PRIVATE uint64_t *adsm__alias_region_word(const adsm__runtime *rt, uintptr_t region, uint64_t *bit) {
+    size_t i = (region - rt->host_alias) / ADSM__HUGE_PAGE;
+    *bit = (uint64_t)1 << (i % 64);
+    return &rt->alias_regions[i / 64];
+}
+
+/* Claims the region for its one collapse: 1 for the caller who got it. */
+ADSM__PRIVATE int adsm__alias_region_claim(const adsm__runtime *rt, uintptr_t region) {
+    uint64_t bit, *word = adsm__alias_region_word(rt, region, &bit);
+    return !(__atomic_fetch_or(word, bit, __ATOMIC_ACQ_REL) & bit);
+}
+
+/* The partial regions of an aliased object [host, host + n) (alias at `at`), as it is made. */
+ADSM__PRIVATE void adsm__alias_shared_regions(adsm__runtime *rt, uintptr_t at, size_t n) {
+    if (!rt->alias_regions || rt->alias_pages != ADSM__ALIAS_HUGE_BY_COLLAPSE || !rt->cfg.cuda_collapse_shared) return;
+    uintptr_t regions[2];
+    int k = adsm__alias_partial_regions(rt, at, n, regions);
+    for (int i = 0; i < k; i++) {
+        uintptr_t r = regions[i], part = ADSM__MIN(r + ADSM__HUGE_PAGE, at + n) - ADSM__MAX(r, at);
+        if (part >= ADSM__SHARED_REGION_MIN && adsm__alias_region_claim(rt, r) && adsm__alias_collapse(r, ADSM__HUGE_PAGE) == 0)
+            ADSM__ADD(&rt->shared_regions_collapsed, 1);
+    }
+}
+
+/* A free, runtime lock held, the object's range not yet back in the arena: a region it shared in
+ * part that no other object holds any more is punched out whole. Punching only the object's part
+ * would leave the rest of the 2 MiB page (zeros the collapse made, or a neighbour freed before)
+ * resident, as 4 KiB pages once the kernel splits the page; the next collapse there would copy
+ * them and need a fresh 2 MiB page each time, which a system soon has to compact memory for
+ * (bench/objects, 1 MiB objects made and freed in rounds: 3.7 ms per object against 1.9 with 4 KiB
+ * pages, before this). Under the lock, so that no object can be made there meanwhile. */
+ADSM__PRIVATE void adsm__alias_release_regions(const adsm__runtime *rt, uintptr_t host, size_t n) {
+    uintptr_t at = adsm__host_dma(rt, host);
+    if (at == host || !rt->alias_regions) return;
+    uintptr_t regions[2];
+    int k = adsm__alias_partial_regions(rt, at, n, regions);
+    for (int i = 0; i < k; i++) {
+        uintptr_t view = host - at + regions[i];
+        if (adsm__arena_is_free(&rt->va_shared, view, host) &&
+            adsm__arena_is_free(&rt->va_shared, host + n, view + ADSM__HUGE_PAGE))
+            madvise((void *)regions[i], ADSM__HUGE_PAGE, MADV_REMOVE);
+    }
+}
+
+/* A free (normal context): the object's partial regions may be claimed again. */
+ADSM__PRIVATE void adsm__alias_shared_regions_forget(const adsm__runtime *rt, uintptr_t at, size_t n) {
+    if (!rt->alias_regions) return;
+    uintptr_t regions[2];
+    int k = adsm__alias_partial_regions(rt, at, n, regions);
+    for (int i = 0; i < k; i++) {
+        uint64_t bit, *word = adsm__alias_region_word(rt, regions[i], &bit);
+        __atomic_fetch_and(word, ~bit, __ATOMIC_ACQ_REL);
+    }
+}
+
 /* Normal context, a new object before it is page-locked: its alias range in 2 MiB pages where
  * adsm collapses them, split over ADSM_PREPARE_THREADS threads in runs of whole 2 MiB pages
- * (prepare.h; the kernel zeroes each on the thread that collapses it). A refusal after the probe
- * succeeded (out of huge pages: ENOMEM, EBUSY) leaves this object 4 KiB pages; it is said once,
- * at info. */
+ * (prepare.h; the kernel zeroes each on the thread that collapses it), and the 2 MiB regions it
+ * shares with other objects as above. A refusal after the probe succeeded (out of huge pages:
+ * ENOMEM, EBUSY) leaves this object 4 KiB pages; it is said once, at info. */
 ADSM__PRIVATE void adsm__host_alias_huge_pages(adsm__runtime *rt, uintptr_t host, size_t n) {
     uintptr_t at = adsm__host_dma(rt, host);
-    if (at == host || rt->alias_pages != ADSM__ALIAS_HUGE_BY_COLLAPSE) return;
+    if (at == host) return;
+    adsm__alias_shared_regions(rt, at, n);
+    if (rt->alias_pages != ADSM__ALIAS_HUGE_BY_COLLAPSE) return;
     uintptr_t lo = ADSM__ALIGN_UP(at, ADSM__HUGE_PAGE), hi = ADSM__ALIGN_DOWN(at + n, ADSM__HUGE_PAGE);
     if (hi <= lo) return;
     int refusal = 0, none = 0;
@@ -341,6 +434,7 @@ ADSM__PRIVATE void adsm__host_pages_release(const adsm__runtime *rt, uintptr_t h
         return;
     }
     if (madvise((void *)at, n, MADV_REMOVE) != 0) memset((void *)at, 0, n);
+    adsm__alias_shared_regions_forget(rt, at, n);
 }
 
 /* Shutdown: the range was handed on (the cuda backend gave it back to the driver, which may
@@ -352,6 +446,8 @@ ADSM__PRIVATE void adsm__release_reservation(adsm__runtime *rt) {
     adsm__arena_destroy(&rt->va_safe);
     if (rt->host_alias) munmap((void *)rt->host_alias, rt->half); /* also where the range was handed on */
     rt->host_alias = 0;
+    free(rt->alias_regions);
+    rt->alias_regions = NULL;
     if (rt->base) munmap((void *)rt->base, 2 * rt->half);
     rt->base = 0;
 }

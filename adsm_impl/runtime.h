@@ -79,6 +79,10 @@ typedef struct adsm__runtime {
      * ADSM__ALIAS_HUGE_BY_COLLAPSE (each new object's pages collapsed into 2 MiB pages);
      * view_small_pages: the program's view maps them 4 KiB at a time (rolling, blocks under 2 MiB) */
     int alias_pages, alias_refusal, view_small_pages;
+    /* one bit per 2 MiB region of the alias, set once an object made there claimed it for its
+     * collapse (reservation.h, "2 MiB pages that objects share"); how many such collapses took */
+    uint64_t *alias_regions;
+    uint64_t shared_regions_collapsed;
     /* threads that helped prepare host memory so far (prepare.h; the tests read it): any thread
      * making an object or a host buffer adds to it */
     uint64_t prepare_helpers;

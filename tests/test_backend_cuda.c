@@ -64,7 +64,8 @@ static void clear_env(void) {
     static const char *const vars[] = {"ADSM_BACKEND", "ADSM_PROTOCOL", "ADSM_BLOCK_SIZE", "ADSM_ROLLING_SIZE",
                                        "ADSM_EMU_MEMORY", "ADSM_LOG", "ADSM_DEVICE", "ADSM_CUDA_STAGING",
                                        "ADSM_CUDA_SAME_ADDRESS", "ADSM_CUDA_DMA_VIEW", "ADSM_CUDA_DRIVER",
-                                       "ADSM_CUDA_ALIAS_COLLAPSE", "ADSM_PREPARE_THREADS"};
+                                       "ADSM_CUDA_ALIAS_COLLAPSE", "ADSM_PREPARE_THREADS",
+                                       "ADSM_CUDA_COLLAPSE_SHARED"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
     setenv("ADSM_NVRTC_LIBRARY", nvrtc_library, 1);
 }
@@ -186,7 +187,8 @@ Test(cuda_unavailable, device_ordinal_out_of_range) {
 
 /* The cuda backend's 0/1 switches refuse anything else, naming the variable. */
 ParameterizedTestParameters(cuda_unavailable, switches_refuse_other_values) {
-    static char vars[][32] = {"ADSM_CUDA_SAME_ADDRESS", "ADSM_CUDA_DMA_VIEW", "ADSM_CUDA_ALIAS_COLLAPSE"};
+    static char vars[][32] = {"ADSM_CUDA_SAME_ADDRESS", "ADSM_CUDA_DMA_VIEW", "ADSM_CUDA_ALIAS_COLLAPSE",
+                              "ADSM_CUDA_COLLAPSE_SHARED"};
     return cr_make_param_array(char[32], vars, sizeof vars / sizeof vars[0]);
 }
 
@@ -1160,6 +1162,11 @@ Test(cuda_double, a_safe_object_leaves_later_objects_locked) {
     adsm_shutdown();
 }
 
+/* Whether the first GPU's backend has [host, host + n) page-locked. */
+static int host_locked(uintptr_t host, size_t n) {
+    return adsm__cuda_is_locked((adsm__cuda *)adsm__rt.dev_ctx[0], host, n);
+}
+
 /* Pages of [p, p + n) resident in memory (mincore; for the alias: in its file). */
 static size_t resident_pages(uintptr_t p, size_t n) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), count = 0;
@@ -1324,6 +1331,112 @@ ParameterizedTest(alias_case *t, cuda_double, the_alias_has_2_mib_pages_where_th
     adsm_shutdown();
 }
 
+/* Objects under 2 MiB are packed, so several share a 2 MiB page of the alias: the first made that
+ * covers at least half of it collapses the whole 2 MiB (its neighbours' parts kept as they are), so
+ * a 1 MiB object gets a huge page's cost and DMA instead of 256 shmem pages. In the program's view
+ * that region is mapped 4 KiB at a time: each object changes its own protection, which would drop
+ * a 2 MiB mapping shared with its neighbour. Two 1 MiB objects fill one 2 MiB page here; a kernel
+ * reading one of them (lazy and batch: its protection changes) leaves the other's pages mapped. */
+typedef struct shared_page_case {
+    adsm_protocol_kind protocol;
+    size_t block;
+    char setting[2]; /* ADSM_CUDA_COLLAPSE_SHARED */
+} shared_page_case;
+
+ParameterizedTestParameters(cuda_double, objects_sharing_a_2_mib_page_have_it_collapsed_once) {
+    static shared_page_case cases[] = {{ADSM_PROTOCOL_LAZY, 0, "1"},
+                                       {ADSM_PROTOCOL_BATCH, 0, "1"},
+                                       {ADSM_PROTOCOL_ROLLING, 0, "1"},
+                                       {ADSM_PROTOCOL_ROLLING, 64 << 10, "1"},
+                                       {ADSM_PROTOCOL_LAZY, 0, "0"}};
+    return cr_make_param_array(shared_page_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(shared_page_case *t, cuda_double, objects_sharing_a_2_mib_page_have_it_collapsed_once) {
+    int collapsing = *t->setting == '1' && adsm__shmem_gets_huge_pages() != 1 && kernel_collapses_shmem();
+    init_setting("ADSM_CUDA_COLLAPSE_SHARED", t->setting, t->protocol, t->block);
+    const size_t n = MIB / sizeof(float), page = (size_t)sysconf(_SC_PAGESIZE);
+    uint64_t collapsed = adsm__rt.shared_regions_collapsed; /* batch makes them at adsm_alloc */
+    float *a = adsm_alloc(MIB), *b = adsm_alloc(MIB), *c = adsm_alloc(MIB);
+    cr_assert(a && b && c, "%s", adsm_last_error());
+    uintptr_t region = (uintptr_t)a & ~(2 * MIB - 1);
+    cr_assert(region == (uintptr_t)a && (uintptr_t)b == region + MIB, "a at %p and b at %p do not fill one 2 MiB page",
+              (void *)a, (void *)b);
+    uintptr_t alias = adsm__host_dma(&adsm__rt, region);
+    for (size_t i = 0; i < n; i++) a[i] = (float)i, b[i] = 2.0f * (float)i; /* the first uses */
+    /* c lies alone in the next 2 MiB page, which it covers half of */
+    cr_assert_eq(adsm__rt.shared_regions_collapsed - collapsed, t->protocol == ADSM_PROTOCOL_BATCH ? 2u * collapsing : (uint64_t)collapsing,
+                 "%llu shared 2 MiB pages collapsed for two objects in one",
+                 (unsigned long long)(adsm__rt.shared_regions_collapsed - collapsed));
+    size_t alias_kib = collapsing ? (t->protocol == ADSM_PROTOCOL_BATCH ? 4096u : 2048u) : 0u; /* (in all) */
+    cr_assert_eq(pmd_mapped_kib(alias, 2 * MIB), alias_kib, "the alias maps %zu KiB by 2 MiB pages, expected %zu",
+                 pmd_mapped_kib(alias, 2 * MIB), alias_kib);
+    cr_assert(host_locked(alias, MIB) && host_locked(alias + MIB, MIB), "the objects are not page-locked");
+    cr_assert_eq(pmd_mapped_kib(region, 2 * MIB), 0, "the program's view maps %zu KiB of shared pages 2 MiB at a time",
+                 pmd_mapped_kib(region, 2 * MIB));
+    adsm_grid grid = adsm_grid_1d((uint32_t)((n + 255) / 256), 256);
+    cr_assert_eq(ADSM_CALL(vadd, grid, c, a, a, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(mapped_pages((uintptr_t)b, MIB), MIB / page, "a kernel reading a left %zu of b's %zu pages mapped",
+                 mapped_pages((uintptr_t)b, MIB), MIB / page);
+    for (size_t i = 0; i < n; i += 97) {
+        cr_assert_eq(c[i], 2.0f * (float)i, "c[%zu] = %f", i, (double)c[i]);
+        cr_assert_eq(b[i], 2.0f * (float)i, "b[%zu] = %f", i, (double)b[i]);
+    }
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(adsm_free(b), ADSM_OK);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    adsm_shutdown();
+}
+
+/* A freed object in a 2 MiB page it shared gives its bytes back (the next object there reads
+ * zeros) and leaves its neighbour's alone; the next object there may collapse the page again (the
+ * kernel may have split it at the free); once no object is left in it, the whole page goes back. */
+Test(cuda_double, a_freed_object_in_a_shared_2_mib_page_leaves_zeros_and_its_neighbour) {
+    int collapsing = adsm__shmem_gets_huge_pages() != 1 && kernel_collapses_shmem();
+    init_ok(ADSM_PROTOCOL_LAZY, 0, 0);
+    unsigned char *a = adsm_alloc(MIB), *b = adsm_alloc(MIB);
+    cr_assert(a && b, "%s", adsm_last_error());
+    cr_assert_eq((uintptr_t)b, (uintptr_t)a + MIB);
+    memset(a, 0xa5, MIB);
+    memset(b, 0x5a, MIB);
+    uint64_t collapsed = adsm__rt.shared_regions_collapsed;
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    unsigned char *again = adsm_alloc(MIB);
+    cr_assert_eq(again, a, "the freed range was not reused: %p, %p", (void *)again, (void *)a);
+    again[MIB - 1] = 1; /* its first use */
+    cr_assert_eq(adsm__rt.shared_regions_collapsed - collapsed, (uint64_t)collapsing,
+                 "the page was not claimed again after the free");
+    for (size_t i = 0; i < MIB - 1; i++)
+        if (again[i] != 0) cr_assert_fail("byte %zu of the new object is %#x: the freed object's", i, again[i]);
+    for (size_t i = 0; i < MIB; i++)
+        if (b[i] != 0x5a) cr_assert_fail("byte %zu of the neighbour is %#x after the free", i, b[i]);
+    cr_assert_eq(adsm_free(again), ADSM_OK);
+    cr_assert_eq(adsm_free(b), ADSM_OK);
+    cr_assert_eq(resident_pages(adsm__host_dma(&adsm__rt, (uintptr_t)a), 2 * MIB), 0);
+    adsm_shutdown();
+}
+
+/* When the last object in a 2 MiB page it shared goes, all of the page goes back, the part the
+ * collapse made for free space (or for a neighbour freed earlier) too: punching only the object's
+ * part would leave the rest resident, as 4 KiB pages once the kernel splits the page, for the next
+ * collapse there to copy (and a fresh 2 MiB page to find each time). */
+Test(cuda_double, the_last_object_in_a_shared_2_mib_page_gives_all_of_it_back) {
+    int collapsing = adsm__shmem_gets_huge_pages() != 1 && kernel_collapses_shmem();
+    init_ok(ADSM_PROTOCOL_LAZY, 0, 0);
+    unsigned char *a = adsm_alloc(MIB);
+    cr_assert_not_null(a, "%s", adsm_last_error());
+    uintptr_t alias = adsm__host_dma(&adsm__rt, (uintptr_t)a), page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    cr_assert_eq(alias & (2 * MIB - 1), 0, "the object does not start a 2 MiB page");
+    a[0] = 1; /* its first use: its page collapsed whole, the free half too */
+    cr_assert_eq(resident_pages(alias, 2 * MIB), (collapsing ? 2 * MIB : MIB) / page, "%zu pages resident",
+                 resident_pages(alias, 2 * MIB));
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(resident_pages(alias, 2 * MIB), 0, "%zu pages of a 2 MiB page no object uses left resident",
+                 resident_pages(alias, 2 * MIB));
+    adsm_shutdown();
+}
+
 /* A large new object's host pages, and a large adsm_host_alloc buffer (the explicit program's
  * memory, the same care), are allocated on ADSM_PREPARE_THREADS threads before the driver
  * page-locks them (prepare.h): the alias collapsed into 2 MiB pages in runs, one per thread, or
@@ -1380,11 +1493,6 @@ ParameterizedTest(prepare_case *t, cuda_double, large_ranges_are_prepared_on_sev
     cr_assert_eq(adsm_free(a), ADSM_OK);
     run_vadd(size / sizeof(float)); /* the same results either way */
     adsm_shutdown();
-}
-
-/* Whether the first GPU's backend has [host, host + n) page-locked. */
-static int host_locked(uintptr_t host, size_t n) {
-    return adsm__cuda_is_locked((adsm__cuda *)adsm__rt.dev_ctx[0], host, n);
 }
 
 /* An object's host pages (through the alias) are made when the CPU first needs them under lazy

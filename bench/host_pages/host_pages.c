@@ -15,6 +15,16 @@
  *   ... by threads     anonymous THP populated (MADV_POPULATE_WRITE) and shmem collapsed by --threads
  *                      threads (default: the CPUs, up to 8), each a run of whole 2 MiB pages, before
  *                      the locking: whether preparing memory on idle CPUs would pay
+ * A second table does the same for --objects objects of 1 MiB (default 32) packed one after
+ * another, as adsm packs objects under its block size, so two share each 2 MiB page, made one at a
+ * time (page-locked, the program's view mapped ahead, written):
+ *   anonymous, 4 KiB   each a buffer of its own (what an explicit program's 1 MiB pinned buffer gets)
+ *   shmem, 4 KiB       adsm's alias before 2026-11-28: the driver's page-locking allocates the pages
+ *   shmem, shared 2 MiB pages   adsm now: the first object covering half of a 2 MiB page collapses
+ *                      the whole page, its neighbour finds it made (reservation.h)
+ * with a protection change per object (read-only, writable again) and a second write pass (a view
+ * that had mapped a shared page whole would fault every page in again), and a read pass of the
+ * lock view (the side a DMA reads).
  * Both views of the memfd sit at 2 MiB-aligned addresses, as adsm's do. Columns: prepare ms (what
  * comes before or after the locking: populating, or collapsing and mapping ahead), register ms
  * (cuMemHostRegister), write ms (the CPU's first pass of writes through the program's view),
@@ -25,7 +35,7 @@
  * does, makes it run anywhere); says so and exits 1 without.
  *
  *   gcc -std=c11 -O2 -I. bench/host_pages/host_pages.c -pthread -ldl -o /tmp/bh && /tmp/bh [--mib N] [--runs N]
- *       [--threads N]
+ *       [--threads N] [--objects N]
  * Main thread only. */
 #ifndef _GNU_SOURCE /* memfd_create; the build may define it already */
 #define _GNU_SOURCE
@@ -220,8 +230,82 @@ static timing measure(int kind, size_t bytes) {
     return t;
 }
 
+/* ---- objects of 1 MiB, two to a 2 MiB page ---- */
+enum { P_ANON_SMALL, P_SHMEM_SMALL, P_SHMEM_SHARED, P_COUNT };
+static const char *const packed_name[P_COUNT] = {"anonymous, 4 KiB pages (a buffer each)", "shmem, 4 KiB pages",
+                                                 "shmem, shared 2 MiB pages collapsed"};
+enum { Q_MAKE, Q_WRITE, Q_TOTAL, Q_PROTECT, Q_REWRITE, Q_READ, Q_COUNT };
+
+/* all in us per object, the read in ms for all */
+static void measure_packed(int kind, size_t count, double out[Q_COUNT]) {
+    const size_t obj = HUGE / 2, bytes = (count * obj + HUGE - 1) / HUGE * HUGE;
+    char *program, *lock;
+    if (kind == P_ANON_SMALL) {
+        program = lock = map_aligned(bytes, -1);
+        madvise(program, bytes, MADV_NOHUGEPAGE); /* separate 1 MiB buffers get no huge page */
+    } else {
+        int fd = memfd_create("host_pages_packed", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) die("memfd failed");
+        program = map_aligned(bytes, fd), lock = map_aligned(bytes, fd);
+        close(fd);
+    }
+    double make = 0, write = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t off = i * obj;
+        double t0 = bench_now_s();
+        if (kind == P_SHMEM_SHARED && off % HUGE == 0) { /* the page's first object, covering half of it */
+            lock[off] = 0;
+            for (int tries = 0; tries < 3 && madvise(lock + off, HUGE, MADV_COLLAPSE) != 0; tries++) continue;
+        }
+        if (cu_register(lock + off, obj, 0)) die("cuMemHostRegister failed");
+        if (kind != P_ANON_SMALL) madvise(program + off, obj, MADV_POPULATE_READ);
+        double t1 = bench_now_s();
+        memset(program + off, 1, obj);
+        double t2 = bench_now_s();
+        make += t1 - t0, write += t2 - t1;
+    }
+    double t0 = bench_now_s();
+    for (size_t i = 0; i < count; i++) {
+        mprotect(program + i * obj, obj, PROT_READ);
+        mprotect(program + i * obj, obj, PROT_READ | PROT_WRITE);
+    }
+    double t1 = bench_now_s();
+    for (size_t i = 0; i < count; i++) memset(program + i * obj, 2, obj);
+    double t2 = bench_now_s();
+    out[Q_MAKE] = make * 1e6 / (double)count, out[Q_WRITE] = write * 1e6 / (double)count;
+    out[Q_TOTAL] = out[Q_MAKE] + out[Q_WRITE];
+    out[Q_PROTECT] = (t1 - t0) * 1e6 / (double)count, out[Q_REWRITE] = (t2 - t1) * 1e6 / (double)count;
+    out[Q_READ] = read_pass_ms(lock, count * obj);
+    for (size_t i = 0; i < count; i++) cu_unregister(lock + i * obj);
+    munmap(program, bytes);
+    if (lock != program) munmap(lock, bytes);
+}
+
+static void packed_table(size_t count, int runs) {
+    double v[P_COUNT][Q_COUNT][MAX_RUNS], med[P_COUNT][Q_COUNT], one[Q_COUNT];
+    for (int k = 0; k < P_COUNT; k++) measure_packed(k, count, one); /* unmeasured, as above */
+    for (int r = 0; r < runs; r++)
+        for (int k = 0; k < P_COUNT; k++) {
+            measure_packed(k, count, one);
+            for (int c = 0; c < Q_COUNT; c++) v[k][c][r] = one[c];
+        }
+    for (int k = 0; k < P_COUNT; k++)
+        for (int c = 0; c < Q_COUNT; c++) med[k][c] = bench_median_of(v[k][c], runs);
+    printf("\n## host_pages: %zu objects of 1 MiB packed two to a 2 MiB page, made one at a time, median of %d runs\n\n",
+           count, runs);
+    printf("make = page-locking (and the collapse, and the view mapped ahead, where they apply), us per object; write = "
+           "the first write pass; protect = read-only and writable again, per object; rewrite = a second write pass; "
+           "read = a pass over all through the lock view. x anon: over the first row's total.\n\n");
+    printf("| host memory | make us | write us | total us | x anon | protect us | rewrite us | read ms | GB/s |\n"
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int k = 0; k < P_COUNT; k++)
+        printf("| %s | %.0f | %.0f | %.0f | %.2f | %.1f | %.0f | %.2f | %.1f |\n", packed_name[k], med[k][Q_MAKE],
+               med[k][Q_WRITE], med[k][Q_TOTAL], med[k][Q_TOTAL] / med[P_ANON_SMALL][Q_TOTAL], med[k][Q_PROTECT],
+               med[k][Q_REWRITE], med[k][Q_READ], (double)(count << 20) / (med[k][Q_READ] * 1e6));
+}
+
 int main(int argc, char **argv) {
-    size_t mib = 96;
+    size_t mib = 96, objects = 32;
     int runs = 3;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     prep_threads = cpus < 1 ? 1 : cpus > 8 ? 8 : (int)cpus;
@@ -229,7 +313,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) prep_threads = atoi(argv[++i]);
-        else die("usage: host_pages [--mib N] [--runs N (1-15)] [--threads N (1-64)]");
+        else if (!strcmp(argv[i], "--objects") && i + 1 < argc) objects = strtoull(argv[++i], NULL, 10);
+        else die("usage: host_pages [--mib N] [--runs N (1-15)] [--threads N (1-64)] [--objects N (0: no second table)]");
     }
     if (!prep_threads) prep_threads = 1;
     if (mib < 1 || runs < 1 || runs > MAX_RUNS || prep_threads < 1 || prep_threads > 64)
@@ -260,5 +345,6 @@ int main(int argc, char **argv) {
                med[k][C_REGISTER], med[k][C_WRITE], med[k][C_TOTAL], med[k][C_TOTAL] / med[K_ANON][C_TOTAL],
                med[k][C_PROTECT], med[k][C_PROTECT] / med[K_ANON][C_PROTECT], med[k][C_READ],
                med[k][C_READ] / med[K_ANON][C_READ]);
+    if (objects) packed_table(objects, runs);
     return 0;
 }
