@@ -189,8 +189,10 @@
                           huge pages, copies through pinned staging     (1)
                           (README, "Choosing a placement on cuda")
        ADSM_CUDA_ALIAS_COLLAPSE 1: that shared memory in 2 MiB pages (MADV_COLLAPSE, Linux 6.1+)
-                          where shmem_enabled gives none and blocks are 2 MiB or more; 0: 4 KiB
-                          pages there (about 1 ms per MiB to make and first write)   (1)
+                          where shmem_enabled gives none; 0: 4 KiB pages there (about 1 ms per
+                          MiB to make and first write)   (1)
+       ADSM_CUDA_COLLAPSE_SHARED 1: a 2 MiB page small objects share is collapsed too (by the
+                          first made there covering half of it); 0: 4 KiB pages there   (1)
        ADSM_PREPARE_THREADS cuda: threads, the caller's included, that allocate and zero a large
                           new object's host pages (and an adsm_host_alloc buffer's) before the
                           driver page-locks them, in runs of 2 MiB pages, 1..16; 0: half the
