@@ -6,7 +6,9 @@
  * the arenas hand out addresses in each. Normal thread context only, during adsm_init and
  * adsm_shutdown (initialisation mutex held): it maps, unmaps and allocates; except
  * adsm__host_dma and adsm__in_host_alias, arithmetic any context may call (the fault handler's
- * fetches do), adsm__host_alias_map_ahead (a new object) and adsm__host_pages_release (a free).
+ * fetches do), adsm__host_alias_map_ahead and adsm__alias_shared_regions (a new object's pages
+ * made, on any thread), adsm__host_pages_release (a free) and adsm__alias_release_regions (a
+ * free, runtime lock held).
  * Backends may call adsm__move_reservation and adsm__alias_shared_half from their init; nothing
  * here calls a backend. */
 #ifndef ADSM__RESERVATION_INCLUDED
@@ -302,13 +304,12 @@ ADSM__PRIVATE int adsm__in_host_alias(const adsm__runtime *rt, uintptr_t a, size
  * keeps mapping such a region 4 KiB at a time, as each object in it changes its own protection (a
  * change inside a 2 MiB page the view mapped whole would drop that mapping for every neighbour):
  * its first mapping there comes while the neighbours' protections differ, so the kernel never
- * maps it whole (cuda_double/objects_sharing_a_2_mib_page_have_it_collapsed_once checks it).
- * One bit per region says it was
- * claimed (collapsed, or tried), so that its neighbours do not try again (a failed collapse of a
- * region whose neighbours are pinned costs an allocation and copy of 2 MiB each time); a free
- * gives the bit back, since the kernel may then split the page. ADSM_CUDA_COLLAPSE_SHARED=0 leaves
- * shared regions 4 KiB pages (to measure them). Normal context, any thread that
- * makes objects (the preparers too): atomic. */
+ * maps it whole (cuda_double/objects_sharing_a_2_mib_page_have_it_collapsed_once checks it). One
+ * bit per region says it was claimed (collapsed, or tried), so that its neighbours do not try
+ * again (a failed collapse of a region whose neighbours are pinned costs an allocation and copy of
+ * 2 MiB each time); a free gives the bit back, since the kernel may then split the page.
+ * ADSM_CUDA_COLLAPSE_SHARED=0 leaves shared regions 4 KiB pages (to measure them). Normal context,
+ * any thread that makes objects (the preparers too): atomic. */
 #define ADSM__SHARED_REGION_MIN (ADSM__HUGE_PAGE / 2)
 
 /* The first 2 MiB region of the alias range [at, at + n) and the last, where either is covered
@@ -349,11 +350,10 @@ ADSM__PRIVATE void adsm__alias_shared_regions(adsm__runtime *rt, uintptr_t at, s
 
 /* A free, runtime lock held, the object's range not yet back in the arena: a region it shared in
  * part that no other object holds any more is punched out whole. Punching only the object's part
- * would leave the rest of the 2 MiB page (zeros the collapse made, or a neighbour freed before)
- * resident, as 4 KiB pages once the kernel splits the page; the next collapse there would copy
- * them and need a fresh 2 MiB page each time, which a system soon has to compact memory for
- * (bench/objects, 1 MiB objects made and freed in rounds: 3.7 ms per object against 1.9 with 4 KiB
- * pages, before this). Under the lock, so that no object can be made there meanwhile. */
+ * would leave the rest of the 2 MiB page resident (the zeros the collapse made for free space, or
+ * a neighbour's part, zeroed but kept while the neighbour's pinned pages held the page whole): up
+ * to 2 MiB of host memory per freed page, split into 4 KiB pages once nothing pins it, for the
+ * next collapse there to copy. Under the lock, so that no object can be made there meanwhile. */
 ADSM__PRIVATE void adsm__alias_release_regions(const adsm__runtime *rt, uintptr_t host, size_t n) {
     uintptr_t at = adsm__host_dma(rt, host);
     if (at == host || !rt->alias_regions) return;
