@@ -46,8 +46,9 @@ __attribute__((noinline)) static void adsm__fault_unresolved(int sig, uintptr_t 
 
 /* The thread's signal mask while the program's handler runs, as the kernel would have set it on
  * delivering the signal to that handler: the mask of the interrupted code, plus the handler's
- * sa_mask, plus the signal itself unless SA_NODEFER. (adsm's own handler runs with only the
- * signal added.) Set with the system call: libc's and adsm's sigprocmask both filter. */
+ * sa_mask, plus the signal itself unless SA_NODEFER. (adsm's own handler runs with nothing added:
+ * SA_NODEFER, adsm__fault_install.) Set with the system call: libc's and adsm's sigprocmask both
+ * filter. */
 ADSM__PRIVATE void adsm__mask_as_kernel_would(int sig, const struct sigaction *act, const void *context) {
     sigset_t set;
     sigemptyset(&set);
@@ -97,7 +98,13 @@ ADSM__PRIVATE void adsm__chain(int sig, siginfo_t *si, void *context) {
 }
 
 /* Why a fault in adsm's range could not be resolved (FORKED: in a forked child, adsm__forked). */
-enum { ADSM__FAULT_SYSTEM = -1, ADSM__FAULT_NO_OBJECT = -2, ADSM__FAULT_DEVICE_BUFFER = -3, ADSM__FAULT_FORKED = -4 };
+enum {
+    ADSM__FAULT_SYSTEM = -1,
+    ADSM__FAULT_NO_OBJECT = -2,
+    ADSM__FAULT_DEVICE_BUFFER = -3,
+    ADSM__FAULT_FORKED = -4,
+    ADSM__FAULT_OWN_COPY = ADSM__OWN_COPY /* -5: a signal handler touched a unit this thread is copying */
+};
 
 /* What a fault that adsm could not resolve was about, for the message before the process dies. */
 typedef struct adsm__fault_info {
@@ -147,7 +154,9 @@ ADSM__PRIVATE int adsm__resolve_fault(adsm__runtime *rt, uintptr_t a, int is_wri
         if (rc < 0) adsm__note_fault(rt, o, block, info);
     }
     adsm__unlock(&rt->lock);
-    return rc < 0 && rc != ADSM__FAULT_NO_OBJECT && rc != ADSM__FAULT_DEVICE_BUFFER ? ADSM__FAULT_SYSTEM : rc;
+    return rc < 0 && rc != ADSM__FAULT_NO_OBJECT && rc != ADSM__FAULT_DEVICE_BUFFER && rc != ADSM__FAULT_OWN_COPY
+               ? ADSM__FAULT_SYSTEM
+               : rc;
 }
 
 ADSM__PRIVATE int adsm__program_handles(int sig) {
@@ -177,6 +186,13 @@ ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const a
         adsm__append(msg, sizeof msg, " (shared memory) in process ");
         adsm__append_dec(msg, sizeof msg, (size_t)getpid());
         adsm__append(msg, sizeof msg, ": " ADSM__FORKED_TEXT "\n");
+    } else if (reason == ADSM__FAULT_OWN_COPY) {
+        adsm__append(msg, sizeof msg, ", in the object at ");
+        adsm__append_hex(msg, sizeof msg, info->object);
+        adsm__append(msg, sizeof msg, ": a signal handler touched shared memory that this same thread was "
+                                      "bringing to the CPU (a copy or first use it was in when the signal "
+                                      "came); that copy cannot end before the handler returns, so neither "
+                                      "can go on. Do not touch adsm objects in signal handlers\n");
     } else if (info->err == ENOMEM)
         adsm__append(msg, sizeof msg, ": adsm could not change the page protection (ENOMEM): the process has "
                                       "reached vm.max_map_count mappings; raise it (sysctl vm.max_map_count) "
@@ -269,7 +285,10 @@ ADSM__PRIVATE adsm_result adsm__fault_install(adsm__runtime *rt) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = adsm__fault_handler;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    /* SA_NODEFER: a fault inside this handler (a signal handler of the program's, run while adsm
+     * waits for a copy, touching shared memory) comes here too and is explained; blocked, the
+     * kernel would kill the process without a word */
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
     adsm__sigaction_fn real = adsm__real_sigaction();
     if (!real) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "%s", ADSM__NO_DLSYM_TEXT);

@@ -59,11 +59,46 @@ ADSM__PRIVATE void adsm__unit_of(const adsm__runtime *rt, const adsm__object *o,
 }
 
 /* ---- copies outside the runtime lock ------------------------------------------------------ */
+/* The busy marks this thread holds, newest last (adsm__busy_begin to adsm__busy_end; a launch's
+ * settling, adsm__settle_copies, by its objects): a signal handler that interrupts the thread in
+ * such a copy and touches one of those units must not wait for it, as the copy cannot end before
+ * the handler returns. Thread-local, so the fault handler reads them without a lock. Sections
+ * nest only through signal handlers, which end first; past ADSM__TLS_BUSY_MAX they go unrecorded
+ * (and such a wait would hang, as every one did before). */
+#define ADSM__TLS_BUSY_MAX 8
+static __thread const adsm__block *adsm__tls_busy_head[ADSM__TLS_BUSY_MAX];
+static __thread size_t adsm__tls_busy_marks[ADSM__TLS_BUSY_MAX];
+static __thread unsigned adsm__tls_busy_depth;
+static __thread adsm__object *const *adsm__tls_settling;
+static __thread size_t adsm__tls_settling_n;
+
+ADSM__PRIVATE void adsm__busy_push(const adsm__block *head, size_t marks) {
+    if (adsm__tls_busy_depth < ADSM__TLS_BUSY_MAX) {
+        adsm__tls_busy_head[adsm__tls_busy_depth] = head;
+        adsm__tls_busy_marks[adsm__tls_busy_depth] = marks;
+    }
+    adsm__tls_busy_depth++;
+}
+
+/* Whether this thread holds `unit` of o busy (unit NULL: any unit of o). Signal-safe. */
+ADSM__PRIVATE int adsm__busy_mine(const adsm__object *o, const adsm__block *unit) {
+    unsigned depth = ADSM__MIN(adsm__tls_busy_depth, ADSM__TLS_BUSY_MAX);
+    for (unsigned i = 0; i < depth; i++) {
+        const adsm__block *h = adsm__tls_busy_head[i];
+        if (unit ? unit >= h && unit < h + adsm__tls_busy_marks[i] : h >= o->blocks && h < o->blocks + o->nblocks)
+            return 1;
+    }
+    for (size_t i = 0; i < adsm__tls_settling_n; i++)
+        if (adsm__tls_settling[i] == o) return 1;
+    return 0;
+}
+
 /* Marks busy the units heading `marks` blocks from `head` (one for a whole-object unit, every
  * block of a fetch widened over several rolling blocks) and lets the runtime lock go. */
 ADSM__PRIVATE void adsm__busy_begin(adsm__runtime *rt, adsm__object *o, adsm__block *head, size_t marks) {
     for (size_t k = 0; k < marks; k++) head[k].busy = 1;
     o->busy_units++;
+    adsm__busy_push(head, marks);
     adsm__unlock(&rt->lock);
     adsm__tls_passthrough++; /* the copy's own memcpy must not come back to adsm (interposition) */
 }
@@ -81,6 +116,7 @@ ADSM__PRIVATE void adsm__busy_end(adsm__runtime *rt, adsm__object *o, adsm__bloc
     adsm__lock(&rt->lock);
     for (size_t k = 0; k < marks; k++) head[k].busy = 0;
     o->busy_units--;
+    adsm__tls_busy_depth--;
     adsm__copies_done(rt);
 }
 
@@ -93,6 +129,13 @@ ADSM__PRIVATE int adsm__await_copies(adsm__runtime *rt) {
     adsm__lock(&rt->lock);
     rt->copy_waiters--;
     return ADSM__AGAIN;
+}
+
+/* A unit found busy (unit NULL: some unit of o): waits for the copy that holds it, unless this
+ * thread holds it itself, stopped in that copy by a signal whose handler now touches it: waiting
+ * would never end, so ADSM__OWN_COPY, which the fault handler explains before the process dies. */
+ADSM__PRIVATE int adsm__await_unit(adsm__runtime *rt, const adsm__object *o, const adsm__block *unit) {
+    return adsm__busy_mine(o, unit) ? ADSM__OWN_COPY : adsm__await_copies(rt);
 }
 
 ADSM__PRIVATE int adsm__unit_busy(const adsm__runtime *rt, const adsm__object *o, size_t block) {
@@ -513,7 +556,7 @@ ADSM__PRIVATE int adsm__set_state_compacting(adsm__runtime *rt, adsm__object *o,
  * device memset, an eviction to another device) is waited for first, so that no mark but these is
  * cleared after. The access is then tried again: ADSM__AGAIN. */
 ADSM__PRIVATE int adsm__first_use(adsm__runtime *rt, adsm__object *o) {
-    if (o->busy_units) return adsm__await_copies(rt);
+    if (o->busy_units) return adsm__await_unit(rt, o, NULL);
     size_t marks = rt->proto->whole_object ? 1 : o->nblocks;
     o->host_pending = 0;
     adsm__busy_begin(rt, o, o->blocks, marks);
@@ -573,7 +616,7 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
                                        int overwrite) {
     size_t first, count;
     adsm__unit_of(rt, o, block, &first, &count);
-    if (o->blocks[first].busy) return adsm__await_copies(rt); /* another thread's copy of this unit */
+    if (o->blocks[first].busy) return adsm__await_unit(rt, o, &o->blocks[first]); /* another thread's copy */
     if (o->host_pending) return adsm__first_use(rt, o); /* the CPU or a fetch is about to use them */
     int state = o->blocks[block].state, let_go = 0;
     if (adsm__state_allows(state, is_write)) /* another thread got here first; applied again, so a */
@@ -621,9 +664,11 @@ ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **objs, s
             if (adsm__flushing(rt, &objs[i]->blocks[b])) objs[i]->blocks[b].busy = 1;
     }
     uint64_t queued = rt->flushes_queued;
+    adsm__tls_settling = objs, adsm__tls_settling_n = n; /* launches do not nest on a thread */
     adsm__unlock(&rt->lock);
     adsm__drain_all(rt);
     adsm__lock(&rt->lock);
+    adsm__tls_settling_n = 0;
     adsm__flushes_settled(rt, queued);
     for (size_t i = 0; i < n; i++) {
         objs[i]->busy_units--;
@@ -760,7 +805,7 @@ ADSM__PRIVATE int adsm__bring_home(adsm__runtime *rt, adsm__object *o) {
             b++;
             continue;
         }
-        if (o->blocks[rt->proto->whole_object ? 0 : b].busy) r = adsm__await_copies(rt);
+        if (o->blocks[rt->proto->whole_object ? 0 : b].busy) r = adsm__await_unit(rt, o, NULL);
         else r = rt->proto->on_access(rt, o, b, 0, 0);
         if (r < 0) return -1;
         if (r == ADSM__AGAIN && adsm__object_of(adsm__tree_find(&rt->objects, host)) != o) break; /* freed */

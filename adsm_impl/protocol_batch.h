@@ -29,7 +29,7 @@ ADSM__PRIVATE int adsm__untracked_access(adsm__runtime *rt, adsm__object *o, siz
  * then: waiting for its own last writer, not for "every launch so far", is what keeps another
  * thread's later launch from being copied back mid-kernel. */
 ADSM__PRIVATE int adsm__batch_bring_home(adsm__runtime *rt, adsm__object *o) {
-    if (o->blocks[0].busy) return adsm__await_copies(rt); /* another thread copies it now */
+    if (o->blocks[0].busy) return adsm__await_unit(rt, o, &o->blocks[0]); /* another thread copies it now */
     if (!o->device_newer) return 0;
     /* a launch that writes it waits meanwhile, except one already past that check (its release
      * sending other objects with the lock let go): that one changes writer_seq, and o stays newer */

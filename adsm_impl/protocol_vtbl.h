@@ -8,8 +8,10 @@
 #include "runtime.h"
 
 /* on_access let the runtime lock go (and holds it again): what the caller looked up may be stale,
- * look it up again and retry (the access itself may already be resolved). */
-enum { ADSM__AGAIN = 1 };
+ * look it up again and retry (the access itself may already be resolved). ADSM__OWN_COPY: the
+ * access needs a unit this very thread holds busy for a copy it was making when a signal handler
+ * interrupted it (protocol.h, adsm__await_unit); nothing can resolve it. */
+enum { ADSM__AGAIN = 1, ADSM__OWN_COPY = -5 };
 
 typedef struct adsm__protocol_vtbl {
     const char *name;

@@ -457,6 +457,57 @@ Test(cuda_double, a_forked_child_touching_shared_memory_is_told_why_and_dies) {
     adsm_shutdown();
 }
 
+/* A signal handler of the program's that runs while adsm holds a unit busy for this same thread
+ * (here: waiting in the fault handler for the object's first use, its page-locking made slow) and
+ * touches that unit: the copy cannot end before the handler returns, so adsm can resolve neither.
+ * It used to die without a word (the nested SIGSEGV was blocked in adsm's handler, and the kernel
+ * kills for a blocked fault) or, outside the fault handler, to wait for ever; now it says why. */
+static unsigned char *own_copy_object;
+static volatile pthread_t own_copy_thread;
+
+static void touch_own_copy(int sig) {
+    (void)sig;
+    ((volatile unsigned char *)own_copy_object)[1] = 2; /* a write: a new object starts ReadOnly */
+}
+
+static void *signal_when_busy(void *arg) {
+    (void)arg;
+    for (;;) { /* until the first use has marked the object busy (the access waits then) */
+        adsm__lock(&adsm__rt.lock);
+        adsm__object *o = adsm__object_of(adsm__tree_find(&adsm__rt.objects, (uintptr_t)own_copy_object));
+        int busy = o && o->blocks[0].busy;
+        adsm__unlock(&adsm__rt.lock);
+        if (busy) break;
+        usleep(1000);
+    }
+    pthread_kill(own_copy_thread, SIGUSR1);
+    return NULL;
+}
+
+static void child_touches_its_own_first_use_in_a_handler(void) {
+    alarm(50); /* a child that hangs (the wait this test is about) dies of SIGALRM, before the timeout */
+    cuda_double_use();
+    setenv("CUDADOUBLE_REGISTER_US_PER_MIB", "2000000", 1); /* 8 MiB: 16 s of page-locking */
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.protocol = ADSM_PROTOCOL_LAZY;
+    if (adsm_init(&cfg) != ADSM_OK || !(own_copy_object = adsm_alloc(8 * MIB))) {
+        fprintf(stderr, "setup failed: %s\n", adsm_last_error());
+        _exit(2);
+    }
+    signal(SIGUSR1, touch_own_copy);
+    own_copy_thread = pthread_self();
+    pthread_t helper;
+    if (pthread_create(&helper, NULL, signal_when_busy, NULL) != 0) _exit(2);
+    own_copy_object[0] = 1; /* the first use: the handler runs while it waits */
+    fprintf(stderr, "the first use completed\n");
+}
+
+Test(cuda_double, a_signal_handler_touching_a_unit_its_thread_is_copying_is_told_why, .timeout = 60) {
+    expect_death_message(child_touches_its_own_first_use_in_a_handler,
+                         "a signal handler touched shared memory that this same thread was bringing to the CPU");
+}
+
 /* ---- no silent caps ------------------------------------------------------------------------------ */
 ADSM_KERNEL(mark, ADSM_INOUT(int, x), ADSM_VALUE(size_t, i));
 void mark(adsm_grid g, int *x, size_t i) {
