@@ -805,7 +805,8 @@ ADSM__PRIVATE int adsm__bring_home(adsm__runtime *rt, adsm__object *o) {
             b++;
             continue;
         }
-        if (o->blocks[rt->proto->whole_object ? 0 : b].busy) r = adsm__await_unit(rt, o, NULL);
+        adsm__block *unit = &o->blocks[rt->proto->whole_object ? 0 : b];
+        if (unit->busy) r = adsm__await_unit(rt, o, unit);
         else r = rt->proto->on_access(rt, o, b, 0, 0);
         if (r < 0) return -1;
         if (r == ADSM__AGAIN && adsm__object_of(adsm__tree_find(&rt->objects, host)) != o) break; /* freed */

@@ -313,14 +313,14 @@ ADSM__PRIVATE int adsm__in_host_alias(const adsm__runtime *rt, uintptr_t a, size
 #define ADSM__SHARED_REGION_MIN (ADSM__HUGE_PAGE / 2)
 
 /* The first 2 MiB region of the alias range [at, at + n) and the last, where either is covered
- * only in part (and lies whole in the alias); returns how many (0-2). */
+ * only in part (and lies whole in the alias, which starts on a 2 MiB boundary); returns how many
+ * (0-2). */
 ADSM__PRIVATE int adsm__alias_partial_regions(const adsm__runtime *rt, uintptr_t at, size_t n, uintptr_t regions[2]) {
     uintptr_t head = ADSM__ALIGN_DOWN(at, ADSM__HUGE_PAGE), tail = ADSM__ALIGN_DOWN(at + n - 1, ADSM__HUGE_PAGE);
     int k = 0;
     if (at != head || at + n < head + ADSM__HUGE_PAGE) regions[k++] = head;
     if (tail != head && at + n != tail + ADSM__HUGE_PAGE) regions[k++] = tail;
     if (k && regions[k - 1] + ADSM__HUGE_PAGE > rt->host_alias + rt->half) k--;
-    if (k && regions[0] < rt->host_alias) regions[0] = regions[--k];
     return k;
 }
 
@@ -348,8 +348,9 @@ ADSM__PRIVATE void adsm__alias_shared_regions(adsm__runtime *rt, uintptr_t at, s
     }
 }
 
-/* A free, runtime lock held, the object's range not yet back in the arena: a region it shared in
- * part that no other object holds any more is punched out whole. Punching only the object's part
+/* A free, runtime lock held, the object's range not yet back in the arena: the regions it shared
+ * in part may be claimed again (the kernel may split their pages now), and one that no other
+ * object holds any more is punched out whole. Punching only the object's part
  * would leave the rest of the 2 MiB page resident (the zeros the collapse made for free space, or
  * a neighbour's part, zeroed but kept while the neighbour's pinned pages held the page whole): up
  * to 2 MiB of host memory per freed page, split into 4 KiB pages once nothing pins it, for the
@@ -360,21 +361,12 @@ ADSM__PRIVATE void adsm__alias_release_regions(const adsm__runtime *rt, uintptr_
     uintptr_t regions[2];
     int k = adsm__alias_partial_regions(rt, at, n, regions);
     for (int i = 0; i < k; i++) {
+        uint64_t bit, *word = adsm__alias_region_word(rt, regions[i], &bit);
+        __atomic_fetch_and(word, ~bit, __ATOMIC_ACQ_REL);
         uintptr_t view = host - at + regions[i];
         if (adsm__arena_is_free(&rt->va_shared, view, host) &&
             adsm__arena_is_free(&rt->va_shared, host + n, view + ADSM__HUGE_PAGE))
             madvise((void *)regions[i], ADSM__HUGE_PAGE, MADV_REMOVE);
-    }
-}
-
-/* A free (normal context): the object's partial regions may be claimed again. */
-ADSM__PRIVATE void adsm__alias_shared_regions_forget(const adsm__runtime *rt, uintptr_t at, size_t n) {
-    if (!rt->alias_regions) return;
-    uintptr_t regions[2];
-    int k = adsm__alias_partial_regions(rt, at, n, regions);
-    for (int i = 0; i < k; i++) {
-        uint64_t bit, *word = adsm__alias_region_word(rt, regions[i], &bit);
-        __atomic_fetch_and(word, ~bit, __ATOMIC_ACQ_REL);
     }
 }
 
@@ -434,7 +426,6 @@ ADSM__PRIVATE void adsm__host_pages_release(const adsm__runtime *rt, uintptr_t h
         return;
     }
     if (madvise((void *)at, n, MADV_REMOVE) != 0) memset((void *)at, 0, n);
-    adsm__alias_shared_regions_forget(rt, at, n);
 }
 
 /* Shutdown: the range was handed on (the cuda backend gave it back to the driver, which may

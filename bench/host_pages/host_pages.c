@@ -253,10 +253,7 @@ static void measure_packed(int kind, size_t count, double out[Q_COUNT]) {
     for (size_t i = 0; i < count; i++) {
         size_t off = i * obj;
         double t0 = bench_now_s();
-        if (kind == P_SHMEM_SHARED && off % HUGE == 0) { /* the page's first object, covering half of it */
-            lock[off] = 0;
-            for (int tries = 0; tries < 3 && madvise(lock + off, HUGE, MADV_COLLAPSE) != 0; tries++) continue;
-        }
+        if (kind == P_SHMEM_SHARED && off % HUGE == 0) collapse(lock + off, HUGE); /* the page's first object */
         if (cu_register(lock + off, obj, 0)) die("cuMemHostRegister failed");
         if (kind != P_ANON_SMALL) madvise(program + off, obj, MADV_POPULATE_READ);
         double t1 = bench_now_s();
