@@ -432,8 +432,9 @@
                                     without dlsym.
    adsm_memset / adsm_memcpy act where the valid copy is: memset of a whole Invalid or ReadOnly
    block runs on the device only and leaves it Invalid (nothing moves, no host page is touched;
-   the CPU's next read fetches it); memcpy from
-   device-valid blocks into whole device-valid blocks copies device to device (d2d_bytes).
+   the CPU's next read fetches it); memcpy into whole device-valid blocks copies device to device
+   (d2d_bytes), a Dirty source sent to the device first (the next launch would send it anyway);
+   overlapping ranges act as memmove.
        #define ADSM_INTERPOSE_MEM   also defines memset and memcpy (and the checked
                                     __memset_chk, __memcpy_chk). Calls the compiler inlines
                                     (small constant sizes) never reach it: use adsm_memset /

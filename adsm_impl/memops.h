@@ -6,8 +6,9 @@
  * memory. For each shared piece the protocol hears about the access first, then the bytes move
  * with the runtime lock held, so no eviction races the write and the runtime never faults on its
  * own accesses. Whole units are handled where their valid copy is (memset of an Invalid block on
- * the device only, memcpy between device-valid blocks device to device). Ranges in device
- * buffers run on their device. Normal thread context; the entry points take the runtime lock. */
+ * the device only, memcpy into device-valid blocks device to device, a Dirty source sent first).
+ * Overlapping ranges go through a bounce buffer in the safe direction. Ranges in device buffers
+ * run on their device. Normal thread context; the entry points take the runtime lock. */
 #ifndef ADSM__MEMOPS_INCLUDED
 #define ADSM__MEMOPS_INCLUDED
 
@@ -149,27 +150,67 @@ ADSM__PRIVATE int adsm__device_valid(adsm__runtime *rt, adsm__object *os, uintpt
     return 1;
 }
 
+/* A source range [s, s + n) with Dirty units, read by a device-to-device copy: its Dirty units
+ * go to the device first, queued as a launch's release queues them (ReadOnly first, stamped), for
+ * the caller to drain before its copy. With one device the next launch sends every Dirty unit
+ * anyway (kernels follow stored pointers), so this moves nothing that would not move, and the
+ * destination stays off the host: a host copy would leave it Dirty too, for that launch to send
+ * as well (stencil's second buffer, filled from the first: 6 MiB moved where the explicit program
+ * moves 4). n may run past the current piece: the whole source of the call is sent at once, one
+ * drain for all its pieces. Not for typed objects (a launch's translation writes their device
+ * copies, translate.h) nor while a unit of the range is busy: the host copy is taken then. 1
+ * queued, 0 not applicable, -1 error. Runtime lock held. */
+ADSM__PRIVATE int adsm__send_source(adsm__runtime *rt, adsm__object *os, uintptr_t s, size_t n) {
+    unsigned shift = rt->cfg.block_shift;
+    size_t from = adsm__tree_block_index(&os->node, s, shift);
+    size_t end = adsm__tree_block_index(&os->node, ADSM__MIN(s + n, os->host + os->span) - 1, shift) + 1;
+    size_t first, count;
+    if (os->type || os->device_only) return 0;
+    for (size_t b = from; b < end; b++) {
+        adsm__unit_of(rt, os, b, &first, &count);
+        if (os->blocks[first].busy) return 0;
+    }
+    for (size_t b = from; b < end;) {
+        adsm__unit_of(rt, os, b, &first, &count);
+        size_t run = first + count;
+        if (os->blocks[first].state != ADSM__DIRTY) {
+            b = run;
+            continue;
+        }
+        if (!rt->proto->whole_object) /* rolling: a run of Dirty blocks in one copy */
+            while (run < end && os->blocks[run].state == ADSM__DIRTY) run++;
+        if (adsm__writeback_blocks(rt, os, first, run - first, 1) != 0) return -1;
+        b = run;
+    }
+    return 1;
+}
+
 /* A whole destination unit (d, len) that is valid on the device, filled from a source range that
- * lies in one object and is valid on the device, is copied device to device; the destination
- * becomes Invalid. 1 done, 0 not applicable, -1 error. */
-ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, uintptr_t d, uintptr_t s, size_t len) {
+ * lies in one object, is copied device to device, the
+ * source's Dirty units sent first (adsm__send_source; n: the rest of the call's copy); the
+ * destination becomes Invalid. 1 done, 0 not applicable, -1 error. */
+ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, uintptr_t d, uintptr_t s, size_t len,
+                                         size_t n) {
     unsigned shift = rt->cfg.block_shift;
     adsm__object *os = adsm__object_of(adsm__tree_find(&rt->objects, s));
     size_t dblock = adsm__tree_block_index(&od->node, d, shift), first, count;
-    if (!os || s + len > os->host + os->span || od->blocks[dblock].state == ADSM__DIRTY ||
-        !adsm__device_valid(rt, os, s, len))
-        return 0;
+    if (!os || s + len > os->host + os->span || od->blocks[dblock].state == ADSM__DIRTY) return 0;
+    int sent = 0;
+    if (!adsm__device_valid(rt, os, s, len) && (sent = adsm__send_source(rt, os, s, n)) <= 0) return sent;
     size_t data = ADSM__MIN(len, od->host + od->size - d);
     adsm__unit_of(rt, od, dblock, &first, &count);
     /* the wait and the copy run with the destination unit busy and the lock let go; the source
      * object is pinned against a free meanwhile */
     int rc = 1;
+    uint64_t queued = rt->flushes_queued;
     os->busy_units++;
     adsm__busy_begin(rt, od, &od->blocks[first], 1);
+    if (sent) adsm__drain_all(rt); /* the source's flushes land first */
     if (rt->be->wait(rt->be_ctx, ADSM__MAX(od->writer_seq, os->writer_seq)) != 0) rc = 0; /* device lost */
     else if (rt->be->dev_copy(rt->be_ctx, od->dev + (d - od->host), os->dev + (s - os->host), data) != 0) rc = -1;
     adsm__busy_end(rt, od, &od->blocks[first], 1);
     os->busy_units--;
+    if (sent) adsm__flushes_settled(rt, queued);
     if (rc != 1) return rc;
     ADSM__ADD(&rt->stats.d2d_bytes, data);
     ADSM__ADD(&rt->stats.d2d_copies, 1);
@@ -198,7 +239,7 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
         }
         if (od && dwhole && dlen < dunit && rt->proto->eager) dwhole = 0; /* rolling: never leave a unit half-filled */
         if (od && os && dwhole && dlen == dunit && adsm__tracking(rt) && rt->ndev == 1)
-            done = adsm__memcpy_on_device(rt, od, d, s, dlen);
+            done = adsm__memcpy_on_device(rt, od, d, s, dlen, n);
         size_t len = done ? dlen : adsm__piece(rt, os, s, dlen, &sblock, &swhole);
         if (od && done == 0 && dwhole && dlen < dunit && od->blocks[dblock].state == ADSM__INVALID && unfinished_end)
             *unfinished_end = ADSM__MIN(d + dunit, od->host + od->size);
@@ -222,6 +263,25 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
 
 ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n) {
     return adsm__copy_range(rt, d, s, n, d + n, NULL);
+}
+
+/* Overlapping ranges (memmove's case): the walk goes from the start, unit by unit, and would read
+ * bytes it had already overwritten where the destination lies above the source. So such a copy
+ * goes through a bounce buffer, piece by piece, from the end when the destination lies above:
+ * each piece is read before any write reaches it. */
+ADSM__PRIVATE adsm_result adsm__memmove_overlapping(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n) {
+    size_t piece = ADSM__MIN(n, (size_t)1 << 20), len;
+    unsigned char *bounce = (unsigned char *)malloc(piece);
+    if (!bounce) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_memcpy: out of memory");
+    adsm_result r = ADSM_OK;
+    for (size_t done = 0; r == ADSM_OK && done < n; done += len) {
+        len = ADSM__MIN(piece, n - done);
+        size_t off = d > s ? n - done - len : done;
+        r = adsm__memcpy_impl(rt, (uintptr_t)bounce, s + off, len);
+        if (r == ADSM_OK) r = adsm__memcpy_impl(rt, d + off, (uintptr_t)bounce, len);
+    }
+    free(bounce);
+    return r;
 }
 
 /* ---- device buffers (adsm_dev_alloc) in adsm_memset / adsm_memcpy ---------------------------- */
@@ -340,8 +400,12 @@ ADSM__PRIVATE adsm_result adsm__memcpy_unguarded(void *dst, const void *src, siz
         return ADSM_OK;
     }
     int handled;
-    r = adsm__memcpy_device_buffers(&adsm__rt, (uintptr_t)dst, (uintptr_t)src, n, &handled);
-    return handled ? r : adsm__memcpy_impl(&adsm__rt, (uintptr_t)dst, (uintptr_t)src, n);
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    r = adsm__memcpy_device_buffers(&adsm__rt, d, s, n, &handled);
+    if (handled) return r;
+    if (d == s) return ADSM_OK;
+    if (s < d + n && d < s + n) return adsm__memmove_overlapping(&adsm__rt, d, s, n);
+    return adsm__memcpy_impl(&adsm__rt, d, s, n);
 }
 
 #endif /* ADSM__MEMOPS_INCLUDED */

@@ -5,8 +5,9 @@
  * host pages untouched); of a Dirty unit sets the host copy. Partial units behave like CPU writes: an Invalid
  * one is fetched first, and they become Dirty. memcpy between shared objects from a
  * device-valid source ('I' or 'R') into whole device-valid destination units copies device to
- * device (d2d_bytes), leaving the destination 'I'; copies between shared and plain memory fetch
- * only the blocks they touch. Batch tracks nothing ('D', nothing moves).
+ * device (d2d_bytes), leaving the destination 'I'; a Dirty source is sent to the device first
+ * (h2d_bytes: the next launch would send it anyway) and becomes 'R'; copies between shared and
+ * plain memory fetch only the blocks they touch. Batch tracks nothing ('D', nothing moves).
  *
  * Every case checks the exact states and bytes copied (emu backend, reset just before the
  * call), then the bytes the CPU sees, then the bytes a kernel sees (device copy), against a plain
@@ -260,6 +261,8 @@ typedef struct copy_case {
     /* lazy expectations */
     char l_src, l_dst;
     size_t l_d2h, l_d2d;
+    /* bytes sent to the device (a Dirty source of a device-to-device copy), rolling and lazy */
+    size_t r_h2d, l_h2d;
 } copy_case;
 
 static void expect_blocks_str(const unsigned char *p, const char *states, const char *which) {
@@ -289,11 +292,11 @@ static void copy_case_run(const copy_case *c) {
     if (proto_is("rolling")) {
         expect_blocks_str(src, c->r_src, "source");
         expect_blocks_str(dst, c->r_dst, "destination");
-        EXPECT_MOVED(0, c->r_d2h, c->r_d2d);
+        EXPECT_MOVED(c->r_h2d, c->r_d2h, c->r_d2d);
     } else if (proto_is("lazy")) {
         expect_states(src, osize, c->l_src);
         expect_states(dst, osize, c->l_dst);
-        EXPECT_MOVED(0, c->l_d2h, c->l_d2d);
+        EXPECT_MOVED(c->l_h2d, c->l_d2h, c->l_d2d);
     } else {
         expect_states(src, osize, 'D');
         expect_states(dst, osize, 'D');
@@ -338,7 +341,8 @@ PER_PROTOCOL(memcpy_device_to_device_unaligned_source) {
     copy_case_run(&c);
 }
 
-/* Partial destination blocks are CPU writes; a Dirty side means a host copy. */
+/* Partial destination blocks are CPU writes; a Dirty destination means a host copy; a Dirty
+ * source of whole device-valid destination units is sent first, then copied on the device. */
 PER_PROTOCOL(memcpy_partial_and_dirty) {
     size_t bs = adsm_block_size(), osize = 5 * bs + TAIL;
     const copy_case cases[] = {
@@ -348,8 +352,17 @@ PER_PROTOCOL(memcpy_partial_and_dirty) {
          osize, 0},
         /* Invalid destination in part: fetched first */
         {"R -> I, inside one block", 'R', 'I', 100, 4 * bs + 10, 50, "RRRRRR", "IIIIDI", bs, 0, 'R', 'D', osize, 0},
-        /* Dirty source: host copy into the destination, which becomes Dirty */
-        {"D -> R, whole blocks", 'D', 'R', bs, bs, 2 * bs, "DDDDDD", "RDDRRR", 0, 0, 'D', 'D', 0, 0},
+        /* Dirty source, whole destination blocks: the source blocks read are sent (R), then
+         * device to device; lazy: a part of the destination object is a CPU write (host copy) */
+        {"D -> R, whole blocks", 'D', 'R', bs, bs, 2 * bs, "DRRDDD", "RIIRRR", 0, 2 * bs, 'D', 'D', 0, 0, 2 * bs, 0},
+        /* the same from an unaligned source: the three source blocks it reads are sent */
+        {"D -> R, source not block aligned", 'D', 'R', bs / 2, bs, 2 * bs, "RRRDDD", "RIIRRR", 0, 2 * bs, 'D', 'D',
+         0, 0, 3 * bs, 0},
+        /* whole objects (stencil's two buffers): one upload, one device copy, for lazy too */
+        {"D -> R, whole objects", 'D', 'R', 0, 0, osize, "RRRRRR", "IIIIII", 0, osize, 'R', 'I', 0, osize, osize,
+         osize},
+        {"D -> I, whole objects", 'D', 'I', 0, 0, osize, "RRRRRR", "IIIIII", 0, osize, 'R', 'I', 0, osize, osize,
+         osize},
         /* Dirty destination: host copy; the Invalid source blocks read are fetched */
         {"I -> D, whole blocks", 'I', 'D', 0, bs, 2 * bs, "RRIIII", "DDDDDD", 2 * bs, 0, 'R', 'D', osize, 0},
     };
@@ -376,6 +389,34 @@ PER_PROTOCOL(memcpy_orders_after_inflight_kernels) {
     adsm_free(dst);
     free(ms);
     free(md);
+}
+
+/* Overlapping ranges in one object act as memmove, either way and across units: a walk from the
+ * start unit by unit would read bytes it had already overwritten where the destination lies above
+ * the source. */
+PER_PROTOCOL(memcpy_overlapping_ranges_act_as_memmove) {
+    size_t bs = adsm_block_size(), osize = 5 * bs + TAIL;
+    const struct {
+        size_t soff, doff, n;
+    } moves[] = {
+        {0, bs / 2 + 4, 3 * bs},  /* destination above, less than a unit apart */
+        {bs, 3 * bs, 2 * bs + 8}, /* destination above, whole units apart */
+        {2 * bs + 12, 8, 3 * bs},  /* destination below */
+    };
+    unsigned char *obj = alloc(osize), *mirror = xmalloc(osize);
+    for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++)
+        for (const char *st = "IRD"; *st; st++) {
+            CTX("%s/%zu memcpy within one object from '%c', %zu bytes from %zu to %zu", adsm_protocol_name(), bs, *st,
+                moves[i].n, moves[i].soff, moves[i].doff);
+            prep(obj, osize, *st, 3, mirror);
+            memmove(mirror + moves[i].doff, mirror + moves[i].soff, moves[i].n);
+            cr_assert_eq(adsm_memcpy(obj + moves[i].doff, obj + moves[i].soff, moves[i].n), ADSM_OK, "%s: %s", io_ctx,
+                         adsm_last_error());
+            expect_same_bytes(mirror, obj, osize, "CPU view");
+            expect_device_copy(obj, osize, mirror);
+        }
+    adsm_free(obj);
+    free(mirror);
 }
 
 /* A kernel still reading an object must see the values it was launched with: a device-side
