@@ -193,6 +193,9 @@
                           MiB to make and first write)   (1)
        ADSM_CUDA_COLLAPSE_SHARED 1: a 2 MiB page small objects share is collapsed too (by the
                           first made there covering half of it); 0: 4 KiB pages there   (1)
+       ADSM_CUDA_MAP_AHEAD bytes of device memory mapped at adsm_init for the first objects and
+                          adsm_dev_alloc buffers (one GPU): they map nothing at allocation;
+                          0: each maps its own    (256M, at most 1/64 of the GPU's memory)
        ADSM_PREPARE_THREADS cuda: threads, the caller's included, that allocate and zero a large
                           new object's host pages (and an adsm_host_alloc buffer's) before the
                           driver page-locks them, in runs of 2 MiB pages, 1..16; 0: half the

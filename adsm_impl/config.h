@@ -21,6 +21,7 @@
 #define ADSM__MAX_EMU_MEMORY ((size_t)1 << 40)
 #define ADSM__DEFAULT_ROLLING_STEP 2
 #define ADSM__DEFAULT_CUDA_STAGING ((size_t)8 << 20)
+#define ADSM__CUDA_MAP_AHEAD_AUTO SIZE_MAX /* ADSM_CUDA_MAP_AHEAD unset: the backend's default */
 
 typedef struct adsm__settings {
     adsm_backend_kind backend;
@@ -44,6 +45,8 @@ typedef struct adsm__settings {
     int cuda_dma_view;       /* 0: no host alias under shared addresses; copies staged (ADSM_CUDA_DMA_VIEW=0) */
     int cuda_alias_collapse; /* 0: never ask the kernel for the alias's huge pages (ADSM_CUDA_ALIAS_COLLAPSE=0) */
     int cuda_collapse_shared; /* 0: the 2 MiB pages objects share keep 4 KiB pages (ADSM_CUDA_COLLAPSE_SHARED=0) */
+    size_t cuda_map_ahead;   /* bytes of device memory mapped at start for the first objects
+                                (ADSM_CUDA_MAP_AHEAD; cuda_memory.h), or ADSM__CUDA_MAP_AHEAD_AUTO */
     char cuda_driver[256];   /* driver library to dlopen; empty: libcuda.so.1, then libcuda.so */
     char nvrtc_library[256]; /* NVRTC library to dlopen; empty: the usual names */
     char trace_path[512];    /* ADSM_TRACE / adsm_config.trace; empty: no trace */
@@ -249,8 +252,8 @@ ADSM__PRIVATE adsm_result adsm__cuda_device_list(const adsm_config *c, adsm__set
 }
 
 /* The cuda backend's settings: ADSM_DEVICE(S), ADSM_CUDA_STAGING, ADSM_CUDA_SAME_ADDRESS,
- * ADSM_CUDA_DMA_VIEW, ADSM_CUDA_ALIAS_COLLAPSE, ADSM_CUDA_COLLAPSE_SHARED, ADSM_CUDA_DRIVER and
- * ADSM_NVRTC_LIBRARY. */
+ * ADSM_CUDA_DMA_VIEW, ADSM_CUDA_ALIAS_COLLAPSE, ADSM_CUDA_COLLAPSE_SHARED, ADSM_CUDA_MAP_AHEAD,
+ * ADSM_CUDA_DRIVER and ADSM_NVRTC_LIBRARY. */
 ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settings *s) {
     adsm_result r;
     size_t device = 0, staging = c->cuda_staging;
@@ -263,6 +266,10 @@ ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settin
     s->device = device > 1023 ? 1024 : (int)device;
     if ((r = adsm__cuda_device_list(c, s)) != ADSM_OK) return r;
     s->cuda_staging = staging ? staging : ADSM__DEFAULT_CUDA_STAGING;
+    size_t ahead = 0;
+    s->cuda_map_ahead = ADSM__CUDA_MAP_AHEAD_AUTO;
+    if ((r = adsm__env_size("ADSM_CUDA_MAP_AHEAD", &ahead, 1)) != ADSM_OK) return r;
+    if (getenv("ADSM_CUDA_MAP_AHEAD") && *getenv("ADSM_CUDA_MAP_AHEAD")) s->cuda_map_ahead = ahead;
     if ((r = adsm__env_switch("ADSM_CUDA_SAME_ADDRESS", &s->cuda_same_address, 1,
                               "expected 1 (try) or 0 (always translate)")) != ADSM_OK ||
         (r = adsm__env_switch("ADSM_CUDA_DMA_VIEW", &s->cuda_dma_view, 1,

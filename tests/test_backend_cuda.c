@@ -65,7 +65,7 @@ static void clear_env(void) {
                                        "ADSM_EMU_MEMORY", "ADSM_LOG", "ADSM_DEVICE", "ADSM_CUDA_STAGING",
                                        "ADSM_CUDA_SAME_ADDRESS", "ADSM_CUDA_DMA_VIEW", "ADSM_CUDA_DRIVER",
                                        "ADSM_CUDA_ALIAS_COLLAPSE", "ADSM_PREPARE_THREADS",
-                                       "ADSM_CUDA_COLLAPSE_SHARED"};
+                                       "ADSM_CUDA_COLLAPSE_SHARED", "ADSM_CUDA_MAP_AHEAD"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
     setenv("ADSM_NVRTC_LIBRARY", nvrtc_library, 1);
 }
@@ -800,9 +800,9 @@ Test(cuda_double, device_memory_starts_zeroed) {
 }
 
 /* A 64 MiB object is backed with O(1) driver calls (one cuMemCreate/cuMemMap/cuMemSetAccess per
- * run of granules it covers alone, plus its edges), not 32 of each. */
+ * run of granules it covers alone, plus its edges), not 32 of each (nothing mapped ahead). */
 Test(cuda_double, large_allocation_takes_constant_driver_calls) {
-    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    init_setting("ADSM_CUDA_MAP_AHEAD", "0", ADSM_PROTOCOL_ROLLING, 0);
     cudadouble_counters before = cuda_double_counters();
     void *big = adsm_alloc(64 * MIB);
     cr_assert_not_null(big, "%s", adsm_last_error());
@@ -815,6 +815,96 @@ Test(cuda_double, large_allocation_takes_constant_driver_calls) {
     cr_assert_eq(adsm_free(big), ADSM_OK);
     cr_assert_eq(cuda_double_counters().device_bytes_mapped, before.device_bytes_mapped, "all of it unmapped");
     adsm_shutdown();
+}
+
+/* Device memory mapped ahead (ADSM_CUDA_MAP_AHEAD): the first objects, and the explicit path's
+ * buffers, take granules mapped at start and map nothing; a freed one gives nothing back, and the
+ * next object there starts zeroed on both sides; past the run, objects map their own; shutdown
+ * unmaps it all. The setting at 0 maps every object's own granules, as before. The double's
+ * device memory is 1 GiB: the default run is 16 MiB there (1/64). */
+static void expect_mapped(cudadouble_counters since, unsigned long long creates, size_t bytes, const char *what) {
+    cudadouble_counters now = cuda_double_counters();
+    cr_assert_eq(now.mem_creates - since.mem_creates, creates, "%s: %llu cuMemCreate, expected %llu", what,
+                 now.mem_creates - since.mem_creates, creates);
+    cr_assert_eq(now.device_bytes_mapped - since.device_bytes_mapped, bytes, "%s: %llu bytes mapped, expected %zu",
+                 what, now.device_bytes_mapped - since.device_bytes_mapped, bytes);
+}
+
+Test(cuda_double, device_memory_mapped_ahead_serves_the_first_objects) {
+    cudadouble_counters before_init = cuda_double_counters();
+    init_ok(ADSM_PROTOCOL_ROLLING, 4096, 0);
+    attach();
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped - before_init.device_bytes_mapped, 16 * MIB,
+                 "adsm_init maps 16 MiB ahead");
+    cudadouble_counters start = cuda_double_counters();
+    size_t n = MIB / sizeof(float);
+    float *a = adsm_alloc(MIB), *b = adsm_alloc(MIB), *c = adsm_alloc(MIB);
+    void *buffer = adsm_dev_alloc(MIB);
+    cr_assert(a && b && c && buffer, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = 1.0f;
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((uint32_t)(n / 256), 256), c, a, b, n), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(c[n - 1], 2.0f);
+    expect_mapped(start, 0, 0, "three objects and a buffer in the run");
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    expect_mapped(start, 0, 0, "a free in the run");
+    float *again = adsm_alloc(MIB); /* where c was: the double does not clear it, adsm must */
+    cr_assert_eq((void *)again, (void *)c, "the arena gave the freed range back");
+    float *twice = adsm_alloc(MIB); /* what a kernel reads in it (after the zeroing, in stream order) */
+    cr_assert_not_null(twice, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((uint32_t)(n / 256), 256), twice, again, again, n), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) cr_assert_eq(twice[i], 0.0f, "device copy [%zu] = %f", i, (double)twice[i] / 2);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(again[i], 0.0f, "host copy [%zu] = %f", i, (double)again[i]);
+    char *past = adsm_alloc(32 * MIB); /* runs past the 16 MiB run: maps the rest */
+    cr_assert_not_null(past, "%s", adsm_last_error());
+    cr_assert_gt(cuda_double_counters().mem_creates, start.mem_creates, "an object past the run maps its own");
+    cr_assert_eq(adsm_free(past), ADSM_OK);
+    expect_mapped(start, cuda_double_counters().mem_creates - start.mem_creates, 0, "past the run, freed");
+    /* every object in the run freed, the one on its first granule last: it stays, and serves the
+     * next ones */
+    cr_assert_eq(adsm_free(b), ADSM_OK);
+    cr_assert_eq(adsm_free(again), ADSM_OK);
+    cr_assert_eq(adsm_free(twice), ADSM_OK);
+    cr_assert_eq(adsm_dev_free(buffer), ADSM_OK);
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cudadouble_counters emptied = cuda_double_counters();
+    cr_assert_eq(emptied.device_bytes_mapped, start.device_bytes_mapped, "the run stays mapped, empty");
+    run_vadd(MIB / sizeof(float));
+    expect_mapped(emptied, 0, 0, "new objects in the emptied run");
+    adsm_shutdown();
+    cr_assert_eq(cuda_double_counters().device_bytes_mapped, before_init.device_bytes_mapped, "shutdown unmaps all");
+}
+
+Test(cuda_double, device_memory_mapped_per_object_with_map_ahead_0) {
+    init_setting("ADSM_CUDA_MAP_AHEAD", "0", ADSM_PROTOCOL_ROLLING, 4096);
+    cudadouble_counters start = cuda_double_counters();
+    void *a = adsm_alloc(4 * MIB);
+    cr_assert_not_null(a, "%s", adsm_last_error());
+    cudadouble_counters made = cuda_double_counters();
+    cr_assert_gt(made.mem_creates, start.mem_creates, "an object with nothing mapped ahead maps its own");
+    cr_assert_geq(made.device_bytes_mapped - start.device_bytes_mapped, 4 * MIB);
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    expect_mapped(start, made.mem_creates - start.mem_creates, 0, "its free");
+    adsm_shutdown();
+}
+
+/* A run larger than half the device's free memory is refused, naming the setting; so is a value
+ * that is no size. */
+ParameterizedTestParameters(cuda_double, map_ahead_refuses_bad_values) {
+    static char values[][16] = {"768M", "lots"};
+    return cr_make_param_array(char[16], values, sizeof values / sizeof values[0]);
+}
+
+ParameterizedTest(char (*value)[16], cuda_double, map_ahead_refuses_bad_values) {
+    clear_env();
+    cuda_double_use();
+    setenv("ADSM_CUDA_MAP_AHEAD", *value, 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG, "%s: %s", *value, adsm_last_error());
+    expect_message("ADSM_CUDA_MAP_AHEAD");
 }
 
 /* Granules shared by neighbouring objects stay mapped while one of them lives, whatever the

@@ -423,7 +423,7 @@ fail:
 
 /* Once every device's context exists: the devices that may reach this one's memory directly
  * (cuDeviceCanAccessPeer) get access to everything mapped here from now on, so device-to-device
- * copies from it go peer to peer. */
+ * copies from it go peer to peer; then the device memory mapped ahead (cuda_memory.h). */
 ADSM__PRIVATE adsm_result adsm__cuda_start(void *ctx) {
     adsm__cuda *c = (adsm__cuda *)ctx;
     c->npeers = 0;
@@ -436,7 +436,12 @@ ADSM__PRIVATE adsm_result adsm__cuda_start(void *ctx) {
     if (c->rt->ndev > 1)
         adsm__log(ADSM_LOG_INFO, "cuda: device %u: %u of the other %u devices have peer access to its memory", c->index,
                   c->npeers, c->rt->ndev - 1);
-    return ADSM_OK;
+    /* with several devices an object's memory is mapped where it resides (directory.h): none ahead */
+    if (c->mapped_ahead || c->rt->ndev > 1) return ADSM_OK;
+    adsm__cu_context prev = adsm__cuda_enter(c); /* with the peers' access: after them */
+    adsm_result r = adsm__cuda_map_ahead(c, c->rt->cfg.cuda_map_ahead);
+    adsm__cuda_leave(c, prev);
+    return r;
 }
 
 ADSM__PRIVATE unsigned adsm__cuda_device_count(void *ctx) { return ((adsm__cuda *)ctx)->ndevices; }

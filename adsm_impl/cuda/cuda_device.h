@@ -133,6 +133,8 @@ struct adsm__cuda {
     size_t granule;
     uint32_t *granule_refs, *granule_run;
     adsm__cu_mem_handle *granule_handles;
+    size_t mapped_ahead; /* granules [0, mapped_ahead): one run mapped at start, kept to shutdown
+                            (ADSM_CUDA_MAP_AHEAD; cuda_memory.h) */
 
     /* kernel streams, the stream of memsets, device copies and maps' zeroing, and the upload and
      * download streams; ks_last: the last launch queued on each kernel stream */

@@ -180,12 +180,45 @@ ADSM__PRIVATE size_t adsm__cuda_run_length(const adsm__cuda *c, size_t g, size_t
 
 ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n);
 
-/* Engine thread: backs [dev, dev + n); every granule counts the objects that use it. */
+/* Device memory mapped ahead: at start (normal context, before any object exists), the first
+ * granules of the device range, where the arena puts the first objects and adsm_dev_alloc
+ * buffers, are mapped as one run that stays until shutdown. A GPU program's objects are mostly
+ * made once, inside the part that is timed, and each cuMemCreate, cuMemMap and cuMemSetAccess
+ * there cost 0.1-0.25 ms per object on the H200 (the fourth GPU run's "device memory" spans:
+ * 0.5-1 ms of the short applications' 3-12 ms), which CUDA's managed memory does not pay at
+ * allocation. An object there only has its bytes zeroed (as every new object has). Default: 256 MiB,
+ * at most 1/64 of the device's free memory; ADSM_CUDA_MAP_AHEAD=0 maps every object's granules
+ * at its allocation, as before. One device only: with several, an object's memory is mapped on
+ * the devices that hold it (directory.h). The memory is taken off the capacity adsm fills with objects
+ * (capacity.h), which then counts objects there twice: a margin of at most the run. */
+#define ADSM__CUDA_MAP_AHEAD_DEFAULT ((size_t)256 << 20)
+
+ADSM__PRIVATE adsm_result adsm__cuda_map_ahead(adsm__cuda *c, size_t want) {
+    if (want == ADSM__CUDA_MAP_AHEAD_AUTO) want = ADSM__MIN(ADSM__CUDA_MAP_AHEAD_DEFAULT, c->capacity / 64);
+    else if (want > c->capacity / 2)
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_CUDA_MAP_AHEAD: %zu bytes is more than half of device %u's "
+                          "free memory (%zu MiB)", want, c->index, c->capacity >> 20);
+    size_t count = ADSM__MIN(want / c->granule, c->half / c->granule);
+    if (count == 0) return ADSM_OK;
+    adsm__cu_result r = adsm__cuda_map_run(c, 0, count, &c->granule_handles[0]);
+    if (r != 0) { /* only slower: each object maps its own */
+        adsm__log(ADSM_LOG_INFO, "cuda: device %u: mapping %zu MiB ahead failed (error %d); objects map their own",
+                  c->index, (count * c->granule) >> 20, (int)r);
+        return ADSM_OK;
+    }
+    c->granule_run[0] = (uint32_t)count;
+    c->mapped_ahead = count;
+    c->capacity -= count * c->granule;
+    return ADSM_OK;
+}
+
+/* Engine thread: backs [dev, dev + n); every granule counts the objects that use it. Granules
+ * mapped ahead are backed already. */
 ADSM__PRIVATE adsm__cu_result adsm__cuda_map(adsm__cuda *c, uintptr_t dev, size_t n) {
     size_t first = (dev - c->base) / c->granule, last = (dev + n - 1 - c->base) / c->granule;
     for (size_t g = first, k; g <= last; g += k) {
         k = 1;
-        if (c->granule_refs[g] == 0) {
+        if (g >= c->mapped_ahead && c->granule_refs[g] == 0) {
             k = adsm__cuda_run_length(c, g, last, dev, n);
             adsm__cu_result r = adsm__cuda_map_run(c, g, k, &c->granule_handles[g]);
             if (r != 0) {
@@ -199,8 +232,10 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_map(adsm__cuda *c, uintptr_t dev, size_
     return 0;
 }
 
-/* Engine thread: unmaps the run that starts at granule g once none of its granules is used. */
+/* Engine thread: unmaps the run that starts at granule g once none of its granules is used; not
+ * the run mapped ahead, which stays for the next objects there. */
 ADSM__PRIVATE void adsm__cuda_release_run(adsm__cuda *c, size_t g) {
+    if (g < c->mapped_ahead) return;
     size_t k = c->granule_run[g];
     for (size_t i = 0; i < k; i++)
         if (c->granule_refs[g + i]) return;
