@@ -430,6 +430,26 @@ if [[ -x $bin/bench_stencil3d ]]; then
     done
 fi
 
+# ---- where stencil's and histo's time goes under lazy and rolling --------------------------------
+# stencil took 1.45x explicit under lazy and 1.07x under rolling in run 4 (1.52x and 1.35x in run
+# 3) with the same objects and copies; histo 1.16x and 1.63x, fault handling 11.5% of rolling's
+# time. One traced run of each (after the study's own: their files and caches are warm), summed
+# per kind of span, so the next session sees which spans differ.
+say ""
+say "## Where stencil's and histo's time goes, lazy against rolling (ADSM_TRACE; bench/trace_summary.py)"
+if [[ -x $appbin/app_stencil_adsm ]]; then
+    for a in stencil histo; do
+        for p in lazy rolling; do
+            t=$out/apps_trace_${a}_$p.json
+            ADSM_PROTOCOL=$p ADSM_TRACE="$t" ADSM_LOG=warn timeout 20 "$appbin/app_${a}_adsm" > /dev/null 2>&1
+            say ""
+            say "### $a, $p"
+            say ""
+            python3 bench/trace_summary.py "$t" >> "$report" 2>&1 || say "(no trace: exit $?)"
+        done
+    done
+fi
+
 elapsed
 deepcopy_part "the dense tree" 90 "dense 4-level tree"
 # the same small rows without small outputs home at adsm_sync (on by default, not yet measured on a

@@ -7,10 +7,10 @@ Reads an ADSM_TRACE file (Chrome trace-event JSON) and prints a markdown table: 
 span (call, sync, faults, fetches, copies, kernels, I/O, alloc, free and their parts), how many
 there were, their total and mean time, the time per step (with STEPS: a program's time steps,
 stencil3d's --steps), and the share of the run: from the first object made to the end of the
-last call or sync. Spans nest on a thread's track (a fetch inside a fault or a sync) and copies
-run on the copy engines beside the CPU, so the shares do not add up to 100; "call" and "sync"
-are the program's own calls into adsm, the rest what happened inside them, in its faults or on
-the device."""
+last call, sync or I/O call. Spans nest on a thread's track (a fetch inside a fault or a sync)
+and copies run on the copy engines beside the CPU, so the shares do not add up to 100; "call",
+"sync" and "I/O" are the program's own calls into adsm, the rest what happened inside them, in
+its faults or on the device."""
 import json
 import sys
 from collections import defaultdict
@@ -21,7 +21,7 @@ def summary(path):
     if not events:
         return None, {}
     begin = min((e["ts"] for e in events if e["name"] == "alloc"), default=min(e["ts"] for e in events))
-    ends = [e["ts"] + e["dur"] for e in events if e["name"] in ("call", "sync")]
+    ends = [e["ts"] + e["dur"] for e in events if e["name"] in ("call", "sync", "I/O")]
     end = max(ends) if ends else max(e["ts"] + e["dur"] for e in events)
     kinds = defaultdict(lambda: [0, 0.0])
     for e in events:
@@ -40,7 +40,7 @@ def main():
     run_ms, kinds = summary(sys.argv[1])
     if run_ms is None:
         sys.exit(f"{sys.argv[1]}: no spans")
-    print(f"run: {run_ms:.2f} ms from the first object made to the end of the last call or sync"
+    print(f"run: {run_ms:.2f} ms from the first object made to the end of the last call, sync or I/O call"
           + (f", {steps} steps: {run_ms * 1000 / steps:.0f} us a step" if steps else "") + "\n")
     print("| span | count | total ms | mean us | " + ("us per step | " if steps else "") + "% of the run |")
     print("| --- | ---: | ---: | ---: | " + ("---: | " if steps else "") + "---: |")
