@@ -265,25 +265,6 @@ ADSM__PRIVATE adsm_result adsm__memcpy_impl(adsm__runtime *rt, uintptr_t d, uint
     return adsm__copy_range(rt, d, s, n, d + n, NULL);
 }
 
-/* Overlapping ranges (memmove's case): the walk goes from the start, unit by unit, and would read
- * bytes it had already overwritten where the destination lies above the source. So such a copy
- * goes through a bounce buffer, piece by piece, from the end when the destination lies above:
- * each piece is read before any write reaches it. */
-ADSM__PRIVATE adsm_result adsm__memmove_overlapping(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n) {
-    size_t piece = ADSM__MIN(n, (size_t)1 << 20), len;
-    unsigned char *bounce = (unsigned char *)malloc(piece);
-    if (!bounce) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_memcpy: out of memory");
-    adsm_result r = ADSM_OK;
-    for (size_t done = 0; r == ADSM_OK && done < n; done += len) {
-        len = ADSM__MIN(piece, n - done);
-        size_t off = d > s ? n - done - len : done;
-        r = adsm__memcpy_impl(rt, (uintptr_t)bounce, s + off, len);
-        if (r == ADSM_OK) r = adsm__memcpy_impl(rt, d + off, (uintptr_t)bounce, len);
-    }
-    free(bounce);
-    return r;
-}
-
 /* ---- device buffers (adsm_dev_alloc) in adsm_memset / adsm_memcpy ---------------------------- */
 /* The CPU cannot touch a device buffer, so bulk memory on one is done by the device, ordered
  * after every launch issued so far like the explicit copies; shared or plain memory on the other
@@ -389,6 +370,28 @@ ADSM__PRIVATE adsm_result adsm__memset_unguarded(void *dst, int value, size_t n)
     }
 }
 
+ADSM__PRIVATE adsm_result adsm__memcpy_unguarded(void *dst, const void *src, size_t n);
+
+/* Overlapping ranges (memmove's case, in a shared object or a device buffer, where the driver's
+ * copies take no overlap): the walk goes from the start, unit by unit, and would read bytes it
+ * had already overwritten where the destination lies above the source. So such a copy goes
+ * through a bounce buffer, piece by piece, from the end when the destination lies above: each
+ * piece is read before any write reaches it. */
+ADSM__PRIVATE adsm_result adsm__memmove_overlapping(uintptr_t d, uintptr_t s, size_t n) {
+    size_t piece = ADSM__MIN(n, (size_t)1 << 20), len;
+    unsigned char *bounce = (unsigned char *)malloc(piece);
+    if (!bounce) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_memcpy: out of memory");
+    adsm_result r = ADSM_OK;
+    for (size_t done = 0; r == ADSM_OK && done < n; done += len) {
+        len = ADSM__MIN(piece, n - done);
+        size_t off = d > s ? n - done - len : done;
+        r = adsm__memcpy_unguarded(bounce, (const void *)(s + off), len);
+        if (r == ADSM_OK) r = adsm__memcpy_unguarded((void *)(d + off), bounce, len);
+    }
+    free(bounce);
+    return r;
+}
+
 ADSM__PRIVATE adsm_result adsm__memcpy_unguarded(void *dst, const void *src, size_t n) {
     adsm_result r;
     if ((r = adsm__check_range(dst, n, "adsm_memcpy")) != ADSM_OK ||
@@ -401,11 +404,10 @@ ADSM__PRIVATE adsm_result adsm__memcpy_unguarded(void *dst, const void *src, siz
     }
     int handled;
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
-    r = adsm__memcpy_device_buffers(&adsm__rt, d, s, n, &handled);
-    if (handled) return r;
     if (d == s) return ADSM_OK;
-    if (s < d + n && d < s + n) return adsm__memmove_overlapping(&adsm__rt, d, s, n);
-    return adsm__memcpy_impl(&adsm__rt, d, s, n);
+    if (s < d + n && d < s + n) return adsm__memmove_overlapping(d, s, n);
+    r = adsm__memcpy_device_buffers(&adsm__rt, d, s, n, &handled);
+    return handled ? r : adsm__memcpy_impl(&adsm__rt, d, s, n);
 }
 
 #endif /* ADSM__MEMOPS_INCLUDED */

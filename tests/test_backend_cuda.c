@@ -907,6 +907,32 @@ ParameterizedTest(char (*value)[16], cuda_double, map_ahead_refuses_bad_values) 
     expect_message("ADSM_CUDA_MAP_AHEAD");
 }
 
+/* adsm_memcpy within one device buffer, the ranges overlapping either way, acts as memmove (the
+ * double refuses an overlapping cuMemcpyDtoDAsync, as the driver promises nothing there). */
+Test(cuda_double, overlapping_copies_in_a_device_buffer_act_as_memmove) {
+    init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+    size_t n = 3 * MIB;
+    unsigned char *d = adsm_dev_alloc(n), *mirror = malloc(n), *back = malloc(n);
+    cr_assert(d && mirror && back, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) mirror[i] = (unsigned char)(i * 7 + i / 4096);
+    cr_assert_eq(adsm_copy_to_device(d, mirror, n), ADSM_OK, "%s", adsm_last_error());
+    const struct {
+        size_t to, from, len;
+    } moves[] = {{1000, 0, 2 * MIB}, {8, MIB + 12, 2 * MIB - 100}};
+    for (size_t k = 0; k < sizeof moves / sizeof moves[0]; k++) {
+        memmove(mirror + moves[k].to, mirror + moves[k].from, moves[k].len);
+        cr_assert_eq(adsm_memcpy(d + moves[k].to, d + moves[k].from, moves[k].len), ADSM_OK, "move %zu: %s", k,
+                     adsm_last_error());
+        cr_assert_eq(adsm_copy_from_device(back, d, n), ADSM_OK, "%s", adsm_last_error());
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(back[i], mirror[i], "move %zu: byte %zu is %u, memmove gives %u", k, i, back[i], mirror[i]);
+    }
+    cr_assert_eq(adsm_dev_free(d), ADSM_OK);
+    free(mirror);
+    free(back);
+    adsm_shutdown();
+}
+
 /* Granules shared by neighbouring objects stay mapped while one of them lives, whatever the
  * order of frees; a large object's own granules go with it. */
 Test(cuda_double, shared_granules_outlive_their_neighbours) {

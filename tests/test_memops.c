@@ -317,14 +317,14 @@ PER_PROTOCOL(memcpy_device_to_device) {
     size_t bs = adsm_block_size(), osize = 5 * bs + TAIL;
     const copy_case cases[] = {
         /* name, src, dst, soff, doff, n, rolling: src, dst, d2h, d2d; lazy: src, dst, d2h, d2d */
-        {"I -> R, whole blocks", 'I', 'R', bs, 2 * bs, 2 * bs, "IIIIII", "RRIIRR", 0, 2 * bs, 'R', 'D', osize, 0},
-        {"R -> I, whole blocks", 'R', 'I', 0, bs, 3 * bs, "RRRRRR", "IIIIII", 0, 3 * bs, 'R', 'D', osize, 0},
-        {"R -> R, whole blocks", 'R', 'R', 2 * bs, 0, bs, "RRRRRR", "IRRRRR", 0, bs, 'R', 'D', 0, 0},
-        {"I -> I, whole objects", 'I', 'I', 0, 0, osize, "IIIIII", "IIIIII", 0, osize, 'I', 'I', 0, osize},
-        {"I -> R, whole objects", 'I', 'R', 0, 0, osize, "IIIIII", "IIIIII", 0, osize, 'I', 'I', 0, osize},
-        {"R -> R, whole objects", 'R', 'R', 0, 0, osize, "RRRRRR", "IIIIII", 0, osize, 'R', 'I', 0, osize},
+        {"I -> R, whole blocks", 'I', 'R', bs, 2 * bs, 2 * bs, "IIIIII", "RRIIRR", 0, 2 * bs, 'R', 'D', osize, 0, 0, 0},
+        {"R -> I, whole blocks", 'R', 'I', 0, bs, 3 * bs, "RRRRRR", "IIIIII", 0, 3 * bs, 'R', 'D', osize, 0, 0, 0},
+        {"R -> R, whole blocks", 'R', 'R', 2 * bs, 0, bs, "RRRRRR", "IRRRRR", 0, bs, 'R', 'D', 0, 0, 0, 0},
+        {"I -> I, whole objects", 'I', 'I', 0, 0, osize, "IIIIII", "IIIIII", 0, osize, 'I', 'I', 0, osize, 0, 0},
+        {"I -> R, whole objects", 'I', 'R', 0, 0, osize, "IIIIII", "IIIIII", 0, osize, 'I', 'I', 0, osize, 0, 0},
+        {"R -> R, whole objects", 'R', 'R', 0, 0, osize, "RRRRRR", "IIIIII", 0, osize, 'R', 'I', 0, osize, 0, 0},
         {"I -> R, the short last block", 'I', 'R', 5 * bs, 5 * bs, TAIL, "IIIIII", "RRRRRI", 0, TAIL, 'R', 'D',
-         osize, 0},
+         osize, 0, 0, 0},
     };
     /* lazy: a destination range short of the whole object is a CPU write of the object
      * (fetched if Invalid, then Dirty), and its source is a CPU read (fetched if Invalid, 'R') */
@@ -336,7 +336,7 @@ PER_PROTOCOL(memcpy_device_to_device) {
 PER_PROTOCOL(memcpy_device_to_device_unaligned_source) {
     size_t bs = adsm_block_size(), osize = 5 * bs + TAIL;
     const copy_case c = {"I -> R, source not block aligned", 'I', 'R', bs / 2 + 4, bs, 2 * bs, "IIIIII", "RIIRRR", 0,
-                         2 * bs, 'R', 'D', osize, 0};
+                         2 * bs, 'R', 'D', osize, 0, 0, 0};
     (void)osize;
     copy_case_run(&c);
 }
@@ -349,9 +349,9 @@ PER_PROTOCOL(memcpy_partial_and_dirty) {
         /* dst blocks 0 and 3 in part: CPU writes (dst R -> D, no fetch); their source blocks
          * are read by the CPU (fetched, R); blocks 1-2 whole: device to device */
         {"I -> R, inside blocks", 'I', 'R', bs / 2, bs / 2, 3 * bs, "RIIRII", "DIIDRR", 2 * bs, 2 * bs, 'R', 'D',
-         osize, 0},
+         osize, 0, 0, 0},
         /* Invalid destination in part: fetched first */
-        {"R -> I, inside one block", 'R', 'I', 100, 4 * bs + 10, 50, "RRRRRR", "IIIIDI", bs, 0, 'R', 'D', osize, 0},
+        {"R -> I, inside one block", 'R', 'I', 100, 4 * bs + 10, 50, "RRRRRR", "IIIIDI", bs, 0, 'R', 'D', osize, 0, 0, 0},
         /* Dirty source, whole destination blocks: the source blocks read are sent (R), then
          * device to device; lazy: a part of the destination object is a CPU write (host copy) */
         {"D -> R, whole blocks", 'D', 'R', bs, bs, 2 * bs, "DRRDDD", "RIIRRR", 0, 2 * bs, 'D', 'D', 0, 0, 2 * bs, 0},
@@ -364,7 +364,7 @@ PER_PROTOCOL(memcpy_partial_and_dirty) {
         {"D -> I, whole objects", 'D', 'I', 0, 0, osize, "RRRRRR", "IIIIII", 0, osize, 'R', 'I', 0, osize, osize,
          osize},
         /* Dirty destination: host copy; the Invalid source blocks read are fetched */
-        {"I -> D, whole blocks", 'I', 'D', 0, bs, 2 * bs, "RRIIII", "DDDDDD", 2 * bs, 0, 'R', 'D', osize, 0},
+        {"I -> D, whole blocks", 'I', 'D', 0, bs, 2 * bs, "RRIIII", "DDDDDD", 2 * bs, 0, 'R', 'D', osize, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) copy_case_run(&cases[i]);
 }

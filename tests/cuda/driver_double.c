@@ -1474,12 +1474,14 @@ static CUresult queue_device_copy(struct adsm__cu_ctx_st *ctx, struct adsm__cu_s
     return submit(ctx, s, op, NULL, NULL);
 }
 
-/* Both sides in the memory the current context's device may access. */
+/* Both sides in the memory the current context's device may access, not overlapping (the driver
+ * documents no order for overlapping copies: refused here, so adsm never relies on one). */
 CUresult cuMemcpyDtoDAsync(adsm__cu_deviceptr dst, adsm__cu_deviceptr src, size_t bytes, adsm__cu_stream stream) {
     lock();
     struct adsm__cu_ctx_st *ctx = NULL;
     struct adsm__cu_stream_st *s = NULL;
     CUresult r = copy_prologue(stream, &ctx, &s);
+    if (!r && src < dst + bytes && dst < src + bytes) r = ADSM__CUDA_ERROR_INVALID_VALUE;
     if (!r && bytes > 0) {
         r = queue_device_copy(ctx, s, OP_D2D, dst, ctx->dev, src, ctx->dev, bytes);
         if (!r) g.counters.d2d_bytes += bytes;
