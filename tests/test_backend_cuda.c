@@ -800,7 +800,8 @@ Test(cuda_double, device_memory_starts_zeroed) {
 }
 
 /* A 64 MiB object is backed with O(1) driver calls (one cuMemCreate/cuMemMap/cuMemSetAccess per
- * run of granules it covers alone, plus its edges), not 32 of each (nothing mapped ahead). */
+ * run of granules it covers alone, plus its edges), not 32 of each; with nothing mapped ahead
+ * (ADSM_CUDA_MAP_AHEAD=0) it maps all of it, and its free gives all of it back. */
 Test(cuda_double, large_allocation_takes_constant_driver_calls) {
     init_setting("ADSM_CUDA_MAP_AHEAD", "0", ADSM_PROTOCOL_ROLLING, 0);
     cudadouble_counters before = cuda_double_counters();
@@ -820,7 +821,7 @@ Test(cuda_double, large_allocation_takes_constant_driver_calls) {
 /* Device memory mapped ahead (ADSM_CUDA_MAP_AHEAD): the first objects, and the explicit path's
  * buffers, take granules mapped at start and map nothing; a freed one gives nothing back, and the
  * next object there starts zeroed on both sides; past the run, objects map their own; shutdown
- * unmaps it all. The setting at 0 maps every object's own granules, as before. The double's
+ * unmaps it all. (The setting at 0: large_allocation_takes_constant_driver_calls.) The double's
  * device memory is 1 GiB: the default run is 16 MiB there (1/64). */
 static void expect_mapped(cudadouble_counters since, unsigned long long creates, size_t bytes, const char *what) {
     cudadouble_counters now = cuda_double_counters();
@@ -875,19 +876,6 @@ Test(cuda_double, device_memory_mapped_ahead_serves_the_first_objects) {
     expect_mapped(emptied, 0, 0, "new objects in the emptied run");
     adsm_shutdown();
     cr_assert_eq(cuda_double_counters().device_bytes_mapped, before_init.device_bytes_mapped, "shutdown unmaps all");
-}
-
-Test(cuda_double, device_memory_mapped_per_object_with_map_ahead_0) {
-    init_setting("ADSM_CUDA_MAP_AHEAD", "0", ADSM_PROTOCOL_ROLLING, 4096);
-    cudadouble_counters start = cuda_double_counters();
-    void *a = adsm_alloc(4 * MIB);
-    cr_assert_not_null(a, "%s", adsm_last_error());
-    cudadouble_counters made = cuda_double_counters();
-    cr_assert_gt(made.mem_creates, start.mem_creates, "an object with nothing mapped ahead maps its own");
-    cr_assert_geq(made.device_bytes_mapped - start.device_bytes_mapped, 4 * MIB);
-    cr_assert_eq(adsm_free(a), ADSM_OK);
-    expect_mapped(start, made.mem_creates - start.mem_creates, 0, "its free");
-    adsm_shutdown();
 }
 
 /* A run larger than half the device's free memory is refused, naming the setting; so is a value
