@@ -357,10 +357,11 @@ elapsed
 #   whose objects the CPU all uses (the cost only moves);
 # - ADSM_CUDA_COLLAPSE_SHARED=1 (the default since 2026-11-28: the 2 MiB pages objects share are
 #   collapsed too) against 0 (4 KiB pages there): sgemm, spmv and stencil, whose objects of 1-4 MiB
-#   missed the goal in run 4 while making them (bench/host_pages's second table says per object);
-# - ADSM_CUDA_MAP_AHEAD=256M (the default since 2026-11-28: device memory for the first objects
-#   mapped at adsm_init) against 0 (mapped per object, 0.1-0.25 ms each in run 4): cp, mri-q and
-#   sgemm, where adsm lost to um-prefetch, which maps nothing at allocation.
+#   missed the goal in run 4 while making them (bench/host_pages's second table says per object).
+# (Device memory mapped ahead, ADSM_CUDA_MAP_AHEAD, the default since 2026-11-28, has no table
+# here, to keep the check within its time: the study's objects table shows its "device memory"
+# spans inside alloc, 0.5-1 ms per application in run 4, and the goals table cp, mri-q and sgemm
+# against um-prefetch.)
 appbin=$out/apps/bin
 [[ -x $appbin/app_histo_adsm ]] || appbin=$(bazel info -c opt bazel-bin 2>/dev/null)
 # ab_apps VAR ON RUNS TITLE APP...: the table of VAR=ON against VAR=0
@@ -401,7 +402,6 @@ PY
 }
 ab_apps ADSM_HOST_ON_FIRST_USE 1 5 "Host pages on first use against at allocation" histo sgemm
 ab_apps ADSM_CUDA_COLLAPSE_SHARED 1 4 "2 MiB pages objects share, collapsed against 4 KiB pages" sgemm spmv stencil
-ab_apps ADSM_CUDA_MAP_AHEAD 256M 4 "Device memory mapped ahead against mapped per object" cp mriq sgemm
 
 elapsed
 # ---- the goals ----------------------------------------------------------------------------------
