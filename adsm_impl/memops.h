@@ -404,8 +404,14 @@ ADSM__PRIVATE adsm_result adsm__memcpy_unguarded(void *dst, const void *src, siz
     }
     int handled;
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
-    if (d == s) return ADSM_OK;
-    if (s < d + n && d < s + n) return adsm__memmove_overlapping(d, s, n);
+    if (s < d + n && d < s + n) { /* one range onto itself, or overlapping: checked whole first */
+        unsigned dev;
+        if (adsm__device_buffer_kind(&adsm__rt, d, n, &dev) == ADSM__ACROSS_DEVICE_BUFFER ||
+            adsm__device_buffer_kind(&adsm__rt, s, n, &dev) == ADSM__ACROSS_DEVICE_BUFFER)
+            return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_memcpy(%p, %p, %zu): a range runs across the edge of "
+                              "a device buffer", dst, src, n);
+        return d == s ? ADSM_OK : adsm__memmove_overlapping(d, s, n);
+    }
     r = adsm__memcpy_device_buffers(&adsm__rt, d, s, n, &handled);
     return handled ? r : adsm__memcpy_impl(&adsm__rt, d, s, n);
 }

@@ -236,6 +236,13 @@ static void memops_on_device_buffers(adsm_backend_kind backend) {
     cr_assert_eq(plain[11], 0);
     cr_assert_eq(adsm_memcpy(plain, d1 + N - 5, 10 * sizeof(int)), ADSM_ERROR_INVALID_VALUE);
     cr_assert(strstr(adsm_last_error(), "edge of a device buffer"), "%s", adsm_last_error());
+    /* onto itself, or overlapping, across the edge: refused too, nothing moved */
+    cr_assert_eq(adsm_memcpy(d1 + N - 5, d1 + N - 5, 10 * sizeof(int)), ADSM_ERROR_INVALID_VALUE);
+    cr_assert(strstr(adsm_last_error(), "edge of a device buffer"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_memcpy(d1 + N - 5, d1 + N - 7, 10 * sizeof(int)), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(adsm_memcpy(d1 + 1, d1 - 1, (1 << 20) + 100000), ADSM_ERROR_INVALID_VALUE); /* across its start */
+    cr_assert_eq(adsm_copy_from_device(plain, d1, N * sizeof(int)), ADSM_OK);
+    for (int i = 0; i < N; i++) cr_assert_eq(plain[i], -i, "d1[%d] moved by a refused copy", i);
     cr_assert_eq(adsm_memset(d2 + N - 1, 0, 8), ADSM_ERROR_INVALID_VALUE);
     free(plain);
     adsm_free(shared);
