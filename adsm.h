@@ -436,7 +436,8 @@
    adsm_memset / adsm_memcpy act where the valid copy is: memset of a whole Invalid or ReadOnly
    block runs on the device only and leaves it Invalid (nothing moves, no host page is touched;
    the CPU's next read fetches it); memcpy into whole device-valid blocks copies device to device
-   (d2d_bytes), a Dirty source sent to the device first (the next launch would send it anyway);
+   (d2d_bytes), a Dirty source of 64 KiB or more sent to the device first (the next launch
+   would send it anyway);
    overlapping ranges act as memmove.
        #define ADSM_INTERPOSE_MEM   also defines memset and memcpy (and the checked
                                     __memset_chk, __memcpy_chk). Calls the compiler inlines

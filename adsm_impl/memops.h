@@ -150,6 +150,12 @@ ADSM__PRIVATE int adsm__device_valid(adsm__runtime *rt, adsm__object *os, uintpt
     return 1;
 }
 
+/* The least copy whose Dirty source goes to the device first (below): under it the round trips
+ * (the flush waited for, the device copy, and a fetch where the CPU reads the destination next)
+ * cost more than copying on the host, as with small objects or rows copied one by one under
+ * rolling's small blocks. */
+#define ADSM__SEND_SOURCE_MIN ((size_t)64 << 10)
+
 /* A source range [s, s + n) with Dirty units, read by a device-to-device copy: its Dirty units
  * go to the device first, queued as a launch's release queues them (ReadOnly first, stamped), for
  * the caller to drain before its copy. With one device the next launch sends every Dirty unit
@@ -157,15 +163,16 @@ ADSM__PRIVATE int adsm__device_valid(adsm__runtime *rt, adsm__object *os, uintpt
  * destination stays off the host: a host copy would leave it Dirty too, for that launch to send
  * as well (stencil's second buffer, filled from the first: 6 MiB moved where the explicit program
  * moves 4). n may run past the current piece: the whole source of the call is sent at once, one
- * drain for all its pieces. Not for typed objects (a launch's translation writes their device
- * copies, translate.h) nor while a unit of the range is busy: the host copy is taken then. 1
+ * drain for all its pieces. Not for copies under ADSM__SEND_SOURCE_MIN, typed objects (a launch's
+ * translation writes their device copies, translate.h) nor while a unit of the range is busy: the
+ * host copy is taken then. 1
  * queued, 0 not applicable, -1 error. Runtime lock held. */
 ADSM__PRIVATE int adsm__send_source(adsm__runtime *rt, adsm__object *os, uintptr_t s, size_t n) {
     unsigned shift = rt->cfg.block_shift;
     size_t from = adsm__tree_block_index(&os->node, s, shift);
     size_t end = adsm__tree_block_index(&os->node, ADSM__MIN(s + n, os->host + os->span) - 1, shift) + 1;
     size_t first, count;
-    if (os->type || os->device_only) return 0;
+    if (os->type || os->device_only || (n < ADSM__SEND_SOURCE_MIN && !rt->send_source_always)) return 0;
     for (size_t b = from; b < end; b++) {
         adsm__unit_of(rt, os, b, &first, &count);
         if (os->blocks[first].busy) return 0;

@@ -6,7 +6,8 @@
  * one is fetched first, and they become Dirty. memcpy between shared objects from a
  * device-valid source ('I' or 'R') into whole device-valid destination units copies device to
  * device (d2d_bytes), leaving the destination 'I'; a Dirty source is sent to the device first
- * (h2d_bytes: the next launch would send it anyway) and becomes 'R'; copies between shared and
+ * (h2d_bytes: the next launch would send it anyway) and becomes 'R' (copies of any size here: in
+ * use only from ADSM__SEND_SOURCE_MIN up, which its own test checks); copies between shared and
  * plain memory fetch only the blocks they touch. Batch tracks nothing ('D', nothing moves).
  *
  * Every case checks the exact states and bytes copied (emu backend, reset just before the
@@ -39,6 +40,7 @@ void k_copy_bytes(adsm_grid g, uint8_t *dst, const uint8_t *src, size_t n) {
 static void setup(adsm_protocol_kind protocol, size_t bs) {
     init(ADSM_BACKEND_EMU, protocol, bs, 4096); /* fixed rolling size: no eviction in the counts */
     scratch = alloc(4096);
+    adsm__rt.send_source_always = 1; /* the cases' exact states: copies of any size (but below) */
 }
 
 /* The bytes a kernel reads from obj equal the mirror (and so the device copy is right). */
@@ -367,6 +369,34 @@ PER_PROTOCOL(memcpy_partial_and_dirty) {
         {"I -> D, whole blocks", 'I', 'D', 0, bs, 2 * bs, "RRIIII", "DDDDDD", 2 * bs, 0, 'R', 'D', osize, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) copy_case_run(&cases[i]);
+}
+
+/* Without the tests' setting, a copy under ADSM__SEND_SOURCE_MIN from a Dirty source stays on the
+ * host (the round trips would cost more), and one of at least that goes to the device. */
+PER_PROTOCOL(memcpy_from_dirty_source_by_size) {
+    if (proto_is("batch")) return;
+    adsm__rt.send_source_always = 0;
+    size_t big = ADSM__SEND_SOURCE_MIN, osize = 2 * big;
+    for (int large = 0; large <= 1; large++) {
+        size_t n = large ? big : big / 2;
+        CTX("%s/%zu memcpy of %zu bytes from a Dirty source", adsm_protocol_name(), adsm_block_size(), n);
+        unsigned char *src = alloc(osize), *dst = alloc(n), *ms = xmalloc(osize), *md = xmalloc(n);
+        prep(dst, n, 'R', -5, md);
+        prep(src, osize, 'D', 5, ms);
+        memcpy(md, ms, n);
+        reset();
+        cr_assert_eq(adsm_memcpy(dst, src, n), ADSM_OK, "%s: %s", io_ctx, adsm_last_error());
+        size_t bs = adsm_block_size(), blocks = (n + bs - 1) / bs * bs; /* the source's blocks it reads */
+        size_t sent = proto_is("lazy") ? osize : blocks < osize ? blocks : osize;
+        EXPECT_MOVED(large ? sent : 0, 0, large ? n : 0);
+        expect_states(dst, n, large ? 'I' : 'D');
+        expect_same_bytes(md, dst, n, "destination, CPU view");
+        expect_device_copy(dst, n, md);
+        adsm_free(src);
+        adsm_free(dst);
+        free(ms);
+        free(md);
+    }
 }
 
 /* A device-to-device copy whose source a kernel is still writing, and whose destination another
