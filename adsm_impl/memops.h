@@ -165,8 +165,7 @@ ADSM__PRIVATE int adsm__device_valid(adsm__runtime *rt, adsm__object *os, uintpt
  * moves 4). n may run past the current piece: the whole source of the call is sent at once, one
  * drain for all its pieces. Not for copies under ADSM__SEND_SOURCE_MIN, typed objects (a launch's
  * translation writes their device copies, translate.h) nor while a unit of the range is busy: the
- * host copy is taken then. 1
- * queued, 0 not applicable, -1 error. Runtime lock held. */
+ * host copy is taken then. 1 queued, 0 not applicable, -1 error. Runtime lock held. */
 ADSM__PRIVATE int adsm__send_source(adsm__runtime *rt, adsm__object *os, uintptr_t s, size_t n) {
     unsigned shift = rt->cfg.block_shift;
     size_t from = adsm__tree_block_index(&os->node, s, shift);
@@ -193,9 +192,9 @@ ADSM__PRIVATE int adsm__send_source(adsm__runtime *rt, adsm__object *os, uintptr
 }
 
 /* A whole destination unit (d, len) that is valid on the device, filled from a source range that
- * lies in one object, is copied device to device, the
- * source's Dirty units sent first (adsm__send_source; n: the rest of the call's copy); the
- * destination becomes Invalid. 1 done, 0 not applicable, -1 error. */
+ * lies in one object, is copied device to device, the source's Dirty units sent first
+ * (adsm__send_source; n: the rest of the call's copy); the destination becomes Invalid. 1 done, 0
+ * not applicable, -1 error. */
 ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, uintptr_t d, uintptr_t s, size_t len,
                                          size_t n) {
     unsigned shift = rt->cfg.block_shift;

@@ -186,11 +186,12 @@ ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n);
  * made once, inside the part that is timed, and each cuMemCreate, cuMemMap and cuMemSetAccess
  * there cost 0.1-0.25 ms per object on the H200 (the fourth GPU run's "device memory" spans:
  * 0.5-1 ms of the short applications' 3-12 ms), which CUDA's managed memory does not pay at
- * allocation. An object there only has its bytes zeroed (as every new object has). Default: 256 MiB,
- * at most 1/64 of the device's free memory; ADSM_CUDA_MAP_AHEAD=0 maps every object's granules
- * at its allocation, as before. One device only: with several, an object's memory is mapped on
- * the devices that hold it (directory.h). The memory is taken off the capacity adsm fills with objects
- * (capacity.h), which then counts objects there twice: a margin of at most the run. */
+ * allocation. An object there only has its bytes zeroed (as every new object has). Default:
+ * 256 MiB, at most 1/64 of the device's free memory; ADSM_CUDA_MAP_AHEAD=0 maps every object's
+ * granules at its allocation, as before. One device only: with several, an object's memory is
+ * mapped on the devices that hold it (directory.h). The memory is taken off the capacity adsm
+ * fills with objects (capacity.h), which then counts objects there twice: a margin of at most the
+ * run. */
 #define ADSM__CUDA_MAP_AHEAD_DEFAULT ((size_t)256 << 20)
 
 ADSM__PRIVATE adsm_result adsm__cuda_map_ahead(adsm__cuda *c, size_t want) {
