@@ -371,6 +371,18 @@ PER_PROTOCOL(memcpy_partial_and_dirty) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) copy_case_run(&cases[i]);
 }
 
+/* The destination's dsize bytes as the CPU and a kernel see them equal its mirror md; then both
+ * objects and both mirrors go. */
+static void expect_destination_then_free(unsigned char *src, unsigned char *dst, size_t dsize, unsigned char *ms,
+                                         unsigned char *md) {
+    expect_same_bytes(md, dst, dsize, "destination, CPU view");
+    expect_device_copy(dst, dsize, md);
+    adsm_free(src);
+    adsm_free(dst);
+    free(ms);
+    free(md);
+}
+
 /* Without the tests' setting, a copy under ADSM__SEND_SOURCE_MIN from a Dirty source stays on the
  * host (the round trips would cost more), and one of at least that goes to the device. */
 PER_PROTOCOL(memcpy_from_dirty_source_by_size) {
@@ -390,12 +402,7 @@ PER_PROTOCOL(memcpy_from_dirty_source_by_size) {
         size_t sent = proto_is("lazy") ? osize : blocks < osize ? blocks : osize;
         EXPECT_MOVED(large ? sent : 0, 0, large ? n : 0);
         expect_states(dst, n, large ? 'I' : 'D');
-        expect_same_bytes(md, dst, n, "destination, CPU view");
-        expect_device_copy(dst, n, md);
-        adsm_free(src);
-        adsm_free(dst);
-        free(ms);
-        free(md);
+        expect_destination_then_free(src, dst, n, ms, md);
     }
 }
 
@@ -413,12 +420,7 @@ PER_PROTOCOL(memcpy_orders_after_inflight_kernels) {
     CALL_OK(k_fill, grid_for(n), (int32_t *)dst, n, -31);
     cr_assert_eq(adsm_memcpy(dst + bs, src + 2 * bs, 2 * bs), ADSM_OK);
     sync_ok();
-    expect_same_bytes(md, dst, osize, "destination, CPU view");
-    expect_device_copy(dst, osize, md);
-    adsm_free(src);
-    adsm_free(dst);
-    free(ms);
-    free(md);
+    expect_destination_then_free(src, dst, osize, ms, md);
 }
 
 /* Overlapping ranges in one object act as memmove, either way and across units: a walk from the
