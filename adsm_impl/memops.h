@@ -172,7 +172,7 @@ ADSM__PRIVATE int adsm__send_source(adsm__runtime *rt, adsm__object *os, uintptr
     size_t end = adsm__tree_block_index(&os->node, ADSM__MIN(s + n, os->host + os->span) - 1, shift) + 1;
     size_t first, count;
     if (os->type || os->device_only || (n < ADSM__SEND_SOURCE_MIN && !rt->send_source_always)) return 0;
-    for (size_t b = from; b < end; b++) {
+    for (size_t b = from; b < end; b = first + count) { /* before anything is sent */
         adsm__unit_of(rt, os, b, &first, &count);
         if (os->blocks[first].busy) return 0;
     }
@@ -331,17 +331,10 @@ ADSM__PRIVATE adsm_result adsm__memcpy_via_bounce(adsm__runtime *rt, uintptr_t d
     return r;
 }
 
-/* adsm_memcpy when either side may be a device buffer; *handled says whether one was. */
-ADSM__PRIVATE adsm_result adsm__memcpy_device_buffers(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n,
-                                                      int *handled) {
-    unsigned ddev, sdev;
-    int dk = adsm__device_buffer_kind(rt, d, n, &ddev), sk = adsm__device_buffer_kind(rt, s, n, &sdev);
-    *handled = dk != ADSM__NOT_DEVICE_BUFFER || sk != ADSM__NOT_DEVICE_BUFFER;
-    if (!*handled) return ADSM_OK;
-    if (dk == ADSM__ACROSS_DEVICE_BUFFER || sk == ADSM__ACROSS_DEVICE_BUFFER)
-        return adsm__fail(ADSM_ERROR_INVALID_VALUE,
-                          "adsm_memcpy(%p, %p, %zu): a range runs across the edge of a device buffer", (void *)d,
-                          (void *)s, n);
+/* adsm_memcpy where either side or both lie in a device buffer (dk, sk: their kinds, neither
+ * across an edge; ddev, sdev: their devices). */
+ADSM__PRIVATE adsm_result adsm__memcpy_device_buffers(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n, int dk,
+                                                      unsigned ddev, int sk, unsigned sdev) {
     if (dk != sk || ddev != sdev) /* host memory on one side, or buffers of two devices */
         return adsm__memcpy_via_bounce(rt, d, s, n, dk == ADSM__IN_DEVICE_BUFFER ? (int)ddev : -1,
                                        sk == ADSM__IN_DEVICE_BUFFER ? (int)sdev : -1);
@@ -408,18 +401,16 @@ ADSM__PRIVATE adsm_result adsm__memcpy_unguarded(void *dst, const void *src, siz
         memmove(dst, src, n);
         return ADSM_OK;
     }
-    int handled;
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
-    if (s < d + n && d < s + n) { /* one range onto itself, or overlapping: checked whole first */
-        unsigned dev;
-        if (adsm__device_buffer_kind(&adsm__rt, d, n, &dev) == ADSM__ACROSS_DEVICE_BUFFER ||
-            adsm__device_buffer_kind(&adsm__rt, s, n, &dev) == ADSM__ACROSS_DEVICE_BUFFER)
-            return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_memcpy(%p, %p, %zu): a range runs across the edge of "
-                              "a device buffer", dst, src, n);
-        return d == s ? ADSM_OK : adsm__memmove_overlapping(d, s, n);
-    }
-    r = adsm__memcpy_device_buffers(&adsm__rt, d, s, n, &handled);
-    return handled ? r : adsm__memcpy_impl(&adsm__rt, d, s, n);
+    unsigned ddev, sdev;
+    int dk = adsm__device_buffer_kind(&adsm__rt, d, n, &ddev), sk = adsm__device_buffer_kind(&adsm__rt, s, n, &sdev);
+    /* checked whole before anything moves, overlapping copies (which go in pieces) included */
+    if (dk == ADSM__ACROSS_DEVICE_BUFFER || sk == ADSM__ACROSS_DEVICE_BUFFER)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_memcpy(%p, %p, %zu): a range runs across the edge of a "
+                          "device buffer", dst, src, n);
+    if (s < d + n && d < s + n) return d == s ? ADSM_OK : adsm__memmove_overlapping(d, s, n);
+    if (dk == ADSM__NOT_DEVICE_BUFFER && sk == ADSM__NOT_DEVICE_BUFFER) return adsm__memcpy_impl(&adsm__rt, d, s, n);
+    return adsm__memcpy_device_buffers(&adsm__rt, d, s, n, dk, ddev, sk, sdev);
 }
 
 #endif /* ADSM__MEMOPS_INCLUDED */
