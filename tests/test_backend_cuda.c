@@ -192,14 +192,19 @@ ParameterizedTestParameters(cuda_unavailable, switches_refuse_other_values) {
     return cr_make_param_array(char[32], vars, sizeof vars / sizeof vars[0]);
 }
 
-ParameterizedTest(char (*var)[32], cuda_unavailable, switches_refuse_other_values) {
+/* adsm_init on the double with var=value refuses it as a configuration error naming var. */
+static void expect_setting_refused(const char *var, const char *value) {
     clear_env();
     cuda_double_use();
-    setenv(*var, "yes", 1);
+    setenv(var, value, 1);
     adsm_config cfg = {0};
     cfg.backend = ADSM_BACKEND_CUDA;
-    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG, "%s", adsm_last_error());
-    expect_message(*var);
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG, "%s=%s: %s", var, value, adsm_last_error());
+    expect_message(var);
+}
+
+ParameterizedTest(char (*var)[32], cuda_unavailable, switches_refuse_other_values) {
+    expect_setting_refused(*var, "yes");
 }
 
 /* ---- addresses ------------------------------------------------------------------------------- */
@@ -886,13 +891,7 @@ ParameterizedTestParameters(cuda_double, map_ahead_refuses_bad_values) {
 }
 
 ParameterizedTest(char (*value)[16], cuda_double, map_ahead_refuses_bad_values) {
-    clear_env();
-    cuda_double_use();
-    setenv("ADSM_CUDA_MAP_AHEAD", *value, 1);
-    adsm_config cfg = {0};
-    cfg.backend = ADSM_BACKEND_CUDA;
-    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG, "%s: %s", *value, adsm_last_error());
-    expect_message("ADSM_CUDA_MAP_AHEAD");
+    expect_setting_refused("ADSM_CUDA_MAP_AHEAD", *value);
 }
 
 /* adsm_memcpy within one device buffer, the ranges overlapping either way, acts as memmove (the
