@@ -364,28 +364,28 @@ elapsed
 # against um-prefetch.)
 appbin=$out/apps/bin
 [[ -x $appbin/app_histo_adsm ]] || appbin=$(bazel info -c opt bazel-bin 2>/dev/null)
-# ab_apps VAR ON RUNS TITLE APP...: the table of VAR=ON against VAR=0
+# ab_apps VAR RUNS TITLE APP...: the table of VAR=1 against VAR=0
 ab_apps() {
-    local var=$1 on=$2 runs=$3 title=$4
-    shift 4
+    local var=$1 runs=$2 title=$3
+    shift 3
     say ""
-    say "## $title ($var=$on / 0; median wall ms of $runs, alternating)"
+    say "## $title ($var=1 / 0; median wall ms of $runs, alternating)"
     if [[ ! -x $appbin/app_sgemm_adsm ]]; then
         say "(no application binaries: the study did not build them)"
         return
     fi
     say ""
-    say "| application | protocol | $var=$on ms | $var=0 ms | $on / 0 |"
+    say "| application | protocol | $var=1 ms | $var=0 ms | 1 / 0 |"
     say "| --- | --- | ---: | ---: | ---: |"
     local a p i setting w walls
     for a in "$@"; do
         for p in lazy rolling; do
             walls=()
             for ((i = 0; i < runs; i++)); do
-                for setting in "$on" 0; do
+                for setting in 1 0; do
                     w=$(env ADSM_PROTOCOL=$p "$var=$setting" ADSM_LOG=warn timeout 20 \
                         "$appbin/app_${a}_adsm" 2>/dev/null | cut -d, -f6)
-                    walls+=("$([[ $setting == 0 ]] && echo off || echo on):${w:-nan}")
+                    walls+=("$setting:${w:-nan}")
                 done
             done
             python3 - "$a" "$p" "${walls[@]}" >> "$report" <<'PY'
@@ -394,14 +394,14 @@ app, protocol, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
 def median(setting):
     ws = [float(r.split(":")[1]) for r in runs if r.startswith(setting + ":") and r.split(":")[1] != "nan"]
     return statistics.median(ws) if ws else float("nan")
-on, off = median("on"), median("off")
+on, off = median("1"), median("0")
 print(f"| {app} | {protocol} | {on:.1f} | {off:.1f} | {on / off:.2f}x |")
 PY
         done
     done
 }
-ab_apps ADSM_HOST_ON_FIRST_USE 1 5 "Host pages on first use against at allocation" histo sgemm
-ab_apps ADSM_CUDA_COLLAPSE_SHARED 1 4 "2 MiB pages objects share, collapsed against 4 KiB pages" sgemm spmv stencil
+ab_apps ADSM_HOST_ON_FIRST_USE 5 "Host pages on first use against at allocation" histo sgemm
+ab_apps ADSM_CUDA_COLLAPSE_SHARED 4 "2 MiB pages objects share, collapsed against 4 KiB pages" sgemm spmv stencil
 
 elapsed
 # ---- the goals ----------------------------------------------------------------------------------
