@@ -77,13 +77,14 @@ ADSM__PRIVATE int adsm__host_on_first_use(const adsm__runtime *rt, const adsm__o
 }
 
 /* The view mapped onto the alias's pages ahead, as at allocation, but only where the blocks allow
- * the CPU in: MADV_POPULATE_READ stops at the first inaccessible page, and an Invalid block is
- * mapped when its fetch opens it (adsm__host_view_map_opened). */
+ * the CPU in: MADV_POPULATE_READ stops at the first inaccessible page. Each Invalid block is noted
+ * in o->view_closed and mapped when its fetch opens it (adsm__host_view_map_opened). */
 ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, adsm__object *o) {
     unsigned shift = rt->cfg.block_shift;
     for (size_t b = 0; b < o->nblocks;) {
         if (o->blocks[b].state == ADSM__INVALID) {
-            o->view_unmapped = 1;
+            o->view_closed[b / 64] |= (uint64_t)1 << (b % 64);
+            o->view_closed_left++;
             b++;
             continue;
         }
@@ -94,17 +95,32 @@ ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, adsm__obje
     }
 }
 
+ADSM__PRIVATE int adsm__view_closed(const adsm__object *o, size_t b) {
+    return (int)((o->view_closed[b / 64] >> (b % 64)) & 1);
+}
+
 /* Any context, runtime lock held: blocks [from, from + n) of o were Invalid and the CPU may now
- * read them (write: and write them): where o's pages were made while they were Invalid, the view
- * is mapped onto them now, in one call, as allocation once mapped every object's. Else the CPU's
- * first touch of each page would be a fault of its own: per 4 KiB page where the view maps the
- * alias that way (rolling, blocks under 2 MiB), on a kernel's output the CPU reads whole. */
-ADSM__PRIVATE void adsm__host_view_map_opened(const adsm__runtime *rt, const adsm__object *o, size_t from, size_t n,
-                                              int write) {
-    if (!o->view_unmapped) return;
+ * read them (write: and write them): those the view was not mapped onto when o's pages were made
+ * are now, a run of them per call, as allocation once mapped every object's. Else the CPU's first
+ * touch of each page would be a fault of its own: per 4 KiB page where the view maps the alias
+ * that way (rolling, blocks under 2 MiB), on a kernel's output the CPU reads whole. Once only: a
+ * mapping stays whatever its protection, and populating mapped pages again walks every one of them
+ * (0.9 ms for 28 MiB of 4 KiB pages on the build machine) for nothing. */
+ADSM__PRIVATE void adsm__host_view_map_opened(adsm__runtime *rt, adsm__object *o, size_t from, size_t n, int write) {
     unsigned shift = rt->cfg.block_shift;
-    madvise((void *)(o->host + (from << shift)), adsm__blocks_len(from, n, shift, o->span),
-            write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+    for (size_t b = from; b < from + n && o->view_closed_left;) {
+        if (!adsm__view_closed(o, b)) {
+            b++;
+            continue;
+        }
+        size_t e = b;
+        for (; e < from + n && adsm__view_closed(o, e); e++) o->view_closed[e / 64] &= ~((uint64_t)1 << (e % 64));
+        o->view_closed_left -= e - b;
+        rt->view_populates++;
+        madvise((void *)(o->host + (b << shift)), adsm__blocks_len(b, e - b, shift, o->span),
+                write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+        b = e;
+    }
 }
 
 /* The preparer's work for one object, its units busy. */

@@ -52,8 +52,10 @@ typedef struct adsm__object {
     int locked;               /* host pages page-locked with the driver: copies are direct DMA */
     int host_pending;         /* its host pages are made ready (page-locked, ...) on first use:
                                  not yet (host_pages.h) */
-    int view_unmapped;        /* they were made while some blocks were Invalid, which the view could
-                                 not be mapped onto: it is as each one's data comes (host_pages.h) */
+    uint64_t *view_closed;    /* host pages made on first use: one bit per block that was Invalid
+                                 then, which the view could not be mapped onto; it is as the block's
+                                 data first comes, and the bit cleared (host_pages.h) */
+    size_t view_closed_left;  /* bits of view_closed still set (0: the view is mapped everywhere) */
     int managed;              /* in the backend's managed memory (protocol_um.h), not the arenas */
     const adsm_type_desc *type; /* its structs' declared pointer fields (translate.h), or NULL */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */

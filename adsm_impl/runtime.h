@@ -92,6 +92,7 @@ typedef struct adsm__runtime {
     unsigned preparers_running;
     int preparer_freed;
     uint64_t first_uses; /* objects whose host pages were made on first use (the tests read it) */
+    uint64_t view_populates; /* calls mapping the view onto blocks opened after that (the tests read it) */
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */
     size_t dev_granule; /* device memory comes in units this large (cuda's granule); 0: pages */
