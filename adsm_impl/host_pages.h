@@ -58,13 +58,16 @@ ADSM__PRIVATE void adsm__host_pages_make(adsm__runtime *rt, adsm__object *o) {
  * so the range is made writable first (the protocol protects it right after, in on_alloc);
  * pinned pages stay pinned whatever their protection later, and DMA ignores the protection.
  * Through the alias, the program's view is then mapped onto the pages the locking allocated. */
+ADSM__PRIVATE void adsm__view_close_all(adsm__object *o);
+
 ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     if (!rt->be->host_lock || !rt->be->moves_data) return;
     if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
     adsm__host_pages_make(rt, o);
     uint64_t t0 = adsm__now_ns();
     if (o->locked && adsm__host_dma(rt, o->host) != o->host) {
-        adsm__host_alias_map_ahead(rt, o->host, o->span);
+        if (rt->view_small_pages && o->view_closed) adsm__view_close_all(o); /* mapped as blocks open */
+        else adsm__host_alias_map_ahead(rt, o->host, o->span);
         adsm__trace(&rt->trace, ADSM__TR_VIEW_MAP, t0, o->host, o->span);
     }
 }
@@ -76,15 +79,40 @@ ADSM__PRIVATE int adsm__host_on_first_use(const adsm__runtime *rt, const adsm__o
     return rt->preparers_running && rt->proto->host_on_first_use && adsm__host_dma(rt, o->host) != o->host;
 }
 
-/* The view mapped onto the alias's pages ahead, as at allocation, but only where the blocks allow
- * the CPU in: MADV_POPULATE_READ stops at the first inaccessible page. Each Invalid block is noted
- * in o->view_closed and mapped when its fetch opens it (adsm__host_view_map_opened). */
+/* ---- the program's view, mapped ahead or block by block ------------------------------------
+ * The view of an aliased object is mapped onto its pages (MADV_POPULATE_*) so that the CPU's first
+ * touch of each 4 KiB page is not a page fault of its own (about 0.5 ms per MiB on a GPU server,
+ * against 0.16 populated in bulk). Where the view maps 2 MiB pages (batch, lazy, rolling with 2 MiB
+ * blocks) that is done ahead, for the whole object, when its pages are made: it costs little and
+ * changes nothing later. Where it maps 4 KiB pages (rolling with smaller blocks, view_small_pages),
+ * mapped pages are also what every later protection change of them walks, one entry per page (16
+ * us per MiB), and the object's pages are mapped where the CPU will use them, as each block opens
+ * (adsm__host_view_map_opened): a write, or a fetch, that the CPU made. A stencil's volume the
+ * CPU writes one point of and dumps to a file through the alias costs no mapping of 28 MiB at its
+ * first use (4 ms on the GPU server), and the kernel making it Invalid at each step changes
+ * entries that are not there. Blocks whose view is still to map are o->view_closed's bits. */
+ADSM__PRIVATE void adsm__view_close(adsm__object *o, size_t b) {
+    o->view_closed[b / 64] |= (uint64_t)1 << (b % 64);
+    o->view_closed_left++;
+}
+
+ADSM__PRIVATE void adsm__view_close_all(adsm__object *o) {
+    for (size_t b = 0; b < o->nblocks; b++)
+        if (!((o->view_closed[b / 64] >> (b % 64)) & 1)) adsm__view_close(o, b);
+}
+
+/* At an object's first use: the view mapped ahead where the blocks allow the CPU in (with 2 MiB
+ * pages; MADV_POPULATE_READ stops at the first inaccessible page), each Invalid block left for its
+ * fetch to open; with 4 KiB pages every block left for the CPU's use to open. */
 ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, adsm__object *o) {
     unsigned shift = rt->cfg.block_shift;
+    if (rt->view_small_pages) {
+        adsm__view_close_all(o);
+        return;
+    }
     for (size_t b = 0; b < o->nblocks;) {
         if (o->blocks[b].state == ADSM__INVALID) {
-            o->view_closed[b / 64] |= (uint64_t)1 << (b % 64);
-            o->view_closed_left++;
+            adsm__view_close(o, b);
             b++;
             continue;
         }
@@ -95,19 +123,24 @@ ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, adsm__obje
     }
 }
 
+/* Set while a file's bytes go straight between the file and the alias (io.h): the blocks that
+ * transfer opens are not the CPU's to touch, so the view is not mapped onto them for it. */
+static __thread int adsm__tls_io_by_alias;
+
 ADSM__PRIVATE int adsm__view_closed(const adsm__object *o, size_t b) {
     return (int)((o->view_closed[b / 64] >> (b % 64)) & 1);
 }
 
-/* Any context, runtime lock held: blocks [from, from + n) of o were Invalid and the CPU may now
- * read them (write: and write them): those the view was not mapped onto when o's pages were made
- * are now, a run of them per call, as allocation once mapped every object's. Else the CPU's first
- * touch of each page would be a fault of its own: per 4 KiB page where the view maps the alias
- * that way (rolling, blocks under 2 MiB), on a kernel's output the CPU reads whole. Once only: a
- * mapping stays whatever its protection, and populating mapped pages again walks every one of them
- * (0.9 ms for 28 MiB of 4 KiB pages on the build machine) for nothing. */
+/* Any context, runtime lock held: the CPU may now read blocks [from, from + n) of o, which were
+ * Invalid (write: write them, whatever they were): those of them the view waits for are mapped
+ * now, a run per call. Else the CPU's first touch of each page would be a fault of its own where
+ * the view maps the alias 4 KiB at a time: one per 64 KiB read (the kernel's fault-around), one
+ * per page written. Once only: a mapping stays whatever its protection, and populating mapped
+ * pages again walks every one of them (0.9 ms for 28 MiB of 4 KiB pages on the build machine) for
+ * nothing. */
 ADSM__PRIVATE void adsm__host_view_map_opened(adsm__runtime *rt, adsm__object *o, size_t from, size_t n, int write) {
     unsigned shift = rt->cfg.block_shift;
+    if (adsm__tls_io_by_alias) return;
     for (size_t b = from; b < from + n && o->view_closed_left;) {
         if (!adsm__view_closed(o, b)) {
             b++;

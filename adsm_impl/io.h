@@ -282,7 +282,10 @@ ADSM__PRIVATE size_t adsm__transfer_direct(adsm__xfer *x, uintptr_t buf, size_t 
         if (whole && len < unit && rt->proto->eager) whole = 0; /* rolling: never leave a unit half-filled */
         if (x->reading && whole && len < unit && o->blocks[block].state == ADSM__INVALID)
             *unfinished = ADSM__MIN(a + unit, o->host + o->size);
-        int next = adsm__after_access(rt, adsm__runtime_access(rt, o, block, x->reading, x->reading && whole), 0);
+        adsm__tls_io_by_alias = 1; /* the transfer reads or writes the alias, not the program's view */
+        int access = adsm__runtime_access(rt, o, block, x->reading, x->reading && whole);
+        adsm__tls_io_by_alias = 0;
+        int next = adsm__after_access(rt, access, 0);
         if (next > 0) continue;
         if (next < 0) {
             *stop = 2;

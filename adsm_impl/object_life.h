@@ -305,10 +305,11 @@ ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, in
     adsm_result r = adsm__object_reserve(rt, o, fn);
     adsm__unlock(&rt->lock);
     if (r != ADSM_OK) return r;
-    /* made when first needed; the bits of the blocks the view then waits for come with them (no
-     * allocation in a fault), and without memory for them, the pages are made now */
-    if (adsm__host_on_first_use(rt, o) && (o->view_closed = (uint64_t *)calloc((o->nblocks + 63) / 64, 8)))
-        o->host_pending = 1;
+    /* made when first needed (the bits of the blocks whose view is mapped later come now: a fault
+     * may not allocate; without memory for them the pages are made now, the view mapped whole) */
+    if ((adsm__host_on_first_use(rt, o) || rt->view_small_pages) && adsm__host_dma(rt, o->host) != o->host)
+        o->view_closed = (uint64_t *)calloc((o->nblocks + 63) / 64, sizeof *o->view_closed);
+    if (adsm__host_on_first_use(rt, o) && o->view_closed) o->host_pending = 1;
     else adsm__object_lock_pages(rt, o);
     adsm__lock(&rt->lock);
     r = adsm__object_publish(rt, o);

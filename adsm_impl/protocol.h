@@ -639,9 +639,8 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
             adsm__dirtied(rt, o, dfrom, dn, sequential, &elsewhere) != 0)
             return -1;
     }
-    /* the view mapped as the states just set open it: Dirty where writable, ReadOnly where they
-     * became readable (each block once) */
-    if (state == ADSM__INVALID && is_write) adsm__host_view_map_opened(rt, o, dfrom, dn, 1);
+    /* the view mapped where the CPU goes (host_pages.h): what it writes, what a fetch opened */
+    if (is_write) adsm__host_view_map_opened(rt, o, dfrom, dn, 1);
     if (state == ADSM__INVALID && (!is_write || n > count)) adsm__host_view_map_opened(rt, o, from, n, 0);
     size_t took = ADSM__MAX(n, is_write ? dn : 0) / count; /* units whose protection changed */
     if (rt->proto->access_cost) rt->proto->access_cost(rt, adsm__now_ns() - t0 - elsewhere, took);
