@@ -66,6 +66,7 @@ ADSM__PRIVATE unsigned adsm__dev_source(const adsm__runtime *rt, const adsm__blo
 
 /* Signal-safe. Waits until every queued copy of every device ran (they may read host pages). */
 ADSM__PRIVATE void adsm__drain_all(adsm__runtime *rt) {
+    ADSM__ADD(&rt->drains, 1);
     for (unsigned d = 0; d < rt->ndev; d++) rt->be->drain(rt->dev_ctx[d]);
 }
 

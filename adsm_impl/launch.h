@@ -231,10 +231,12 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
             l.seq = next;
         }
     }
+    uint64_t flushes_before = rt->flushes_queued; /* they run before this launch (stream order) */
     if (r == ADSM_OK && (r = rt->be->launch(rt->dev_ctx[d], &l)) == ADSM_ERROR_DEVICE_LOST) adsm__mark_lost(rt, d);
     if (r == ADSM_OK) { /* before the translation back: its patch kernels take the next numbers */
         rt->dev_last_launch[d] = l.seq;
         ADSM__STORE(&rt->launch_seq, l.seq);
+        if (rt->ndev == 1) rt->flushes_before_launch = flushes_before;
     }
     adsm_result after = ADSM_OK;
     if (xlate) after = r == ADSM_OK ? adsm__xlate_after(rt, d, k->name, l.seq) : adsm__xlate_home(rt, d, k->name, NULL, 0, 0);
@@ -302,8 +304,14 @@ ADSM__PRIVATE adsm_result adsm__sync_unguarded(void) {
     adsm__runtime *rt = &adsm__rt;
     if (!adsm__ready()) return ADSM_OK;
     uint64_t t0 = adsm__now_ns();
+    adsm__lock(&rt->lock);
+    uint64_t launched = rt->flushes_before_launch; /* of a launch the wait below covers */
+    adsm__unlock(&rt->lock);
     adsm_result r = adsm__devices_synchronize(rt);
     adsm__lock(&rt->lock);
+    /* Those flushes are done: a CPU write to, or an invalidation of, a unit they sent waits for
+     * no drain (on cuda a round trip to the engine thread; histo paid one per iteration). */
+    if (r == ADSM_OK) adsm__flushes_settled(rt, launched);
     if (adsm__bring_outputs_home(rt) != 0 && r == ADSM_OK)
         r = adsm__fail(ADSM_ERROR_SYSTEM, "write-through: bringing a kernel's output home failed");
     if (r == ADSM_OK) adsm__bring_small_outputs_home(rt);

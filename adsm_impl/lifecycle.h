@@ -289,7 +289,7 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     rt->xlate_patch_refused = 0;
     rt->rolling_limit = 0;
     rt->evict_clock = rt->epoch_clock = rt->epoch_regrets = rt->epoch_touched = 0;
-    rt->flushes_queued = rt->flushes_settled = 0;
+    rt->flushes_queued = rt->flushes_settled = rt->flushes_before_launch = 0;
     rt->ahead_sum = 0;
     rt->ahead_epoch++; /* objects are gone, but runs must never outlive a runtime */
     adsm__rolling_costs_reset(rt);

@@ -127,6 +127,10 @@ typedef struct adsm__runtime {
     /* asynchronous flushes queued so far (under the lock), and the most of them known to be done
      * (a drain that started after them returned): blocks' flush_ticket refer to these */
     uint64_t flushes_queued, flushes_settled;
+    /* with one device, flushes_queued when the last launch was queued: stream order runs them
+     * before it, so a sync that saw that launch done settles them (launch.h) */
+    uint64_t flushes_before_launch;
+    uint64_t drains; /* waits for every queued copy (directory.h, adsm__drain_all; the tests read it) */
 
     const struct adsm__backend_vtbl *be;
     void *be_ctx; /* device 0's context (the explicit path, modules and single-device code use it) */

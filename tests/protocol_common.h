@@ -289,6 +289,37 @@ static inline void small_results_come_home_in_the_sync(adsm_protocol_kind protoc
     }
 }
 
+/* A flush queued before a kernel that adsm_sync saw done is done too (stream order), so neither a
+ * CPU write to what it sent nor that object's invalidation as the next kernel's output waits for
+ * every queued copy again (a drain: on cuda a round trip to the engine thread, which histo paid
+ * once an iteration). Without the sync in between, the write does wait. Lazy and rolling, block
+ * size bs. */
+static inline void synced_flushes_need_no_drain(adsm_protocol_kind protocol, size_t bs) {
+    const size_t n = 50000;
+    init(TEST_DEVICE_BACKEND, protocol, bs, 0);
+    int32_t *a = alloc(n * sizeof(int32_t)), *b = alloc(n * sizeof(int32_t));
+    wr(&a[0], 1); /* Dirty: flushed, asynchronously, at the call (an input) */
+    CALL_OK(k_add, grid_for(n), b, a, a, n);
+    uint64_t drains = adsm__rt.drains;
+    wr(&a[1], 2); /* its flush may still be reading it */
+    cr_assert_gt(adsm__rt.drains, drains, "a write to a unit whose flush ran unsynced waited for nothing");
+    CALL_OK(k_add, grid_for(n), b, a, a, n);
+    sync_ok();
+    drains = adsm__rt.drains;
+    wr(&a[2], 3);
+    cr_assert_eq(adsm__rt.drains, drains, "a write after the sync waited for copies already done");
+    CALL_OK(k_add, grid_for(n), b, a, a, n);
+    sync_ok();
+    drains = adsm__rt.drains;
+    CALL_OK(k_fill, grid_for(n), a, n, 10); /* a, flushed before the synced kernel, is its output */
+    cr_assert_eq(adsm__rt.drains, drains, "invalidating an output waited for copies already done");
+    sync_ok();
+    cr_assert_eq(rd(&b[2]), 6);
+    cr_assert_eq(rd(&b[3]), 0);
+    cr_assert_eq(rd(&a[n - 1]), 10 + (int32_t)n - 1);
+    adsm_shutdown();
+}
+
 /* Defines Test(suite, name_4k) and Test(suite, name_64k) running `static void name(size_t bs)`
  * with 4 KiB and 64 KiB blocks; write the body of name right after the macro. */
 #define TEST_BLOCK_SIZES(suite, name)              \
