@@ -190,6 +190,7 @@ ADSM__PRIVATE void *adsm__preparer_main(void *arg) {
 ADSM__PRIVATE void adsm__preparer_start(adsm__runtime *rt) {
     rt->preparers_running = 0;
     rt->preparer_freed = 0;
+    rt->sparse_first_use = 1;
     if (!rt->cfg.host_on_first_use || !rt->host_alias || !rt->be->host_lock || !rt->be->moves_data ||
         !rt->proto->host_on_first_use)
         return;

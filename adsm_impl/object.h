@@ -52,6 +52,8 @@ typedef struct adsm__object {
     int locked;               /* host pages page-locked with the driver: copies are direct DMA */
     int host_pending;         /* its host pages are made ready (page-locked, ...) on first use:
                                  not yet (host_pages.h) */
+    size_t sparse_bytes;      /* while host_pending: bytes accesses opened without making them
+                                 (protocol.h, adsm__sparse_use) */
     uint64_t *view_closed;    /* host pages made on first use: one bit per block that was Invalid
                                  then, which the view could not be mapped onto; it is as the block's
                                  data first comes, and the bit cleared (host_pages.h) */

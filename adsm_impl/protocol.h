@@ -565,6 +565,23 @@ ADSM__PRIVATE int adsm__first_use(adsm__runtime *rt, adsm__object *o) {
     return ADSM__AGAIN;
 }
 
+/* A large object's host pages are not made for an access to a small part of it: the CPU writing
+ * a source point into a kernel's 28 MiB output, or reading a few values of a result, would have
+ * collapsed, zeroed and page-locked all of it (about 0.16 ms per MiB on a GPU server), against a
+ * hand-written program's copy of those bytes. Such accesses go on while the object's pages wait:
+ * their copies are staged (cuda's pinned staging, into the always-writable alias, which allocates
+ * only the pages they touch), and what they opened is counted in o->sparse_bytes. Once that would
+ * pass an eighth of the object, the pages are made, keeping the bytes already there. Objects under
+ * 16 MiB are made at their first use, whole (few pages, and a unit is a large share of them);
+ * lazy's units are whole objects. rt->sparse_first_use 0 (a test's) makes every first use whole. */
+#define ADSM__SPARSE_MIN ((size_t)16 << 20)
+#define ADSM__SPARSE_SHARE 8
+
+ADSM__PRIVATE int adsm__sparse_use(const adsm__runtime *rt, const adsm__object *o, size_t first, size_t count) {
+    if (!rt->sparse_first_use || o->span < ADSM__SPARSE_MIN) return 0;
+    return o->sparse_bytes + adsm__blocks_len(first, count, rt->cfg.block_shift, o->span) <= o->span / ADSM__SPARSE_SHARE;
+}
+
 /* ---- lazy and rolling share this engine ------------------------------------------------- */
 /* The copies an access needs before the unit may change state: the end of an eviction still
  * reading it (before a write), and the kernel that may write it plus the fetch (Invalid data).
@@ -617,7 +634,8 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     size_t first, count;
     adsm__unit_of(rt, o, block, &first, &count);
     if (o->blocks[first].busy) return adsm__await_unit(rt, o, &o->blocks[first]); /* another thread's copy */
-    if (o->host_pending) return adsm__first_use(rt, o); /* the CPU or a fetch is about to use them */
+    if (o->host_pending && !adsm__sparse_use(rt, o, first, count))
+        return adsm__first_use(rt, o); /* the CPU or a fetch is about to use them */
     int state = o->blocks[block].state, let_go = 0;
     if (adsm__state_allows(state, is_write)) /* another thread got here first; applied again, so a */
         return adsm__set_state(rt, o, first, count, state); /* page out of step with its state heals */
@@ -642,6 +660,8 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     /* the view mapped where the CPU goes (host_pages.h): what it writes, what a fetch opened */
     if (is_write) adsm__host_view_map_opened(rt, o, dfrom, dn, 1);
     if (state == ADSM__INVALID && (!is_write || n > count)) adsm__host_view_map_opened(rt, o, from, n, 0);
+    if (o->host_pending) /* a sparse use: what it opened */
+        o->sparse_bytes += adsm__blocks_len(0, ADSM__MAX(n, is_write ? dn : 0), rt->cfg.block_shift, o->span);
     size_t took = ADSM__MAX(n, is_write ? dn : 0) / count; /* units whose protection changed */
     if (rt->proto->access_cost) rt->proto->access_cost(rt, adsm__now_ns() - t0 - elsewhere, took);
     return done;

@@ -1635,6 +1635,7 @@ ParameterizedTest(prepare_case *t, cuda_double, large_ranges_are_prepared_on_sev
     cr_assert_not_null(a, "%s", adsm_last_error());
     uintptr_t dma = adsm__host_dma(&adsm__rt, (uintptr_t)a);
     cr_assert_eq(dma != (uintptr_t)a, aliased, "host alias %p for object %p", (void *)dma, (void *)a);
+    adsm__rt.sparse_first_use = 0; /* a one-byte first use makes all of it (not the staged sparse use) */
     a[size - 1] = 0; /* its first use: through the alias, its host pages are made now */
     cr_assert_eq(adsm__rt.prepare_helpers - before, helpers, "%llu threads helped make the object, expected %llu",
                  (unsigned long long)(adsm__rt.prepare_helpers - before), (unsigned long long)helpers);
@@ -1846,6 +1847,56 @@ ParameterizedTest(char (*first_use)[2], cuda_double, with_small_blocks_the_view_
     cr_assert_eq(v[0], 1);
     cr_assert_eq(v[size - 1], 1);
     adsm_free(v);
+    adsm_shutdown();
+}
+
+static size_t sparse_bytes(const void *p) {
+    adsm__lock(&adsm__rt.lock);
+    adsm__object *o = adsm__object_of(adsm__tree_find(&adsm__rt.objects, (uintptr_t)p));
+    size_t n = o ? o->sparse_bytes : 0;
+    adsm__unlock(&adsm__rt.lock);
+    return n;
+}
+
+/* A few bytes of a large object do not make its host pages (protocol.h, adsm__sparse_use): the CPU
+ * writing a source point into a 32 MiB input and reading one value of a 32 MiB result copies those
+ * blocks, staged, and neither object is collapsed, zeroed or page-locked whole; a pass over the
+ * result makes its pages once an eighth of it is opened, keeping what is there. Results are right
+ * throughout. */
+Test(cuda_double, a_few_bytes_of_a_large_object_do_not_make_its_pages) {
+    const size_t n = 8 << 20, size = n * sizeof(float), block = 256 << 10, at = 5 * block / sizeof(float);
+    init_ok(ADSM_PROTOCOL_ROLLING, block, 0);
+    attach();
+    float *a = adsm_alloc(size), *b = adsm_alloc(size), *c = adsm_alloc(size);
+    cr_assert(a && b && c, "%s", adsm_last_error());
+    uintptr_t alias_a = adsm__host_dma(&adsm__rt, (uintptr_t)a), alias_c = adsm__host_dma(&adsm__rt, (uintptr_t)c);
+    uint64_t made = adsm__rt.first_uses, staged = adsm__rt.stats.staged_bytes;
+    a[at] = 2.0f; /* a source point */
+    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((uint32_t)((n + 255) / 256), 256), c, a, b, n), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(c[at], 2.0f, "the point, through the kernel: %f", (double)c[at]);
+    cr_assert_eq(c[at + 1], 0.0f);
+    cr_assert_eq(adsm__rt.first_uses, made, "%llu objects' pages were made for a few bytes",
+                 (unsigned long long)(adsm__rt.first_uses - made));
+    cr_assert(!host_locked(alias_a, size) && !host_locked(alias_c, size), "page-locked for a few bytes");
+    size_t opened = sparse_bytes(a) + sparse_bytes(c); /* a's block written, c's fetch (its 2 MiB page) */
+    cr_assert(opened >= 2 * block && opened <= 2 * size / 8, "%zu bytes opened", opened);
+    cr_assert_leq(resident_pages(alias_a, size) + resident_pages(alias_c, size), opened / 4096,
+                  "%zu alias pages for %zu bytes opened", resident_pages(alias_a, size) + resident_pages(alias_c, size),
+                  opened);
+    cr_assert_geq(adsm__rt.stats.staged_bytes - staged, 2 * block, "the blocks went unstaged");
+    for (size_t i = 0; i < n; i += 1021) /* a pass over the result: its pages are made on the way */
+        cr_assert_eq(c[i], i == at ? 2.0f : 0.0f, "c[%zu] = %f", i, (double)c[i]);
+    cr_assert_eq(c[at], 2.0f);
+    cr_assert_eq(adsm__rt.first_uses, made + 1, "the pass over c made %llu objects' pages",
+                 (unsigned long long)(adsm__rt.first_uses - made));
+    cr_assert(host_locked(alias_c, size), "the object read through is not page-locked");
+    cr_assert(!host_locked(alias_a, size));
+    cr_assert_eq(a[at], 2.0f);
+    adsm_free(a);
+    adsm_free(b);
+    adsm_free(c);
     adsm_shutdown();
 }
 
