@@ -559,27 +559,49 @@ ADSM__PRIVATE int adsm__first_use(adsm__runtime *rt, adsm__object *o) {
     if (o->busy_units) return adsm__await_unit(rt, o, NULL);
     size_t marks = rt->proto->whole_object ? 1 : o->nblocks;
     o->host_pending = 0;
+    memset(o->view_closed, 0, (o->nblocks + 63) / 64 * sizeof *o->view_closed); /* sparse marks: done */
     adsm__busy_begin(rt, o, o->blocks, marks);
     adsm__host_pages_ask(rt, o);
     adsm__busy_end(rt, o, o->blocks, marks);
     return ADSM__AGAIN;
 }
 
-/* A large object's host pages are not made for an access to a small part of it: the CPU writing
- * a source point into a kernel's 28 MiB output, or reading a few values of a result, would have
- * collapsed, zeroed and page-locked all of it (about 0.16 ms per MiB on a GPU server), against a
- * hand-written program's copy of those bytes. Such accesses go on while the object's pages wait:
- * their copies are staged (cuda's pinned staging, into the always-writable alias, which allocates
- * only the pages they touch), and what they opened is counted in o->sparse_bytes. Once that would
- * pass an eighth of the object, the pages are made, keeping the bytes already there. Objects under
- * 16 MiB are made at their first use, whole (few pages, and a unit is a large share of them);
- * lazy's units are whole objects. rt->sparse_first_use 0 (a test's) makes every first use whole. */
+/* A CPU store into a kernel's output does not make a large object's host pages: the CPU writing a
+ * source point into a 28 MiB volume between kernels would have collapsed, zeroed and page-locked
+ * all of it (about 0.2 ms per MiB on a GPU server), where a hand-written program copies 4 bytes.
+ * Such a store (into an Invalid unit of an object of 16 MiB or more whose pages wait for their
+ * first use, or into a unit an earlier one opened) goes on while the pages wait: its fetch and the unit's later flush are staged
+ * (cuda's pinned staging, into the always-writable alias, which allocates only the pages they
+ * touch). The distinct blocks so opened are o->view_closed's bits until the first use (the view
+ * is mapped by then only by the CPU's own touches), their bytes o->sparse_bytes; once they would
+ * pass an eighth of the object or 4 MiB, the pages are made, keeping what is there. Reads, and
+ * first writes to fresh data (a program filling its input), make them at once, as before: those
+ * are passes, which staging and 4 KiB alias pages would slow. rt->sparse_first_use 0 (a test's)
+ * turns this off. */
 #define ADSM__SPARSE_MIN ((size_t)16 << 20)
-#define ADSM__SPARSE_SHARE 8
+#define ADSM__SPARSE_MAX ((size_t)4 << 20)
 
-ADSM__PRIVATE int adsm__sparse_use(const adsm__runtime *rt, const adsm__object *o, size_t first, size_t count) {
-    if (!rt->sparse_first_use || o->span < ADSM__SPARSE_MIN) return 0;
-    return o->sparse_bytes + adsm__blocks_len(first, count, rt->cfg.block_shift, o->span) <= o->span / ADSM__SPARSE_SHARE;
+ADSM__PRIVATE int adsm__sparse_opened(const adsm__object *o, size_t b) {
+    return (int)((o->view_closed[b / 64] >> (b % 64)) & 1);
+}
+
+/* Bytes of blocks [from, from + n) not opened sparsely yet; with `note`, they are noted now. */
+ADSM__PRIVATE size_t adsm__sparse_new_bytes(const adsm__runtime *rt, adsm__object *o, size_t from, size_t n, int note) {
+    size_t bytes = 0;
+    for (size_t b = from; b < from + n && b < o->nblocks; b++) {
+        if (adsm__sparse_opened(o, b)) continue;
+        bytes += adsm__blocks_len(b, 1, rt->cfg.block_shift, o->span);
+        if (note) o->view_closed[b / 64] |= (uint64_t)1 << (b % 64);
+    }
+    return bytes;
+}
+
+ADSM__PRIVATE int adsm__sparse_use(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state,
+                                   int is_write) {
+    if (!rt->sparse_first_use || !is_write || o->span < ADSM__SPARSE_MIN) return 0;
+    if (state != ADSM__INVALID && !adsm__sparse_opened(o, first)) return 0; /* fresh data: a pass filling it */
+    size_t budget = ADSM__MIN(o->span / 8, ADSM__SPARSE_MAX);
+    return o->sparse_bytes + adsm__sparse_new_bytes(rt, o, first, count, 0) <= budget;
 }
 
 /* ---- lazy and rolling share this engine ------------------------------------------------- */
@@ -634,9 +656,9 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     size_t first, count;
     adsm__unit_of(rt, o, block, &first, &count);
     if (o->blocks[first].busy) return adsm__await_unit(rt, o, &o->blocks[first]); /* another thread's copy */
-    if (o->host_pending && !adsm__sparse_use(rt, o, first, count))
-        return adsm__first_use(rt, o); /* the CPU or a fetch is about to use them */
     int state = o->blocks[block].state, let_go = 0;
+    if (o->host_pending && !adsm__sparse_use(rt, o, first, count, state, is_write))
+        return adsm__first_use(rt, o); /* the CPU or a fetch is about to use them */
     if (adsm__state_allows(state, is_write)) /* another thread got here first; applied again, so a */
         return adsm__set_state(rt, o, first, count, state); /* page out of step with its state heals */
     uint64_t t0 = adsm__now_ns(), elsewhere = 0; /* copies, waits, evictions */
@@ -660,8 +682,10 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     /* the view mapped where the CPU goes (host_pages.h): what it writes, what a fetch opened */
     if (is_write) adsm__host_view_map_opened(rt, o, dfrom, dn, 1);
     if (state == ADSM__INVALID && (!is_write || n > count)) adsm__host_view_map_opened(rt, o, from, n, 0);
-    if (o->host_pending) /* a sparse use: what it opened */
-        o->sparse_bytes += adsm__blocks_len(0, ADSM__MAX(n, is_write ? dn : 0), rt->cfg.block_shift, o->span);
+    if (o->host_pending) { /* a sparse use: what it opened */
+        o->sparse_bytes += adsm__sparse_new_bytes(rt, o, from, n, 1);
+        o->sparse_bytes += adsm__sparse_new_bytes(rt, o, dfrom, dn, 1);
+    }
     size_t took = ADSM__MAX(n, is_write ? dn : 0) / count; /* units whose protection changed */
     if (rt->proto->access_cost) rt->proto->access_cost(rt, adsm__now_ns() - t0 - elsewhere, took);
     return done;

@@ -1858,42 +1858,45 @@ static size_t sparse_bytes(const void *p) {
     return n;
 }
 
-/* A few bytes of a large object do not make its host pages (protocol.h, adsm__sparse_use): the CPU
- * writing a source point into a 32 MiB input and reading one value of a 32 MiB result copies those
- * blocks, staged, and neither object is collapsed, zeroed or page-locked whole; a pass over the
- * result makes its pages once an eighth of it is opened, keeping what is there. Results are right
- * throughout. */
-Test(cuda_double, a_few_bytes_of_a_large_object_do_not_make_its_pages) {
-    const size_t n = 8 << 20, size = n * sizeof(float), block = 256 << 10, at = 5 * block / sizeof(float);
+/* A CPU store into a kernel's output does not make a large object's host pages (protocol.h,
+ * adsm__sparse_use): a source point written into each of two 32 MiB volumes between kernels copies
+ * those blocks, staged, and neither volume is collapsed, zeroed or page-locked whole; the results
+ * are right. A read makes the object it reads at once, and so do stores into more than 4 MiB of
+ * distinct blocks, keeping what is there. */
+Test(cuda_double, a_store_into_a_large_kernel_output_does_not_make_its_pages) {
+    const size_t n = 8 << 20, size = n * sizeof(float), block = 256 << 10, bf = block / sizeof(float), at = 5 * bf;
+    const adsm_grid grid = adsm_grid_1d((uint32_t)((n + 255) / 256), 256);
     init_ok(ADSM_PROTOCOL_ROLLING, block, 0);
     attach();
     float *a = adsm_alloc(size), *b = adsm_alloc(size), *c = adsm_alloc(size);
     cr_assert(a && b && c, "%s", adsm_last_error());
     uintptr_t alias_a = adsm__host_dma(&adsm__rt, (uintptr_t)a), alias_c = adsm__host_dma(&adsm__rt, (uintptr_t)c);
     uint64_t made = adsm__rt.first_uses, staged = adsm__rt.stats.staged_bytes;
-    a[at] = 2.0f; /* a source point */
-    cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((uint32_t)((n + 255) / 256), 256), c, a, b, n), ADSM_OK, "%s",
-                 adsm_last_error());
+    cr_assert_eq(ADSM_CALL(vadd, grid, c, a, b, n), ADSM_OK, "%s", adsm_last_error()); /* c: zeros, Invalid here */
+    c[at] = 5.0f; /* a source point, into the kernel's output */
+    cr_assert_eq(ADSM_CALL(vadd, grid, a, c, b, n), ADSM_OK, "%s", adsm_last_error()); /* a = c */
+    a[at + 1] = 1.0f;
+    cr_assert_eq(ADSM_CALL(vadd, grid, b, a, c, n), ADSM_OK, "%s", adsm_last_error()); /* b = a + c */
     cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
-    cr_assert_eq(c[at], 2.0f, "the point, through the kernel: %f", (double)c[at]);
-    cr_assert_eq(c[at + 1], 0.0f);
-    cr_assert_eq(adsm__rt.first_uses, made, "%llu objects' pages were made for a few bytes",
+    cr_assert_eq(adsm__rt.first_uses, made, "%llu objects' pages were made for two stores",
                  (unsigned long long)(adsm__rt.first_uses - made));
-    cr_assert(!host_locked(alias_a, size) && !host_locked(alias_c, size), "page-locked for a few bytes");
-    size_t opened = sparse_bytes(a) + sparse_bytes(c); /* a's block written, c's fetch (its 2 MiB page) */
-    cr_assert(opened >= 2 * block && opened <= 2 * size / 8, "%zu bytes opened", opened);
+    cr_assert(!host_locked(alias_a, size) && !host_locked(alias_c, size), "page-locked for a store");
+    size_t opened = sparse_bytes(a) + sparse_bytes(c);
+    cr_assert(opened >= 2 * block && opened <= 2 * (4 * MIB), "%zu bytes opened", opened);
     cr_assert_leq(resident_pages(alias_a, size) + resident_pages(alias_c, size), opened / 4096,
                   "%zu alias pages for %zu bytes opened", resident_pages(alias_a, size) + resident_pages(alias_c, size),
                   opened);
     cr_assert_geq(adsm__rt.stats.staged_bytes - staged, 2 * block, "the blocks went unstaged");
-    for (size_t i = 0; i < n; i += 1021) /* a pass over the result: its pages are made on the way */
-        cr_assert_eq(c[i], i == at ? 2.0f : 0.0f, "c[%zu] = %f", i, (double)c[i]);
-    cr_assert_eq(c[at], 2.0f);
-    cr_assert_eq(adsm__rt.first_uses, made + 1, "the pass over c made %llu objects' pages",
-                 (unsigned long long)(adsm__rt.first_uses - made));
-    cr_assert(host_locked(alias_c, size), "the object read through is not page-locked");
+    cr_assert_eq(b[at], 10.0f, "b[at] = %f", (double)b[at]); /* a read: b made now */
+    cr_assert_eq(b[at + 1], 1.0f);
+    cr_assert_eq(b[0], 0.0f);
+    cr_assert_eq(adsm__rt.first_uses, made + 1, "a read made %llu objects' pages", (unsigned long long)(adsm__rt.first_uses - made));
+    for (size_t k = 0; k < 24; k++) c[k * bf + 3] = 7.0f; /* stores into 6 MiB of c's blocks */
+    cr_assert(host_locked(alias_c, size), "stores into 6 MiB of distinct blocks did not make c's pages");
+    cr_assert_eq(adsm__rt.first_uses, made + 2);
+    for (size_t k = 0; k < 24; k++) cr_assert_eq(c[k * bf + 3], 7.0f, "block %zu", k);
+    cr_assert_eq(c[at], 5.0f, "the sparse store's value, kept when c's pages were made");
     cr_assert(!host_locked(alias_a, size));
-    cr_assert_eq(a[at], 2.0f);
     adsm_free(a);
     adsm_free(b);
     adsm_free(c);
