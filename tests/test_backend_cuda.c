@@ -1635,7 +1635,6 @@ ParameterizedTest(prepare_case *t, cuda_double, large_ranges_are_prepared_on_sev
     cr_assert_not_null(a, "%s", adsm_last_error());
     uintptr_t dma = adsm__host_dma(&adsm__rt, (uintptr_t)a);
     cr_assert_eq(dma != (uintptr_t)a, aliased, "host alias %p for object %p", (void *)dma, (void *)a);
-    adsm__rt.sparse_first_use = 0; /* a one-byte first use makes all of it (not the staged sparse use) */
     a[size - 1] = 0; /* its first use: through the alias, its host pages are made now */
     cr_assert_eq(adsm__rt.prepare_helpers - before, helpers, "%llu threads helped make the object, expected %llu",
                  (unsigned long long)(adsm__rt.prepare_helpers - before), (unsigned long long)helpers);

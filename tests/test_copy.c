@@ -455,7 +455,6 @@ Test(copy, page_locking_at_a_first_use_holds_up_nothing_else) {
     setenv("ADSM_HOST_ON_FIRST_USE", "1", 1);
     init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0);
     cr_assert_gt(adsm__rt.preparers_running, 1, "objects' host pages are not made on first use by several threads");
-    adsm__rt.sparse_first_use = 0; /* the large object's one-word first use makes all of it */
     int32_t *readonly = (int32_t *)alloc(4096), *invalid = (int32_t *)alloc(4096), *later = (int32_t *)alloc(4096);
     wr(&readonly[0], 1); /* both first used now (a write: a read of a fresh object is no fault) */
     wr(&invalid[0], 1);
