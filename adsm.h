@@ -203,7 +203,9 @@
        ADSM_HOST_ON_FIRST_USE 1: under shared addresses with that second view, and lazy or rolling,
                           an object's host pages are made and page-locked when the CPU or a
                           fetch first needs them (an object only kernels use costs no host
-                          memory); 0: at adsm_alloc   (1)
+                          memory; CPU stores into a kernel's output of 16 MiB or more make
+                          them only past 4 MiB of distinct blocks, staged until then); 0: at
+                          adsm_alloc   (1)
        ADSM_CUDA_DRIVER   driver library to load                       (libcuda.so.1, then libcuda.so)
        ADSM_NVRTC_LIBRARY NVRTC library for adsm_module_load_source    (libnvrtc.so.N for the driver's
                           major N down to 12, then libnvrtc.so if not newer than the driver)
