@@ -66,7 +66,7 @@ ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
     adsm__host_pages_make(rt, o);
     uint64_t t0 = adsm__now_ns();
     if (o->locked && adsm__host_dma(rt, o->host) != o->host) {
-        if (rt->view_small_pages && o->view_closed) adsm__view_close_all(o); /* mapped as blocks open */
+        if (rt->view_small_pages && o->block_bits) adsm__view_close_all(o); /* mapped as blocks open */
         else adsm__host_alias_map_ahead(rt, o->host, o->span);
         adsm__trace(&rt->trace, ADSM__TR_VIEW_MAP, t0, o->host, o->span);
     }
@@ -90,15 +90,15 @@ ADSM__PRIVATE int adsm__host_on_first_use(const adsm__runtime *rt, const adsm__o
  * (adsm__host_view_map_opened): a write, or a fetch, that the CPU made. A stencil's volume the
  * CPU writes one point of and dumps to a file through the alias costs no mapping of 28 MiB at its
  * first use (4 ms on the GPU server), and the kernel making it Invalid at each step changes
- * entries that are not there. Blocks whose view is still to map are o->view_closed's bits. */
+ * entries that are not there. Blocks whose view is still to map are o->block_bits's bits. */
 ADSM__PRIVATE void adsm__view_close(adsm__object *o, size_t b) {
-    o->view_closed[b / 64] |= (uint64_t)1 << (b % 64);
-    o->view_closed_left++;
+    adsm__block_bit_set(o, b);
+    o->block_bits_set++;
 }
 
 ADSM__PRIVATE void adsm__view_close_all(adsm__object *o) {
     for (size_t b = 0; b < o->nblocks; b++)
-        if (!((o->view_closed[b / 64] >> (b % 64)) & 1)) adsm__view_close(o, b);
+        if (!adsm__block_bit(o, b)) adsm__view_close(o, b);
 }
 
 /* At an object's first use: the view mapped ahead where the blocks allow the CPU in (with 2 MiB
@@ -127,10 +127,6 @@ ADSM__PRIVATE void adsm__host_view_map_ahead(const adsm__runtime *rt, adsm__obje
  * transfer opens are not the CPU's to touch, so the view is not mapped onto them for it. */
 static __thread int adsm__tls_io_by_alias;
 
-ADSM__PRIVATE int adsm__view_closed(const adsm__object *o, size_t b) {
-    return (int)((o->view_closed[b / 64] >> (b % 64)) & 1);
-}
-
 /* Any context, runtime lock held: the CPU may now read blocks [from, from + n) of o, which were
  * Invalid (write: write them, whatever they were): those of them the view waits for are mapped
  * now, a run per call. Else the CPU's first touch of each page would be a fault of its own where
@@ -141,14 +137,14 @@ ADSM__PRIVATE int adsm__view_closed(const adsm__object *o, size_t b) {
 ADSM__PRIVATE void adsm__host_view_map_opened(adsm__runtime *rt, adsm__object *o, size_t from, size_t n, int write) {
     unsigned shift = rt->cfg.block_shift;
     if (adsm__tls_io_by_alias) return;
-    for (size_t b = from; b < from + n && o->view_closed_left;) {
-        if (!adsm__view_closed(o, b)) {
+    for (size_t b = from; b < from + n && o->block_bits_set;) {
+        if (!adsm__block_bit(o, b)) {
             b++;
             continue;
         }
         size_t e = b;
-        for (; e < from + n && adsm__view_closed(o, e); e++) o->view_closed[e / 64] &= ~((uint64_t)1 << (e % 64));
-        o->view_closed_left -= e - b;
+        for (; e < from + n && adsm__block_bit(o, e); e++) adsm__block_bit_clear(o, e);
+        o->block_bits_set -= e - b;
         rt->view_populates++;
         madvise((void *)(o->host + (b << shift)), adsm__blocks_len(b, e - b, shift, o->span),
                 write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);

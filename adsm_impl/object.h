@@ -52,12 +52,13 @@ typedef struct adsm__object {
     int locked;               /* host pages page-locked with the driver: copies are direct DMA */
     int host_pending;         /* its host pages are made ready (page-locked, ...) on first use:
                                  not yet (host_pages.h) */
-    size_t sparse_bytes;      /* while host_pending: bytes accesses opened without making them
-                                 (protocol.h, adsm__sparse_use) */
-    uint64_t *view_closed;    /* host pages made on first use: one bit per block that was Invalid
-                                 then, which the view could not be mapped onto; it is as the block's
-                                 data first comes, and the bit cleared (host_pages.h) */
-    size_t view_closed_left;  /* bits of view_closed still set (0: the view is mapped everywhere) */
+    uint64_t *block_bits;     /* an aliased object's bit per block (allocated with it: a fault may
+                                 not allocate): until its host pages are made, the blocks CPU stores
+                                 opened without making them (protocol.h, adsm__sparse_use); after,
+                                 the blocks the program's view is still to be mapped onto
+                                 (host_pages.h, adsm__host_view_map_opened) */
+    size_t block_bits_set;    /* after the pages are made: bits set (0: nothing to map) */
+    size_t sparse_bytes;      /* before: bytes of the blocks marked */
     int managed;              /* in the backend's managed memory (protocol_um.h), not the arenas */
     const adsm_type_desc *type; /* its structs' declared pointer fields (translate.h), or NULL */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
@@ -103,6 +104,17 @@ typedef struct adsm__object {
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */
 } adsm__object;
+
+/* o->block_bits's bit for block b (the field says what it means when). Signal-safe. */
+ADSM__PRIVATE int adsm__block_bit(const adsm__object *o, size_t b) {
+    return (int)((o->block_bits[b / 64] >> (b % 64)) & 1);
+}
+
+ADSM__PRIVATE void adsm__block_bit_set(adsm__object *o, size_t b) { o->block_bits[b / 64] |= (uint64_t)1 << (b % 64); }
+
+ADSM__PRIVATE void adsm__block_bit_clear(adsm__object *o, size_t b) {
+    o->block_bits[b / 64] &= ~((uint64_t)1 << (b % 64));
+}
 
 ADSM__PRIVATE adsm__object *adsm__object_of(adsm__tree_node *n) {
     return n ? ADSM__CONTAINER_OF(n, adsm__object, node) : NULL;

@@ -24,7 +24,7 @@
 
 ADSM__PRIVATE void adsm__object_destroy(adsm__object *o) {
     free(o->blocks);
-    free(o->view_closed);
+    free(o->block_bits);
     free(o);
 }
 
@@ -308,8 +308,8 @@ ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, in
     /* made when first needed (the bits of the blocks whose view is mapped later come now: a fault
      * may not allocate; without memory for them the pages are made now, the view mapped whole) */
     if ((adsm__host_on_first_use(rt, o) || rt->view_small_pages) && adsm__host_dma(rt, o->host) != o->host)
-        o->view_closed = (uint64_t *)calloc((o->nblocks + 63) / 64, sizeof *o->view_closed);
-    if (adsm__host_on_first_use(rt, o) && o->view_closed) o->host_pending = 1;
+        o->block_bits = (uint64_t *)calloc((o->nblocks + 63) / 64, sizeof *o->block_bits);
+    if (adsm__host_on_first_use(rt, o) && o->block_bits) o->host_pending = 1;
     else adsm__object_lock_pages(rt, o);
     adsm__lock(&rt->lock);
     r = adsm__object_publish(rt, o);

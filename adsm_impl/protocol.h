@@ -559,7 +559,7 @@ ADSM__PRIVATE int adsm__first_use(adsm__runtime *rt, adsm__object *o) {
     if (o->busy_units) return adsm__await_unit(rt, o, NULL);
     size_t marks = rt->proto->whole_object ? 1 : o->nblocks;
     o->host_pending = 0;
-    memset(o->view_closed, 0, (o->nblocks + 63) / 64 * sizeof *o->view_closed); /* sparse marks: done */
+    memset(o->block_bits, 0, (o->nblocks + 63) / 64 * sizeof *o->block_bits); /* sparse stores' bits: done */
     adsm__busy_begin(rt, o, o->blocks, marks);
     adsm__host_pages_ask(rt, o);
     adsm__busy_end(rt, o, o->blocks, marks);
@@ -570,28 +570,24 @@ ADSM__PRIVATE int adsm__first_use(adsm__runtime *rt, adsm__object *o) {
  * source point into a 28 MiB volume between kernels would have collapsed, zeroed and page-locked
  * all of it (about 0.2 ms per MiB on a GPU server), where a hand-written program copies 4 bytes.
  * Such a store (into an Invalid unit of an object of 16 MiB or more whose pages wait for their
- * first use, or into a unit an earlier one opened) goes on while the pages wait: its fetch and the unit's later flush are staged
- * (cuda's pinned staging, into the always-writable alias, which allocates only the pages they
- * touch). The distinct blocks so opened are o->view_closed's bits until the first use (the view
- * is mapped by then only by the CPU's own touches), their bytes o->sparse_bytes; once they would
- * pass an eighth of the object or 4 MiB, the pages are made, keeping what is there. Reads, and
- * first writes to fresh data (a program filling its input), make them at once, as before: those
- * are passes, which staging and 4 KiB alias pages would slow. rt->sparse_first_use 0 (a test's)
- * turns this off. */
+ * first use, or into a unit an earlier one opened) goes on while the pages wait: its fetch and
+ * the unit's later flush are staged (cuda's pinned staging, into the always-writable alias, which
+ * allocates only the pages they touch). The distinct blocks so opened are o->block_bits's bits
+ * until the first use (the view is mapped by then only by the CPU's own touches), their bytes
+ * o->sparse_bytes; once they would pass an eighth of the object or 4 MiB, the pages are made,
+ * keeping what is there. Reads, and first writes to fresh data (a program filling its input),
+ * make them at once, as before: those are passes, which staging and 4 KiB alias pages would slow.
+ * rt->sparse_first_use 0 (a test's) turns this off. */
 #define ADSM__SPARSE_MIN ((size_t)16 << 20)
 #define ADSM__SPARSE_MAX ((size_t)4 << 20)
-
-ADSM__PRIVATE int adsm__sparse_opened(const adsm__object *o, size_t b) {
-    return (int)((o->view_closed[b / 64] >> (b % 64)) & 1);
-}
 
 /* Bytes of blocks [from, from + n) not opened sparsely yet; with `note`, they are noted now. */
 ADSM__PRIVATE size_t adsm__sparse_new_bytes(const adsm__runtime *rt, adsm__object *o, size_t from, size_t n, int note) {
     size_t bytes = 0;
     for (size_t b = from; b < from + n && b < o->nblocks; b++) {
-        if (adsm__sparse_opened(o, b)) continue;
+        if (adsm__block_bit(o, b)) continue;
         bytes += adsm__blocks_len(b, 1, rt->cfg.block_shift, o->span);
-        if (note) o->view_closed[b / 64] |= (uint64_t)1 << (b % 64);
+        if (note) adsm__block_bit_set(o, b);
     }
     return bytes;
 }
@@ -599,7 +595,7 @@ ADSM__PRIVATE size_t adsm__sparse_new_bytes(const adsm__runtime *rt, adsm__objec
 ADSM__PRIVATE int adsm__sparse_use(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int state,
                                    int is_write) {
     if (!rt->sparse_first_use || !is_write || o->span < ADSM__SPARSE_MIN) return 0;
-    if (state != ADSM__INVALID && !adsm__sparse_opened(o, first)) return 0; /* fresh data: a pass filling it */
+    if (state != ADSM__INVALID && !adsm__block_bit(o, first)) return 0; /* fresh data: a pass filling it */
     size_t budget = ADSM__MIN(o->span / 8, ADSM__SPARSE_MAX);
     return o->sparse_bytes + adsm__sparse_new_bytes(rt, o, first, count, 0) <= budget;
 }
