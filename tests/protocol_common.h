@@ -320,6 +320,30 @@ static inline void synced_flushes_need_no_drain(adsm_protocol_kind protocol, siz
     adsm_shutdown();
 }
 
+/* A kernel's output that is Invalid already (a grid only kernels write, as a stencil's two are)
+ * costs no protection change at the next launch that writes it; side-by-side outputs the same;
+ * one that the CPU read is protected again. Lazy and rolling, block size bs. */
+static inline void invalid_outputs_are_not_protected_again(adsm_protocol_kind protocol, size_t bs) {
+    const size_t n = 50000;
+    init(TEST_DEVICE_BACKEND, protocol, bs, 0);
+    int32_t *a = alloc(n * sizeof(int32_t)), *b = alloc(n * sizeof(int32_t));
+    CALL_OK(k_fill2, grid_for(n), a, b, n, 1); /* both ReadOnly before: protected */
+    uint64_t changes = stats().protection_changes;
+    CALL_OK(k_fill2, grid_for(n), a, b, n, 2);
+    CALL_OK(k_fill, grid_for(n), a, n, 3);
+    cr_assert_eq(stats().protection_changes, changes, "%llu protection changes for outputs Invalid already",
+                 (unsigned long long)(stats().protection_changes - changes));
+    sync_ok();
+    cr_assert_eq(rd(&b[n - 1]), 2 - (int32_t)(n - 1)); /* b ReadOnly now (a fetch) */
+    changes = stats().protection_changes;
+    CALL_OK(k_fill2, grid_for(n), a, b, n, 4);
+    cr_assert_gt(stats().protection_changes, changes, "an output the CPU read was not protected again");
+    sync_ok();
+    cr_assert_eq(rd(&a[7]), 4 + 7);
+    cr_assert_eq(rd(&b[7]), 4 - 7);
+    adsm_shutdown();
+}
+
 /* Defines Test(suite, name_4k) and Test(suite, name_64k) running `static void name(size_t bs)`
  * with 4 KiB and 64 KiB blocks; write the body of name right after the macro. */
 #define TEST_BLOCK_SIZES(suite, name)              \

@@ -46,6 +46,11 @@ TEST_BLOCK_SIZES(lazy, small_results_read_after_each_sync_come_home_in_it) {
 /* No drain for flushes a sync saw done (protocol_common.h). */
 TEST_BLOCK_SIZES(lazy, flushes_a_sync_saw_done_need_no_drain) { synced_flushes_need_no_drain(ADSM_PROTOCOL_LAZY, bs); }
 
+/* No system call for outputs Invalid already (protocol_common.h). */
+TEST_BLOCK_SIZES(lazy, outputs_invalid_already_are_not_protected_again) {
+    invalid_outputs_are_not_protected_again(ADSM_PROTOCOL_LAZY, bs);
+}
+
 /* R -> D: one write fault makes the whole object Dirty; nothing is copied. */
 TEST_BLOCK_SIZES(lazy, write_to_readonly_makes_whole_object_dirty) {
     lazy(bs);

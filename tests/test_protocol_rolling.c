@@ -43,6 +43,11 @@ TEST_BLOCK_SIZES(rolling, small_results_read_after_each_sync_come_home_in_it) {
 /* No drain for flushes a sync saw done (protocol_common.h). */
 TEST_BLOCK_SIZES(rolling, flushes_a_sync_saw_done_need_no_drain) { synced_flushes_need_no_drain(ADSM_PROTOCOL_ROLLING, bs); }
 
+/* No system call for outputs Invalid already (protocol_common.h). */
+TEST_BLOCK_SIZES(rolling, outputs_invalid_already_are_not_protected_again) {
+    invalid_outputs_are_not_protected_again(ADSM_PROTOCOL_ROLLING, bs);
+}
+
 /* Expected state of each of the NBLOCKS + 1 blocks of p, e.g. "RRDRRR". */
 static void expect_blocks(const int32_t *p, size_t bs, const char *states) {
     for (size_t k = 0; states[k]; k++) {
