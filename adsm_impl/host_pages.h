@@ -52,33 +52,6 @@ ADSM__PRIVATE void adsm__host_pages_make(adsm__runtime *rt, adsm__object *o) {
     adsm__trace(&rt->trace, ADSM__TR_PAGE_LOCK, t0, o->host, o->span);
 }
 
-/* Where the backend can (cuda), the object's host pages are page-locked with the driver, so its
- * copies are DMA straight between them and device memory: at their addresses, or through the
- * host alias where the shared half has one (reservation.h). The driver pins pages for writing,
- * so the range is made writable first (the protocol protects it right after, in on_alloc);
- * pinned pages stay pinned whatever their protection later, and DMA ignores the protection.
- * Through the alias, the program's view is then mapped onto the pages the locking allocated. */
-ADSM__PRIVATE void adsm__view_close_all(adsm__object *o);
-
-ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
-    if (!rt->be->host_lock || !rt->be->moves_data) return;
-    if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
-    adsm__host_pages_make(rt, o);
-    uint64_t t0 = adsm__now_ns();
-    if (o->locked && adsm__host_dma(rt, o->host) != o->host) {
-        if (rt->view_small_pages && o->block_bits) adsm__view_close_all(o); /* mapped as blocks open */
-        else adsm__host_alias_map_ahead(rt, o->host, o->span);
-        adsm__trace(&rt->trace, ADSM__TR_VIEW_MAP, t0, o->host, o->span);
-    }
-}
-
-/* Whether a new object's host pages wait for their first use: an object in the alias (its
- * page-locking and DMA never need the program's view, whose protection stays the protocol's),
- * under a protocol that hears of every CPU access, with the preparer running. */
-ADSM__PRIVATE int adsm__host_on_first_use(const adsm__runtime *rt, const adsm__object *o) {
-    return rt->preparers_running && rt->proto->host_on_first_use && adsm__host_dma(rt, o->host) != o->host;
-}
-
 /* ---- the program's view, mapped ahead or block by block ------------------------------------
  * The view of an aliased object is mapped onto its pages (MADV_POPULATE_*) so that the CPU's first
  * touch of each 4 KiB page is not a page fault of its own (about 0.5 ms per MiB on a GPU server,
@@ -96,9 +69,34 @@ ADSM__PRIVATE void adsm__view_close(adsm__object *o, size_t b) {
     o->block_bits_set++;
 }
 
+/* Every block, none noted yet (the object is new, or its sparse stores' bits were just cleared). */
 ADSM__PRIVATE void adsm__view_close_all(adsm__object *o) {
-    for (size_t b = 0; b < o->nblocks; b++)
-        if (!adsm__block_bit(o, b)) adsm__view_close(o, b);
+    for (size_t b = 0; b < o->nblocks; b++) adsm__view_close(o, b);
+}
+
+/* Where the backend can (cuda), the object's host pages are page-locked with the driver, so its
+ * copies are DMA straight between them and device memory: at their addresses, or through the
+ * host alias where the shared half has one (reservation.h). The driver pins pages for writing,
+ * so the range is made writable first (the protocol protects it right after, in on_alloc);
+ * pinned pages stay pinned whatever their protection later, and DMA ignores the protection.
+ * Through the alias, the program's view is then mapped onto the pages the locking allocated. */
+ADSM__PRIVATE void adsm__object_lock_pages(adsm__runtime *rt, adsm__object *o) {
+    if (!rt->be->host_lock || !rt->be->moves_data) return;
+    if (adsm__protect(o->host, o->span, PROT_READ | PROT_WRITE) != 0) return;
+    adsm__host_pages_make(rt, o);
+    uint64_t t0 = adsm__now_ns();
+    if (o->locked && adsm__host_dma(rt, o->host) != o->host) {
+        if (rt->view_small_pages && o->block_bits) adsm__view_close_all(o); /* mapped as blocks open */
+        else adsm__host_alias_map_ahead(rt, o->host, o->span);
+        adsm__trace(&rt->trace, ADSM__TR_VIEW_MAP, t0, o->host, o->span);
+    }
+}
+
+/* Whether a new object's host pages wait for their first use: an object in the alias (its
+ * page-locking and DMA never need the program's view, whose protection stays the protocol's),
+ * under a protocol that hears of every CPU access, with the preparer running. */
+ADSM__PRIVATE int adsm__host_on_first_use(const adsm__runtime *rt, const adsm__object *o) {
+    return rt->preparers_running && rt->proto->host_on_first_use && adsm__host_dma(rt, o->host) != o->host;
 }
 
 /* At an object's first use: the view mapped ahead where the blocks allow the CPU in (with 2 MiB

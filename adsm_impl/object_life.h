@@ -307,9 +307,10 @@ ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, in
     if (r != ADSM_OK) return r;
     /* made when first needed (the bits of the blocks whose view is mapped later come now: a fault
      * may not allocate; without memory for them the pages are made now, the view mapped whole) */
-    if ((adsm__host_on_first_use(rt, o) || rt->view_small_pages) && adsm__host_dma(rt, o->host) != o->host)
+    int first_use = adsm__host_on_first_use(rt, o); /* an aliased object's, then */
+    if (first_use || (rt->view_small_pages && adsm__host_dma(rt, o->host) != o->host))
         o->block_bits = (uint64_t *)calloc((o->nblocks + 63) / 64, sizeof *o->block_bits);
-    if (adsm__host_on_first_use(rt, o) && o->block_bits) o->host_pending = 1;
+    if (first_use && o->block_bits) o->host_pending = 1;
     else adsm__object_lock_pages(rt, o);
     adsm__lock(&rt->lock);
     r = adsm__object_publish(rt, o);

@@ -487,8 +487,6 @@ ADSM__PRIVATE adsm__object *adsm__output_beside(adsm__object *const *writes, siz
     return NULL;
 }
 
-/* Outputs [o, last], side by side, Invalid in one protection change. 0 or -1 (nothing is marked:
- * each goes its own way then, and a change made in part is made again). */
 /* The states of the outputs lying side by side from o to last, as a mask (ADSM__HAS). */
 ADSM__PRIVATE unsigned adsm__run_states(adsm__object *const *writes, size_t n, const adsm__object *o,
                                         const adsm__object *last) {
@@ -499,9 +497,11 @@ ADSM__PRIVATE unsigned adsm__run_states(adsm__object *const *writes, size_t n, c
     }
 }
 
+/* Outputs [o, last], side by side, in the states of mask `from`, Invalid in one protection change.
+ * 0 or -1 (nothing is marked: each goes its own way then, and a change made in part is made
+ * again). */
 ADSM__PRIVATE int adsm__invalidate_run(adsm__runtime *rt, adsm__object *o, const adsm__object *last,
-                                       adsm__object *const *writes, size_t n) {
-    unsigned from = adsm__run_states(writes, n, o, last);
+                                       adsm__object *const *writes, size_t n, unsigned from) {
     if (adsm__protect_blocks(rt, o->host, last->host + last->span - o->host, from, ADSM__INVALID) != 0) return -1;
     for (adsm__object *p = o;; p = adsm__output_beside(writes, n, p, 1)) {
         for (size_t b = 0; b < p->nblocks; b++) p->blocks[b].state = ADSM__INVALID;
@@ -518,9 +518,10 @@ ADSM__PRIVATE int adsm__invalidate_outputs(adsm__runtime *rt, adsm__object *cons
         adsm__object *o = writes[i], *last = o, *next;
         if (adsm__output_beside(writes, n, o, -1)) continue; /* inside a run that starts before it */
         while ((next = adsm__output_beside(writes, n, last, 1)) != NULL) last = next;
+        unsigned from = adsm__run_states(writes, n, o, last);
         /* Invalid already (written only by kernels, as a stencil's two grids): no system call */
-        if (adsm__run_states(writes, n, o, last) == ADSM__HAS(ADSM__INVALID)) continue;
-        if (last != o && adsm__invalidate_run(rt, o, last, writes, n) == 0) continue;
+        if (from == ADSM__HAS(ADSM__INVALID)) continue;
+        if (last != o && adsm__invalidate_run(rt, o, last, writes, n, from) == 0) continue;
         for (adsm__object *p = o;; p = adsm__output_beside(writes, n, p, 1)) {
             if (adsm__invalidate_compacting(rt, p) != 0) return -1;
             if (p == last) break;
