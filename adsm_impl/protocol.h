@@ -606,7 +606,9 @@ ADSM__PRIVATE int adsm__sparse_use(adsm__runtime *rt, adsm__object *o, size_t fi
     if (!rt->sparse_first_use || !is_write || o->span < ADSM__SPARSE_MIN) return 0;
     if (state != ADSM__INVALID && !adsm__block_bit(o, first)) return 0; /* fresh data: a pass filling it */
     size_t budget = ADSM__MIN(o->span / 8, ADSM__SPARSE_MAX);
-    return o->sparse_bytes + adsm__sparse_new_bytes(rt, o, first, count, 0) <= budget;
+    if (o->sparse_bytes + adsm__sparse_new_bytes(rt, o, first, count, 0) > budget) return 0;
+    rt->sparse_stores++;
+    return 1;
 }
 
 /* ---- lazy and rolling share this engine ------------------------------------------------- */

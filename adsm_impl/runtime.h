@@ -93,6 +93,7 @@ typedef struct adsm__runtime {
     int preparer_freed;
     uint64_t first_uses; /* objects whose host pages were made on first use (the tests read it) */
     int sparse_first_use; /* 1: small accesses to a large object do not make its pages (protocol.h) */
+    uint64_t sparse_stores; /* CPU stores that went on without making their object's pages (the tests read it) */
     uint64_t view_populates; /* calls mapping the view onto blocks opened after that (the tests read it) */
     intptr_t dev_delta; /* device address the program sees = adsm's device address + dev_delta (cuda
                            when the device range could not be put at the host addresses; else 0) */

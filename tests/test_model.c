@@ -253,8 +253,30 @@ static object *pick(model *m, int write) {
     return NULL;
 }
 
-/* A random non-empty range of an object of `size` bytes, biased to page and block boundaries. */
+/* Objects of 16 MiB and more ("large" variants: LARGE_MIN and up, at most LARGE_LIVE of them at
+ * once) are where a CPU store into a kernel's output does not make the object's host pages
+ * (protocol.h, adsm__sparse_use). The model keeps its work on them bounded: an access or a
+ * kernel's slot covers a window of at most MAX_SIZE bytes somewhere in them. */
+#define LARGE_MIN ((size_t)16 << 20)
+#define LARGE_LIVE 2
+static int large(size_t size) { return size > MAX_SIZE; }
+
+static void pick_small_range(model *m, size_t size, size_t *off, size_t *len);
+
+/* A random non-empty range of an object of `size` bytes, biased to page and block boundaries;
+ * in a large object, within a window of MAX_SIZE bytes starting on a block (or ending the
+ * object). */
 static void pick_range(model *m, size_t size, size_t *off, size_t *len) {
+    if (!large(size)) {
+        pick_small_range(m, size, off, len);
+        return;
+    }
+    size_t bs = adsm_block_size(), base = chance(m, 10) ? size - MAX_SIZE : bs * below(m, (size - MAX_SIZE) / bs + 1);
+    pick_small_range(m, MAX_SIZE, off, len);
+    *off += base;
+}
+
+static void pick_small_range(model *m, size_t size, size_t *off, size_t *len) {
     size_t unit = chance(m, 50) ? 4096 : adsm_block_size();
     unsigned r = (unsigned)below(m, 100);
     if (r < 30) { /* small */
@@ -299,6 +321,14 @@ static void check_stats_objects(model *m) {
 }
 
 /* ---- operations ------------------------------------------------------------------------------- */
+static size_t live_large(const model *m) {
+    size_t k = 0;
+    for (size_t i = 0; i < m->n; i++) k += large(m->objs[i].size);
+    return k;
+}
+
+static void op_kernel_writing(model *m, object *writes);
+
 static void op_alloc(model *m) {
     size_t size, bs = adsm_block_size();
     unsigned r = (unsigned)below(m, 100);
@@ -309,6 +339,8 @@ static void op_alloc(model *m) {
     else if (bs > MAX_SIZE && r < 98) size = MAX_SIZE - 4096 * below(m, 3); /* 2 MiB blocks: keep it cheap */
     else if (r < 97) size = bs * (1 + below(m, bs >= MAX_SIZE ? 1 : MAX_SIZE / bs)); /* block multiples */
     else size = bs * (1 + below(m, bs >= MAX_SIZE ? 1 : 2)) + below(m, 3) - 1; /* a byte around block ends */
+    if (strstr(m->v->name, "large") && chance(m, 15) && live_large(m) < LARGE_LIVE)
+        size = LARGE_MIN + below(m, 8 << 20); /* pages made on first use, or kept waiting by stores */
     trace(m, "alloc %zu (object %u)", size, m->next_id);
     object *o = &m->objs[m->n];
     o->p = (uint8_t *)adsm_alloc(size);
@@ -321,13 +353,15 @@ static void op_alloc(model *m) {
     m->n++;
     m->allocs++;
     trace(m, "alloc %zu -> object %u at %p", size, o->id, (void *)o->p);
-    if (chance(m, 30)) check_range(m, o, 0, size, "new object is not zero-filled");
+    int written_first = large(size) && chance(m, 60); /* a kernel's output before the CPU touches it */
+    if (!written_first && chance(m, 30)) check_range(m, o, 0, size, "new object is not zero-filled");
     if (m->v->devices > 1 && chance(m, 30)) { /* placement may follow a fixed affinity: same bytes */
         int dev = (int)below(m, m->v->devices + 1) - 1;
         trace(m, "  affinity device %d", dev);
         CHECK_OK(m, adsm_set_affinity(o->p + below(m, size), dev));
     }
     check_stats_objects(m);
+    if (written_first) op_kernel_writing(m, o);
 }
 
 static void op_free(model *m) {
@@ -460,7 +494,7 @@ static void op_memcpy(model *m) {
     } else { /* within one object, non-overlapping */
         object *o = pick(m, 1);
         if (!o || o->size < 2) return;
-        len = 1 + below(m, o->size / 2);
+        len = 1 + below(m, (large(o->size) ? MAX_SIZE : o->size) / 2);
         size_t a = below(m, o->size - 2 * len + 1);
         size_t gap = below(m, o->size - 2 * len - a + 1);
         size_t b = a + len + gap;
@@ -479,7 +513,8 @@ static void op_sync(model *m) {
     m->syncs++;
 }
 
-static void op_kernel(model *m) {
+/* A kernel over up to four random objects; `writes`, when not NULL, among them as an output. */
+static void op_kernel_writing(model *m, object *writes) {
     uint8_t *o[4] = {0}, *x[4] = {0}, *ro[4] = {0}, *rx[4] = {0};
     const uint8_t *in[4] = {0}, *rin[4] = {0};
     mix_info info;
@@ -495,15 +530,17 @@ static void op_kernel(model *m) {
     char desc[160];
     int dl = 0;
     desc[0] = 0;
+    if (writes && want == 0) want = 1;
     for (size_t t = 0; t < 8 && nchosen < want && nchosen < m->n; t++) {
-        size_t i = below(m, m->n);
+        size_t i = writes && t == 0 ? (size_t)(writes - m->objs) : below(m, m->n);
         int dup = 0;
         for (size_t k = 0; k < nchosen; k++) dup |= chosen[k] == i;
         if (dup) continue;
         object *ob = &m->objs[i];
-        size_t off = chance(m, 25) ? below(m, ob->size) : 0, rest = ob->size - off;
+        size_t off = chance(m, large(ob->size) ? 90 : 25) ? below(m, ob->size) : 0, rest = ob->size - off;
+        if (rest > MAX_SIZE) rest = MAX_SIZE; /* a large object: a window of it */
         size_t len = chance(m, 60) ? rest : below(m, rest + 1);
-        int role = ROLE_IN + (int)below(m, 3);
+        int role = writes == ob ? ROLE_OUT + (int)below(m, 2) : ROLE_IN + (int)below(m, 3);
         if (role == ROLE_IN) {
             if (len == 0) len = 1;
             in[ni] = ob->p + off;
@@ -554,6 +591,8 @@ static void op_kernel(model *m) {
     /* batch copies every object back at sync, so sync at once; the others sync now and then */
     if ((m->v->protocol == ADSM_PROTOCOL_BATCH && m->v->backend != ADSM_BACKEND_HOST) || chance(m, 40)) op_sync(m);
 }
+
+static void op_kernel(model *m) { op_kernel_writing(m, NULL); }
 
 static void op_verify_all(model *m) {
     trace(m, "verify every readable object");
@@ -728,6 +767,18 @@ static void run_model(const variant *v) {
     if (v->emu_memory) check_capacity(m);
     cr_expect_eq(st.launches, m->launches, "[%s] launches: stats %" PRIu64 ", model %" PRIu64, v->name,
                  st.launches, m->launches);
+#ifdef TEST_ON_CUDA_DOUBLE
+    /* the large objects' point of being here: some stores kept their pages waiting (where pages
+     * wait for first use at all: shared addresses with the alias, ADSM_HOST_ON_FIRST_USE; under
+     * rolling, whose units are blocks: lazy's unit is the whole object, which a store fetches) */
+    if (strstr(v->name, "large"))
+        cr_log_info("[%s] %" PRIu64 " stores kept pages waiting, %" PRIu64 " objects' pages made on first use", v->name,
+                    adsm__rt.sparse_stores, adsm__rt.first_uses);
+    if (strstr(v->name, "large") && v->protocol == ADSM_PROTOCOL_ROLLING && adsm__rt.host_alias &&
+        adsm__rt.cfg.host_on_first_use)
+        cr_expect_gt(adsm__rt.sparse_stores, 0, "[%s] no store went on without making a large object's pages",
+                     v->name);
+#endif
     if (strstr(v->name, "translated") && m->launches)
         cr_expect_gt(st.translated_args, 0, "[%s] no pointer argument was moved to device addresses", v->name);
     if (v->backend == ADSM_BACKEND_HOST) {
@@ -793,6 +844,12 @@ MODEL_TEST(cuda_rolling_4k_rs3, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 4 * KI
 MODEL_TEST(cuda_rolling_64k, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 64 * KIB, 0, 10000)
 MODEL_TEST(cuda_rolling_4k_rs3_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 3000)
 MODEL_TEST(cuda_lazy_64k_delayed, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 3000)
+/* objects of 16-24 MiB beside the small ones: CPU stores into kernels' outputs there go on without
+ * making the objects' host pages (protocol.h, adsm__sparse_use); rolling at small blocks maps the
+ * program's view 4 KiB at a time, where the CPU goes (host_pages.h) */
+MODEL_TEST(cuda_lazy_64k_large, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_LAZY, 64 * KIB, 0, 2500)
+MODEL_TEST(cuda_rolling_256k_large, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 256 * KIB, 0, 2500)
+MODEL_TEST(cuda_rolling_4k_rs3_large, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_ROLLING, 4 * KIB, 3, 2500)
 /* CUDA managed memory (the double's: host pages every device reaches), the driver's coherence */
 MODEL_TEST(cuda_um, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_UM, 2 * MIB, 0, 5000)
 MODEL_TEST(cuda_um_prefetch, ADSM_BACKEND_CUDA, ADSM_PROTOCOL_UM_PREFETCH, 2 * MIB, 0, 5000)
