@@ -29,6 +29,8 @@
 #      nodes), within 90 s, before the tests: run 4 measured List, SplitList and Tree but its
 #      100 s limit cut the dense tree's 1 MB row, which the issue still waits for; then its small
 #      rows again with ADSM_SYNC_HOME=0 (within 40 s), beside the default;
+#      and the dense tree's repetition at 1 KB nodes traced, staged, hand-written and same addresses
+#      (bench/deepcopy --trace, bench/trace_summary.py --last), within 30 s;
 #   8a. pointer structures, the rest: List, SplitList and Tree, within 100 s (after the tests,
 #      which were cut in runs 3 and 4);
 #   8b. the rest of bench/sweep.sh on the GPU: objects (the cost of page-locking each object with
@@ -455,6 +457,25 @@ deepcopy_part "the dense tree" 90 "dense 4-level tree"
 # the same small rows without small outputs home at adsm_sync (on by default, not yet measured on a
 # GPU: a right guess spares the result's read fault, a wrong one costs a copy)
 deepcopy_part "the dense tree, ADSM_SYNC_HOME=0" 40 "dense 4-level tree:128,dense 4-level tree:1024" ADSM_SYNC_HOME=0
+# where the dense tree's repetition goes: 1 KB nodes, staged (the default there; 1.17-1.22x the
+# hand-written deep copy in run 4, against a 1.2x goal, where the same structure without
+# translation ran at 1.00x), the hand-written copy and same addresses, each one start of 16
+# repetitions traced (bench/deepcopy --trace), summed per kind of span and its last repetition
+# span by span (bench/trace_summary.py --last)
+say ""
+say "## Where the dense tree's repetition goes (1 KB nodes, ADSM_TRACE; bench/trace_summary.py)"
+if [[ -x $bin/bench_deepcopy ]]; then
+    ADSM_LOG=warn timeout 30 "$bin/bench_deepcopy" --backend cuda --runs 1 --only "dense 4-level tree:1024" \
+        --trace staged "$out/deepcopy_trace_staged.json" --trace explicit "$out/deepcopy_trace_explicit.json" \
+        --trace same "$out/deepcopy_trace_same.json" > /dev/null 2>&1
+    for v in staged explicit same; do
+        say ""
+        say "### $v"
+        say ""
+        python3 bench/trace_summary.py "$out/deepcopy_trace_$v.json" 16 --last 16 >> "$report" 2>&1 ||
+            say "(no trace: exit $?)"
+    done
+fi
 
 elapsed
 tests_on_the_real_driver

@@ -39,6 +39,10 @@
  *   bazel run //:bench_deepcopy -- [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES][,...]]
  * (--only List, --only Tree:1024: one structure, or one node size of it, for a closer look; a comma
  * list names several)
+ *   ... --trace VARIANT FILE: after each structure's runs, one more start of VARIANT alone (same, in
+ *   place, staged or explicit) writes an ADSM_TRACE timeline of its repetitions to FILE (the last
+ *   structure's stays; bench/trace_summary.py --last N lists a repetition's spans in order); up to
+ *   4 --trace options trace as many variants
  *
  * Main thread only. */
 #define ADSM_IMPLEMENTATION
@@ -140,7 +144,13 @@ static double read_payloads(const structure *s, unsigned char *nodes, double *ex
     return sum;
 }
 
+/* Where a traced start writes its timeline (ADSM_TRACE, read at adsm_init, written at shutdown):
+ * NULL for an untraced one. */
+static const char *trace_file;
+
 static int start(const char *backend, int same_address, int staged) {
+    if (trace_file) setenv("ADSM_TRACE", trace_file, 1);
+    else unsetenv("ADSM_TRACE");
     setenv(strcmp(backend, "cuda") == 0 ? "ADSM_CUDA_SAME_ADDRESS" : "ADSM_EMU_SAME_ADDRESS", same_address ? "1" : "0", 1);
     setenv("ADSM_TRANSLATE", staged ? "staged" : "in-place", 1);
     adsm_config cfg;
@@ -332,13 +342,30 @@ int main(int argc, char **argv) {
     int runs = 5;
     size_t mib = 32;
     const char *backend = "emu", *only = NULL;
+    static const char *const variant_names[] = {"same", "in place", "staged", "explicit"};
+    struct {
+        int variant; /* an index of variant_names */
+        const char *file;
+    } traces[4];
+    int ntraces = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = (size_t)atoi(argv[++i]);
         else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
-        else {
-            fprintf(stderr, "usage: %s [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES][,...]]\n", argv[0]);
+        else if (strcmp(argv[i], "--trace") == 0 && i + 2 < argc && ntraces < 4) {
+            int v = 0;
+            while (v < 4 && strcmp(argv[i + 1], variant_names[v]) != 0) v++;
+            if (v == 4) {
+                fprintf(stderr, "--trace %s: not a variant (same, in place, staged, explicit)\n", argv[i + 1]);
+                return 2;
+            }
+            traces[ntraces].variant = v;
+            traces[ntraces++].file = argv[i + 2];
+            i += 2;
+        } else {
+            fprintf(stderr, "usage: %s [--runs N] [--mib M] [--backend emu|cuda] [--only SHAPE[:BYTES][,...]] "
+                            "[--trace VARIANT FILE]...\n", argv[0]);
             return 2;
         }
     }
@@ -386,6 +413,13 @@ int main(int argc, char **argv) {
                     int which = (k + r) % starts, what = which == 3 ? EXPLICIT : pairs ? SHARED | EXPLICIT : SHARED;
                     failed = run_start(&s, backend, which == 0, which == 2, what, v, &res[which][r]) != 0;
                 }
+            }
+            for (int t = 0; t < ntraces && !failed; t++) { /* one start of the variant alone, traced */
+                int v = traces[t].variant;
+                start_result traced;
+                trace_file = traces[t].file;
+                failed = run_start(&s, backend, v == 0, v == 2, v == 3 ? EXPLICIT : SHARED, 1.0, &traced) != 0;
+                trace_file = NULL;
             }
             if (failed) {
                 fprintf(stderr, "%s, %zu-byte nodes: a variant failed\n", shape_names[sh], node_sizes[z]);
