@@ -52,5 +52,13 @@ EOF_PY
     for span in alloc call sync kernel; do
         grep -q "^| $span | [1-9]" <<< "$summary" || { echo "FAIL: trace_summary has no $span row: $summary" >&2; exit 1; }
     done
+    # --last N: the run's last N spans, in the order they began (the GPU check's dense tree)
+    python3 bench/trace_summary.py "$data/trace.json" 1 --last 5 | python3 -c '
+import sys
+text = sys.stdin.read()
+rows = [l.split("|") for l in text.split("The last 5 spans")[1].splitlines() if l.startswith("| ") and l[2].isdigit()]
+starts = [float(r[1]) for r in rows]
+assert len(rows) == 5 and starts[0] == 0 and starts == sorted(starts), text
+' || { echo "FAIL: trace_summary --last 5 does not list 5 spans in order" >&2; exit 1; }
 done
 echo "PASS: apps_smoke_test"
