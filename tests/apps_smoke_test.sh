@@ -8,9 +8,20 @@
 # study's report (bench/apps/report.py) counts only the spans inside the run's timed part, so the
 # objects it frees after that part (as every program does) are no part of Figure 10; and
 # bench/trace_summary.py (what the GPU check prints for stencil3d) sums that trace per kind of span.
+#
+# APPS_ADSM_BACKEND=cuda (//:apps_double_test): the adsm programs, built with -DAPP_ON_CUDA_DOUBLE,
+# run on the cuda backend over the driver test double (tests/cuda/libcudadouble.so from the
+# runfiles, or $CUDA_DOUBLE_LIB); the explicit ones stay on emu, where they only give the inputs,
+# the reference and the bytes to compare with.
 set -euo pipefail
 data=${TEST_TMPDIR:-$(mktemp -d)}
 export ADSM_BACKEND=emu
+adsm_env=(ADSM_BACKEND=emu)
+if [[ ${APPS_ADSM_BACKEND:-emu} == cuda ]]; then
+    double=${CUDA_DOUBLE_LIB:-${TEST_SRCDIR:-.}/adsm/tests/cuda/libcudadouble.so}
+    [[ -f $double ]] || { echo "FAIL: no driver double at $double" >&2; exit 1; }
+    adsm_env=(ADSM_BACKEND=cuda ADSM_CUDA_DRIVER="$double" CUDA_DOUBLE_LIB="$double")
+fi
 (($# % 2 == 0 && $# > 0)) || { echo "usage: $0 EXPLICIT ADSM [EXPLICIT ADSM ...]" >&2; exit 2; }
 while (($#)); do
     explicit=$1 adsm=$2
@@ -18,7 +29,14 @@ while (($#)); do
     "$explicit" --gen --data "$data"
     for run in "explicit" "lazy" "rolling"; do
         if [[ $run == explicit ]]; then row=$("$explicit" --data "$data")
-        else row=$(ADSM_PROTOCOL=$run "$adsm" --data "$data"); fi
+        else
+            row=$(env "${adsm_env[@]}" ADSM_LOG=info ADSM_PROTOCOL=$run "$adsm" --data "$data" 2> "$data/log")
+            # the run went where it was sent: adsm names its backend (and the double) at info
+            [[ ${APPS_ADSM_BACKEND:-emu} == cuda ]] && want="cuda: device 0 is GPU 0 (adsm driver double" ||
+                want="backend emu"
+            grep -qF "$want" "$data/log" ||
+                { echo "FAIL: $(basename "$adsm") ($run) did not run where sent: $(cat "$data/log")" >&2; exit 1; }
+        fi
         echo "$row"
         [[ $(cut -d, -f16 <<< "$row") == 1 ]] || { echo "FAIL: $(basename "$adsm") ($run): wrong output" >&2; exit 1; }
         moved=$(($(cut -d, -f12 <<< "$row") + $(cut -d, -f13 <<< "$row")))
@@ -31,7 +49,7 @@ while (($#)); do
             { echo "FAIL: $(basename "$adsm") ($run) moves $moved bytes, the explicit program $by_hand" >&2; exit 1; }
     done
     [[ -n ${traced:-} ]] && continue
-    traced=$(ADSM_PROTOCOL=rolling ADSM_TRACE="$data/trace.json" "$adsm" --data "$data")
+    traced=$(env "${adsm_env[@]}" ADSM_PROTOCOL=rolling ADSM_TRACE="$data/trace.json" "$adsm" --data "$data")
     python3 - "$data/trace.json" "$traced" <<'EOF_PY'
 import sys
 sys.path.insert(0, "bench/apps")

@@ -26,6 +26,20 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#ifdef APP_ON_CUDA_DOUBLE
+/* Built so by bench/apps/on_double.sh: the cuda backend over the driver test double (tests/cuda),
+ * which makes host pages, page-locks, protects and copies as the driver has adsm do on a GPU, so a
+ * machine without one traces the cuda host side of each run. The kernels' CPU bodies run on the
+ * double's stream worker in place of their CUDA C twins: ADSM_PREPARE hands each to the double. */
+#include "tests/cuda_double_bridge.h"
+static inline adsm_result app_double_prepare(const adsm_kernel_desc *k) {
+    const adsm_kernel_desc *one[1] = {k};
+    return cuda_double_attach(one, 1) == 0 ? ADSM_OK : ADSM_ERROR_KERNEL_NOT_FOUND;
+}
+#undef ADSM_PREPARE
+#define ADSM_PREPARE(kname) app_double_prepare(adsm__kernel_##kname())
+#endif
+
 #define APP_CSV_HEADER                                                                                         \
     "app,version,protocol,block_size,rolling_size,wall_ms,io_ms,kernel_ms,cpu_ms,copy_ms,fault_ms,h2d_bytes,"  \
     "d2h_bytes,faults,evictions,ok,start_ns,stop_ns"
