@@ -674,6 +674,8 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
         rt->proto->fetch_granule(rt, o, is_write, &from, &n);
     if (state == ADSM__INVALID && !is_write && o->size <= ADSM__SMALL_OUTPUT && !rt->bringing_home && rt->cfg.sync_home)
         o->home_syncs = ADSM__HOME_SYNCS; /* it reads a kernel's output: the next syncs bring it */
+    else if (is_write && o->home_syncs)
+        o->home_syncs = ADSM__HOME_SYNCS; /* it writes what syncs brought: the CPU uses it still */
     if (adsm__prepare_unit(rt, o, from, n, state, is_write, overwrite, &let_go) != 0) return -1;
     int done = let_go ? ADSM__AGAIN : 0;
     if (let_go) elsewhere = adsm__now_ns() - t0;
@@ -880,7 +882,9 @@ ADSM__PRIVATE int adsm__bring_outputs_home(adsm__runtime *rt) {
  * habit: the next ADSM__HOME_SYNCS syncs after a kernel wrote it bring it home, in the sync, and
  * the CPU reads it without a fault. Brought home, its reads are no longer seen, so the habit runs
  * out and a read fault renews it: a result read at every sync faults once in ADSM__HOME_SYNCS + 1
- * times, one never read again costs at most ADSM__HOME_SYNCS small copies. */
+ * times, one never read again costs at most ADSM__HOME_SYNCS small copies. A write fault renews it
+ * too, before it runs out: a small object the CPU sets before each kernel and reads after each sync
+ * (histo's ranges) takes that write's fault anyway, and then never a read fault again. */
 /* After a launch: its outputs with the habit are listed for the next sync. */
 ADSM__PRIVATE void adsm__note_small_outputs(adsm__runtime *rt, adsm__object *const *writes, size_t n) {
     for (size_t i = 0; i < n; i++)

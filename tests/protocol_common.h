@@ -289,6 +289,34 @@ static inline void small_results_come_home_in_the_sync(adsm_protocol_kind protoc
     }
 }
 
+/* A small object the CPU sets before each kernel and reads after each sync (histo's ranges): its
+ * first read faults, then each round's write fault (the CPU writes what the sync brought home)
+ * renews the habit, so no read faults again however many rounds run; the write faults are one a
+ * round, as before. */
+static inline void written_small_objects_keep_coming_home(adsm_protocol_kind protocol, size_t bs) {
+    const int32_t rounds = 4 * ADSM__HOME_SYNCS;
+    const size_t n = 2;
+    test_sync_home = 1;
+    init(TEST_DEVICE_BACKEND, protocol, bs, 0);
+    int32_t *r = adsm_alloc(n * sizeof *r);
+    cr_assert_not_null(r, "%s", adsm_last_error());
+    reset();
+    for (int32_t k = 0; k < rounds; k++) {
+        wr(&r[0], 10 * k);
+        wr(&r[1], 10 * k + 1);
+        CALL_OK(k_incr, grid_for(n), r, n);
+        sync_ok();
+        cr_assert_eq(rd(&r[0]), 10 * k + 1, "round %d", k);
+        cr_assert_eq(rd(&r[1]), 10 * k + 2, "round %d", k);
+    }
+    adsm_stats s = stats();
+    cr_assert_eq(s.read_faults, 1, "%llu read faults in %d rounds", (unsigned long long)s.read_faults, rounds);
+    cr_assert_eq(s.write_faults, (uint64_t)rounds, "%llu write faults in %d rounds", (unsigned long long)s.write_faults,
+                 rounds);
+    cr_assert_eq(s.sync_fetches, (uint64_t)rounds - 1, "brought home at a sync: %llu", (unsigned long long)s.sync_fetches);
+    adsm_shutdown();
+}
+
 /* A flush queued before a kernel that adsm_sync saw done is done too (stream order), so neither a
  * CPU write to what it sent nor that object's invalidation as the next kernel's output waits for
  * every queued copy again (a drain: on cuda a round trip to the engine thread, which histo paid

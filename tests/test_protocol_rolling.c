@@ -40,6 +40,11 @@ TEST_BLOCK_SIZES(rolling, small_results_read_after_each_sync_come_home_in_it) {
     small_results_come_home_in_the_sync(ADSM_PROTOCOL_ROLLING, bs);
 }
 
+/* ... and one the CPU also writes before each kernel keeps coming home (protocol_common.h). */
+TEST_BLOCK_SIZES(rolling, small_objects_written_and_read_each_round_come_home) {
+    written_small_objects_keep_coming_home(ADSM_PROTOCOL_ROLLING, bs);
+}
+
 /* No drain for flushes a sync saw done (protocol_common.h). */
 TEST_BLOCK_SIZES(rolling, flushes_a_sync_saw_done_need_no_drain) { synced_flushes_need_no_drain(ADSM_PROTOCOL_ROLLING, bs); }
 
