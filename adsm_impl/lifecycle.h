@@ -296,6 +296,7 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     stbds_arrfree(rt->batch_sends);
     stbds_arrfree(rt->through);
     stbds_arrfree(rt->home_at_sync);
+    stbds_arrfree(rt->twins);
     adsm__bounce_release_all(rt);
     adsm__xlate_stages_release(rt); /* page-locked by the backend, which stops next */
     adsm__unlock(&rt->lock);

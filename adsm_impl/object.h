@@ -100,6 +100,12 @@ typedef struct adsm__object {
     uint8_t home_syncs;       /* lazy, rolling, a small object the CPU read after a kernel wrote it:
                                  how many more syncs bring it home after a kernel writes it, before
                                  the CPU faults on it (protocol.h, adsm__bring_small_outputs_home) */
+    uint8_t home_written;     /* ... and the CPU wrote it since it came home: the next sync brings it
+                                 home Dirty, beside a twin of its bytes (protocol.h) */
+    uint8_t twin_live;        /* o->twin holds the device copy's bytes, the object standing Dirty
+                                 outside the FIFO since a sync brought it home (rt->twins): a release
+                                 compares instead of copying */
+    unsigned char *twin;      /* o->size bytes, allocated at the first such sync, freed with o */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */

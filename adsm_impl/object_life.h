@@ -25,6 +25,7 @@
 ADSM__PRIVATE void adsm__object_destroy(adsm__object *o) {
     free(o->blocks);
     free(o->block_bits);
+    free(o->twin);
     free(o);
 }
 

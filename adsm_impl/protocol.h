@@ -331,6 +331,21 @@ ADSM__PRIVATE void adsm__flushes_settled(adsm__runtime *rt, uint64_t queued) {
     if (queued > rt->flushes_settled) rt->flushes_settled = queued;
 }
 
+/* Whether bytes [off, off + len) of o, about to be flushed, are still those a sync brought home
+ * Dirty (o->twin, below): then the device copy holds them already. A flush of such an object
+ * (adsm_memcpy sending its source; a release compares first, adsm__twins_at_release) ends the
+ * twin's say, since the device copy may differ from it after; one that finds a change renews the
+ * habit (the CPU writes the object). Any context: a compare, no allocation; rt->twins is tidied
+ * at the next release. */
+ADSM__PRIVATE int adsm__twin_says_current(const adsm__runtime *rt, adsm__object *o, size_t off, size_t len) {
+    if (!o->twin_live) return 0;
+    o->twin_live = 0;
+    if (memcmp((const void *)adsm__host_dma(rt, o->host + off), o->twin + off, len) == 0) return 1;
+    o->home_syncs = ADSM__HOME_SYNCS;
+    o->home_written = 1;
+    return 0;
+}
+
 /* Host -> device copy of blocks [first, first+count), which the caller made ReadOnly. An
  * asynchronous one stamps its unit heads (every block for rolling) with its ticket. */
 ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int async) {
@@ -343,6 +358,10 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     /* a call's device has room (capacity.h); an eviction to a device with none leaves the unit
      * ReadOnly, current on the host only, for the next launch there to send (several devices) */
     if (adsm__charge(rt, o, d) != 0) return rt->release_dev >= 0 ? -1 : 0;
+    if (adsm__twin_says_current(rt, o, off, len)) { /* brought home Dirty, unchanged since: the device has them */
+        for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
+        return 0;
+    }
     if (o->flush_by_xlate && rt->release_dev >= 0) { /* the launch's translation sends these bytes */
         o->flush_skipped = 1;
         for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
@@ -674,8 +693,8 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
         rt->proto->fetch_granule(rt, o, is_write, &from, &n);
     if (state == ADSM__INVALID && !is_write && o->size <= ADSM__SMALL_OUTPUT && !rt->bringing_home && rt->cfg.sync_home)
         o->home_syncs = ADSM__HOME_SYNCS; /* it reads a kernel's output: the next syncs bring it */
-    else if (is_write && o->home_syncs)
-        o->home_syncs = ADSM__HOME_SYNCS; /* it writes what syncs brought: the CPU uses it still */
+    else if (is_write && o->home_syncs) /* it writes what syncs brought: the CPU uses it still */
+        o->home_syncs = ADSM__HOME_SYNCS, o->home_written = 1;
     if (adsm__prepare_unit(rt, o, from, n, state, is_write, overwrite, &let_go) != 0) return -1;
     int done = let_go ? ADSM__AGAIN : 0;
     if (let_go) elsewhere = adsm__now_ns() - t0;
@@ -796,6 +815,56 @@ ADSM__PRIVATE int adsm__send_output_by_alias(adsm__runtime *rt, adsm__object *o)
     return 0;
 }
 
+/* ---- small objects standing Dirty beside a twin ----------------------------------------------
+ * (the habit of coming home at adsm_sync, below, learnt by an object the CPU also writes) */
+/* One the CPU also writes (histo's ranges: set before each kernel, read after each sync) comes
+ * home Dirty instead, beside a twin of its bytes, and stands so outside the FIFO: the CPU reads
+ * and writes it without a fault, and each release compares it with the twin instead of copying
+ * it (adsm__twins_at_release). With one device only, where every launch's release sees it before
+ * a kernel may write the device copy; not a typed or safe object, whose flushes are translated or
+ * go elsewhere. A twin that cannot be allocated leaves it ReadOnly. 0, or -1 when the protection
+ * change failed. */
+ADSM__PRIVATE int adsm__home_dirty(adsm__runtime *rt, adsm__object *o) {
+    if (!o->home_written || rt->ndev != 1 || o->type || o->safe || o->busy_units ||
+        adsm__states_in(o, 0, o->nblocks) != ADSM__HAS(ADSM__READONLY))
+        return 0;
+    o->home_written = 0;
+    if (!o->twin && !(o->twin = (unsigned char *)malloc(o->size))) return 0;
+    memcpy(o->twin, (const void *)adsm__host_dma(rt, o->host), o->size);
+    if (adsm__set_state(rt, o, 0, o->nblocks, ADSM__DIRTY) != 0) return -1;
+    for (size_t b = 0; b < o->nblocks; b++) o->blocks[b].dev_valid = adsm__dev_bit(0); /* it equals the twin */
+    o->twin_live = 1;
+    adsm__list_once(&rt->twins, o);
+    return 0;
+}
+
+/* At a launch's release, before the FIFO's flushes, each object standing beside its twin: changed
+ * since, it goes as any Dirty object does (into the FIFO, which the release flushes) and renews
+ * the habit; unchanged, it stays, its device copy current, unless this kernel writes it: then it
+ * turns ReadOnly, without a copy, for the invalidation that follows. 0, or -1 when a protection
+ * change failed. */
+ADSM__PRIVATE int adsm__twins_at_release(adsm__runtime *rt, adsm__object *const *writes, size_t nwrites) {
+    for (ptrdiff_t i = stbds_arrlen(rt->twins) - 1; i >= 0; i--) {
+        adsm__object *o = rt->twins[i];
+        int output = 0;
+        for (size_t k = 0; k < nwrites; k++) output |= writes[k] == o;
+        int changed = o->twin_live && memcmp((const void *)adsm__host_dma(rt, o->host), o->twin, o->size) != 0;
+        if (o->twin_live && !changed && !output) continue;
+        stbds_arrdelswap(rt->twins, i);
+        if (!o->twin_live) continue; /* a flush ended it meanwhile */
+        o->twin_live = 0;
+        if (changed) {
+            o->home_syncs = ADSM__HOME_SYNCS, o->home_written = 1;
+            for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_push(rt, &o->blocks[b]);
+        } else if (adsm__set_state(rt, o, 0, o->nblocks, ADSM__READONLY) != 0) {
+            return -1;
+        } else {
+            for (size_t b = 0; b < o->nblocks; b++) o->blocks[b].dev_valid = adsm__dev_bit(0);
+        }
+    }
+    return 0;
+}
+
 ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
                                                 adsm__object *const *used, size_t nused, uint64_t seq) {
     /* Flushes are queued, not waited for: the backend runs the launch after the copies queued
@@ -805,6 +874,8 @@ ADSM__PRIVATE adsm_result adsm__tracked_release(adsm__runtime *rt, adsm__object 
     size_t nalias = 0, nrest = 0;
     if (adsm__check_fault_engine(rt) != 0)
         return adsm__protection_failed("taking over from the closed userfaultfd");
+    if (adsm__twins_at_release(rt, writes, nwrites) != 0)
+        return adsm__protection_failed("comparing small objects brought home with their twins");
     for (size_t i = 0; i < nwrites; i++) {
         writes[i]->host_kept = !(adsm__states_in(writes[i], 0, writes[i]->nblocks) & ADSM__HAS(ADSM__INVALID));
         if (adsm__copies_read_alias(rt, writes[i])) by_alias[nalias++] = writes[i];
@@ -844,6 +915,7 @@ ADSM__PRIVATE void adsm__tracked_free(adsm__runtime *rt, adsm__object *o) {
     for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_remove(rt, &o->blocks[b]);
     adsm__forget_output(rt, o);
     adsm__unlist(&rt->home_at_sync, o);
+    adsm__unlist(&rt->twins, o);
 }
 
 /* o's Invalid units home, as a CPU read would bring them (their holder keeps its copy). The lock
@@ -901,7 +973,10 @@ ADSM__PRIVATE void adsm__bring_small_outputs_home(adsm__runtime *rt) {
         if (!o->home_syncs || adsm__states_in(o, 0, o->nblocks) != ADSM__HAS(ADSM__INVALID)) continue;
         o->home_syncs--;
         ADSM__ADD(&rt->stats.sync_fetches, 1);
+        uintptr_t host = o->host;
         if (adsm__bring_home(rt, o) != 0) break;
+        if (adsm__object_of(adsm__tree_find(&rt->objects, host)) != o) continue; /* freed meanwhile */
+        if (adsm__home_dirty(rt, o) != 0) break;
     }
     rt->bringing_home = 0;
 }

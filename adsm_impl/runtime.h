@@ -188,6 +188,8 @@ typedef struct adsm__runtime {
                                       next call or sync (ADSM_WRITE_THROUGH, directory.h); under lock */
     struct adsm__object **home_at_sync; /* stb_ds array: small outputs of the kernels since the last
                                            sync that it brings home (protocol.h); under lock */
+    struct adsm__object **twins; /* stb_ds array: objects a sync brought home Dirty beside a twin of
+                                    their bytes (protocol.h); under lock */
     int bringing_home;   /* a sync is bringing small outputs home: no CPU read, no habit learnt */
     int send_source_always; /* tests: adsm_memcpy sends a Dirty source of any size first (memops.h) */
     struct adsm__object **batch_sends; /* stb_ds array: batch's objects to send at a call, kept

@@ -289,31 +289,65 @@ static inline void small_results_come_home_in_the_sync(adsm_protocol_kind protoc
     }
 }
 
-/* A small object the CPU sets before each kernel and reads after each sync (histo's ranges): its
- * first read faults, then each round's write fault (the CPU writes what the sync brought home)
- * renews the habit, so no read faults again however many rounds run; the write faults are one a
- * round, as before. */
+/* A small object the CPU sets before each kernel and reads after each sync (histo's ranges, with
+ * other kernels between that do not name it): its first read faults; then the write fault of the
+ * next round (the CPU writes what the sync brought home) has the syncs bring it home Dirty, beside
+ * a twin of its bytes, where it stands through the other launches: no round faults again, read or
+ * write, and only the releases that find it changed copy it. Once the CPU only reads it, nothing
+ * is copied, and the syncs bring it home ReadOnly again. And after a flush the twin no longer
+ * speaks for the device copy. */
 static inline void written_small_objects_keep_coming_home(adsm_protocol_kind protocol, size_t bs) {
-    const int32_t rounds = 4 * ADSM__HOME_SYNCS;
+    const int32_t rounds = 4 * ADSM__HOME_SYNCS, reads = ADSM__HOME_SYNCS - 2; /* the habit outlives these */
     const size_t n = 2;
     test_sync_home = 1;
     init(TEST_DEVICE_BACKEND, protocol, bs, 0);
-    int32_t *r = adsm_alloc(n * sizeof *r);
-    cr_assert_not_null(r, "%s", adsm_last_error());
+    int32_t *r = adsm_alloc(n * sizeof *r), *other = adsm_alloc(64 * sizeof *other);
+    cr_assert(r && other, "%s", adsm_last_error());
     reset();
     for (int32_t k = 0; k < rounds; k++) {
         wr(&r[0], 10 * k);
         wr(&r[1], 10 * k + 1);
         CALL_OK(k_incr, grid_for(n), r, n);
         sync_ok();
-        cr_assert_eq(rd(&r[0]), 10 * k + 1, "round %d", k);
+        cr_assert_eq(rd(&r[0]), 10 * k + 1, "round %d: the kernel did not see the CPU's write", k);
         cr_assert_eq(rd(&r[1]), 10 * k + 2, "round %d", k);
+        CALL_OK(k_fill, grid_for(64), other, 64, k); /* a kernel that does not name it */
+        if (k >= 2) cr_assert_eq(adsm_block_state(r), 'D', "round %d: it left its twin", k);
     }
     adsm_stats s = stats();
     cr_assert_eq(s.read_faults, 1, "%llu read faults in %d rounds", (unsigned long long)s.read_faults, rounds);
-    cr_assert_eq(s.write_faults, (uint64_t)rounds, "%llu write faults in %d rounds", (unsigned long long)s.write_faults,
-                 rounds);
+    cr_assert_eq(s.write_faults, 2, "%llu write faults in %d rounds", (unsigned long long)s.write_faults, rounds);
     cr_assert_eq(s.sync_fetches, (uint64_t)rounds - 1, "brought home at a sync: %llu", (unsigned long long)s.sync_fetches);
+    cr_assert_eq(s.h2d_bytes, rounds * n * sizeof *r, "each round's changes once: %llu bytes",
+                 (unsigned long long)s.h2d_bytes);
+    cr_assert_eq(adsm_block_state(r), 'D', "brought home as it is used: '%c'", adsm_block_state(r));
+    reset();
+    for (int32_t k = 0; k < reads; k++) { /* the CPU only reads it now */
+        CALL_OK(k_incr, grid_for(n), r, n);
+        sync_ok();
+        cr_assert_eq(rd(&r[0]), 10 * (rounds - 1) + 2 + k, "read-only round %d", k);
+    }
+    s = stats();
+    cr_assert_eq(s.h2d_bytes, 0, "an unchanged object was copied: %llu bytes", (unsigned long long)s.h2d_bytes);
+    cr_assert_eq(s.read_faults + s.write_faults, 0);
+    cr_assert_eq(adsm_block_state(r), 'R', "read only, it comes home ReadOnly: '%c'", adsm_block_state(r));
+    /* a flush ends the twin's say: home Dirty again, a change goes to a kernel that only reads it,
+     * then the CPU writes the twin's bytes back, and the next kernel must see them */
+    int32_t *c = adsm_alloc(n * sizeof *c), *zero = adsm_alloc(n * sizeof *zero);
+    cr_assert(c && zero, "%s", adsm_last_error());
+    wr(&r[0], 5);
+    CALL_OK(k_incr, grid_for(n), r, n);
+    sync_ok();
+    cr_assert_eq(adsm_block_state(r), 'D');
+    int32_t twin = rd(&r[0]); /* 6 */
+    wr(&r[0], 777);
+    CALL_OK(k_add, grid_for(n), c, r, zero, n);
+    sync_ok();
+    cr_assert_eq(rd(&c[0]), 777);
+    wr(&r[0], twin);
+    CALL_OK(k_add, grid_for(n), c, r, zero, n);
+    sync_ok();
+    cr_assert_eq(rd(&c[0]), twin, "the kernel read %d, not the CPU's %d", rd(&c[0]), twin);
     adsm_shutdown();
 }
 
