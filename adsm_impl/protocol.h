@@ -955,8 +955,9 @@ ADSM__PRIVATE int adsm__bring_outputs_home(adsm__runtime *rt) {
  * the CPU reads it without a fault. Brought home, its reads are no longer seen, so the habit runs
  * out and a read fault renews it: a result read at every sync faults once in ADSM__HOME_SYNCS + 1
  * times, one never read again costs at most ADSM__HOME_SYNCS small copies. A write fault renews it
- * too, before it runs out: a small object the CPU sets before each kernel and reads after each sync
- * (histo's ranges) takes that write's fault anyway, and then never a read fault again. */
+ * too, and then the syncs bring the object home Dirty beside a twin (adsm__home_dirty, above): a
+ * small object the CPU sets before each kernel and reads after each sync (histo's ranges) faults
+ * neither way again. */
 /* After a launch: its outputs with the habit are listed for the next sync. */
 ADSM__PRIVATE void adsm__note_small_outputs(adsm__runtime *rt, adsm__object *const *writes, size_t n) {
     for (size_t i = 0; i < n; i++)
