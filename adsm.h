@@ -227,7 +227,8 @@
                 flushed at the call. Lazy and rolling alike: an output of at most 64 KiB the CPU
                 read after a sync (a result, a count) comes home in the next 4 syncs after a
                 kernel wrote it, without the fault (adsm_stats.sync_fetches); then a read fault
-                renews that (ADSM_SYNC_HOME=0: never).
+                renews that (ADSM_SYNC_HOME=0: never). One the CPU also writes comes home Dirty
+                beside a copy of its bytes, and each call compares instead of copying it.
        rolling  lazy at block granularity, plus at most "rolling size" Dirty blocks: the oldest is
                 sent to the device asynchronously while the CPU goes on (the default).
                 The adaptive rolling size (ADSM_ROLLING_SIZE=0) starts at ADSM_ROLLING_STEP
