@@ -40,6 +40,8 @@
  * learns the habit, and how many syncs one read fault buys. */
 #define ADSM__SMALL_OUTPUT ((size_t)64 << 10)
 #define ADSM__HOME_SYNCS 4
+/* Bytes of small objects standing beside twins at once (below): each launch compares them all */
+#define ADSM__TWIN_BYTES ((size_t)256 << 10)
 
 /* Tracking is off when the backend shares host memory (host), the protocol is batch, or objects
  * are managed memory (um). */
@@ -822,12 +824,15 @@ ADSM__PRIVATE int adsm__send_output_by_alias(adsm__runtime *rt, adsm__object *o)
  * and writes it without a fault, and each release compares it with the twin instead of copying
  * it (adsm__twins_at_release). With one device only, where every launch's release sees it before
  * a kernel may write the device copy; not a typed or safe object, whose flushes are translated or
- * go elsewhere. A twin that cannot be allocated leaves it ReadOnly. 0, or -1 when the protection
- * change failed. */
+ * go elsewhere; at most ADSM__TWIN_BYTES of them at once. A twin that cannot be allocated leaves it
+ * ReadOnly. 0, or -1 when the protection change failed. */
 ADSM__PRIVATE int adsm__home_dirty(adsm__runtime *rt, adsm__object *o) {
     if (!o->home_written || rt->ndev != 1 || o->type || o->safe || o->busy_units ||
         adsm__states_in(o, 0, o->nblocks) != ADSM__HAS(ADSM__READONLY))
         return 0;
+    size_t held = o->size;
+    for (ptrdiff_t i = 0; i < stbds_arrlen(rt->twins); i++) held += rt->twins[i]->size;
+    if (held > ADSM__TWIN_BYTES) return 0; /* ReadOnly, as before: every launch would compare too much */
     o->home_written = 0;
     if (!o->twin && !(o->twin = (unsigned char *)malloc(o->size))) return 0;
     memcpy(o->twin, (const void *)adsm__host_dma(rt, o->host), o->size);

@@ -351,6 +351,29 @@ static inline void written_small_objects_keep_coming_home(adsm_protocol_kind pro
     adsm_shutdown();
 }
 
+/* Every launch compares the objects standing beside twins, so they hold at most ADSM__TWIN_BYTES
+ * at once: of six such objects of 64 KiB, four come home Dirty, the others ReadOnly as before, and
+ * every one's values stay right. */
+static inline void twins_are_bounded(adsm_protocol_kind protocol, size_t bs) {
+    enum { OBJECTS = 6 };
+    const size_t n = ADSM__SMALL_OUTPUT / sizeof(int32_t);
+    cr_assert_eq(ADSM__TWIN_BYTES / ADSM__SMALL_OUTPUT, 4, "the test counts on four");
+    test_sync_home = 1;
+    init(TEST_DEVICE_BACKEND, protocol, bs, 0);
+    int32_t *o[OBJECTS];
+    for (int i = 0; i < OBJECTS; i++) cr_assert_not_null(o[i] = adsm_alloc(n * sizeof(int32_t)), "%s", adsm_last_error());
+    for (int round = 0; round < 3; round++) { /* the reads teach the habit, the writes the twin */
+        for (int i = 0; i < OBJECTS; i++) wr(&o[i][0], 100 * round + i);
+        for (int i = 0; i < OBJECTS; i++) CALL_OK(k_incr, grid_for(1), o[i], 1);
+        sync_ok();
+        for (int i = 0; i < OBJECTS; i++) cr_assert_eq(rd(&o[i][0]), 100 * round + i + 1, "round %d, object %d", round, i);
+    }
+    int dirty = 0;
+    for (int i = 0; i < OBJECTS; i++) dirty += adsm_block_state(o[i]) == 'D';
+    cr_assert_eq(dirty, 4, "%d objects beside twins", dirty);
+    adsm_shutdown();
+}
+
 /* A flush queued before a kernel that adsm_sync saw done is done too (stream order), so neither a
  * CPU write to what it sent nor that object's invalidation as the next kernel's output waits for
  * every queued copy again (a drain: on cuda a round trip to the engine thread, which histo paid

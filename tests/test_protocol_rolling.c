@@ -45,6 +45,9 @@ TEST_BLOCK_SIZES(rolling, small_objects_written_and_read_each_round_come_home) {
     written_small_objects_keep_coming_home(ADSM_PROTOCOL_ROLLING, bs);
 }
 
+/* ... at most ADSM__TWIN_BYTES of them beside twins (protocol_common.h). */
+TEST_BLOCK_SIZES(rolling, twins_hold_a_bounded_size) { twins_are_bounded(ADSM_PROTOCOL_ROLLING, bs); }
+
 /* No drain for flushes a sync saw done (protocol_common.h). */
 TEST_BLOCK_SIZES(rolling, flushes_a_sync_saw_done_need_no_drain) { synced_flushes_need_no_drain(ADSM_PROTOCOL_ROLLING, bs); }
 
