@@ -327,7 +327,8 @@ static size_t live_large(const model *m) {
     return k;
 }
 
-static void op_kernel_writing(model *m, object *writes);
+static void op_kernel_writing(model *m, object *writes, size_t *woff, size_t *wlen);
+static object *alloc_object(model *m, size_t size);
 
 static void op_alloc(model *m) {
     size_t size, bs = adsm_block_size();
@@ -341,6 +342,19 @@ static void op_alloc(model *m) {
     else size = bs * (1 + below(m, bs >= MAX_SIZE ? 1 : 2)) + below(m, 3) - 1; /* a byte around block ends */
     if (strstr(m->v->name, "large") && chance(m, 15) && live_large(m) < LARGE_LIVE)
         size = LARGE_MIN + below(m, 8 << 20); /* pages made on first use, or kept waiting by stores */
+    object *o = alloc_object(m, size);
+    int written_first = large(size) && chance(m, 60); /* a kernel's output before the CPU touches it */
+    if (!written_first && chance(m, 30)) check_range(m, o, 0, size, "new object is not zero-filled");
+    if (m->v->devices > 1 && chance(m, 30)) { /* placement may follow a fixed affinity: same bytes */
+        int dev = (int)below(m, m->v->devices + 1) - 1;
+        trace(m, "  affinity device %d", dev);
+        CHECK_OK(m, adsm_set_affinity(o->p + below(m, size), dev));
+    }
+    if (written_first) op_kernel_writing(m, o, NULL, NULL);
+}
+
+/* A new object of `size` bytes, in the model too. */
+static object *alloc_object(model *m, size_t size) {
     trace(m, "alloc %zu (object %u)", size, m->next_id);
     object *o = &m->objs[m->n];
     o->p = (uint8_t *)adsm_alloc(size);
@@ -353,15 +367,8 @@ static void op_alloc(model *m) {
     m->n++;
     m->allocs++;
     trace(m, "alloc %zu -> object %u at %p", size, o->id, (void *)o->p);
-    int written_first = large(size) && chance(m, 60); /* a kernel's output before the CPU touches it */
-    if (!written_first && chance(m, 30)) check_range(m, o, 0, size, "new object is not zero-filled");
-    if (m->v->devices > 1 && chance(m, 30)) { /* placement may follow a fixed affinity: same bytes */
-        int dev = (int)below(m, m->v->devices + 1) - 1;
-        trace(m, "  affinity device %d", dev);
-        CHECK_OK(m, adsm_set_affinity(o->p + below(m, size), dev));
-    }
     check_stats_objects(m);
-    if (written_first) op_kernel_writing(m, o);
+    return o;
 }
 
 static void op_free(model *m) {
@@ -513,8 +520,9 @@ static void op_sync(model *m) {
     m->syncs++;
 }
 
-/* A kernel over up to four random objects; `writes`, when not NULL, among them as an output. */
-static void op_kernel_writing(model *m, object *writes) {
+/* A kernel over up to four random objects; `writes`, when not NULL, among them as an output, at
+ * least one byte of it: its window in *woff and *wlen (either NULL). */
+static void op_kernel_writing(model *m, object *writes, size_t *woff, size_t *wlen) {
     uint8_t *o[4] = {0}, *x[4] = {0}, *ro[4] = {0}, *rx[4] = {0};
     const uint8_t *in[4] = {0}, *rin[4] = {0};
     mix_info info;
@@ -541,6 +549,11 @@ static void op_kernel_writing(model *m, object *writes) {
         if (rest > MAX_SIZE) rest = MAX_SIZE; /* a large object: a window of it */
         size_t len = chance(m, 60) ? rest : below(m, rest + 1);
         int role = writes == ob ? ROLE_OUT + (int)below(m, 2) : ROLE_IN + (int)below(m, 3);
+        if (writes == ob) {
+            if (len == 0) len = 1; /* off < size */
+            if (woff) *woff = off;
+            if (wlen) *wlen = len;
+        }
         if (role == ROLE_IN) {
             if (len == 0) len = 1;
             in[ni] = ob->p + off;
@@ -592,7 +605,22 @@ static void op_kernel_writing(model *m, object *writes) {
     if ((m->v->protocol == ADSM_PROTOCOL_BATCH && m->v->backend != ADSM_BACKEND_HOST) || chance(m, 40)) op_sync(m);
 }
 
-static void op_kernel(model *m) { op_kernel_writing(m, NULL); }
+static void op_kernel(model *m) { op_kernel_writing(m, NULL, NULL, NULL); }
+
+/* "large" variants: once at least, whatever the random operations did, a CPU store into a kernel's
+ * output in a large object whose pages wait for their first use; the final check reads it. */
+static void store_into_large_output(model *m) {
+    while (m->n >= MAX_OBJS) op_free(m);
+    object *o = alloc_object(m, LARGE_MIN);
+    size_t off = 0, len = 0;
+    op_kernel_writing(m, o, &off, &len);
+    op_sync(m);
+    size_t at = off + below(m, len);
+    trace(m, "cpu store object %u byte %zu (into the kernel's output)", o->id, at);
+    ((volatile uint8_t *)o->p)[at] = 0x5a;
+    o->ref[at] = 0x5a;
+    m->writes++;
+}
 
 static void op_verify_all(model *m) {
     trace(m, "verify every readable object");
@@ -751,6 +779,7 @@ static void run_model(const variant *v) {
         else if (r < 980) op_sync(m);
         else op_verify_all(m);
     }
+    if (strstr(v->name, "large")) store_into_large_output(m);
     op_sync(m);
     op_verify_all(m);
     double elapsed = now_s() - t0;
