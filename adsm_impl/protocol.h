@@ -333,21 +333,6 @@ ADSM__PRIVATE void adsm__flushes_settled(adsm__runtime *rt, uint64_t queued) {
     if (queued > rt->flushes_settled) rt->flushes_settled = queued;
 }
 
-/* Whether bytes [off, off + len) of o, about to be flushed, are still those a sync brought home
- * Dirty (o->twin, below): then the device copy holds them already. A flush of such an object
- * (adsm_memcpy sending its source; a release compares first, adsm__twins_at_release) ends the
- * twin's say, since the device copy may differ from it after; one that finds a change renews the
- * habit (the CPU writes the object). Any context: a compare, no allocation; rt->twins is tidied
- * at the next release. */
-ADSM__PRIVATE int adsm__twin_says_current(const adsm__runtime *rt, adsm__object *o, size_t off, size_t len) {
-    if (!o->twin_live) return 0;
-    o->twin_live = 0;
-    if (memcmp((const void *)adsm__host_dma(rt, o->host + off), o->twin + off, len) == 0) return 1;
-    o->home_syncs = ADSM__HOME_SYNCS;
-    o->home_written = 1;
-    return 0;
-}
-
 /* Host -> device copy of blocks [first, first+count), which the caller made ReadOnly. An
  * asynchronous one stamps its unit heads (every block for rolling) with its ticket. */
 ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int async) {
@@ -360,10 +345,9 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     /* a call's device has room (capacity.h); an eviction to a device with none leaves the unit
      * ReadOnly, current on the host only, for the next launch there to send (several devices) */
     if (adsm__charge(rt, o, d) != 0) return rt->release_dev >= 0 ? -1 : 0;
-    if (adsm__twin_says_current(rt, o, off, len)) { /* brought home Dirty, unchanged since: the device has them */
-        for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
-        return 0;
-    }
+    /* a small object standing beside its twin (below) flushed by another way than a release
+     * (adsm_memcpy sending its source): the device copy may differ from the twin after it */
+    o->twin_live = 0;
     if (o->flush_by_xlate && rt->release_dev >= 0) { /* the launch's translation sends these bytes */
         o->flush_skipped = 1;
         for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
@@ -856,7 +840,7 @@ ADSM__PRIVATE int adsm__twins_at_release(adsm__runtime *rt, adsm__object *const 
         int changed = o->twin_live && memcmp((const void *)adsm__host_dma(rt, o->host), o->twin, o->size) != 0;
         if (o->twin_live && !changed && !output) continue;
         stbds_arrdelswap(rt->twins, i);
-        if (!o->twin_live) continue; /* a flush ended it meanwhile */
+        if (!o->twin_live) continue; /* a flush ended it meanwhile (adsm__flush) */
         o->twin_live = 0;
         if (changed) {
             o->home_syncs = ADSM__HOME_SYNCS, o->home_written = 1;

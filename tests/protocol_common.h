@@ -294,8 +294,8 @@ static inline void small_results_come_home_in_the_sync(adsm_protocol_kind protoc
  * next round (the CPU writes what the sync brought home) has the syncs bring it home Dirty, beside
  * a twin of its bytes, where it stands through the other launches: no round faults again, read or
  * write, and only the releases that find it changed copy it. Once the CPU only reads it, nothing
- * is copied, and the syncs bring it home ReadOnly again. And after a flush the twin no longer
- * speaks for the device copy. */
+ * is copied, and the syncs bring it home ReadOnly again. And after a flush (a release's, or
+ * adsm_memcpy's sending its source) the twin no longer speaks for the device copy. */
 static inline void written_small_objects_keep_coming_home(adsm_protocol_kind protocol, size_t bs) {
     const int32_t rounds = 4 * ADSM__HOME_SYNCS, reads = ADSM__HOME_SYNCS - 2; /* the habit outlives these */
     const size_t n = 2;
@@ -348,6 +348,23 @@ static inline void written_small_objects_keep_coming_home(adsm_protocol_kind pro
     CALL_OK(k_add, grid_for(n), c, r, zero, n);
     sync_ok();
     cr_assert_eq(rd(&c[0]), twin, "the kernel read %d, not the CPU's %d", rd(&c[0]), twin);
+    /* ... and so does a flush by adsm_memcpy sending it as a source: the twin's bytes written back
+     * after it reach the kernel that next writes the object */
+    wr(&r[0], 5);
+    CALL_OK(k_incr, grid_for(n), r, n);
+    sync_ok();
+    cr_assert_eq(adsm_block_state(r), 'D');
+    twin = rd(&r[0]); /* 6 */
+    wr(&r[0], 555);
+    adsm__rt.send_source_always = 1;
+    cr_assert_eq(adsm_memcpy(c, r, n * sizeof *r), ADSM_OK, "%s", adsm_last_error());
+    adsm__rt.send_source_always = 0;
+    cr_assert_eq(adsm_block_state(r), 'R', "adsm_memcpy did not send its source: '%c'", adsm_block_state(r));
+    cr_assert_eq(rd(&c[0]), 555);
+    wr(&r[0], twin);
+    CALL_OK(k_incr, grid_for(n), r, n);
+    sync_ok();
+    cr_assert_eq(rd(&r[0]), twin + 1, "the kernel started from %d, not the CPU's %d", rd(&r[0]) - 1, twin);
     adsm_shutdown();
 }
 
