@@ -27,10 +27,11 @@
 #include <time.h>
 
 #ifdef APP_ON_CUDA_DOUBLE
-/* Built so by bench/apps/on_double.sh: the cuda backend over the driver test double (tests/cuda),
- * which makes host pages, page-locks, protects and copies as the driver has adsm do on a GPU, so a
- * machine without one traces the cuda host side of each run. The kernels' CPU bodies run on the
- * double's stream worker in place of their CUDA C twins: ADSM_PREPARE hands each to the double. */
+/* Built so as //:app_<app>_adsm_double (//:apps_double_test runs them): the cuda backend over the
+ * driver test double (tests/cuda), which makes host pages, page-locks, protects and copies as the
+ * driver has adsm do on a GPU, so a machine without one runs each application through the cuda
+ * backend's paths. The kernels' CPU bodies run on the double's stream worker in place of their
+ * CUDA C twins: ADSM_PREPARE hands each to the double. */
 #include "tests/cuda_double_bridge.h"
 static inline adsm_result app_double_prepare(const adsm_kernel_desc *k) {
     const adsm_kernel_desc *one[1] = {k};

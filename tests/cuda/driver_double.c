@@ -24,9 +24,7 @@
  * at once; one that would pass it fails with CUDA_ERROR_OUT_OF_MEMORY), CUDADOUBLE_REGISTER_US_PER_MIB (microseconds a successful
  * cuMemHostRegister spends pinning each MiB, outside the double's lock; 0), CUDADOUBLE_UNMAP_US
  * (microseconds each cuMemUnmap takes, outside the double's locks, as a real unmap waits for the
- * GPU; 0), CUDADOUBLE_KERNEL_US (set: a launch does not run its host function, it keeps its stream
- * busy that many microseconds and computes nothing, so a program's host side is timed as beside
- * a GPU's fast kernels; bench/apps/on_double.sh), CUDADOUBLE_KERNEL_MAX_THREADS (threads per block a kernel
+ * GPU; 0), CUDADOUBLE_KERNEL_MAX_THREADS (threads per block a kernel
  * can launch with, 1024; more fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as a kernel that uses
  * many registers does on a real device), CUDADOUBLE_PARAM_INFO_ERROR=<code> (cuFuncGetParamInfo
  * answers that CUresult for every index, as a driver that cannot tell answers NOT_SUPPORTED),
@@ -245,7 +243,6 @@ static struct {
     unsigned long register_us_per_mib; /* time cuMemHostRegister takes to pin, per MiB */
     int registers_released;            /* cudadouble_release_registers: pinning ends at once, from now on */
     unsigned long unmap_us; /* time cuMemUnmap takes (a real one waits for the GPU) */
-    long kernel_us; /* -1: a launch runs its host function; else it only keeps the stream busy this long */
     unsigned long long kernel_max_threads;
     struct adsm__cu_ctx_st *ctxs;
     struct handle_ent *reg;
@@ -524,7 +521,7 @@ static void run_op(struct adsm__cu_ctx_st *ctx, struct op *op) {
     }
     if (!ok) {
         set_sticky(ctx, ADSM__CUDA_ERROR_ILLEGAL_ADDRESS);
-    } else if (op->kind == OP_LAUNCH && !fn && g.kernel_us < 0) {
+    } else if (op->kind == OP_LAUNCH && !fn) {
         fprintf(stderr, "cudadouble: no host function registered for kernel '%s'\n", op->launch->name);
         set_sticky(ctx, ADSM__CUDA_ERROR_LAUNCH_FAILED);
         ok = false;
@@ -543,10 +540,6 @@ static void run_op(struct adsm__cu_ctx_st *ctx, struct op *op) {
         case OP_PEER: memmove(d, s, op->n); break;
         case OP_MEMSET: memset(d, op->value, op->n); break;
         case OP_LAUNCH: {
-            if (g.kernel_us >= 0) { /* a kernel as fast as asked, which computes nothing */
-                if (g.kernel_us) usleep((useconds_t)g.kernel_us);
-                break;
-            }
             cudadouble_launch l;
             memcpy(l.grid, op->launch->grid, sizeof l.grid);
             memcpy(l.block, op->launch->block, sizeof l.block);
@@ -682,7 +675,6 @@ CUresult cuInit(unsigned int flags) {
     g.delay_us = (unsigned long)env_ull("CUDADOUBLE_DELAY_US", 0);
     g.register_us_per_mib = (unsigned long)env_ull("CUDADOUBLE_REGISTER_US_PER_MIB", 0);
     g.unmap_us = (unsigned long)env_ull("CUDADOUBLE_UNMAP_US", 0);
-    g.kernel_us = getenv("CUDADOUBLE_KERNEL_US") ? (long)env_ull("CUDADOUBLE_KERNEL_US", 0) : -1;
     g.kernel_max_threads = env_ull("CUDADOUBLE_KERNEL_MAX_THREADS", 1024);
     g.param_info_error = (CUresult)env_ull("CUDADOUBLE_PARAM_INFO_ERROR", 0);
     g.lose_null_memsets = env_flag("CUDADOUBLE_LOSE_NULL_MEMSETS");
