@@ -17,8 +17,8 @@ import sys
 from collections import defaultdict
 
 
-def summary(path):
-    events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+def summary(trace):
+    events = [e for e in trace if e.get("ph") == "X"]
     if not events:
         return None, {}
     begin = min((e["ts"] for e in events if e["name"] == "alloc"), default=min(e["ts"] for e in events))
@@ -34,11 +34,10 @@ def summary(path):
     return (end - begin) / 1000.0, kinds
 
 
-def last_spans(path, n):
+def last_spans(trace, n):
     """The run's last n spans in the order they began, as a markdown table."""
-    events = json.load(open(path))["traceEvents"]
-    tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and "name" in e.get("args", {})}
-    spans = sorted((e for e in events if e.get("ph") == "X"), key=lambda e: e["ts"])[-n:]
+    tracks = {e["tid"]: e["args"]["name"] for e in trace if e.get("ph") == "M" and "name" in e.get("args", {})}
+    spans = sorted((e for e in trace if e.get("ph") == "X"), key=lambda e: e["ts"])[-n:]
     if not spans:
         return
     t0 = spans[0]["ts"]
@@ -60,7 +59,8 @@ def main():
     if not args:
         sys.exit(__doc__)
     steps = int(args[1]) if len(args) > 1 else 0
-    run_ms, kinds = summary(args[0])
+    trace = json.load(open(args[0]))["traceEvents"]
+    run_ms, kinds = summary(trace)
     if run_ms is None:
         sys.exit(f"{args[0]}: no spans")
     print(f"run: {run_ms:.2f} ms from the first object made to the end of the last call, sync or I/O call"
@@ -71,7 +71,7 @@ def main():
         per_step = f" {ms * 1000 / steps:.1f} |" if steps else ""
         print(f"| {name} | {n} | {ms:.3f} | {ms * 1000 / n:.1f} |{per_step} {ms / run_ms * 100:.1f} |")
     if last:
-        last_spans(args[0], last)
+        last_spans(trace, last)
 
 
 if __name__ == "__main__":
