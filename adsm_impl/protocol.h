@@ -333,6 +333,17 @@ ADSM__PRIVATE void adsm__flushes_settled(adsm__runtime *rt, uint64_t queued) {
     if (queued > rt->flushes_settled) rt->flushes_settled = queued;
 }
 
+/* A small object standing beside its twin (below) flushed by another way than a release
+ * (adsm_memcpy sending its source, maybe only some of its blocks): the device copy may differ
+ * from the twin after it, so the twin speaks for it no more, and its blocks still Dirty, outside
+ * the FIFO until now, go into it, to be flushed as any Dirty block is. */
+ADSM__PRIVATE void adsm__twin_end(adsm__runtime *rt, adsm__object *o) {
+    if (!o->twin_live) return;
+    o->twin_live = 0;
+    for (size_t b = 0; b < o->nblocks; b++)
+        if (o->blocks[b].state == ADSM__DIRTY) adsm__fifo_push(rt, &o->blocks[b]);
+}
+
 /* Host -> device copy of blocks [first, first+count), which the caller made ReadOnly. An
  * asynchronous one stamps its unit heads (every block for rolling) with its ticket. */
 ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int async) {
@@ -345,9 +356,7 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     /* a call's device has room (capacity.h); an eviction to a device with none leaves the unit
      * ReadOnly, current on the host only, for the next launch there to send (several devices) */
     if (adsm__charge(rt, o, d) != 0) return rt->release_dev >= 0 ? -1 : 0;
-    /* a small object standing beside its twin (below) flushed by another way than a release
-     * (adsm_memcpy sending its source): the device copy may differ from the twin after it */
-    o->twin_live = 0;
+    adsm__twin_end(rt, o);
     if (o->flush_by_xlate && rt->release_dev >= 0) { /* the launch's translation sends these bytes */
         o->flush_skipped = 1;
         for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
@@ -814,8 +823,9 @@ ADSM__PRIVATE int adsm__home_dirty(adsm__runtime *rt, adsm__object *o) {
     if (!o->home_written || rt->ndev != 1 || o->type || o->safe || o->busy_units ||
         adsm__states_in(o, 0, o->nblocks) != ADSM__HAS(ADSM__READONLY))
         return 0;
-    size_t held = o->size;
-    for (ptrdiff_t i = 0; i < stbds_arrlen(rt->twins); i++) held += rt->twins[i]->size;
+    size_t held = o->size; /* those a flush ended wait in the list for the next release */
+    for (ptrdiff_t i = 0; i < stbds_arrlen(rt->twins); i++)
+        if (rt->twins[i]->twin_live && rt->twins[i] != o) held += rt->twins[i]->size;
     if (held > ADSM__TWIN_BYTES) return 0; /* ReadOnly, as before: every launch would compare too much */
     o->home_written = 0;
     if (!o->twin && !(o->twin = (unsigned char *)malloc(o->size))) return 0;

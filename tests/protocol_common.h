@@ -368,6 +368,40 @@ static inline void written_small_objects_keep_coming_home(adsm_protocol_kind pro
     adsm_shutdown();
 }
 
+/* An object standing beside its twin that adsm_memcpy sends only part of (a source range covering
+ * its second half): the twin speaks for the device copy no more, so the CPU's other changes, in
+ * blocks the copy did not send, still go to the next kernel. With blocks under half the object
+ * (rolling at 4 KiB) the copy sends one of them alone; otherwise the unit is the whole object. */
+static inline void twins_sent_in_part_send_the_rest(adsm_protocol_kind protocol, size_t bs) {
+    const size_t n = 2 * 4096 / sizeof(int32_t), half = n / 2;
+    test_sync_home = 1;
+    init(TEST_DEVICE_BACKEND, protocol, bs, 0);
+    int32_t *r = adsm_alloc(n * sizeof *r), *c = adsm_alloc(n * sizeof *c), *zero = adsm_alloc(n * sizeof *zero);
+    int32_t *d = adsm_alloc(half * sizeof *d); /* one whole unit: copied on the device */
+    cr_assert(r && c && zero && d, "%s", adsm_last_error());
+    for (int32_t k = 0; k < 3; k++) { /* a read teaches the habit, a write the twin */
+        wr(&r[0], 10 * k);
+        wr(&r[half], 10 * k + 1);
+        CALL_OK(k_incr, grid_for(n), r, n);
+        sync_ok();
+        cr_assert_eq(rd(&r[0]), 10 * k + 1, "round %d", k);
+    }
+    cr_assert_eq(adsm_block_state(r), 'D', "not beside a twin: '%c'", adsm_block_state(r));
+    wr(&r[0], 777); /* no fault: the first half changes beside the twin */
+    wr(&r[half], 888);
+    adsm__rt.send_source_always = 1;
+    cr_assert_eq(adsm_memcpy(d, &r[half], half * sizeof *r), ADSM_OK, "%s", adsm_last_error());
+    adsm__rt.send_source_always = 0;
+    cr_assert_eq(adsm_block_state(&r[half]), 'R', "adsm_memcpy did not send its source: '%c'",
+                 adsm_block_state(&r[half]));
+    cr_assert_eq(rd(&d[0]), 888);
+    CALL_OK(k_add, grid_for(n), c, r, zero, n);
+    sync_ok();
+    cr_assert_eq(rd(&c[0]), 777, "the kernel read %d, not the CPU's 777 (the half not sent was lost)", rd(&c[0]));
+    cr_assert_eq(rd(&c[half]), 888);
+    adsm_shutdown();
+}
+
 /* Every launch compares the objects standing beside twins, so they hold at most ADSM__TWIN_BYTES
  * at once: of six such objects of 64 KiB, four come home Dirty, the others ReadOnly as before, and
  * every one's values stay right. */

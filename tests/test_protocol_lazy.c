@@ -48,6 +48,9 @@ TEST_BLOCK_SIZES(lazy, small_objects_written_and_read_each_round_come_home) {
     written_small_objects_keep_coming_home(ADSM_PROTOCOL_LAZY, bs);
 }
 
+/* ... and one adsm_memcpy sends only part of still sends the rest (protocol_common.h). */
+TEST_BLOCK_SIZES(lazy, a_twin_sent_in_part_sends_the_rest) { twins_sent_in_part_send_the_rest(ADSM_PROTOCOL_LAZY, bs); }
+
 /* ... at most ADSM__TWIN_BYTES of them beside twins (protocol_common.h). */
 TEST_BLOCK_SIZES(lazy, twins_hold_a_bounded_size) { twins_are_bounded(ADSM_PROTOCOL_LAZY, bs); }
 
