@@ -274,6 +274,9 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     }
     for (adsm__object *o = rt->first_object, *next; o; o = next) {
         next = o->next;
+        /* managed and hmm memory lies outside the reservation released below: given back as
+         * adsm_free gives it (before the devices stop: um's goes to the driver) */
+        if (o->managed) adsm__object_give_back(rt, o, 0);
         adsm__object_destroy(o);
     }
     for (adsm__tree_node *n; (n = adsm__tree_first(&rt->host_buffers)) != NULL;) {

@@ -12,6 +12,9 @@
 
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
 
 #include "tests/protocol_common.h"
 
@@ -155,6 +158,23 @@ Test(um, hmm_objects_are_plain_host_memory) {
     cr_assert_eq(adsm_free(b), ADSM_OK);
     cr_assert_eq(adsm_free(c), ADSM_OK);
     adsm_shutdown();
+}
+
+/* hmm's objects still alive at adsm_shutdown go with it, as adsm_free would give them back: their
+ * mappings lie outside adsm's reservation, which the shutdown releases, so nothing else unmaps
+ * them (each adsm_init and adsm_shutdown of a program leaked them all). */
+Test(um, hmm_objects_left_at_shutdown_are_unmapped) {
+    unsigned char resident;
+    for (int round = 0; round < 2; round++) {
+        init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_HMM, 2 * MIB, 0);
+        int32_t *a = alloc(S);
+        memset(a, 1, S);
+        cr_assert_eq(mincore(a, 4096, &resident), 0, "round %d: the object is not mapped: %s", round, strerror(errno));
+        adsm_shutdown();
+        cr_assert_eq(mincore(a, 4096, &resident), -1, "round %d: the object at %p outlived adsm_shutdown", round,
+                     (void *)a);
+        cr_assert_eq(errno, ENOMEM);
+    }
 }
 
 /* A GPU that does not reach pageable memory (the double's default, as the H200 measured in
