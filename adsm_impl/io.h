@@ -30,12 +30,15 @@
 #include <unistd.h>
 
 /* A transfer stopped at `from` inside a unit it had claimed whole (not fetched): the bytes it did
- * not write come from the device, as a fetch would have brought them. */
+ * not write come from the device, as a fetch would have brought them, and the unit goes into the
+ * FIFO (adsm__fill_end). A claim whose unit never became Dirty (its access failed) is no claim. */
 ADSM__PRIVATE void adsm__repair_tail(adsm__runtime *rt, uintptr_t from, uintptr_t to) {
     adsm__lock(&rt->lock);
     adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, from));
-    if (o && to <= o->host + o->size) /* the claimed unit is Dirty: writable; its writer holds it */
+    if (o && o->io_filling && to <= o->host + o->size) { /* Dirty: writable; its writer holds it */
         (void)adsm__fetch_range(rt, o->writer_dev, from, o->dev + (from - o->host), to - from, PROT_READ | PROT_WRITE);
+        adsm__fill_end(rt, o);
+    }
     adsm__unlock(&rt->lock);
 }
 
@@ -292,13 +295,17 @@ ADSM__PRIVATE size_t adsm__transfer_direct(adsm__xfer *x, uintptr_t buf, size_t 
             *call_errno = EFAULT;
             return done;
         }
+        if (*unfinished > a) adsm__fill_claimed(rt, o, block); /* no flush until it is filled */
         uint64_t t0 = adsm__now_ns();
         ssize_t got = x->syscall_piece(x, (void *)alias, len, done);
         *call_errno = errno;
         adsm__trace(&rt->trace, ADSM__TR_IO, t0, a, got > 0 ? (uint64_t)got : 0);
+        if (got > 0 && *unfinished && a + (size_t)got >= *unfinished) { /* the claimed unit is complete */
+            *unfinished = 0;
+            adsm__fill_end(rt, o);
+        }
         adsm__unlock(&rt->lock);
         if (got > 0) done += (size_t)got;
-        if (*unfinished && buf + done >= *unfinished) *unfinished = 0; /* the claimed unit is complete */
         if (got < 0 || (size_t)got < len) {
             *stop = got < 0 ? 2 : 1;
             return done;
@@ -355,6 +362,7 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         }
         if (x->reading && got > 0 &&
             adsm__copy_range(rt, buf + done, (uintptr_t)bounce, (size_t)got, buf + n, &unfinished) != ADSM_OK) {
+            if (unfinished > buf + done) adsm__repair_tail(rt, buf + done, unfinished);
             adsm__bounce_give(rt, &b);
             errno = EFAULT;
             return done > 0 ? (ssize_t)done : -1;

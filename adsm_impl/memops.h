@@ -256,10 +256,15 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
         if (next > 0) continue;
         if (next < 0) return adsm__access_failed();
         int shared = od || os;
+        int claimed = od && done == 0 && unfinished_end && *unfinished_end > d;
+        if (claimed) adsm__fill_claimed(rt, od, dblock); /* no flush until it is filled */
         if (shared && done == 0) memmove((void *)d, (const void *)s, len);
+        if (claimed && d + len >= *unfinished_end) { /* the claimed unit is complete */
+            *unfinished_end = 0;
+            adsm__fill_end(rt, od);
+        }
         adsm__unlock(&rt->lock);
         if (!shared) memmove((void *)d, (const void *)s, len);
-        if (unfinished_end && d + len >= *unfinished_end) *unfinished_end = 0; /* unit completed */
         d += len;
         s += len;
         n -= len;

@@ -106,6 +106,9 @@ typedef struct adsm__object {
                                  outside the FIFO since a sync brought it home (rt->twins): a release
                                  compares instead of copying */
     unsigned char *twin;      /* o->size bytes, allocated at the first such sync, freed with o */
+    uint8_t io_filling;       /* lazy: a read from a file claimed this Invalid unit whole and fills
+                                 it piece by piece; Dirty outside the FIFO until it ends (protocol.h,
+                                 adsm__fill_claimed) */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */

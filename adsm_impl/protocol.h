@@ -344,6 +344,28 @@ ADSM__PRIVATE void adsm__twin_end(adsm__runtime *rt, adsm__object *o) {
         if (o->blocks[b].state == ADSM__DIRTY) adsm__fifo_push(rt, &o->blocks[b]);
 }
 
+/* A read from a file into an Invalid unit it will overwrite whole (lazy: the whole object) claims
+ * it without a fetch, and fills it piece by piece, letting the runtime lock go between pieces
+ * (io.h). Until it ends, only the pieces written so far are the program's bytes; the rest of the
+ * unit is stale host memory, which a flush by another thread's launch would have sent over the
+ * device's current bytes, for the transfer's tail repair to fetch back. So the claimed unit stands
+ * Dirty outside the FIFO while it is filled (adsm__fill_claimed), and goes in when the transfer
+ * completes it or stops, its tail fetched first (adsm__fill_end). */
+ADSM__PRIVATE void adsm__fill_claimed(adsm__runtime *rt, adsm__object *o, size_t block) {
+    size_t first, count;
+    adsm__unit_of(rt, o, block, &first, &count);
+    if (!adsm__tracking(rt) || o->blocks[first].state != ADSM__DIRTY) return; /* the FIFO's protocols only */
+    o->io_filling = 1;
+    for (size_t b = first; b < first + count; b++) adsm__fifo_remove(rt, &o->blocks[b]);
+}
+
+ADSM__PRIVATE void adsm__fill_end(adsm__runtime *rt, adsm__object *o) {
+    if (!o->io_filling) return;
+    o->io_filling = 0;
+    for (size_t b = 0; b < o->nblocks; b++)
+        if (o->blocks[b].state == ADSM__DIRTY) adsm__fifo_push(rt, &o->blocks[b]);
+}
+
 /* Host -> device copy of blocks [first, first+count), which the caller made ReadOnly. An
  * asynchronous one stamps its unit heads (every block for rolling) with its ticket. */
 ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, size_t count, int async) {

@@ -501,6 +501,58 @@ Test(io, partial_block_keeps_kernel_values) {
     adsm_shutdown();
 }
 
+/* A stream (fopencookie) giving `len` bytes of 0x5a; once it has given a piece's worth, the next
+ * time it is asked it first runs a kernel on another object, as another thread could while
+ * adsm_fread waits for its next piece. */
+typedef struct launching_stream {
+    size_t len, given, piece;
+    int32_t *other;
+    int launched;
+} launching_stream;
+
+static ssize_t launching_read(void *cookie, char *buf, size_t size) {
+    launching_stream *ls = (launching_stream *)cookie;
+    if (ls->given >= ls->piece && !ls->launched) {
+        ls->launched = 1;
+        CALL_OK(k_fill, grid_for(1024), ls->other, 1024, 7);
+        sync_ok();
+    }
+    size_t n = ls->len - ls->given < size ? ls->len - ls->given : size;
+    memset(buf, 0x5a, n);
+    ls->given += n;
+    return (ssize_t)n;
+}
+
+/* Lazy, an object a kernel wrote (Invalid): adsm_fread claims it whole without a fetch and fills
+ * it piece by piece, the runtime lock let go between pieces. A launch meanwhile must not send the
+ * object's unwritten tail over the kernel's bytes (it stands outside the FIFO while it is filled):
+ * the stream ends after three pieces, and every byte past them keeps the kernel's value. */
+Test(io, a_launch_between_pieces_keeps_what_the_read_did_not_reach) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_LAZY, 512 * KIB, 0);
+    size_t size = 8 * MIB, n = size / sizeof(int32_t), piece = adsm__io_piece(&adsm__rt);
+    int32_t *x = alloc(size), *other = alloc(4096);
+    CALL_OK(k_fill, grid_for(n), x, n, 1000);
+    sync_ok();
+    EXPECT_STATE(x, 'I');
+    launching_stream ls = {3 * piece, 0, piece, other, 0};
+    cookie_io_functions_t fns = {.read = launching_read};
+    FILE *f = fopencookie(&ls, "r", fns);
+    cr_assert_not_null(f);
+    cr_assert_eq(adsm_fread(x, 1, size, f), 3 * piece);
+    cr_assert(ls.launched, "the stream gave everything at once: no launch between pieces");
+    for (size_t i = 0; i < 3 * piece / sizeof(int32_t); i++)
+        if (rd(&x[i]) != (int32_t)0x5a5a5a5a) cr_assert_fail("x[%zu] = %d, not the stream's", i, rd(&x[i]));
+    for (size_t i = 3 * piece / sizeof(int32_t); i < n; i++)
+        if (rd(&x[i]) != 1000 + (int32_t)i) cr_assert_fail("x[%zu] = %d, not the kernel's %d", i, rd(&x[i]), 1000 + (int)i);
+    int32_t *c = alloc(size); /* ... and what the read gave reaches the next kernel */
+    CALL_OK(k_add, grid_for(n), c, x, x, n);
+    sync_ok();
+    cr_assert_eq((uint32_t)rd(&c[0]), 2u * 0x5a5a5a5au);
+    cr_assert_eq(rd(&c[n - 1]), 2 * (1000 + (int32_t)(n - 1)));
+    cr_assert_eq(fclose(f), 0);
+    adsm_shutdown();
+}
+
 /* Rolling with a small rolling size: a 3 MiB read evicts blocks while it goes (the bounce pieces
  * let eviction overlap the reading), and a kernel then sees every byte read. */
 Test(io, read_with_eager_eviction) {
