@@ -95,27 +95,45 @@ static __thread int adsm__tls_passthrough;
 /* Set on adsm's copy threads (emu DMA thread, cuda engine): a fault there is adsm's own bug. */
 static __thread int adsm__tls_copy_thread;
 
+/* adsm__tls_lock_depth counts the locks this thread holds, for a signal handler on it to read:
+ * it is raised before the lock can be taken and lowered only once it is let go, so a handler never
+ * finds the lock held with the depth at 0 (it would wait for itself); while the thread waits for
+ * another's hold it is 0. errno is the program's: the futex calls leave it as it was. */
 ADSM__PRIVATE void adsm__lock(adsm__lock_t *l) {
     int expected = 0;
-    if (!__atomic_compare_exchange_n(&l->state, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-        while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0)
-            adsm__futex_wait(&l->state, 2);
-    }
     adsm__tls_lock_depth++;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_compare_exchange_n(&l->state, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
+    int saved_errno = errno;
+    while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0) {
+        adsm__tls_lock_depth--; /* waiting, not holding */
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        adsm__futex_wait(&l->state, 2);
+        adsm__tls_lock_depth++;
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    }
+    errno = saved_errno;
 }
 
 /* 1 when taken, 0 when somebody holds it. */
 ADSM__PRIVATE int adsm__trylock(adsm__lock_t *l) {
     int expected = 0;
-    if (!__atomic_compare_exchange_n(&l->state, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 0;
     adsm__tls_lock_depth++;
-    return 1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_compare_exchange_n(&l->state, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 1;
+    adsm__tls_lock_depth--;
+    return 0;
 }
 
 ADSM__PRIVATE void adsm__unlock(adsm__lock_t *l) {
+    int waiters = __atomic_exchange_n(&l->state, 0, __ATOMIC_RELEASE) == 2;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
     adsm__tls_lock_depth--;
-    if (__atomic_exchange_n(&l->state, 0, __ATOMIC_RELEASE) == 2)
+    if (waiters) {
+        int saved_errno = errno;
         syscall(SYS_futex, &l->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        errno = saved_errno;
+    }
 }
 
 /* ---- memory ---------------------------------------------------------------------------------- */

@@ -24,6 +24,7 @@
 #include "tests/io_common.h"
 #include "tests/seccomp.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -497,6 +498,35 @@ Test(io, partial_block_keeps_kernel_values) {
     for (size_t i = 0; i < 250; i++) cr_assert_eq(rd(&c[i]), 500 + (int32_t)i);
     for (size_t i = 250; i < 1750; i++) cr_assert_eq(rd(&c[i]), (int32_t)0xabababab, "c[%zu]", i);
     for (size_t i = 1750; i < n; i++) cr_assert_eq(rd(&c[i]), 500 + (int32_t)i, "c[%zu]", i);
+    close(fd);
+    adsm_shutdown();
+}
+
+/* errno is the libc call's, also when another thread keeps adsm's lock busy: the futex calls of a
+ * contended lock (EAGAIN when the lock moved before the wait) leave it as it was. */
+static volatile int contend_stop;
+static void *contend_lock(void *arg) {
+    while (!contend_stop) (void)adsm_block_state(arg);
+    return NULL;
+}
+
+Test(io, errno_survives_a_contended_runtime_lock) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    unsigned char *x = alloc(4096);
+    memset(x, 1, 4096);
+    unsigned char data[16] = {0};
+    int fd = temp_file(data, sizeof data);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, contend_lock, x), 0);
+    long changed = 0;
+    for (int i = 0; i < 100000; i++) {
+        errno = ERRNO_SENTINEL;
+        cr_assert_eq(adsm_pread(fd, x, sizeof data, 0), (ssize_t)sizeof data, "%s", strerror(errno));
+        changed += errno != ERRNO_SENTINEL;
+    }
+    contend_stop = 1;
+    pthread_join(t, NULL);
+    cr_assert_eq(changed, 0, "%ld of 100000 successful adsm_pread calls changed errno", changed);
     close(fd);
     adsm_shutdown();
 }

@@ -9,6 +9,8 @@
 
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -74,6 +76,45 @@ Test(signals, handler_touching_shared_memory_outside_adsm, .timeout = 120) {
     cr_assert_eq(seen, want);
     cr_assert_eq(shared[1], -1);
     cr_assert_eq(adsm_block_state(shared), 'D');
+    adsm_shutdown();
+}
+
+/* A handler writing a shared object to a file (adsm_write) while the thread it interrupts is in
+ * and out of adsm's lock, 20 us apart: when the lock is held the write passes straight to libc
+ * (the bytes are readable), else it takes the lock. The depth that tells the two apart is raised
+ * before the lock is taken and lowered after it is let go, so a signal between the two never finds
+ * the lock held "by nobody" and waits for itself (it hung after about a hundred signals). */
+static int lock_devnull;
+static char *volatile lock_shared;
+static volatile long lock_signals, lock_failures;
+
+static void write_shared_handler(int sig) {
+    (void)sig;
+    int saved = errno;
+    if (adsm_write(lock_devnull, lock_shared, 16) != 16) lock_failures++;
+    lock_signals++;
+    errno = saved;
+}
+
+Test(signals, a_handler_using_adsm_while_the_thread_takes_its_lock, .timeout = 120) {
+    init();
+    lock_devnull = open("/dev/null", O_WRONLY);
+    cr_assert_geq(lock_devnull, 0);
+    lock_shared = adsm_alloc(4096);
+    memset(lock_shared, 'a', 4096); /* Dirty: readable, nothing to fetch */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = write_shared_handler;
+    sa.sa_flags = SA_RESTART;
+    cr_assert_eq(sigaction(SIGALRM, &sa, NULL), 0);
+    struct itimerval t = {{0, 20}, {0, 20}};
+    cr_assert_eq(setitimer(ITIMER_REAL, &t, NULL), 0);
+    for (long i = 0; i < 2000000 || lock_signals < 2000; i++) /* bounded: signals keep coming */
+        (void)adsm_block_state(lock_shared + (i & 7)); /* takes and lets go of the lock */
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    cr_assert_eq(lock_failures, 0, "%ld of %ld writes from the handler failed", lock_failures, lock_signals);
+    close(lock_devnull);
     adsm_shutdown();
 }
 
