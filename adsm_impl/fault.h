@@ -24,6 +24,8 @@
 #include "protocol_vtbl.h"
 #include "directory.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -363,6 +365,25 @@ ADSM__PRIVATE int adsm__set_mask(int which, int how, const sigset_t *set, sigset
 int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) ADSM__NOEXCEPT { return adsm__set_mask(0, how, set, old); }
 
 int sigprocmask(int how, const sigset_t *set, sigset_t *old) ADSM__NOEXCEPT { return adsm__set_mask(1, how, set, old); }
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+/* ... nor the mask a thread starts with (glibc 2.32: the thread-pool habit that leaves the
+ * creator's own mask alone): glibc applies it itself, past the calls above, so the thread died on
+ * its first touch of shared memory without a word. (A fully static program, which adsm refuses to
+ * run with these interposed, gets ENOSYS: dlsym finds nothing there.) */
+typedef int (*adsm__attr_sigmask_fn)(pthread_attr_t *, const sigset_t *);
+static adsm__attr_sigmask_fn adsm__real_attr_sigmask_fn;
+
+int pthread_attr_setsigmask_np(pthread_attr_t *attr, const sigset_t *sigmask) { /* glibc: no __THROW */
+    adsm__attr_sigmask_fn real = __atomic_load_n(&adsm__real_attr_sigmask_fn, __ATOMIC_ACQUIRE);
+    if (!real) {
+        *(void **)&real = dlsym(RTLD_NEXT, "pthread_attr_setsigmask_np");
+        __atomic_store_n(&adsm__real_attr_sigmask_fn, real, __ATOMIC_RELEASE);
+    }
+    sigset_t copy;
+    return real ? real(attr, adsm__without_faults(sigmask, &copy)) : ENOSYS;
+}
+#endif
 
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) ADSM__NOEXCEPT {
     adsm__runtime *rt = &adsm__rt;

@@ -292,6 +292,27 @@ Test(signals, thread_blocking_every_signal_with_sigprocmask_touches_shared_memor
     adsm_shutdown();
 }
 
+/* ... and one created with every signal blocked through its attributes (glibc 2.32's
+ * pthread_attr_setsigmask_np, which glibc applies itself when the thread starts): it died on its
+ * first fault without a word. */
+Test(signals, thread_created_with_an_attribute_mask_of_every_signal_touches_shared_memory, .timeout = 120) {
+    init();
+    int *p = filled_invalid_object();
+    pthread_attr_t attr;
+    cr_assert_eq(pthread_attr_init(&attr), 0);
+    sigset_t all;
+    sigfillset(&all);
+    cr_assert_eq(pthread_attr_setsigmask_np(&attr, &all), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, &attr, touch_shared, p), 0);
+    pthread_attr_destroy(&attr);
+    void *failure;
+    pthread_join(t, &failure);
+    cr_assert_null(failure, "%s", (const char *)failure);
+    cr_assert_eq(p[0], -5);
+    adsm_shutdown();
+}
+
 /* A handler installed with every signal in its mask may still touch shared memory. */
 Test(signals, handler_with_full_mask_touching_shared_memory, .timeout = 120) {
     init();
