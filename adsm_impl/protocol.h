@@ -399,18 +399,22 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
 ADSM__PRIVATE int adsm__writeback_unit(adsm__runtime *rt, adsm__block *b, int async) {
     adsm__object *o = b->obj;
     size_t first, count;
-    adsm__fifo_remove(rt, b);
     adsm__unit_of(rt, o, b->index, &first, &count);
-    if (o->blocks[first].state != ADSM__DIRTY) return 0;
-    if (adsm__set_state(rt, o, first, count, ADSM__READONLY) != 0) return -1;
+    if (o->blocks[first].state != ADSM__DIRTY) {
+        adsm__fifo_remove(rt, b);
+        return 0;
+    }
+    if (adsm__set_state(rt, o, first, count, ADSM__READONLY) != 0)
+        return -1; /* refused (the mapping limit): still Dirty and queued, for a later writeback */
+    adsm__fifo_remove(rt, b);
     return adsm__flush(rt, o, first, count, async);
 }
 
 /* Rolling: writes back the n Dirty blocks from `first`, all in the FIFO, as one protection
  * change and one copy (protection first, as above). */
 ADSM__PRIVATE int adsm__writeback_blocks(adsm__runtime *rt, adsm__object *o, size_t first, size_t n, int async) {
+    if (adsm__set_state(rt, o, first, n, ADSM__READONLY) != 0) return -1; /* refused: still queued */
     for (size_t k = first; k < first + n; k++) adsm__fifo_remove(rt, &o->blocks[k]);
-    if (adsm__set_state(rt, o, first, n, ADSM__READONLY) != 0) return -1;
     return adsm__flush(rt, o, first, n, async);
 }
 

@@ -434,7 +434,9 @@ ADSM__PRIVATE int adsm__evict_past_window(adsm__runtime *rt, adsm__object *o, si
         adsm__block *v = adsm__victim(rt, o, from, sequential);
         if (!v) return 0;
         size_t n = adsm__evict_span(v, rt->fifo_len - window, behind ? from : v->obj->nblocks, !behind);
-        if (adsm__evict_blocks(rt, v, n, spent) != 0) return -1;
+        /* at the mapping limit the victim's protection change is refused, and it stays Dirty and
+         * queued: the window grows instead of the fault failing (the release sends it) */
+        if (adsm__evict_blocks(rt, v, n, spent) != 0) return errno == ENOMEM ? 0 : -1;
     }
     return 0;
 }

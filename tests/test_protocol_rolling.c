@@ -16,8 +16,11 @@
 #include <criterion/parameterized.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include "tests/protocol_common.h"
+#include "tests/seccomp.h"
 
 /* These tests follow single blocks (adsm_config.block_exact); the suite rolling_ahead at the end
  * tests what a fault takes beyond its block by default. */
@@ -330,6 +333,36 @@ TEST_BLOCK_SIZES(rolling, fixed_rolling_size_evicts_oldest_dirty_block) {
     cr_assert_eq(rd(AT(x, bs, 7)), 1);
     adsm_shutdown();
 }
+
+#ifndef TEST_ON_REAL_CUDA
+/* At the mapping limit (vm.max_map_count) the kernel refuses a protection change that needs a new
+ * mapping, as an eviction's does in the middle of a run of Dirty blocks. The victim then stays
+ * Dirty and queued (the window grows) and the write that asked for the eviction goes on. Before,
+ * the victim left the FIFO first and, still Dirty, was sent by no release: a kernel read its old
+ * bytes. Here seccomp refuses every mprotect to ReadOnly, on this thread only (a real driver's
+ * calls from it might need one: not on a GPU). */
+Test(rolling, an_eviction_the_mapping_limit_refuses_leaves_its_block_queued) {
+    const size_t bs = 4096;
+    setenv("ADSM_FAULT_ENGINE", "mprotect", 1); /* userfaultfd write-protects without mprotect */
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, bs, 3);
+    int32_t *x = alloc(64 * bs);
+    for (size_t k = 10; k < 13; k++) wr(AT(x, bs, k), 100);
+    reset();
+    refuse_system_call_with(SYS_mprotect, 2, PROT_READ, ENOMEM);
+    wr(AT(x, bs, 30), 100); /* a fourth Dirty block: the oldest would go */
+    cr_assert_eq(stats().evictions, 0, "an eviction the kernel refused was counted");
+    adsm__object *o = adsm__object_of(adsm__tree_find(&adsm__rt.objects, (uintptr_t)x));
+    cr_assert_not_null(o);
+    size_t dirty = 0;
+    for (size_t b = 0; b < o->nblocks; b++) {
+        if (o->blocks[b].state != ADSM__DIRTY) continue;
+        dirty++;
+        cr_assert(o->blocks[b].in_fifo, "block %zu is Dirty outside the FIFO: no release would send it", b);
+    }
+    cr_assert_eq(dirty, 4, "%zu Dirty blocks", dirty);
+    adsm_shutdown();
+}
+#endif
 
 /* Adaptive (rolling size 0): the limit is rolling_step (2) per live object, so it grows with
  * allocations and shrinks on free. */
