@@ -50,6 +50,25 @@ ADSM__PRIVATE int adsm__evictable(const adsm__object *o, unsigned d, adsm__objec
     return (o->dev_resident & adsm__dev_bit(d)) && o->busy_units == 0 && !adsm__names(used, nused, o);
 }
 
+/* Bytes device d holds past its capacity: rolling's evictions charge a block to its object's home
+ * device whether it has room or not (directory.h, adsm__charge; on cuda as far as the driver maps
+ * it), and the next launch there evicts back under it (adsm__make_room). */
+ADSM__PRIVATE size_t adsm__dev_over_bytes(const adsm__runtime *rt, unsigned d) {
+    size_t capacity = rt->be->capacity(rt->dev_ctx[d]);
+    return rt->dev_bytes[d] > capacity ? rt->dev_bytes[d] - capacity : 0;
+}
+
+/* Bytes of the objects device d holds that only a copy running on them keeps from being evicted
+ * (another thread's fetch): waited for, not a reason to refuse a launch. */
+ADSM__PRIVATE size_t adsm__busy_on_device(const adsm__runtime *rt, unsigned d, adsm__object *const *used,
+                                          size_t nused) {
+    size_t bytes = 0;
+    for (adsm__object *o = rt->first_object; o; o = o->next)
+        if ((o->dev_resident & adsm__dev_bit(d)) && o->busy_units && !adsm__names(used, nused, o))
+            bytes += adsm__footprint(rt, o);
+    return bytes;
+}
+
 /* Bytes device d would have free after evicting everything it may. */
 ADSM__PRIVATE size_t adsm__free_after_evictions(const adsm__runtime *rt, unsigned d, adsm__object *const *used,
                                                 size_t nused) {
@@ -203,19 +222,26 @@ ADSM__PRIVATE void adsm__give_back(adsm__runtime *rt, unsigned d, adsm__object *
     stbds_arrfree(leaving);
 }
 
-/* Makes `need` bytes free on device d, evicting what the launch does not name (used, nused).
- * ADSM_OK, or an error saying what did not fit; *again is set when the lock was let go. */
+/* Makes `need` bytes free on device d, evicting what the launch does not name (used, nused), and
+ * brings it back under its capacity where it can. ADSM_OK, or an error saying what did not fit;
+ * *again is set when the lock was let go (an eviction, or the copies on objects it would evict). */
 ADSM__PRIVATE adsm_result adsm__make_room(adsm__runtime *rt, unsigned d, size_t need, adsm__object *const *used,
                                           size_t nused, const char *what, int *again) {
     *again = 0;
-    if (adsm__dev_free_bytes(rt, d) >= need) return ADSM_OK;
-    if (adsm__free_after_evictions(rt, d, used, nused) < need) /* evict nothing in vain */
+    size_t want = need + adsm__dev_over_bytes(rt, d); /* and back under its capacity */
+    if (adsm__dev_free_bytes(rt, d) >= want) return ADSM_OK;
+    size_t could = adsm__free_after_evictions(rt, d, used, nused);
+    if (could < need && could + adsm__busy_on_device(rt, d, used, nused) >= need) {
+        *again = adsm__await_copies(rt) == ADSM__AGAIN; /* the copies end, then it may go */
+        return ADSM_OK;
+    }
+    if (could < need) /* evict nothing in vain */
         return adsm__fail(ADSM_ERROR_DEVICE_OUT_OF_MEMORY,
                           "%s needs %zu bytes on device %u, which has %zu of its %zu bytes free, %zu once it evicted "
                           "every object it may", what, need, d, adsm__dev_free_bytes(rt, d),
-                          rt->be->capacity(rt->dev_ctx[d]), adsm__free_after_evictions(rt, d, used, nused));
+                          rt->be->capacity(rt->dev_ctx[d]), could);
     uint64_t last;
-    adsm__eviction *plan = adsm__eviction_plan(rt, d, need, used, nused, &last);
+    adsm__eviction *plan = adsm__eviction_plan(rt, d, want, used, nused, &last);
     adsm_result r = ADSM_OK;
     int rc = adsm__await_users_on(rt, d, last); /* kernels using what goes */
     if (rc < 0) r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: device %u is lost", what, d);

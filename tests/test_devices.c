@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #include "tests/death.h"
@@ -433,6 +434,70 @@ Test(devices, a_kernel_larger_than_a_device_is_refused) {
     for (size_t i = 0; i < N; i++) cr_assert(rd(&y[i]) == 2 * (9 + (int32_t)i) && rd(&z[i]) == 0, "[%zu]", i);
     expect_ramp(x, 9);
     cr_assert_eq(stats().launches, 1, "the refused launch is not counted");
+    adsm_shutdown();
+}
+
+#ifndef TEST_ON_CUDA_DOUBLE
+/* Rolling's evictions charge a block to its object's home device whether it has room or not, so
+ * a full emulated device can hold more than its capacity (the double, whose memory is that small,
+ * refuses to map past it, and the block stays on the host); the next launch there evicts back
+ * under it, beside what it brings (it used to make room for that alone). */
+Test(devices, a_device_over_its_capacity_evicts_back_under_it) {
+    const size_t half = SIZE / 2, n = half / sizeof(int32_t);
+    test_emu_memory = SIZE;
+    test_devices = 2;
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4 * KIB, 2);
+    int32_t *z1 = alloc(half), *z2 = alloc(half), *x = alloc(half), *b = alloc(half);
+    CALL_ON_OK(0, k_fill, grid_for(n), z1, n, 1);
+    CALL_ON_OK(0, k_fill, grid_for(n), z2, n, 2);
+    sync_ok();
+    for (size_t i = 0; i < n; i++) x[i] = (int32_t)i; /* its evicted blocks go to device 0, full */
+    cr_assert_gt(dev_stats(0).resident_bytes, SIZE, "the setting no longer overfills device 0");
+    CALL_ON_OK(0, k_fill, grid_for(n), b, n, 3); /* b is made room for, and the excess goes too */
+    sync_ok();
+    cr_assert_leq(dev_stats(0).resident_bytes, SIZE, "device 0 holds %llu bytes, over its %zu",
+                  (unsigned long long)dev_stats(0).resident_bytes, (size_t)SIZE);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(rd(&z1[i]) == 1 + (int32_t)i && rd(&z2[i]) == 2 + (int32_t)i && rd(&b[i]) == 3 + (int32_t)i &&
+                      rd(&x[i]) == (int32_t)i, "[%zu]", i);
+    adsm_shutdown();
+}
+#endif
+
+/* An object a copy is running on (another thread's fetch, here a mark set by hand) cannot be
+ * evicted yet: a launch that needs its room waits for the copy to end instead of being refused
+ * with ADSM_ERROR_DEVICE_OUT_OF_MEMORY, though its objects fit. */
+static adsm__object *volatile busy_object;
+static volatile int launch_returned;
+static void *end_the_copy_once_waited_for(void *arg) {
+    (void)arg;
+    while (!ADSM__LOAD(&adsm__rt.copy_waiters) && !launch_returned) sched_yield();
+    adsm__lock(&adsm__rt.lock);
+    busy_object->busy_units--;
+    adsm__copies_done(&adsm__rt);
+    adsm__unlock(&adsm__rt.lock);
+    return NULL;
+}
+
+Test(devices, a_launch_waits_for_copies_on_what_it_would_evict) {
+    test_emu_memory = 2 * SIZE;
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    int32_t *x = alloc(SIZE), *y = alloc(2 * SIZE);
+    CALL_ON_OK(0, k_fill, grid_for(N), x, N, 4);
+    sync_ok();
+    adsm__lock(&adsm__rt.lock);
+    busy_object = adsm__object_of(adsm__tree_find(&adsm__rt.objects, (uintptr_t)x));
+    busy_object->busy_units++;
+    adsm__unlock(&adsm__rt.lock);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, end_the_copy_once_waited_for, NULL), 0);
+    adsm_result r = ADSM_CALL_ON(0, k_fill, grid_for(2 * N), y, 2 * N, 6); /* room only without x */
+    launch_returned = 1;
+    pthread_join(t, NULL);
+    cr_assert_eq(r, ADSM_OK, "%s", adsm_last_error());
+    sync_ok();
+    expect_ramp(x, 4);
+    expect_ramp(y, 6);
     adsm_shutdown();
 }
 
