@@ -264,10 +264,10 @@ ADSM_MPI__PRIVATE int adsm_mpi__type_runs(adsm_mpi__runs *rs, MPI_Datatype t, MP
                                           int depth) {
     adsm_mpi__shape s = adsm_mpi__shape_of(t);
     if (count <= 0 || s.size <= 0) return 0;
-    if (s.size == s.textent && (count == 1 || s.extent == s.textent || s.extent == -s.textent)) {
-        MPI_Aint span = (count - 1) * s.extent; /* no gap anywhere: one run */
-        return adsm_mpi__run_add(rs, disp + s.tlb + (span < 0 ? span : 0), count * s.size);
-    }
+    /* no gap anywhere: one run, in data order too (a negative extent lays the data downwards, and
+     * a short message's bytes would be cut from the wrong end: adsm_mpi__deliver) */
+    if (s.size == s.textent && (count == 1 || s.extent == s.textent))
+        return adsm_mpi__run_add(rs, disp + s.tlb, count * s.size);
     adsm_mpi__runs sub = {NULL, 0, 0, 0};
     int rc = adsm_mpi__element_runs(t, &sub, depth + 1);
     if (rc == 0) rc = adsm_mpi__place(rs, &sub, s.extent, disp, count);
@@ -578,12 +578,13 @@ ADSM_MPI__PRIVATE int adsm_mpi__prepare1(adsm_mpi__buf *b, const char *fn, const
 }
 
 /* Bytes that arrived: the status's count for a point-to-point receive (in bytes: Open MPI and
- * MPICH keep bytes, and the datatype may be freed by now), else all. */
+ * MPICH keep bytes, and the datatype may be freed by now), else all. In an MPI_Count: an int
+ * count is MPI_UNDEFINED past 2 GiB, which delivered nothing of a larger message. */
 ADSM_MPI__PRIVATE MPI_Aint adsm_mpi__arrived(const MPI_Status *st) {
-    int c = 0;
+    MPI_Count c = 0;
     if (!st) return -1;
-    PMPI_Get_count(st, MPI_BYTE, &c);
-    return c == MPI_UNDEFINED ? 0 : c;
+    if (PMPI_Get_elements_x(st, MPI_BYTE, &c) != MPI_SUCCESS || c == MPI_UNDEFINED) return -1;
+    return (MPI_Aint)c;
 }
 
 /* Copies what arrived from the mirror into the program's buffer: the runs in the datatype's

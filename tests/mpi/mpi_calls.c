@@ -742,6 +742,41 @@ static void check_cancel_and_short(void) {
     }
 }
 
+/* A short message into a type whose elements go downwards (a negative extent): what arrived lands
+ * where MPI puts it, the top elements, and nothing else changes (the run was cut from its low end:
+ * the data went missing and two untouched elements were overwritten). And the bytes a status
+ * reports past 2 GiB (an int count is MPI_UNDEFINED there, and such a receive delivered nothing):
+ * set with MPI_Status_set_elements_x, no 2 GiB message needed. */
+static void check_downward_and_large(void) {
+    CONTEXT("short message, negative extent");
+    const size_t n = 8, sent = 2;
+    uint32_t *x = obj + REGION_OFF;
+    reset_object(obj, 96u);
+    if (rank % 2 == 0) {
+        make_state(x, sent, ST_DIRTY, 97u);
+        mpi_ok(MPI_Send(x, (int)sent, MPI_UNSIGNED, partner, 9, MPI_COMM_WORLD), "MPI_Send");
+    } else {
+        MPI_Datatype down;
+        mpi_ok(MPI_Type_create_resized(MPI_UNSIGNED, 0, -(MPI_Aint)sizeof(uint32_t), &down), "MPI_Type_create_resized");
+        mpi_ok(MPI_Type_commit(&down), "MPI_Type_commit");
+        make_state(x, n, ST_INVALID, 98u);
+        mpi_ok(MPI_Recv(x + n - 1, (int)n, down, partner, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+        MPI_Type_free(&down);
+        same_as(x, n - sent, 98u, 0, "the elements no data reached");
+        checks++;
+        for (size_t k = 0; k < sent; k++)
+            if (((volatile uint32_t *)x)[n - 1 - k] != pattern(97u, k))
+                FAIL("element %zu of the message: %u, expected %u", k, x[n - 1 - k], pattern(97u, k));
+    }
+    CONTEXT("a status past 2 GiB");
+    MPI_Status st;
+    memset(&st, 0, sizeof st);
+    mpi_ok(MPI_Status_set_elements_x(&st, MPI_BYTE, (MPI_Count)3 << 30), "MPI_Status_set_elements_x");
+    checks++;
+    if (adsm_mpi__arrived(&st) != (MPI_Aint)3 << 30)
+        FAIL("3 GiB arrived, adsm_mpi__arrived says %lld", (long long)adsm_mpi__arrived(&st));
+}
+
 /* Matched probe: MPI_Mprobe + MPI_Mrecv, MPI_Improbe + MPI_Imrecv. */
 static void check_matched(void) {
     CONTEXT("Mprobe/Mrecv and Improbe/Imrecv");
@@ -953,6 +988,7 @@ int main(int argc, char **argv) {
     for (int s = 0; s < NSTATES; s++) check_more_collectives(s, (s + 1) % NSTATES);
     check_persistent();
     check_cancel_and_short();
+    check_downward_and_large();
     check_matched();
     check_pack();
     check_plain_passes_through();
