@@ -342,7 +342,11 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
             else want = ADSM__MIN(want, (size_t)waiting);
         }
         if (!x->whole) want = adsm__align_piece(rt, buf + done, want, n - done);
-        if (!x->reading && adsm__memcpy_impl(rt, (uintptr_t)bounce, buf + done, want) != ADSM_OK) break;
+        if (!x->reading && adsm__memcpy_impl(rt, (uintptr_t)bounce, buf + done, want) != ADSM_OK) {
+            adsm__bounce_give(rt, &b); /* the protocol could not bring the bytes: the read's EFAULT */
+            errno = EFAULT;
+            return done > 0 ? (ssize_t)done : -1; /* 0 made a caller's write loop spin */
+        }
         errno = saved_errno;
         ssize_t got = adsm__blocking_piece(x, bounce, want, done);
         if (got == ADSM__SHUT_DOWN_MEANWHILE) {

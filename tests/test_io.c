@@ -531,6 +531,26 @@ Test(io, errno_survives_a_contended_runtime_lock) {
     adsm_shutdown();
 }
 
+/* A write to a file from an object whose bytes adsm cannot bring home (here the protection change
+ * a fetch needs is refused, as at the mapping limit) fails with EFAULT, as a read into one does:
+ * it returned 0 with errno untouched, and a caller's loop "while (left) left -= write(...)" never
+ * ended. */
+Test(io, a_write_adsm_cannot_serve_fails_with_efault) {
+    setenv("ADSM_FAULT_ENGINE", "mprotect", 1);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    size_t n = 4096 / sizeof(int32_t);
+    int32_t *c = alloc(4096);
+    CALL_OK(k_fill, grid_for(n), c, n, 3);
+    sync_ok();
+    EXPECT_STATE(c, 'I');
+    int fd = temp_file("", 0);
+    refuse_system_call_with(SYS_mprotect, 2, PROT_READ, ENOMEM);
+    errno = 0;
+    cr_assert_eq(adsm_write(fd, c, 4096), -1);
+    cr_assert_eq(errno, EFAULT, "errno %d (%s)", errno, strerror(errno));
+    close(fd);
+}
+
 /* A stream (fopencookie) giving `len` bytes of 0x5a; once it has given a piece's worth, the next
  * time it is asked it first runs a kernel on another object, as another thread could while
  * adsm_fread waits for its next piece. */
