@@ -743,17 +743,27 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
 /* The pages of these objects are about to be protected (PROT_NONE: a kernel writes them) or
  * released (a free), so a queued copy still reading them (a flush just queued, an eviction) must
  * be done first: the copy engine reads host pages through the CPU's protection. The wait runs
- * with those units busy and the lock let go (adsm_launch holds rt->launch_mutex, so no other
- * launch interleaves; the objects cannot be freed meanwhile). */
+ * with every unit of them busy and the lock let go (adsm_launch holds rt->launch_mutex, so no
+ * other launch interleaves; the objects cannot be freed meanwhile), after any other thread's copy
+ * of them ended, so that the marks it clears after are its own. */
 ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **objs, size_t n) {
-    size_t pending = 0;
-    for (size_t i = 0; i < n; i++)
-        for (size_t b = 0; b < objs[i]->nblocks; b++) pending += adsm__flushing(rt, &objs[i]->blocks[b]);
-    if (pending == 0) return;
+    for (;;) { /* nothing pending, or nobody else copying any of them (the marks below are all ours) */
+        size_t pending = 0, busy = 0;
+        for (size_t i = 0; i < n; i++) {
+            busy += objs[i]->busy_units;
+            for (size_t b = 0; b < objs[i]->nblocks; b++) pending += adsm__flushing(rt, &objs[i]->blocks[b]);
+        }
+        if (pending == 0) return;
+        if (busy == 0) break;
+        adsm__await_copies(rt);
+    }
+    /* every unit busy while the lock is let go, not only those being flushed: another thread's
+     * fault on one meanwhile waits, and then finds it Invalid, this launch its writer. A read that
+     * fetched then brought home the bytes from before this kernel, and left them ReadOnly over
+     * what it writes, even after adsm_sync */
     for (size_t i = 0; i < n; i++) {
         objs[i]->busy_units++;
-        for (size_t b = 0; b < objs[i]->nblocks; b++)
-            if (adsm__flushing(rt, &objs[i]->blocks[b])) objs[i]->blocks[b].busy = 1;
+        for (size_t b = 0; b < objs[i]->nblocks; b++) objs[i]->blocks[b].busy = 1;
     }
     uint64_t queued = rt->flushes_queued;
     adsm__tls_settling = objs, adsm__tls_settling_n = n; /* launches do not nest on a thread */

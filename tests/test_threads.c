@@ -54,6 +54,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -940,6 +941,82 @@ static void run_threads(const variant *v) {
 
 /* ---- the tests ---------------------------------------------------------------------------------- */
 TestSuite(threads, .timeout = 60);
+
+/* ---- a read racing a launch ------------------------------------------------------------------
+ * K1, slow, writes o; the CPU makes p Dirty; K2 writes o and p. K2's release queues p's flush,
+ * which the device runs after K1, and waits for it with the runtime lock let go. Another thread
+ * reads o meanwhile: its fault must wait for K2 (and see o after it), not fetch K1's bytes and
+ * leave them ReadOnly over K2's, as it did when the wait marked only the units it flushed and then
+ * cleared every unit's mark, the reader's too. Timing only decides whether the read lands in that
+ * window; every outcome must read o after K2 once adsm_sync returned. */
+ADSM_KERNEL(tt_slow_fill, ADSM_OUT(int32_t, c), ADSM_VALUE(size_t, n), ADSM_VALUE(int32_t, v), ADSM_VALUE(int, ms));
+void tt_slow_fill(adsm_grid g, int32_t *c, size_t n, int32_t v, int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    if (ms) nanosleep(&ts, NULL);
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = v;
+    }
+}
+ADSM_KERNEL(tt_add_both, ADSM_INOUT(int32_t, o), ADSM_INOUT(int32_t, p), ADSM_VALUE(int32_t, v));
+void tt_add_both(adsm_grid g, int32_t *o, int32_t *p, int32_t v) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i == 0) o[0] += v, p[0] += v;
+    }
+}
+
+static int32_t *volatile race_o;
+static volatile int race_go;
+static volatile int32_t race_seen;
+static void *read_during_the_launch(void *arg) {
+    (void)arg;
+    while (!race_go) sched_yield();
+    struct timespec ts = {0, 30 * 1000000L}; /* into K2's release, well inside K1's 300 ms */
+    nanosleep(&ts, NULL);
+    race_seen = race_o[0];
+    return NULL;
+}
+
+static void read_racing_a_launch(adsm_protocol_kind protocol) {
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = THREADS_BACKEND;
+    cfg.protocol = protocol;
+    cfg.block_size = 64 * KIB;
+#ifdef TEST_ON_CUDA_DOUBLE
+    cuda_double_use();
+#endif
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "adsm_init: %s", adsm_last_error());
+#ifdef TEST_ON_CUDA_DOUBLE
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_tt_slow_fill(), adsm__kernel_tt_add_both()};
+    cr_assert_eq(cuda_double_attach(kernels, 2), 0, "attaching to the driver double: %s", adsm_last_error());
+#endif
+    const size_t n = MIB / sizeof(int32_t);
+    int32_t *o = adsm_alloc(n * sizeof *o), *p = adsm_alloc(4096);
+    cr_assert(o && p, "%s", adsm_last_error());
+    race_o = o;
+    for (int32_t round = 0; round < 3; round++) {
+        cr_assert_eq(ADSM_CALL(tt_slow_fill, adsm_grid_1d(1, 1), o, n, 10 * round, 300), ADSM_OK, "%s", adsm_last_error());
+        p[0] = round; /* Dirty: K2's release queues its flush behind K1 */
+        race_go = 0;
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, read_during_the_launch, NULL), 0);
+        race_go = 1;
+        cr_assert_eq(ADSM_CALL(tt_add_both, adsm_grid_1d(1, 1), o, p, 100), ADSM_OK, "%s", adsm_last_error());
+        pthread_join(t, NULL);
+        cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+        cr_assert(race_seen == 10 * round || race_seen == 10 * round + 100, "round %d: the reader saw %d", round,
+                  race_seen);
+        cr_assert_eq(o[0], 10 * round + 100, "round %d: after adsm_sync o[0] = %d, not K2's %d", round, o[0],
+                     10 * round + 100);
+        cr_assert_eq(p[0], round + 100);
+    }
+    adsm_shutdown();
+}
+
+Test(threads, a_read_racing_a_launch_lazy) { read_racing_a_launch(ADSM_PROTOCOL_LAZY); }
+Test(threads, a_read_racing_a_launch_rolling) { read_racing_a_launch(ADSM_PROTOCOL_ROLLING); }
+
+
 
 #define THREADS_TEST(tname, protocol, bs, rs, exact)             \
     Test(threads, tname) {                                       \
