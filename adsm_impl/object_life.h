@@ -300,6 +300,10 @@ ADSM__PRIVATE adsm_result adsm__object_create_managed(adsm__runtime *rt, size_t 
 ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, int safe, const char *fn,
                                               adsm__object **out) {
     if (rt->proto->managed) return adsm__object_create_managed(rt, size, fn, out);
+    /* the host backend's kernels run on the host pages themselves, and nothing is ever copied: a
+     * device address apart from them would be memory nobody fills (its kernels read zeros, and
+     * their writes never reached the CPU), so a safe object is an ordinary one there */
+    if (!rt->be->moves_data) safe = 0;
     adsm__object *o = adsm__object_new(rt, size, safe);
     if (!o) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of host memory for the bookkeeping of %zu bytes", size);
     adsm__lock(&rt->lock);

@@ -150,6 +150,31 @@ Test(safe, call_translates_host_pointers) {
     adsm_shutdown();
 }
 
+/* On the host backend kernels run on the host pages and nothing is copied, so a safe object is an
+ * ordinary one there (its device address is its host address): what the CPU writes a kernel
+ * reads, and what a kernel writes the CPU reads. It used to get a device range of its own, which
+ * nobody filled: the kernel read zeros, and the CPU never saw the kernel's writes. */
+Test(safe, on_the_host_backend_safe_objects_are_ordinary) {
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = ADSM_BACKEND_HOST;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "adsm_init: %s", adsm_last_error());
+    const size_t n = 10000;
+    unsigned char *s = adsm_safe_alloc(n), *plain = adsm_alloc(n), *out = adsm_safe_alloc(n);
+    cr_assert(s && plain && out, "%s", adsm_last_error());
+    cr_assert_eq((uintptr_t)adsm_safe(s), (uintptr_t)s);
+    fill(s, n, 5);
+    cr_assert_eq(ADSM_CALL(copy_bytes, adsm_grid_1d((uint32_t)blocks_for(n), 256), plain, s, n), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    expect(plain, n, 5);
+    cr_assert_eq(ADSM_CALL(copy_bytes, adsm_grid_1d((uint32_t)blocks_for(n), 256), out, plain, n), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    expect(out, n, 5);
+    adsm_shutdown();
+}
+
 Test(safe, call_with_explicit_device_pointers) {
     start();
     const size_t n = 50000;
