@@ -304,6 +304,13 @@ ADSM__PRIVATE adsm_result adsm__object_create(adsm__runtime *rt, size_t size, in
      * device address apart from them would be memory nobody fills (its kernels read zeros, and
      * their writes never reached the CPU), so a safe object is an ordinary one there */
     if (!rt->be->moves_data) safe = 0;
+    size_t span = ADSM__ALIGN_UP(size, rt->page);
+    if (span > rt->be->capacity(rt->be_ctx)) { /* refused before its bookkeeping is made (tens of MiB) */
+        adsm__lock(&rt->lock);
+        adsm_result r = adsm__device_room(rt, size, span, fn);
+        adsm__unlock(&rt->lock);
+        return r;
+    }
     adsm__object *o = adsm__object_new(rt, size, safe);
     if (!o) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of host memory for the bookkeeping of %zu bytes", size);
     adsm__lock(&rt->lock);

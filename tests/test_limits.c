@@ -141,6 +141,33 @@ static void round_trip(size_t n) {
     cr_assert_eq(adsm_free(c), ADSM_OK);
 }
 
+/* The peak resident memory of this process so far (VmHWM), in KiB. */
+static long peak_rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib;
+}
+
+/* An object larger than the whole device is refused before its bookkeeping is made: with 4 KiB
+ * blocks that is 48 bytes a block, so 60 GiB asked of a 256 MiB device cost about 700 MiB of
+ * memory and a second before the refusal (and a request a terabyte device let through could
+ * bring the OOM killer). */
+Test(limits, an_object_larger_than_the_device_is_refused_before_its_bookkeeping) {
+    cr_assert_eq(init_emu(), ADSM_OK, "%s", adsm_last_error());
+    long before = peak_rss_kib();
+    cr_assert_gt(before, 0);
+    cr_assert_null(adsm_alloc((size_t)60 << 30));
+    cr_assert_eq(adsm_last_result(), ADSM_ERROR_DEVICE_OUT_OF_MEMORY, "%s", adsm_last_error());
+    long grew = peak_rss_kib() - before;
+    cr_assert_lt(grew, 64 << 10, "the refused request took %ld KiB first", grew);
+    round_trip(10000);
+    adsm_shutdown();
+}
+
 Test(limits, no_descriptor_left_at_init) {
     int before = open_fds();
     set_nofile((rlim_t)highest_fd() + 1);
