@@ -262,8 +262,12 @@ ADSM__PRIVATE adsm_result adsm__cuda_settings(const adsm_config *c, adsm__settin
     else if (c->device < 0) return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.device: %d is negative", c->device);
     else if (v && *v && (adsm__parse_size(v, &device) != 0 || strpbrk(v, "kKmMgGtTiIbB")))
         return adsm__bad_env("ADSM_DEVICE", v, "expected a device number such as 0 or 1");
+    if (device > 1023 && c->device > 0) /* the value given, and where: not a clamped one */
+        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "adsm_config.device: %d names device %zu, outside 0..1023 (the "
+                          "field is the device number plus one)", c->device, device);
+    if (device > 1023) return adsm__bad_env("ADSM_DEVICE", v, "expected a device number from 0 to 1023");
     if ((r = adsm__env_size("ADSM_CUDA_STAGING", &staging, 0)) != ADSM_OK) return r;
-    s->device = device > 1023 ? 1024 : (int)device;
+    s->device = (int)device;
     if ((r = adsm__cuda_device_list(c, s)) != ADSM_OK) return r;
     s->cuda_staging = staging ? staging : ADSM__DEFAULT_CUDA_STAGING;
     size_t ahead = 0;
@@ -307,8 +311,6 @@ ADSM__PRIVATE adsm_result adsm__validate(adsm__settings *s, size_t page) {
     if (s->emu_memory < ((size_t)1 << 20) || s->emu_memory > ADSM__MAX_EMU_MEMORY)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_EMU_MEMORY: %zu bytes is outside 1M..1T",
                           s->emu_memory);
-    if (s->device < 0 || s->device > 1023)
-        return adsm__fail(ADSM_ERROR_INVALID_CONFIG, "ADSM_DEVICE: %d is outside 0..1023", s->device);
     if (s->cuda_staging < ((size_t)64 << 10) || s->cuda_staging > ((size_t)1 << 30) ||
         s->cuda_staging % page)
         return adsm__fail(ADSM_ERROR_INVALID_CONFIG,

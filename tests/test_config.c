@@ -82,6 +82,23 @@ Test(config, rolling_size_negative) { expect_bad("ADSM_ROLLING_SIZE", "-1"); }
 Test(config, rolling_step_junk) { expect_bad("ADSM_ROLLING_STEP", "two"); }
 Test(config, emu_workers_junk) { expect_bad("ADSM_EMU_WORKERS", "many"); }
 Test(config, block_size_zero) { expect_bad("ADSM_BLOCK_SIZE", "0"); }
+Test(config, device_5000) { expect_bad("ADSM_DEVICE", "5000"); }
+
+/* A device number out of range is reported as given, naming where it came from (both used to say
+ * "ADSM_DEVICE: 1024", a value clamped before the check, whatever was given and wherever). */
+Test(config, a_device_out_of_range_is_reported_as_given) {
+    cr_assert_eq(setenv("ADSM_DEVICE", "99999999999", 1), 0);
+    adsm_config cfg = emu_config();
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "ADSM_DEVICE='99999999999'"), "%s", adsm_last_error());
+    cr_assert_eq(unsetenv("ADSM_DEVICE"), 0);
+    cfg.device = 1025;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "adsm_config.device: 1025"), "%s", adsm_last_error());
+    cfg.device = 1024; /* device 1023: the last one allowed */
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    adsm_shutdown();
+}
 Test(config, emu_memory_zero) { expect_bad("ADSM_EMU_MEMORY", "0"); }
 Test(config, rolling_step_zero) { expect_bad("ADSM_ROLLING_STEP", "0"); }
 
