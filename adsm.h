@@ -361,7 +361,8 @@
    frees anything (shutdown waits for it) or runs after it, as any call after shutdown does
    (initialising again, or "not initialised" for old pointers). A thread blocked in adsm_read and
    friends (a pipe, a socket) does not hold shutdown up; its call then fails with ECANCELED.
-   Touching shared memory after (or during) shutdown is a crash, as after adsm_free.
+   Touching shared memory after (or during) shutdown is a crash, as after adsm_free (during it,
+   adsm says why first).
    adsm installs a SIGSEGV handler (SA_SIGINFO). Faults outside shared memory go to the program's
    own SIGSEGV disposition, or to the default action, so stray accesses still crash. The
    implementation also defines sigaction() and signal(): while adsm is initialised, a SIGSEGV

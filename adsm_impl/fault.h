@@ -105,7 +105,8 @@ enum {
     ADSM__FAULT_NO_OBJECT = -2,
     ADSM__FAULT_DEVICE_BUFFER = -3,
     ADSM__FAULT_FORKED = -4,
-    ADSM__FAULT_OWN_COPY = ADSM__OWN_COPY /* -5: a signal handler touched a unit this thread is copying */
+    ADSM__FAULT_OWN_COPY = ADSM__OWN_COPY, /* -5: a signal handler touched a unit this thread is copying */
+    ADSM__FAULT_STOPPING = -6              /* adsm_shutdown (or adsm_init) runs in another thread */
 };
 
 /* What a fault that adsm could not resolve was about, for the message before the process dies. */
@@ -172,7 +173,8 @@ ADSM__PRIVATE int adsm__program_handles(int sig) {
  * one. info may be NULL for a forked child's fault. */
 ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const adsm__fault_info *info) {
     char msg[512];
-    if ((reason == ADSM__FAULT_NO_OBJECT || reason == ADSM__FAULT_DEVICE_BUFFER) && adsm__program_handles(sig))
+    if ((reason == ADSM__FAULT_NO_OBJECT || reason == ADSM__FAULT_DEVICE_BUFFER || reason == ADSM__FAULT_STOPPING) &&
+        adsm__program_handles(sig))
         return;
     msg[0] = 0;
     adsm__append(msg, sizeof msg, sig == SIGBUS ? "adsm: bus error (a write to write-protected memory) at "
@@ -184,6 +186,9 @@ ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const a
     else if (reason == ADSM__FAULT_DEVICE_BUFFER)
         adsm__append(msg, sizeof msg, ": a device buffer from adsm_dev_alloc, which the CPU cannot touch "
                                       "(copy it with adsm_copy_from_device)\n");
+    else if (reason == ADSM__FAULT_STOPPING)
+        adsm__append(msg, sizeof msg, ": shared memory touched while adsm_shutdown (or adsm_init) runs in "
+                                      "another thread: its objects are going, as after adsm_free\n");
     else if (reason == ADSM__FAULT_FORKED) {
         adsm__append(msg, sizeof msg, " (shared memory) in process ");
         adsm__append_dec(msg, sizeof msg, (size_t)getpid());
@@ -236,7 +241,10 @@ ADSM__PRIVATE void adsm__remember_read_fault(const adsm__runtime *rt, uintptr_t 
 /* A fault in adsm's range, with a use of the runtime held (shutdown waits for it): 0 when the
  * access may be retried, -1 when the fault is passed on. is_write: 1, 0, or -1 (unknown). */
 ADSM__PRIVATE int adsm__handle_shared_fault(adsm__runtime *rt, int sig, uintptr_t a, int is_write) {
-    if (!adsm__ready()) return -1; /* shut down meanwhile: as a fault after shutdown */
+    if (!adsm__ready()) { /* shut down meanwhile: its objects are going */
+        adsm__explain_fault(sig, a, ADSM__FAULT_STOPPING, NULL);
+        return -1;
+    }
     if (adsm__tls_copy_thread) { /* a copy thread of adsm's own: waiting here could never end */
         adsm__write_stderr("adsm: internal error: a copy thread faulted on shared memory that is protected "
                            "(a copy was queued for pages that were then protected); please report this\n");
@@ -277,6 +285,9 @@ static void adsm__fault_handler(int sig, siginfo_t *si, void *context) {
         adsm__use_end();
     } else if (si->si_code > 0 && adsm__in_forked_child() && !adsm__outside_reservation(rt, a, 1)) {
         adsm__explain_fault(sig, a, ADSM__FAULT_FORKED, NULL); /* adsm__forked, lifecycle.h */
+    } else if (si->si_code > 0 && sig == SIGSEGV && !adsm__outside_reservation(rt, a, 1)) {
+        /* this handler still installed, the runtime not ready: adsm_shutdown or adsm_init runs */
+        adsm__explain_fault(sig, a, ADSM__FAULT_STOPPING, NULL);
     }
     if (rc != 0) adsm__chain(sig, si, context);
     errno = saved_errno;

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/death.h"
@@ -350,6 +352,39 @@ Test(signals, touch_after_free_says_why_before_dying, .timeout = 120) {
 
 Test(signals, touch_of_a_device_buffer_says_why_before_dying, .timeout = 120) {
     expect_death_message(touch_device_buffer, "adsm_dev_alloc");
+}
+
+/* A read of a kernel's output while another thread's adsm_shutdown waits for that kernel: the
+ * objects are going, as after adsm_free, so the process dies, but saying why (it died without a
+ * word, the handler still installed and the memory still mapped). */
+ADSM_KERNEL(slow_fill, ADSM_OUT(int, c), ADSM_VALUE(int, v), ADSM_VALUE(size_t, n), ADSM_VALUE(int, ms));
+
+void slow_fill(adsm_grid g, int *c, int v, size_t n, int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = v;
+    }
+}
+
+static void *shut_down(void *arg) {
+    (void)arg;
+    adsm_shutdown();
+    return NULL;
+}
+
+static void touch_while_shutting_down(void) {
+    init();
+    int *p = adsm_alloc(N * sizeof(int));
+    if (ADSM_CALL(slow_fill, adsm_grid_1d(1, 1), p, 7, (size_t)N, 3000) != ADSM_OK) _exit(3);
+    pthread_t t;
+    if (pthread_create(&t, NULL, shut_down, NULL) != 0) _exit(4);
+    while (ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY) sched_yield(); /* it began */
+    (void)((volatile int *)p)[0];
+}
+
+Test(signals, touch_while_another_thread_shuts_down_says_why_before_dying, .timeout = 120) {
+    expect_death_message(touch_while_shutting_down, "while adsm_shutdown");
 }
 
 /* ---- the program's own SIGSEGV disposition, in full (issue 34, item 7) --------------------- */
