@@ -33,18 +33,21 @@
 #include "translate.h"
 
 ADSM_API adsm_result adsm_init(const adsm_config *cfg) {
-    pthread_mutex_lock(&adsm__rt.init_mutex);
+    /* before the mutex, which another thread of the parent may have held at the fork */
+    if (adsm__in_forked_child()) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "adsm: %s", ADSM__FORKED_TEXT);
+    adsm__lifecycle_lock();
     adsm_result r = adsm__ready() ? adsm__fail(ADSM_ERROR_ALREADY_INITIALIZED,
                                                 "adsm_init: already initialised (call adsm_shutdown first)")
-                                  : adsm__start(cfg); /* which refuses in a forked child */
-    pthread_mutex_unlock(&adsm__rt.init_mutex);
+                                  : adsm__start(cfg);
+    adsm__lifecycle_unlock();
     return r;
 }
 
 ADSM_API void adsm_shutdown(void) {
-    pthread_mutex_lock(&adsm__rt.init_mutex);
+    if (adsm__in_forked_child()) return; /* the parent's runtime: nothing of it to stop here */
+    adsm__lifecycle_lock();
     if (adsm__ready()) adsm__stop(&adsm__rt);
-    pthread_mutex_unlock(&adsm__rt.init_mutex);
+    adsm__lifecycle_unlock();
 }
 
 /* ---- objects ------------------------------------------------------------------------------ */

@@ -185,7 +185,22 @@ ADSM__PRIVATE adsm_result adsm__protection_start(adsm__runtime *rt) {
  * are the parent's, which the child's copies would disturb. The child sees FORKED instead: calls
  * fail saying why, and a fault on shared memory is explained before the child dies. */
 static void adsm__forked(void) {
-    if (adsm__ready()) ADSM__STORE(&adsm__rt.state, ADSM__RT_FORKED);
+    if (adsm__ready() || ADSM__LOAD(&adsm__rt.lifecycle_busy)) ADSM__STORE(&adsm__rt.state, ADSM__RT_FORKED);
+}
+
+/* init_mutex, taken by adsm_init, adsm_shutdown and a first use's start, with lifecycle_busy
+ * raised while it is held: a child forked meanwhile (by another thread) would find the mutex
+ * held for ever, so adsm__forked tells it it is a forked child, whose calls fail saying so
+ * before they take the mutex (they waited for ever). The emu device's processes, forked from a
+ * start, set their own state. */
+ADSM__PRIVATE void adsm__lifecycle_lock(void) {
+    pthread_mutex_lock(&adsm__rt.init_mutex);
+    ADSM__STORE(&adsm__rt.lifecycle_busy, 1);
+}
+
+ADSM__PRIVATE void adsm__lifecycle_unlock(void) {
+    ADSM__STORE(&adsm__rt.lifecycle_busy, 0);
+    pthread_mutex_unlock(&adsm__rt.init_mutex);
 }
 
 ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
@@ -250,9 +265,9 @@ ADSM__PRIVATE adsm_result adsm__ensure(void) {
         /* before the mutex, which another thread of the parent may have held at the fork */
         if (adsm__in_forked_child()) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "adsm: %s", ADSM__FORKED_TEXT);
         int held = adsm__uses_drop();
-        pthread_mutex_lock(&adsm__rt.init_mutex);
+        adsm__lifecycle_lock();
         adsm_result r = adsm__ready() ? ADSM_OK : adsm__start(NULL);
-        pthread_mutex_unlock(&adsm__rt.init_mutex);
+        adsm__lifecycle_unlock();
         adsm__uses_take(held);
         if (r != ADSM_OK) return r;
     }

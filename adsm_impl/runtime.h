@@ -63,6 +63,8 @@ typedef struct adsm__runtime {
     int atfork_registered;      /* adsm__forked is registered with pthread_atfork (once per process) */
     int trace_exit_registered; /* adsm__trace_at_exit is registered with atexit */
     pthread_mutex_t init_mutex; /* serialises adsm_init / adsm_shutdown */
+    int lifecycle_busy;         /* a start or stop holds init_mutex: a fork now leaves it held in the
+                                   child, which is told it is a forked child (adsm__forked) */
     pthread_mutex_t launch_mutex; /* serialises launches: release may let the runtime lock go */
     adsm__settings cfg;
     size_t page;

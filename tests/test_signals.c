@@ -387,6 +387,32 @@ Test(signals, touch_while_another_thread_shuts_down_says_why_before_dying, .time
     expect_death_message(touch_while_shutting_down, "while adsm_shutdown");
 }
 
+/* A fork while another thread is in adsm_shutdown (waiting for a kernel, the initialisation mutex
+ * held): the child's calls fail saying it is a forked child. They took that mutex, which no thread
+ * of the child would ever let go, and waited for ever. */
+Test(signals, a_child_forked_during_a_shutdown_is_told_why, .timeout = 120) {
+    init();
+    int *p = adsm_alloc(N * sizeof(int));
+    cr_assert_eq(ADSM_CALL(slow_fill, adsm_grid_1d(1, 1), p, 7, (size_t)N, 2000), ADSM_OK, "%s", adsm_last_error());
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, shut_down, NULL), 0);
+    while (ADSM__LOAD(&adsm__rt.state) == ADSM__RT_READY) sched_yield(); /* it holds the mutex now */
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        alarm(30); /* a child that waits for ever fails the test, not the whole run */
+        void *q = adsm_alloc(64);
+        int ok = !q && adsm_last_result() == ADSM_ERROR_UNSUPPORTED && strstr(adsm_last_error(), "fork");
+        ok = ok && adsm_init(NULL) == ADSM_ERROR_UNSUPPORTED;
+        adsm_shutdown(); /* nothing: the parent's */
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    pthread_join(t, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child ended with status %d", status);
+}
+
 /* ---- the program's own SIGSEGV disposition, in full (issue 34, item 7) --------------------- */
 /* Each scenario installs a SIGSEGV disposition (handler, SA_SIGINFO, SA_RESETHAND, SA_NODEFER,
  * sa_mask, SIG_IGN) and then faults outside shared memory (or raises SIGSEGV). It runs twice, in
