@@ -458,7 +458,7 @@
    device has. adsm_host_alloc gives host memory of the kind adsm's own objects live on (page
    granular; from 2 MiB up 2 MiB aligned on transparent huge pages; on cuda page-locked with the
    driver, so copies to and from it are DMA without staging), the fair host side of an explicit
-   program; adsm_host_free frees it.
+   program; adsm_host_free frees it, and adsm_shutdown frees those still live (as it frees objects).
 
    MPI: a program that includes the companion header adsm_mpi.h (after mpi.h, with
    ADSM_MPI_IMPLEMENTATION in one file) may hand shared memory to its MPI calls: MPI gets plain

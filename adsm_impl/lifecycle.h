@@ -294,9 +294,15 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
         if (o->managed) adsm__object_give_back(rt, o, 0);
         adsm__object_destroy(o);
     }
+    /* adsm_host_alloc buffers still live go as adsm_host_free frees them (before the devices
+     * stop: cuda unlocks them): kept, they could never be freed, adsm_host_free refusing them
+     * once the runtime that made them was gone */
     for (adsm__tree_node *n; (n = adsm__tree_first(&rt->host_buffers)) != NULL;) {
-        adsm__tree_remove(&rt->host_buffers, n); /* the memory stays the program's; the cuda */
-        free(ADSM__CONTAINER_OF(n, adsm__host_buffer, node)); /* backend unlocks it at shutdown */
+        adsm__tree_remove(&rt->host_buffers, n);
+        adsm__host_buffer *b = ADSM__CONTAINER_OF(n, adsm__host_buffer, node);
+        if (b->locked) rt->be->host_unlock(rt->be_ctx, n->start, n->end - n->start);
+        munmap((void *)n->start, n->end - n->start);
+        free(b);
     }
     rt->first_object = rt->last_object = NULL;
     adsm__tree_init(&rt->objects); /* its nodes were in the objects just destroyed */

@@ -5,6 +5,8 @@
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <sys/mman.h>
+#include <errno.h>
 
 ADSM_KERNEL(vadd, ADSM_OUT(int, c), ADSM_IN(int, a), ADSM_IN(int, b), ADSM_VALUE(size_t, n));
 
@@ -85,6 +87,22 @@ Test(explicit, mixing_with_shared_objects) {
     cr_assert_eq(adsm_sync(), ADSM_OK);
     for (int i = 0; i < N; i++) cr_assert_eq(shared_c[i], i + 10);
     adsm_shutdown();
+}
+
+/* adsm_shutdown frees the adsm_host_alloc buffers still live, as it frees objects: kept mapped,
+ * they could never be freed (adsm_host_free refused them once the runtime that made them was
+ * gone), and each init and shutdown round of a program leaked them. */
+Test(explicit, shutdown_frees_live_host_buffers) {
+    for (int round = 0; round < 2; round++) {
+        init(ADSM_BACKEND_EMU);
+        unsigned char *h = adsm_host_alloc((size_t)8 << 20), resident;
+        cr_assert_not_null(h, "%s", adsm_last_error());
+        memset(h, 1, (size_t)8 << 20);
+        adsm_shutdown();
+        cr_assert_eq(mincore(h, 4096, &resident), -1, "round %d: the buffer at %p outlived adsm_shutdown", round,
+                     (void *)h);
+        cr_assert_eq(errno, ENOMEM);
+    }
 }
 
 Test(explicit, bad_input) {
