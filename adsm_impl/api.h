@@ -126,6 +126,8 @@ ADSM__PRIVATE adsm_result adsm__free_unguarded(void *ptr) {
     adsm__runtime *rt = &adsm__rt;
     uintptr_t a = (uintptr_t)ptr;
     if (!ptr) return ADSM_OK;
+    if (adsm__in_forked_child()) /* the parent's object: the reason, as every other call gives it */
+        return adsm__fail(ADSM_ERROR_UNSUPPORTED, "adsm_free(%p): adsm: %s", ptr, ADSM__FORKED_TEXT);
     if (!adsm__ready())
         return adsm__fail(ADSM_ERROR_NOT_SHARED, "adsm_free(%p): adsm is not initialised, so this is no shared object",
                           ptr);

@@ -184,6 +184,8 @@ static int child_calls(void) {
     adsm_config cfg = {0};
     cfg.backend = ADSM_BACKEND_EMU;
     if (adsm_init(&cfg) != ADSM_ERROR_UNSUPPORTED) return 4;
+    /* adsm_free too: it said "not initialised, so this is no shared object" */
+    if (adsm_free(shared) != ADSM_ERROR_UNSUPPORTED || !strstr(adsm_last_error(), "forked child")) return 5;
     adsm_shutdown(); /* nothing of the parent's to stop here */
     return 0;
 }
