@@ -115,6 +115,35 @@ void tt_copy(adsm_grid g, uint64_t *dst, const uint64_t *src, size_t n) {
     }
 }
 
+/* a kernel that takes its time, and one that adds to two objects (a read racing a launch, below) */
+ADSM_KERNEL(tt_slow_fill, ADSM_OUT(int32_t, c), ADSM_VALUE(size_t, n), ADSM_VALUE(int32_t, v), ADSM_VALUE(int, ms));
+void tt_slow_fill(adsm_grid g, int32_t *c, size_t n, int32_t v, int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    if (ms) nanosleep(&ts, NULL);
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = v;
+    }
+}
+ADSM_KERNEL(tt_add_both, ADSM_INOUT(int32_t, o), ADSM_INOUT(int32_t, p), ADSM_VALUE(int32_t, v));
+void tt_add_both(adsm_grid g, int32_t *o, int32_t *p, int32_t v) {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i == 0) o[0] += v, p[0] += v;
+    }
+}
+
+/* adsm_init on the suite's backend (on the driver double, with the suite's kernels attached). */
+static void start_runtime(const adsm_config *cfg) {
+#ifdef TEST_ON_CUDA_DOUBLE
+    cuda_double_use();
+#endif
+    cr_assert_eq(adsm_init(cfg), ADSM_OK, "adsm_init: %s", adsm_last_error());
+#ifdef TEST_ON_CUDA_DOUBLE
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_tt_gen(), adsm__kernel_tt_copy(), adsm__kernel_tt_slow_fill(),
+                                               adsm__kernel_tt_add_both()};
+    cr_assert_eq(cuda_double_attach(kernels, 4), 0, "attaching to the driver double: %s", adsm_last_error());
+#endif
+}
+
 static adsm_grid grid_for(size_t threads) { return adsm_grid_1d((uint32_t)((threads + 255) / 256), 256); }
 
 /* ---- test state ------------------------------------------------------------------------------ */
@@ -792,14 +821,7 @@ static void run_threads(const variant *v) {
     cfg.rolling_size = v->rolling_size;
     cfg.block_exact = v->block_exact;
     setenv("ADSM_SYNC_HOME", "0", 1); /* phase 1 needs the OUT object Invalid after each sync */
-#ifdef TEST_ON_CUDA_DOUBLE
-    cuda_double_use();
-#endif
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "adsm_init: %s", adsm_last_error());
-#ifdef TEST_ON_CUDA_DOUBLE
-    const adsm_kernel_desc *const kernels[] = {adsm__kernel_tt_gen(), adsm__kernel_tt_copy()};
-    cr_assert_eq(cuda_double_attach(kernels, 2), 0, "attaching to the driver double: %s", adsm_last_error());
-#endif
+    start_runtime(&cfg);
     cr_assert_eq(adsm_block_size(), v->block_size);
     size_t B = T.B;
     unsigned N = T.nworkers;
@@ -949,21 +971,6 @@ TestSuite(threads, .timeout = 60);
  * leave them ReadOnly over K2's, as it did when the wait marked only the units it flushed and then
  * cleared every unit's mark, the reader's too. Timing only decides whether the read lands in that
  * window; every outcome must read o after K2 once adsm_sync returned. */
-ADSM_KERNEL(tt_slow_fill, ADSM_OUT(int32_t, c), ADSM_VALUE(size_t, n), ADSM_VALUE(int32_t, v), ADSM_VALUE(int, ms));
-void tt_slow_fill(adsm_grid g, int32_t *c, size_t n, int32_t v, int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    if (ms) nanosleep(&ts, NULL);
-    ADSM_FOR_EACH_THREAD(g, i) {
-        if (i < n) c[i] = v;
-    }
-}
-ADSM_KERNEL(tt_add_both, ADSM_INOUT(int32_t, o), ADSM_INOUT(int32_t, p), ADSM_VALUE(int32_t, v));
-void tt_add_both(adsm_grid g, int32_t *o, int32_t *p, int32_t v) {
-    ADSM_FOR_EACH_THREAD(g, i) {
-        if (i == 0) o[0] += v, p[0] += v;
-    }
-}
-
 static int32_t *volatile race_o;
 static volatile int race_go;
 static volatile int32_t race_seen;
@@ -982,14 +989,7 @@ static void read_racing_a_launch(adsm_protocol_kind protocol) {
     cfg.backend = THREADS_BACKEND;
     cfg.protocol = protocol;
     cfg.block_size = 64 * KIB;
-#ifdef TEST_ON_CUDA_DOUBLE
-    cuda_double_use();
-#endif
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "adsm_init: %s", adsm_last_error());
-#ifdef TEST_ON_CUDA_DOUBLE
-    const adsm_kernel_desc *const kernels[] = {adsm__kernel_tt_slow_fill(), adsm__kernel_tt_add_both()};
-    cr_assert_eq(cuda_double_attach(kernels, 2), 0, "attaching to the driver double: %s", adsm_last_error());
-#endif
+    start_runtime(&cfg);
     const size_t n = MIB / sizeof(int32_t);
     int32_t *o = adsm_alloc(n * sizeof *o), *p = adsm_alloc(4096);
     cr_assert(o && p, "%s", adsm_last_error());
