@@ -221,10 +221,7 @@ ADSM__PRIVATE adsm_result adsm__host_free_unguarded(void *host) {
     else n = NULL;
     adsm__unlock(&rt->lock);
     if (!n) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_host_free(%p): not from adsm_host_alloc", host);
-    adsm__host_buffer *b = ADSM__CONTAINER_OF(n, adsm__host_buffer, node);
-    if (b->locked) rt->be->host_unlock(rt->be_ctx, n->start, n->end - n->start);
-    munmap((void *)n->start, n->end - n->start);
-    free(b);
+    adsm__host_buffer_release(rt, ADSM__CONTAINER_OF(n, adsm__host_buffer, node));
     return ADSM_OK;
 }
 

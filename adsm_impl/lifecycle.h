@@ -205,8 +205,7 @@ ADSM__PRIVATE void adsm__lifecycle_unlock(void) {
 
 ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     adsm__runtime *rt = &adsm__rt;
-    adsm_result r;
-    if (adsm__in_forked_child()) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "adsm: %s", ADSM__FORKED_TEXT);
+    adsm_result r; /* a forked child never gets here: adsm_init and adsm__ensure refuse before the mutex */
     if (!rt->atfork_registered) rt->atfork_registered = pthread_atfork(NULL, NULL, adsm__forked) == 0;
     if (!adsm__real_sigaction()) return adsm__fail(ADSM_ERROR_UNSUPPORTED, "%s", ADSM__NO_DLSYM_TEXT);
     rt->page = (size_t)sysconf(_SC_PAGESIZE);
@@ -299,10 +298,7 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
      * once the runtime that made them was gone */
     for (adsm__tree_node *n; (n = adsm__tree_first(&rt->host_buffers)) != NULL;) {
         adsm__tree_remove(&rt->host_buffers, n);
-        adsm__host_buffer *b = ADSM__CONTAINER_OF(n, adsm__host_buffer, node);
-        if (b->locked) rt->be->host_unlock(rt->be_ctx, n->start, n->end - n->start);
-        munmap((void *)n->start, n->end - n->start);
-        free(b);
+        adsm__host_buffer_release(rt, ADSM__CONTAINER_OF(n, adsm__host_buffer, node));
     }
     rt->first_object = rt->last_object = NULL;
     adsm__tree_init(&rt->objects); /* its nodes were in the objects just destroyed */

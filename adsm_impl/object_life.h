@@ -100,6 +100,17 @@ ADSM__PRIVATE adsm_result adsm__object_dev_alloc(adsm__runtime *rt, adsm__object
     return ADSM_OK;
 }
 
+/* An adsm_host_alloc buffer given back, its record unlinked already: unlocked with the driver
+ * (before the pages go), unmapped, the record freed (adsm_host_free, and adsm_shutdown for those
+ * still live). No lock needed. */
+ADSM__PRIVATE void adsm__host_buffer_release(adsm__runtime *rt, adsm__host_buffer *b) {
+    uintptr_t at = b->node.start;
+    size_t span = b->node.end - b->node.start;
+    if (b->locked) rt->be->host_unlock(rt->be_ctx, at, span);
+    munmap((void *)at, span);
+    free(b);
+}
+
 /* Gives back what only this object uses (stage 2: device memory; 1: host pages; managed or hmm
  * memory at any stage): no lock needed. */
 ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, int stage) {

@@ -333,6 +333,13 @@ ADSM__PRIVATE void adsm__flushes_settled(adsm__runtime *rt, uint64_t queued) {
     if (queued > rt->flushes_settled) rt->flushes_settled = queued;
 }
 
+/* o's Dirty blocks back into the FIFO, after o stood Dirty outside it (beside a twin, or being
+ * filled by a read: below). */
+ADSM__PRIVATE void adsm__queue_dirty_blocks(adsm__runtime *rt, adsm__object *o) {
+    for (size_t b = 0; b < o->nblocks; b++)
+        if (o->blocks[b].state == ADSM__DIRTY) adsm__fifo_push(rt, &o->blocks[b]);
+}
+
 /* A small object standing beside its twin (below) flushed by another way than a release
  * (adsm_memcpy sending its source, maybe only some of its blocks): the device copy may differ
  * from the twin after it, so the twin speaks for it no more, and its blocks still Dirty, outside
@@ -340,8 +347,7 @@ ADSM__PRIVATE void adsm__flushes_settled(adsm__runtime *rt, uint64_t queued) {
 ADSM__PRIVATE void adsm__twin_end(adsm__runtime *rt, adsm__object *o) {
     if (!o->twin_live) return;
     o->twin_live = 0;
-    for (size_t b = 0; b < o->nblocks; b++)
-        if (o->blocks[b].state == ADSM__DIRTY) adsm__fifo_push(rt, &o->blocks[b]);
+    adsm__queue_dirty_blocks(rt, o);
 }
 
 /* A read from a file into an Invalid unit it will overwrite whole (lazy: the whole object) claims
@@ -362,8 +368,7 @@ ADSM__PRIVATE void adsm__fill_claimed(adsm__runtime *rt, adsm__object *o, size_t
 ADSM__PRIVATE void adsm__fill_end(adsm__runtime *rt, adsm__object *o) {
     if (!o->io_filling) return;
     o->io_filling = 0;
-    for (size_t b = 0; b < o->nblocks; b++)
-        if (o->blocks[b].state == ADSM__DIRTY) adsm__fifo_push(rt, &o->blocks[b]);
+    adsm__queue_dirty_blocks(rt, o);
 }
 
 /* Host -> device copy of blocks [first, first+count), which the caller made ReadOnly. An
@@ -890,7 +895,7 @@ ADSM__PRIVATE int adsm__twins_at_release(adsm__runtime *rt, adsm__object *const 
         o->twin_live = 0;
         if (changed) {
             o->home_syncs = ADSM__HOME_SYNCS, o->home_written = 1;
-            for (size_t b = 0; b < o->nblocks; b++) adsm__fifo_push(rt, &o->blocks[b]);
+            adsm__queue_dirty_blocks(rt, o); /* every block: it stood Dirty whole */
         } else if (adsm__set_state(rt, o, 0, o->nblocks, ADSM__READONLY) != 0) {
             return -1;
         } else {
