@@ -222,7 +222,12 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
     if (xlate && r != ADSM_OK) (void)adsm__xlate_give_back_flushes(rt, d, k->name, NULL, 0, 1);
     xlate = xlate && r == ADSM_OK;
     if (xlate) {
+        /* the lock goes while faults copying typed objects finish: the outputs, Invalid since the
+         * release, are held meanwhile, so a fault on one waits for this launch to be issued instead
+         * of fetching what was there before it */
+        adsm__hold(writes, nwrites);
         while (adsm__xlate_busy(rt)) adsm__await_copies(rt);
+        adsm__let_go(rt, writes, nwrites);
         if ((r = adsm__xlate_before(rt, d, k->name)) != ADSM_OK) xlate = 0;
         if (rt->launch_seq >= l.seq) { /* patch kernels ran under this number: the kernel takes the next */
             uint64_t next = rt->launch_seq + 1;

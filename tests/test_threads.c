@@ -131,6 +131,30 @@ void tt_add_both(adsm_grid g, int32_t *o, int32_t *p, int32_t v) {
     }
 }
 
+/* a typed object (declared pointer fields: translated where the device's addresses differ), a
+ * kernel that writes it slowly and one that reads it and writes a plain object (a read racing a
+ * translating launch, below) */
+typedef struct tt_link {
+    struct tt_link *next;
+    int64_t value;
+} tt_link;
+ADSM_TYPE(tt_link, ADSM_PTR(next, tt_link));
+ADSM_KERNEL(tt_slow_bump, ADSM_INOUT(tt_link, l), ADSM_VALUE(int, ms));
+void tt_slow_bump(adsm_grid g, tt_link *l, int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i == 0) l[0].value += 1;
+    }
+}
+ADSM_KERNEL(tt_fill_beside, ADSM_IN(tt_link, l), ADSM_OUT(int32_t, c), ADSM_VALUE(size_t, n), ADSM_VALUE(int32_t, v));
+void tt_fill_beside(adsm_grid g, const tt_link *l, int32_t *c, size_t n, int32_t v) {
+    (void)l;
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) c[i] = v;
+    }
+}
+
 /* adsm_init on the suite's backend (on the driver double, with the suite's kernels attached). */
 static void start_runtime(const adsm_config *cfg) {
 #ifdef TEST_ON_CUDA_DOUBLE
@@ -139,8 +163,9 @@ static void start_runtime(const adsm_config *cfg) {
     cr_assert_eq(adsm_init(cfg), ADSM_OK, "adsm_init: %s", adsm_last_error());
 #ifdef TEST_ON_CUDA_DOUBLE
     const adsm_kernel_desc *const kernels[] = {adsm__kernel_tt_gen(), adsm__kernel_tt_copy(), adsm__kernel_tt_slow_fill(),
-                                               adsm__kernel_tt_add_both()};
-    cr_assert_eq(cuda_double_attach(kernels, 4), 0, "attaching to the driver double: %s", adsm_last_error());
+                                               adsm__kernel_tt_add_both(), adsm__kernel_tt_slow_bump(),
+                                               adsm__kernel_tt_fill_beside()};
+    cr_assert_eq(cuda_double_attach(kernels, 6), 0, "attaching to the driver double: %s", adsm_last_error());
 #endif
 }
 
@@ -1015,6 +1040,89 @@ static void read_racing_a_launch(adsm_protocol_kind protocol) {
 
 Test(threads, a_read_racing_a_launch_lazy) { read_racing_a_launch(ADSM_PROTOCOL_LAZY); }
 Test(threads, a_read_racing_a_launch_rolling) { read_racing_a_launch(ADSM_PROTOCOL_ROLLING); }
+
+/* ---- a read racing a translating launch ------------------------------------------------------
+ * Where the device's addresses differ, a launch naming a typed object waits, before translating
+ * it, for every fault copying a typed object, with the runtime lock let go. Here thread R1 reads
+ * l, which K1 wrote, and its fault copies all of it (32 MiB, one unit): K2 (reads l, writes c)
+ * waits for that copy after its release sent c and made it Invalid. Thread R2 reads c as soon as
+ * the statistics show a protection change (that invalidation, or R1's copy done): its fault must wait for K2 (and see c after it), not fetch
+ * the bytes from before K2, whose launch was not issued yet, and leave them ReadOnly over what K2
+ * writes, even after adsm_sync. Timing only decides whether the reads land in that window; every
+ * outcome must read c after K2 once adsm_sync returned. */
+static tt_link *volatile xrace_l;
+static int32_t *volatile xrace_c;
+static volatile int xrace_go;
+static volatile uint64_t xrace_changes; /* protection_changes after K1 */
+static volatile int64_t xrace_seen_l;
+static volatile int32_t xrace_seen_c;
+static void *read_the_typed_object(void *arg) {
+    (void)arg;
+    while (!xrace_go) sched_yield();
+    xrace_seen_l = xrace_l[0].value;
+    return NULL;
+}
+static void *read_the_output_once_invalid(void *arg) {
+    (void)arg;
+    while (!xrace_go) sched_yield();
+    for (;;) {
+        adsm_stats s;
+        if (adsm_get_stats(&s) != ADSM_OK || s.protection_changes > xrace_changes) break;
+        sched_yield();
+    }
+    xrace_seen_c = xrace_c[0];
+    return NULL;
+}
+
+static void read_racing_a_translating_launch(adsm_protocol_kind protocol) {
+    setenv("ADSM_EMU_SAME_ADDRESS", "0", 1);
+    setenv("ADSM_CUDA_SAME_ADDRESS", "0", 1);
+    setenv("ADSM_TRANSLATE", "staged", 1);
+    adsm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.backend = THREADS_BACKEND;
+    cfg.protocol = protocol;
+    cfg.block_size = 32 * MIB; /* rolling: l is one block, fetched whole */
+    start_runtime(&cfg);
+    const size_t n = 64 * KIB / sizeof(int32_t), links = 32 * MIB / sizeof(tt_link);
+    tt_link *l = ADSM_ALLOC(tt_link, links);
+    int32_t *c = adsm_alloc(n * sizeof *c);
+    cr_assert(l && c, "%s", adsm_last_error());
+    cr_assert_neq((uintptr_t)adsm_safe(l), (uintptr_t)l, "the device's addresses should differ in this test");
+    for (size_t i = 0; i < links; i++) l[i].next = &l[(i + 1) % links], l[i].value = 0;
+    xrace_l = l, xrace_c = c;
+    for (int32_t round = 1; round <= 4; round++) {
+        for (size_t i = 0; i < n; i++) c[i] = -round; /* Dirty: K2's release sends them */
+        cr_assert_eq(ADSM_CALL(tt_slow_bump, adsm_grid_1d(1, 1), l, 0), ADSM_OK, "%s", adsm_last_error());
+        adsm_stats s;
+        cr_assert_eq(adsm_get_stats(&s), ADSM_OK);
+        xrace_changes = s.protection_changes;
+        xrace_go = 0;
+        pthread_t r1, r2;
+        cr_assert_eq(pthread_create(&r1, NULL, read_the_typed_object, NULL), 0);
+        cr_assert_eq(pthread_create(&r2, NULL, read_the_output_once_invalid, NULL), 0);
+        xrace_go = 1;
+        struct timespec ts = {0, 2 * 1000000L}; /* R1's fault is copying l by then, most times */
+        nanosleep(&ts, NULL);
+        cr_assert_eq(ADSM_CALL(tt_fill_beside, grid_for(n), l, c, n, 100 * round), ADSM_OK, "%s", adsm_last_error());
+        pthread_join(r1, NULL);
+        pthread_join(r2, NULL);
+        cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(xrace_seen_l, round, "round %d: R1 read l[0].value = %lld", round, (long long)xrace_seen_l);
+        cr_assert(xrace_seen_c == -round || xrace_seen_c == 100 * round, "round %d: R2 saw %d", round, xrace_seen_c);
+        for (size_t i = 0; i < n; i += 1024)
+            cr_assert_eq(c[i], 100 * round, "round %d: after adsm_sync c[%zu] = %d, not K2's %d", round, i, c[i],
+                         100 * round);
+        cr_assert_eq(l[0].next, &l[1], "round %d: the host copy keeps host addresses", round);
+    }
+    adsm_shutdown();
+    unsetenv("ADSM_EMU_SAME_ADDRESS");
+    unsetenv("ADSM_CUDA_SAME_ADDRESS");
+    unsetenv("ADSM_TRANSLATE");
+}
+
+Test(threads, a_read_racing_a_translating_launch_lazy) { read_racing_a_translating_launch(ADSM_PROTOCOL_LAZY); }
+Test(threads, a_read_racing_a_translating_launch_rolling) { read_racing_a_translating_launch(ADSM_PROTOCOL_ROLLING); }
 
 
 
