@@ -1167,6 +1167,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #include "adsm_impl/capacity.h"
 #include "adsm_impl/peer.h"
 #include "adsm_impl/fault.h"
+#include "adsm_impl/bounce.h"
 #include "adsm_impl/memops.h"
 #include "adsm_impl/io.h"
 #include "adsm_impl/touch.h"

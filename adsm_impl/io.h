@@ -19,6 +19,7 @@
 #include "runtime.h"
 #include "protocol.h"
 #include "memops.h"
+#include "bounce.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -117,63 +118,12 @@ ADSM__REAL(adsm__pwrite_fn, pwrite, ADSM__STATIC_FALLBACK(adsm__sys_pwrite))
 ADSM__REAL(adsm__fread_fn, fread, ADSM__STATIC_FALLBACK(_IO_fread))
 ADSM__REAL(adsm__fwrite_fn, fwrite, ADSM__STATIC_FALLBACK(_IO_fwrite))
 
-/* Bytes per system call: at least a block, so eviction of the blocks just filled overlaps the
- * next call and a whole block is filled by one piece; never tiny (4 KiB blocks) nor huge. */
-ADSM__PRIVATE size_t adsm__io_piece(const adsm__runtime *rt) {
-    return ADSM__MIN(ADSM__MAX(rt->cfg.block_size, (size_t)1 << 20), (size_t)32 << 20);
-}
-
 /* Ends a piece on a block boundary when that still leaves a block's worth, so pieces cover
  * whole blocks (which then need no fetch) instead of splitting them. */
 ADSM__PRIVATE size_t adsm__align_piece(const adsm__runtime *rt, uintptr_t at, size_t want, size_t remaining) {
     if (want == remaining) return want;
     uintptr_t end = ADSM__ALIGN_DOWN(at + want, rt->cfg.block_size);
     return end > at ? end - at : want;
-}
-
-/* ---- bounce buffers ------------------------------------------------------------------------ */
-/* One bounce buffer per I/O call in flight, kept for the next call instead of allocated each
- * time. A page longer than a piece: the system call sees the buffer at the same offset within a
- * page as the program's own buffer, so O_DIRECT's alignment rules give what libc would on it. */
-typedef struct adsm__bounce {
-    unsigned char *base;
-    size_t size;
-    int pooled;
-} adsm__bounce;
-
-/* Bytes of a pooled bounce buffer: one piece, and a page to shift it to the program's offset. */
-ADSM__PRIVATE size_t adsm__bounce_pooled_size(const adsm__runtime *rt) { return adsm__io_piece(rt) + rt->page; }
-
-ADSM__PRIVATE int adsm__bounce_take(adsm__runtime *rt, size_t need, adsm__bounce *b) {
-    b->pooled = need <= adsm__io_piece(rt);
-    b->size = b->pooled ? adsm__bounce_pooled_size(rt) : ADSM__ALIGN_UP(need, rt->page) + rt->page;
-    b->base = NULL;
-    if (b->pooled) {
-        adsm__lock(&rt->lock);
-        if (stbds_arrlen(rt->io_bounce) > 0) b->base = (unsigned char *)stbds_arrpop(rt->io_bounce);
-        adsm__unlock(&rt->lock);
-        if (b->base) return 0;
-    }
-    void *p = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return -1;
-    b->base = (unsigned char *)p;
-    return 0;
-}
-
-ADSM__PRIVATE void adsm__bounce_give(adsm__runtime *rt, adsm__bounce *b) {
-    if (b->pooled) {
-        adsm__lock(&rt->lock);
-        int kept = adsm__ready() && (stbds_arrput(rt->io_bounce, b->base), 1);
-        adsm__unlock(&rt->lock);
-        if (kept) return;
-    }
-    munmap(b->base, b->size);
-}
-
-/* At shutdown: every idle bounce buffer goes. */
-ADSM__PRIVATE void adsm__bounce_release_all(adsm__runtime *rt) {
-    for (ptrdiff_t i = 0; i < stbds_arrlen(rt->io_bounce); i++) munmap(rt->io_bounce[i], adsm__bounce_pooled_size(rt));
-    stbds_arrfree(rt->io_bounce);
 }
 
 /* Sockets that keep message boundaries (SOCK_SEQPACKET, SOCK_DGRAM): one read returns one message
@@ -259,7 +209,7 @@ ADSM__PRIVATE size_t adsm__file_remaining(const adsm__xfer *x) {
 ADSM__PRIVATE size_t adsm__transfer_direct(adsm__xfer *x, uintptr_t buf, size_t n, int *stop, int *call_errno,
                                            uintptr_t *unfinished) {
     adsm__runtime *rt = &adsm__rt;
-    size_t done = 0, piece = adsm__io_piece(rt);
+    size_t done = 0, piece = adsm__bounce_piece(rt);
     *stop = 0;
     if (!rt->host_alias || !x->regular || x->whole) return 0;
     size_t all = n;
@@ -318,7 +268,7 @@ ADSM__PRIVATE size_t adsm__transfer_direct(adsm__xfer *x, uintptr_t buf, size_t 
 ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
     adsm__runtime *rt = &adsm__rt;
     int saved_errno = errno, final_errno = errno;
-    size_t piece = x->whole ? n : adsm__io_piece(rt), done = 0;
+    size_t piece = x->whole ? n : adsm__bounce_piece(rt), done = 0;
     uintptr_t unfinished = 0;
     int stop = 0, call_errno = saved_errno;
     done = adsm__transfer_direct(x, buf, n, &stop, &call_errno, &unfinished);

@@ -32,6 +32,7 @@
 #include "cuda/backend_cuda.h"
 #include "fault.h"
 #include "io.h"
+#include "bounce.h"
 #include "object_life.h"
 #include "xlate_stage.h"
 
@@ -58,10 +59,11 @@ static void adsm__trace_at_exit(void) {
     else adsm__log(ADSM_LOG_INFO, "ADSM_TRACE: %s written at exit (adsm_shutdown was not called)", rt->trace.path);
 }
 
-/* The address reservation, the fetch staging slots and the trace buffer, made by adsm__start
- * (the trace file is written here, after the backend's threads stopped). */
+/* The address reservation, the fetch staging slots, the bounce buffers and the trace buffer,
+ * made by adsm__start (the trace file is written here, after the backend's threads stopped). */
 ADSM__PRIVATE void adsm__release_memory(adsm__runtime *rt) {
     adsm__release_reservation(rt);
+    adsm__bounce_release_all(rt);
     adsm__filler_release(&rt->fill);
     adsm__close_trace(rt);
     adsm__protection_close(&rt->protection); /* its registrations went with the reservation */
@@ -220,6 +222,10 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
         adsm__release_memory(rt);
         return r;
     }
+    if (adsm__bounce_pool_ready(rt) != 0) {
+        adsm__release_memory(rt);
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "out of memory for the bounce buffers' pool");
+    }
     if (adsm__trace_open(&rt->trace, rt->cfg.trace_path) != 0) {
         r = adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "ADSM_TRACE: cannot map the event buffer: %s", strerror(errno));
         adsm__release_memory(rt);
@@ -317,7 +323,6 @@ ADSM__PRIVATE void adsm__stop(adsm__runtime *rt) {
     stbds_arrfree(rt->through);
     stbds_arrfree(rt->home_at_sync);
     stbds_arrfree(rt->twins);
-    adsm__bounce_release_all(rt);
     adsm__xlate_stages_release(rt); /* page-locked by the backend, which stops next */
     adsm__unlock(&rt->lock);
     adsm__preparer_stop(rt);

@@ -7,7 +7,7 @@
  * with the runtime lock held, so no eviction races the write and the runtime never faults on its
  * own accesses. Whole units are handled where their valid copy is (memset of an Invalid block on
  * the device only, memcpy into device-valid blocks device to device, a Dirty source sent first).
- * Overlapping ranges go through a bounce buffer in the safe direction. Ranges in device buffers
+ * Overlapping ranges go through a bounce buffer (bounce.h) in the safe direction. Ranges in device buffers
  * run on their device. Normal thread context; the entry points take the runtime lock. */
 #ifndef ADSM__MEMOPS_INCLUDED
 #define ADSM__MEMOPS_INCLUDED
@@ -22,6 +22,7 @@
 #include "protocol_vtbl.h"
 #include "directory.h"
 #include "protocol.h"
+#include "bounce.h"
 
 /* The part of [a, a + n) that lies in one tracking unit of o (o may be NULL: plain memory up to
  * the next object). Sets *block and *whole (the piece covers every byte of the unit). */
@@ -316,9 +317,10 @@ ADSM__PRIVATE adsm_result adsm__memset_device_buffer(adsm__runtime *rt, uintptr_
  * of two devices this is the device-to-device copy of the explicit path. */
 ADSM__PRIVATE adsm_result adsm__memcpy_via_bounce(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n, int ddev,
                                                   int sdev) {
-    size_t piece = ADSM__MIN(n, (size_t)1 << 20);
-    unsigned char *bounce = (unsigned char *)malloc(piece);
-    if (!bounce) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_memcpy: out of memory");
+    size_t piece = ADSM__MIN(n, adsm__bounce_piece(rt));
+    adsm__bounce b;
+    if (adsm__bounce_take(rt, piece, &b) != 0) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_memcpy: out of memory");
+    unsigned char *bounce = b.base;
     adsm_result r = adsm__device_wait_all(rt, "adsm_memcpy");
     for (size_t done = 0; r == ADSM_OK && done < n; done += piece) {
         size_t len = ADSM__MIN(piece, n - done);
@@ -332,7 +334,7 @@ ADSM__PRIVATE adsm_result adsm__memcpy_via_bounce(adsm__runtime *rt, uintptr_t d
             r = adsm__fail(ADSM_ERROR_SYSTEM, "adsm_memcpy: the copy to device %d failed", ddev);
     }
     if (r == ADSM_OK && sdev >= 0 && ddev >= 0) adsm__count_to_device(rt, (unsigned)ddev, 1, n);
-    free(bounce);
+    adsm__bounce_give(rt, &b);
     return r;
 }
 
@@ -382,9 +384,11 @@ ADSM__PRIVATE adsm_result adsm__memcpy_unguarded(void *dst, const void *src, siz
  * through a bounce buffer, piece by piece, from the end when the destination lies above: each
  * piece is read before any write reaches it. */
 ADSM__PRIVATE adsm_result adsm__memmove_overlapping(uintptr_t d, uintptr_t s, size_t n) {
-    size_t piece = ADSM__MIN(n, (size_t)1 << 20), len;
-    unsigned char *bounce = (unsigned char *)malloc(piece);
-    if (!bounce) return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_memcpy: out of memory");
+    size_t piece = ADSM__MIN(n, adsm__bounce_piece(&adsm__rt)), len;
+    adsm__bounce b;
+    if (adsm__bounce_take(&adsm__rt, piece, &b) != 0)
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "adsm_memcpy: out of memory");
+    unsigned char *bounce = b.base;
     adsm_result r = ADSM_OK;
     for (size_t done = 0; r == ADSM_OK && done < n; done += len) {
         len = ADSM__MIN(piece, n - done);
@@ -392,7 +396,7 @@ ADSM__PRIVATE adsm_result adsm__memmove_overlapping(uintptr_t d, uintptr_t s, si
         r = adsm__memcpy_unguarded(bounce, (const void *)(s + off), len);
         if (r == ADSM_OK) r = adsm__memcpy_unguarded((void *)(d + off), bounce, len);
     }
-    free(bounce);
+    adsm__bounce_give(&adsm__rt, &b);
     return r;
 }
 
