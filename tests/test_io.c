@@ -579,7 +579,7 @@ static ssize_t launching_read(void *cookie, char *buf, size_t size) {
  * the stream ends after three pieces, and every byte past them keeps the kernel's value. */
 Test(io, a_launch_between_pieces_keeps_what_the_read_did_not_reach) {
     init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_LAZY, 512 * KIB, 0);
-    size_t size = 8 * MIB, n = size / sizeof(int32_t), piece = adsm__io_piece(&adsm__rt);
+    size_t size = 8 * MIB, n = size / sizeof(int32_t), piece = adsm__bounce_piece(&adsm__rt);
     int32_t *x = alloc(size), *other = alloc(4096);
     CALL_OK(k_fill, grid_for(n), x, n, 1000);
     sync_ok();
