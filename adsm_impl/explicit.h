@@ -101,7 +101,7 @@ ADSM__PRIVATE adsm__object *adsm__device_buffer(adsm__runtime *rt, const void *d
         adsm__fail(ADSM_ERROR_NOT_SHARED, "%s(%p): not a buffer from adsm_dev_alloc", fn, dev);
         return NULL;
     }
-    if (n > o->size - (a - o->dev)) {
+    if (a - o->dev > o->size || n > o->size - (a - o->dev)) { /* past its end: in the page padding */
         adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: %zu bytes at %p run past the end of the %zu-byte buffer", fn, n, dev,
                    o->size);
         return NULL;
@@ -149,6 +149,10 @@ ADSM__PRIVATE adsm_result adsm__explicit_copy(void *dev, const void *host, size_
     if ((r = adsm__ensure()) != ADSM_OK) return r;
     if (adsm__touches_shared(host, n))
         return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: the host buffer is shared memory (use adsm_memcpy)", fn);
+    unsigned host_dev; /* the CPU cannot touch one: the backend's copy would fault under the runtime lock */
+    if (adsm__device_buffer_kind(rt, (uintptr_t)host, n, &host_dev) != ADSM__NOT_DEVICE_BUFFER)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: the host buffer %p is a device buffer (use adsm_memcpy)", fn,
+                          host);
     /* ordered after every launch issued so far, like a copy on the kernel stream */
     if (adsm__wait_all(rt) != 0) return adsm__fail(ADSM_ERROR_DEVICE_LOST, "%s: the device is gone", fn);
     adsm__lock(&rt->lock);

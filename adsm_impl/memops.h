@@ -293,7 +293,8 @@ ADSM__PRIVATE int adsm__device_buffer_kind(adsm__runtime *rt, uintptr_t a, size_
     adsm__object *o = hit ? ADSM__CONTAINER_OF(hit, adsm__object, dev_node) : NULL;
     int kind = ADSM__NOT_DEVICE_BUFFER;
     if (o && o->device_only && o->dev < d + n)
-        kind = d >= o->dev && n <= o->size - (d - o->dev) ? ADSM__IN_DEVICE_BUFFER : ADSM__ACROSS_DEVICE_BUFFER;
+        kind = d >= o->dev && d - o->dev <= o->size && n <= o->size - (d - o->dev) ? ADSM__IN_DEVICE_BUFFER
+                                                                                    : ADSM__ACROSS_DEVICE_BUFFER;
     *dev = o ? o->home_dev : 0;
     adsm__unlock(&rt->lock);
     return kind;

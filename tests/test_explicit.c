@@ -129,6 +129,41 @@ Test(explicit, bad_input) {
     adsm_shutdown();
 }
 
+/* A 100-byte buffer's span is a page: the bytes past its size are no part of it. A range starting
+ * there, in any copy or memset, is refused like one running past the end (the length check
+ * wrapped around and let any length through, into the next buffer); a device buffer is no host
+ * side of an explicit copy (the backend's copy faulted under the runtime lock). Nothing moves. */
+Test(explicit, past_a_buffers_size_and_device_buffers_as_host_sides_are_refused) {
+    init(ADSM_BACKEND_EMU);
+    enum { SIZE = 100 };
+    unsigned char *a = adsm_dev_alloc(SIZE), *b = adsm_dev_alloc(SIZE), junk[4096], back[SIZE];
+    cr_assert(a && b, "%s", adsm_last_error());
+    memset(junk, 0xab, sizeof junk);
+    cr_assert_eq(adsm_memset(a, 1, SIZE), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(b, 2, SIZE), ADSM_OK, "%s", adsm_last_error());
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    cr_assert_eq(adsm_copy_to_device(a + 200, junk, page - 200), ADSM_ERROR_INVALID_VALUE);
+    cr_assert(strstr(adsm_last_error(), "past the end"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_copy_to_device(a + SIZE, junk, 1), ADSM_ERROR_INVALID_VALUE, "one past the end");
+    cr_assert_eq(adsm_copy_to_device(a + SIZE, junk, 0), ADSM_OK, "nothing, at its end");
+    cr_assert_eq(adsm_copy_from_device(junk, a + 200, page - 200), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(adsm_memset(a + 150, 0xcd, page - 150), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(adsm_memcpy(a + 150, junk, page - 150), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(adsm_memcpy(junk, a + 150, page - 150), ADSM_ERROR_INVALID_VALUE);
+    cr_assert_eq(adsm_copy_from_device(b, a, SIZE), ADSM_ERROR_INVALID_VALUE, "a device buffer as the host side");
+    cr_assert(strstr(adsm_last_error(), "is a device buffer"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_copy_to_device(a, b, SIZE), ADSM_ERROR_INVALID_VALUE, "a device buffer as the host side");
+    cr_assert_eq(adsm_copy_from_device(back, a, SIZE), ADSM_OK, "%s", adsm_last_error());
+    for (int i = 0; i < SIZE; i++) cr_assert_eq(back[i], 1, "a[%d] = %#x", i, back[i]);
+    cr_assert_eq(adsm_copy_from_device(back, b, SIZE), ADSM_OK, "%s", adsm_last_error());
+    for (int i = 0; i < SIZE; i++) cr_assert_eq(back[i], 2, "b[%d] = %#x: written through a's padding", i, back[i]);
+    adsm_stats st = stats();
+    cr_assert_eq(st.h2d_bytes, 0, "refused copies move nothing");
+    cr_assert_eq(adsm_dev_free(a), ADSM_OK);
+    cr_assert_eq(adsm_dev_free(b), ADSM_OK);
+    adsm_shutdown();
+}
+
 Test(explicit, device_memory_is_accounted) {
     init(ADSM_BACKEND_EMU); /* 64 MiB device */
     void *a = adsm_dev_alloc((size_t)40 << 20);
