@@ -254,7 +254,8 @@
                 fault reaches adsm. um-prefetch prefetches every object a kernel names to the
                 device before the launch and, at adsm_sync, those it may have written back home;
                 prefetched bytes count in adsm_stats. Between a call and adsm_sync the CPU leaves
-                the kernel's outputs alone (as under batch). One GPU; refused on emu and host.
+                the kernel's outputs alone (as under batch); adsm_memcpy, adsm_memset and the I/O
+                calls on them wait for the kernel first. One GPU; refused on emu and host.
        hmm      (cuda only, for comparison) objects in plain host memory (anonymous pages, as
                 malloc gives), which kernels reach through the GPU's pageable memory access
                 (HMM, or ATS on a coherent link): the driver and the kernel migrate or map pages

@@ -51,7 +51,7 @@ ADSM__PRIVATE int adsm__touches_shared(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
     if (n == 0 || !adsm__ready() || adsm__tls_passthrough || adsm__tls_lock_depth > 0) return 0;
     if (n > UINTPTR_MAX - a) n = UINTPTR_MAX - a; /* a wrapping range still starts where it starts */
-    if (adsm__outside_reservation(rt, a, n)) return 0;
+    if (!rt->proto->managed && adsm__outside_reservation(rt, a, n)) return 0; /* managed: anywhere */
     adsm__lock(&rt->lock);
     adsm__tree_node *hit = adsm__tree_find(&rt->objects, a);
     if (!hit) hit = adsm__tree_ceil(&rt->objects, a);

@@ -8,7 +8,7 @@
  * every object in plain host memory (anonymous pages) that the device reaches through its
  * pageable memory access (HMM), the driver and the kernel keeping it coherent. Nothing is
  * protected, so no fault reaches adsm; adsm_memcpy, adsm_memset and the I/O calls work on the
- * memory in place. Prefetched bytes count in adsm_stats (h2d_bytes, d2h_bytes); what the driver
+ * memory in place, after the kernel that may write it. Prefetched bytes count in adsm_stats (h2d_bytes, d2h_bytes); what the driver
  * moves on faults is not seen.
  *
  * Only where the backend has managed memory (cuda), hmm only where the device reports pageable
@@ -23,10 +23,38 @@
 #include "protocol_vtbl.h"
 #include "protocol.h"
 #include "protocol_batch.h"
+#include "directory.h"
 
+/* adsm_memcpy, adsm_memset and the I/O calls on an object a kernel may write wait for that kernel
+ * first, with the object busy and the runtime lock let go, as batch brings it home first: the
+ * same program sees the same bytes under every protocol (they read and wrote managed memory
+ * while the kernel ran). The CPU's own loads and stores are the program's to order (adsm_sync),
+ * as with managed memory anywhere. */
 ADSM__PRIVATE int adsm__um_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write, int overwrite) {
-    (void)rt, (void)o, (void)block, (void)is_write, (void)overwrite;
-    return 0;
+    (void)block, (void)is_write, (void)overwrite;
+    if (o->blocks[0].busy) return adsm__await_unit(rt, o, &o->blocks[0]); /* another thread waits for it */
+    uint64_t writer = o->writer_seq;
+    if (writer <= o->writer_waited) return 0;
+    adsm__busy_begin(rt, o, &o->blocks[0], 1);
+    (void)adsm__dev_wait_writer(rt, o); /* a lost device: the memory as it stands (adsm_sync says so) */
+    adsm__busy_end(rt, o, &o->blocks[0], 1);
+    if (o->writer_waited < writer) o->writer_waited = writer;
+    return ADSM__AGAIN;
+}
+
+/* um's and hmm's release: the objects a kernel may write remember it, for the calls above. */
+ADSM__PRIVATE void adsm__um_note_writers(adsm__runtime *rt, adsm__object **writes, size_t nwrites, uint64_t seq) {
+    for (size_t i = 0; i < nwrites; i++) {
+        writes[i]->writer_seq = seq;
+        writes[i]->writer_dev = rt->release_dev < 0 ? 0 : (unsigned)rt->release_dev;
+    }
+}
+
+ADSM__PRIVATE adsm_result adsm__um_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
+                                           adsm__object *const *used, size_t nused, uint64_t seq) {
+    (void)used, (void)nused;
+    adsm__um_note_writers(rt, writes, nwrites, seq);
+    return ADSM_OK;
 }
 
 /* The program's accesses go to the memory itself: every block is the program's to write (the
@@ -37,15 +65,15 @@ ADSM__PRIVATE int adsm__um_alloc(adsm__runtime *rt, adsm__object *o) {
     return 0;
 }
 
-/* um's (and hmm's) release, acquire and free do nothing, as batch's release and free and the tracked
- * protocols' acquire do: the vtables below point at those. */
+/* um's (and hmm's) acquire and free do nothing, as the tracked protocols' acquire and batch's free
+ * do: the vtables below point at those. */
 
 /* um-prefetch: every object the kernel names goes to the device ahead of it; those it may write
  * are remembered for adsm_sync. A refused prefetch is only a hint lost (the driver still
  * migrates on faults). */
 ADSM__PRIVATE adsm_result adsm__um_prefetch_release(adsm__runtime *rt, adsm__object **writes, size_t nwrites,
                                                     adsm__object *const *used, size_t nused, uint64_t seq) {
-    (void)seq;
+    adsm__um_note_writers(rt, writes, nwrites, seq);
     for (size_t i = 0; i < nused; i++)
         if (rt->be->managed_prefetch(rt->be_ctx, used[i]->host, used[i]->size, 1) == 0)
             ADSM__ADD(&rt->stats.h2d_bytes, used[i]->size);
@@ -78,12 +106,12 @@ ADSM__PRIVATE adsm_result adsm__um_prefetch_acquire(adsm__runtime *rt) {
     }
 
 static const adsm__protocol_vtbl adsm__protocol_um =
-    ADSM__UM_VTBL("um", ADSM_PROTOCOL_UM, adsm__untracked_release, adsm__tracked_acquire, 0);
+    ADSM__UM_VTBL("um", ADSM_PROTOCOL_UM, adsm__um_release, adsm__tracked_acquire, 0);
 static const adsm__protocol_vtbl adsm__protocol_um_prefetch =
     ADSM__UM_VTBL("um-prefetch", ADSM_PROTOCOL_UM_PREFETCH, adsm__um_prefetch_release, adsm__um_prefetch_acquire, 0);
 /* hmm: as um, on plain host memory that the device's pageable memory access reaches (the program
  * a CUDA programmer writes with malloc on such a system) */
 static const adsm__protocol_vtbl adsm__protocol_hmm =
-    ADSM__UM_VTBL("hmm", ADSM_PROTOCOL_HMM, adsm__untracked_release, adsm__tracked_acquire, 1);
+    ADSM__UM_VTBL("hmm", ADSM_PROTOCOL_HMM, adsm__um_release, adsm__tracked_acquire, 1);
 
 #endif /* ADSM__PROTOCOL_UM_INCLUDED */

@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -226,6 +227,43 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, memops_work_in_place) {
     cr_assert_eq(rd(&c[N - 1]), 2 * 0x01010101);
     expect_no_faults();
     adsm_shutdown();
+}
+
+/* adsm_memcpy, adsm_memset and the I/O calls on a kernel's output, between the call and
+ * adsm_sync, come after the kernel, as under batch, lazy and rolling: they read and wrote managed
+ * memory while the kernel ran. On the double every stream operation waits 50 ms first
+ * (CUDADOUBLE_DELAY_US), so that a call that does not wait runs well before the kernel. */
+ParameterizedTestParameters(um, memops_on_an_output_come_after_its_kernel) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, memops_on_an_output_come_after_its_kernel) {
+    setenv("CUDADOUBLE_DELAY_US", "50000", 1);
+    if (!um_init(*protocol)) return;
+    int32_t *a = alloc(S), *c = alloc(S), *plain = malloc(S);
+    cr_assert_not_null(plain);
+    cr_assert_eq(adsm_memset(a, 0x01, S), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(c, 0, S), ADSM_OK, "%s", adsm_last_error());
+    CALL_OK(k_add, grid_for(N), c, a, a, N);
+    cr_assert_eq(adsm_memcpy(plain, c, S), ADSM_OK, "%s", adsm_last_error()); /* out of the output */
+    cr_assert_eq(plain[0], 2 * 0x01010101, "adsm_memcpy read the output before its kernel wrote it");
+    cr_assert_eq(plain[N - 1], 2 * 0x01010101);
+    CALL_OK(k_incr, grid_for(N), c, N);
+    cr_assert_eq(adsm_memset(c, 0x07, S), ADSM_OK, "%s", adsm_last_error()); /* over it */
+    int fd = open("/dev/zero", O_RDONLY);
+    cr_assert_geq(fd, 0);
+    CALL_OK(k_incr, grid_for(N), c, N);
+    cr_assert_eq(adsm_read(fd, c, 4096), 4096, "%s", strerror(errno)); /* into it */
+    close(fd);
+    sync_ok();
+    cr_assert_eq(rd(&c[0]), 0, "c[0] = %#x: the read's zeros came before the kernel it followed", rd(&c[0]));
+    cr_assert_eq(rd(&c[N - 1]), 0x07070707 + 1, "c[N - 1] = %#x: the memset came before the kernel it followed", rd(&c[N - 1]));
+    cr_assert_eq(adsm_free(a), ADSM_OK);
+    cr_assert_eq(adsm_free(c), ADSM_OK);
+    free(plain);
+    adsm_shutdown();
+    unsetenv("CUDADOUBLE_DELAY_US");
 }
 
 /* Objects come and go: each free gives its managed memory back; a second free of the same
