@@ -137,7 +137,8 @@ ADSM__PRIVATE adsm_result adsm__free_unguarded(void *ptr) {
     adsm__object *o;
     for (;;) { /* the waits below let the lock go: look it up again after each */
         o = adsm__object_of(adsm__tree_find(&rt->objects, a));
-        if (o && o->busy_units) adsm__await_copies(rt); /* a fault's copy of it runs outside the lock */
+        if (o && (o->busy_units || adsm__held_elsewhere(o))) /* a fault's copy, or a launch, lets the lock go */
+            adsm__await_copies(rt);
         else if (!o || a != o->host || adsm__await_users(rt, o, before) == 0) break;
     }
     adsm_result r = ADSM_OK;

@@ -125,7 +125,7 @@ ADSM__PRIVATE adsm_result adsm__dev_free_unguarded(void *dev) {
             r = adsm__fail(ADSM_ERROR_NOT_OBJECT_START, "adsm_dev_free(%p): not the start of its buffer", dev);
             o = NULL;
         }
-    } while (o && adsm__await_users(rt, o, before) != 0);
+    } while (o && (adsm__held_elsewhere(o) ? adsm__await_copies(rt) : adsm__await_users(rt, o, before)) != 0);
     if (o) {
         adsm__tree_remove(&rt->safe_dev, &o->dev_node);
         adsm__unlock(&rt->lock); /* cuda: unmapping waits for the device; the range stays taken */

@@ -197,8 +197,10 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
         r = adsm__prepare_launch(rt, &l, buf, writes, writer_before, &nwrites, used, &nused);
         if (r == ADSM_OK) r = adsm__launch_list(rt, &l, used, nused, &all);
         if (r != ADSM_OK) break;
-        if (adsm__any_busy(writes, nwrites)) {
-            adsm__await_copies(rt); /* a fault is fetching an object this kernel writes: let it finish */
+        if (adsm__any_busy(all, adsm__count(all))) {
+            /* a fault is fetching an object this kernel writes (let it finish), or a free is
+             * settling one it uses (it is gone afterwards) */
+            adsm__await_copies(rt);
             continue;
         }
         d = dev == ADSM_ANY_DEVICE ? adsm__place(rt, writes, nwrites, used, nused) : (unsigned)dev;
@@ -212,6 +214,9 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
         if (r != ADSM_OK || !again) break;
     }
     for (size_t i = 0; i < nwrites; i++) writer_dev_before[i] = writes[i]->writer_dev;
+    /* the lock goes at times from here until the kernel is issued: its objects are held (protocol.h) */
+    int held = r == ADSM_OK;
+    if (held) adsm__launch_hold(all, adsm__count(all));
     rt->release_dev = (int)d; /* flushes at this call go to d */
     /* declared pointer fields (translate.h) */
     int xlate = r == ADSM_OK && adsm__xlate_needed(rt, d, all, adsm__count(all));
@@ -222,12 +227,7 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
     if (xlate && r != ADSM_OK) (void)adsm__xlate_give_back_flushes(rt, d, k->name, NULL, 0, 1);
     xlate = xlate && r == ADSM_OK;
     if (xlate) {
-        /* the lock goes while faults copying typed objects finish: the outputs, Invalid since the
-         * release, are held meanwhile, so a fault on one waits for this launch to be issued instead
-         * of fetching what was there before it */
-        adsm__hold(writes, nwrites);
-        while (adsm__xlate_busy(rt)) adsm__await_copies(rt);
-        adsm__let_go(rt, writes, nwrites);
+        while (adsm__xlate_busy(rt)) adsm__await_copies(rt); /* the objects stay held meanwhile */
         if ((r = adsm__xlate_before(rt, d, k->name)) != ADSM_OK) xlate = 0;
         if (rt->launch_seq >= l.seq) { /* patch kernels ran under this number: the kernel takes the next */
             uint64_t next = rt->launch_seq + 1;
@@ -262,6 +262,7 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
             writes[i]->writer_dev = writer_dev_before[i];
         }
     }
+    if (held) adsm__launch_let_go(rt, all, adsm__count(all));
     adsm__unlock(&rt->lock);
     pthread_mutex_unlock(&rt->launch_mutex);
     free(buf);

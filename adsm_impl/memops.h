@@ -239,7 +239,9 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
         adsm__object *os = adsm__object_of(adsm__tree_find(&rt->objects, s));
         size_t dunit = adsm__piece(rt, od, d, cover_end - d, &dblock, &dwhole);
         size_t dlen = ADSM__MIN(dunit, n);
-        if (od && adsm__unit_busy(rt, od, dblock)) { /* a copy of the destination runs: wait for it */
+        /* a copy of the destination runs, or a launch holds either side (its device copy is not
+         * what the copy must see before that kernel is issued): wait */
+        if ((od && adsm__unit_busy(rt, od, dblock)) || (os && adsm__held_elsewhere(os))) {
             adsm__await_copies(rt);
             adsm__unlock(&rt->lock);
             continue;

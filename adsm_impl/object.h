@@ -110,6 +110,8 @@ typedef struct adsm__object {
     uint8_t io_filling;       /* lazy: a read from a file claimed this Invalid unit whole and fills
                                  it piece by piece; Dirty outside the FIFO until it ends (protocol.h,
                                  adsm__fill_claimed) */
+    uint32_t launch_held;     /* held by a launch letting the lock go before its kernel is issued
+                                 (protocol.h): others' accesses and frees wait */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that
                                  writes the object, and its free, wait for them */
     struct adsm__object *prev, *next; /* every live object, in allocation order */

@@ -145,10 +145,45 @@ ADSM__PRIVATE int adsm__await_unit(adsm__runtime *rt, const adsm__object *o, con
     return adsm__busy_mine(o, unit) ? ADSM__OWN_COPY : adsm__await_copies(rt);
 }
 
+/* ---- a launch's objects, held while it lets the lock go -------------------------------------
+ * Between binding its objects and issuing its kernel a launch lets the runtime lock go at times
+ * (flushes settling, peer copies, faults copying typed objects finishing). Meanwhile its objects
+ * (those it names, and with several devices those it reaches through pointer fields) are held:
+ * another thread's access to one (a fault, adsm_memcpy, adsm_memset, I/O) waits until the kernel
+ * is issued and then finds the states the launch left (an output Invalid, this launch its writer,
+ * so a fetch waits for the kernel), and a free of one waits, then sees the kernel as a user. A
+ * read of an output fetched the bytes from before the kernel and left them ReadOnly over what it
+ * wrote; a write to what a kernel reaches left a block its translation skipped (the kernel
+ * followed a host address); a free of an input let the kernel run on freed memory. The holding
+ * thread's own accesses go on (thread-local, read by the fault handler without a lock). */
+static __thread adsm__object *const *adsm__tls_launch_objs;
+static __thread size_t adsm__tls_launch_n;
+
+ADSM__PRIVATE void adsm__launch_hold(adsm__object *const *objs, size_t n) {
+    for (size_t i = 0; i < n; i++) objs[i]->launch_held++;
+    adsm__tls_launch_objs = objs, adsm__tls_launch_n = n; /* launches do not nest on a thread */
+}
+
+ADSM__PRIVATE void adsm__launch_let_go(adsm__runtime *rt, adsm__object *const *objs, size_t n) {
+    adsm__tls_launch_n = 0;
+    for (size_t i = 0; i < n; i++) objs[i]->launch_held--;
+    adsm__copies_done(rt); /* wakes those waiting (adsm__await_copies) */
+}
+
+/* Whether another thread's launch holds o (wait: adsm__await_copies). Runtime lock held;
+ * signal-safe. */
+ADSM__PRIVATE int adsm__held_elsewhere(const adsm__object *o) {
+    if (!o->launch_held) return 0;
+    for (size_t i = 0; i < adsm__tls_launch_n; i++)
+        if (adsm__tls_launch_objs[i] == o) return 0;
+    return 1;
+}
+
+/* Whether a unit is being copied, or its object held by another thread's launch: wait. */
 ADSM__PRIVATE int adsm__unit_busy(const adsm__runtime *rt, const adsm__object *o, size_t block) {
     size_t first, count;
     adsm__unit_of(rt, o, block, &first, &count);
-    return o->blocks[first].busy;
+    return o->blocks[first].busy || adsm__held_elsewhere(o);
 }
 
 /* ---- the FIFO of dirty units (oldest first) --------------------------------------------- */
@@ -713,6 +748,7 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     size_t first, count;
     adsm__unit_of(rt, o, block, &first, &count);
     if (o->blocks[first].busy) return adsm__await_unit(rt, o, &o->blocks[first]); /* another thread's copy */
+    if (adsm__held_elsewhere(o)) return adsm__await_copies(rt); /* until that launch is issued */
     int state = o->blocks[block].state, let_go = 0;
     if (o->host_pending && !adsm__sparse_use(rt, o, first, count, state, is_write))
         return adsm__first_use(rt, o); /* the CPU or a fetch is about to use them */

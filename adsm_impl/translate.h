@@ -938,11 +938,10 @@ ADSM__PRIVATE int adsm__xlate_needed(const adsm__runtime *rt, unsigned d, adsm__
 }
 
 /* Whether a fault's copy of a typed object runs outside the lock now (launch.h waits for it:
- * translating under it would hand the fault half-translated bytes); the launch's own outputs,
- * which it holds meanwhile, do not count. */
+ * translating under it would hand the fault half-translated bytes). */
 ADSM__PRIVATE int adsm__xlate_busy(const adsm__runtime *rt) {
     for (const adsm__object *o = rt->first_object; rt->typed_objects && o; o = o->next)
-        if (o->type && o->busy_units > (unsigned)adsm__held_here(o)) return 1;
+        if (o->type && o->busy_units) return 1;
     return 0;
 }
 

@@ -1044,22 +1044,23 @@ Test(threads, a_read_racing_a_launch_rolling) { read_racing_a_launch(ADSM_PROTOC
 /* ---- a read racing a translating launch ------------------------------------------------------
  * Where the device's addresses differ, a launch naming a typed object waits, before translating
  * it, for every fault copying a typed object, with the runtime lock let go. Here thread R1 reads
- * l, which K1 wrote, and its fault copies all of it (32 MiB, one unit): K2 (reads l, writes c)
- * waits for that copy after its release sent c and made it Invalid. Thread R2 reads c as soon as
- * the statistics show a protection change (that invalidation, or R1's copy done): its fault must wait for K2 (and see c after it), not fetch
- * the bytes from before K2, whose launch was not issued yet, and leave them ReadOnly over what K2
- * writes, even after adsm_sync. Timing only decides whether the reads land in that window; every
- * outcome must read c after K2 once adsm_sync returned. */
-static tt_link *volatile xrace_l;
+ * m, which K1 wrote, and its fault copies all of it (32 MiB, one unit): K2 (reads l, another
+ * typed object, writes c) waits for that copy after its release sent c and made it Invalid.
+ * Thread R2 reads c as soon as the statistics show a protection change (that invalidation, or
+ * R1's copy done): its fault must wait for K2 (and see c after it), not fetch the bytes from
+ * before K2, whose launch was not issued yet, and leave them ReadOnly over what K2 writes, even
+ * after adsm_sync. Timing only decides whether the reads land in that window; every outcome must
+ * read c after K2 once adsm_sync returned. */
+static tt_link *volatile xrace_m;
 static int32_t *volatile xrace_c;
 static volatile int xrace_go;
 static volatile uint64_t xrace_changes; /* protection_changes after K1 */
-static volatile int64_t xrace_seen_l;
+static volatile int64_t xrace_seen_m;
 static volatile int32_t xrace_seen_c;
 static void *read_the_typed_object(void *arg) {
     (void)arg;
     while (!xrace_go) sched_yield();
-    xrace_seen_l = xrace_l[0].value;
+    xrace_seen_m = xrace_m[0].value;
     return NULL;
 }
 static void *read_the_output_once_invalid(void *arg) {
@@ -1082,18 +1083,19 @@ static void read_racing_a_translating_launch(adsm_protocol_kind protocol) {
     memset(&cfg, 0, sizeof cfg);
     cfg.backend = THREADS_BACKEND;
     cfg.protocol = protocol;
-    cfg.block_size = 32 * MIB; /* rolling: l is one block, fetched whole */
+    cfg.block_size = 32 * MIB; /* rolling: m is one block, fetched whole */
     start_runtime(&cfg);
     const size_t n = 64 * KIB / sizeof(int32_t), links = 32 * MIB / sizeof(tt_link);
-    tt_link *l = ADSM_ALLOC(tt_link, links);
+    tt_link *m = ADSM_ALLOC(tt_link, links), *l = ADSM_ALLOC(tt_link, 2);
     int32_t *c = adsm_alloc(n * sizeof *c);
-    cr_assert(l && c, "%s", adsm_last_error());
+    cr_assert(m && l && c, "%s", adsm_last_error());
     cr_assert_neq((uintptr_t)adsm_safe(l), (uintptr_t)l, "the device's addresses should differ in this test");
-    for (size_t i = 0; i < links; i++) l[i].next = &l[(i + 1) % links], l[i].value = 0;
-    xrace_l = l, xrace_c = c;
+    for (size_t i = 0; i < links; i++) m[i].next = &m[(i + 1) % links], m[i].value = 0;
+    l[0].next = &l[1], l[1].next = &l[0], l[0].value = l[1].value = 0;
+    xrace_m = m, xrace_c = c;
     for (int32_t round = 1; round <= 4; round++) {
         for (size_t i = 0; i < n; i++) c[i] = -round; /* Dirty: K2's release sends them */
-        cr_assert_eq(ADSM_CALL(tt_slow_bump, adsm_grid_1d(1, 1), l, 0), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(ADSM_CALL(tt_slow_bump, adsm_grid_1d(1, 1), m, 0), ADSM_OK, "%s", adsm_last_error());
         adsm_stats s;
         cr_assert_eq(adsm_get_stats(&s), ADSM_OK);
         xrace_changes = s.protection_changes;
@@ -1102,18 +1104,18 @@ static void read_racing_a_translating_launch(adsm_protocol_kind protocol) {
         cr_assert_eq(pthread_create(&r1, NULL, read_the_typed_object, NULL), 0);
         cr_assert_eq(pthread_create(&r2, NULL, read_the_output_once_invalid, NULL), 0);
         xrace_go = 1;
-        struct timespec ts = {0, 2 * 1000000L}; /* R1's fault is copying l by then, most times */
+        struct timespec ts = {0, 2 * 1000000L}; /* R1's fault is copying m by then, most times */
         nanosleep(&ts, NULL);
         cr_assert_eq(ADSM_CALL(tt_fill_beside, grid_for(n), l, c, n, 100 * round), ADSM_OK, "%s", adsm_last_error());
         pthread_join(r1, NULL);
         pthread_join(r2, NULL);
         cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
-        cr_assert_eq(xrace_seen_l, round, "round %d: R1 read l[0].value = %lld", round, (long long)xrace_seen_l);
+        cr_assert_eq(xrace_seen_m, round, "round %d: R1 read m[0].value = %lld", round, (long long)xrace_seen_m);
         cr_assert(xrace_seen_c == -round || xrace_seen_c == 100 * round, "round %d: R2 saw %d", round, xrace_seen_c);
         for (size_t i = 0; i < n; i += 1024)
             cr_assert_eq(c[i], 100 * round, "round %d: after adsm_sync c[%zu] = %d, not K2's %d", round, i, c[i],
                          100 * round);
-        cr_assert_eq(l[0].next, &l[1], "round %d: the host copy keeps host addresses", round);
+        cr_assert_eq(m[0].next, &m[1], "round %d: the host copy keeps host addresses", round);
     }
     adsm_shutdown();
     unsetenv("ADSM_EMU_SAME_ADDRESS");
