@@ -49,6 +49,11 @@ ADSM__PRIVATE adsm_result adsm__type_check(const adsm_type_desc *t, const char *
     if (!t->name || t->size == 0 || t->nfields == 0 || !t->fields)
         return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: the type descriptor %p is incomplete (name, size and at "
                           "least one field; declare types with ADSM_TYPE)", fn, (const void *)t);
+    /* every element's fields aligned: a slot straddling a piece's edge would be skipped by both */
+    if (t->size % sizeof(void *) != 0)
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: type '%s' is %zu bytes, not a whole number of pointers (a "
+                          "packed struct?): the pointer fields of its structs after the first would not be aligned",
+                          fn, t->name, t->size);
     for (unsigned i = 0; i < t->nfields; i++) {
         const adsm_field_desc *f = &t->fields[i];
         if (f->count == 0 || f->offset % sizeof(void *) != 0 || f->offset > t->size ||
@@ -56,6 +61,13 @@ ADSM__PRIVATE adsm_result adsm__type_check(const adsm_type_desc *t, const char *
             return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: field '%s' of type '%s' (offset %zu, %zu pointers) is "
                               "not an aligned pointer field inside its %zu-byte struct", fn,
                               f->name ? f->name : "?", t->name, f->offset, f->count, t->size);
+        for (unsigned j = 0; j < i; j++) { /* a slot translated twice would be moved twice */
+            const adsm_field_desc *g = &t->fields[j];
+            if (f->offset < g->offset + g->count * sizeof(void *) && g->offset < f->offset + f->count * sizeof(void *))
+                return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: fields '%s' and '%s' of type '%s' overlap (a union's "
+                                  "members? declare one of them)", fn, g->name ? g->name : "?",
+                                  f->name ? f->name : "?", t->name);
+        }
     }
     return ADSM_OK;
 }
@@ -458,10 +470,10 @@ ADSM__PRIVATE int adsm__next_piece(adsm__pieces *it, size_t *p0, size_t *p1) {
             *p1 = it->off = ADSM__MIN(it->end, it->off + ADSM__XLATE_STAGE);
             return 1;
         }
-        size_t e = it->off / it->t->size;
+        size_t e = it->off / it->t->size, span_end = ADSM__MIN(it->end, e * it->t->size + it->hi);
         *p0 = ADSM__MAX(it->off, e * it->t->size + it->lo);
-        *p1 = ADSM__MIN(it->end, e * it->t->size + it->hi);
-        it->off = (e + 1) * it->t->size;
+        *p1 = ADSM__MIN(span_end, *p0 + ADSM__XLATE_STAGE); /* a span larger than the stage: in pieces */
+        it->off = *p1 < span_end ? *p1 : (e + 1) * it->t->size;
         if (*p0 < *p1) return 1;
     }
     return 0;

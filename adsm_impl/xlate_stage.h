@@ -33,8 +33,14 @@ ADSM__PRIVATE unsigned char *adsm__xlate_stage_take(adsm__runtime *rt) {
             rt->xlate_stages[i].busy = 1;
             return rt->xlate_stages[i].base;
         }
-    void *p = adsm__map_aligned(ADSM__XLATE_STAGE, ADSM__HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
+    /* a page after it stays inaccessible: a pass that ran past the buffer (a field span larger
+     * than it went whole once) faults at once instead of writing over what lies beyond */
+    void *p = adsm__map_aligned(ADSM__XLATE_STAGE + rt->page, ADSM__HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_NORESERVE);
     if (p == MAP_FAILED) return NULL;
+    if (mprotect((unsigned char *)p + ADSM__XLATE_STAGE, rt->page, PROT_NONE) != 0) {
+        munmap(p, ADSM__XLATE_STAGE + rt->page);
+        return NULL;
+    }
     madvise(p, ADSM__XLATE_STAGE, MADV_HUGEPAGE);
     adsm__xlate_stage_buf s = {(unsigned char *)p, 0, 1};
     if (rt->be->host_lock && rt->be->moves_data) s.locked = rt->be->host_lock(rt->be_ctx, (uintptr_t)p, ADSM__XLATE_STAGE);
@@ -53,7 +59,7 @@ ADSM__PRIVATE void adsm__xlate_stages_release(adsm__runtime *rt) {
     for (ptrdiff_t i = 0; i < stbds_arrlen(rt->xlate_stages); i++) {
         adsm__xlate_stage_buf *s = &rt->xlate_stages[i];
         if (s->locked) rt->be->host_unlock(rt->be_ctx, (uintptr_t)s->base, ADSM__XLATE_STAGE);
-        munmap(s->base, ADSM__XLATE_STAGE);
+        munmap(s->base, ADSM__XLATE_STAGE + rt->page);
     }
     stbds_arrfree(rt->xlate_stages);
 }

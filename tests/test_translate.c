@@ -37,11 +37,35 @@ typedef struct holder {
 typedef struct big_node { /* a large struct whose one field is a small part of it */
     struct big_node *next;
     char payload[8184];
-} big_node;);
+} big_node;
+typedef struct far_node { /* two fields further apart than the staging buffer (4 MiB), in a struct
+                             whose fields' span is a small part (translated span by span) */
+    struct far_node *first;
+    char gap[6 << 20];
+    struct far_node *second;
+    char tail[22 << 20];
+} far_node;);
 ADSM_TYPE(node, ADSM_PTR(next, node), ADSM_PTR_DATA(data), ADSM_PTR(kids, node));
 ADSM_TYPE(strict_node, ADSM_PTR_NONNULL(peer, strict_node));
 ADSM_TYPE(holder, ADSM_PTR(head, node));
 ADSM_TYPE(big_node, ADSM_PTR(next, big_node));
+ADSM_TYPE(far_node, ADSM_PTR(first, far_node), ADSM_PTR(second, far_node));
+
+/* Types adsm refuses: a packed struct, whose later structs' fields are not aligned (a slot
+ * straddling a piece's edge was translated by neither piece), and a union's two members declared
+ * (the slot was translated twice). Host-only: no kernel reads them. */
+typedef struct __attribute__((packed)) packed_node {
+    struct packed_node *next;
+    char tag;
+} packed_node;
+ADSM_TYPE(packed_node, ADSM_PTR(next, packed_node));
+typedef struct cell {
+    union {
+        struct cell *as_cell;
+        float *as_data;
+    } u;
+} cell;
+ADSM_TYPE(cell, ADSM_PTR(u.as_cell, cell), ADSM_PTR_DATA(u.as_data));
 
 /* seen[2 i], seen[2 i + 1] = list[i].next and .data as numbers */
 ADSM_KERNEL_DEF(k_links, (ADSM_IN(node, list), ADSM_OUT(uint64_t, seen), ADSM_VALUE(size_t, n)), g, {
@@ -103,6 +127,27 @@ ADSM_KERNEL_DEF(k_walk, (ADSM_INOUT(holder, h), ADSM_INOUT(node, pool), ADSM_VAL
     }
 });
 
+/* seen[2 i], seen[2 i + 1] = far[i].first and .second as numbers */
+ADSM_KERNEL_DEF(k_far_links, (ADSM_IN(far_node, far), ADSM_OUT(uint64_t, seen), ADSM_VALUE(size_t, n)), g, {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) {
+            seen[2 * i] = (uint64_t)(size_t)far[i].first;
+            seen[2 * i + 1] = (uint64_t)(size_t)far[i].second;
+        }
+    }
+});
+
+/* far[i].first and .second change places */
+ADSM_KERNEL_DEF(k_far_swap, (ADSM_INOUT(far_node, far), ADSM_VALUE(size_t, n)), g, {
+    ADSM_FOR_EACH_THREAD(g, i) {
+        if (i < n) {
+            far_node *t = far[i].first;
+            far[i].first = far[i].second;
+            far[i].second = t;
+        }
+    }
+});
+
 /* data[i] += 1, reps times over, by one thread: a kernel that takes a while */
 ADSM_KERNEL_DEF(k_fill_slowly, (ADSM_INOUT(float, data), ADSM_VALUE(size_t, n), ADSM_VALUE(size_t, reps)), g, {
     ADSM_FOR_EACH_THREAD(g, t) {
@@ -143,8 +188,9 @@ static void attach(void) {
     const adsm_kernel_desc *const kernels[] = {adsm__kernel_k_links(), adsm__kernel_k_skip(), adsm__kernel_k_poison(),
                                                adsm__kernel_k_rewire(), adsm__kernel_adsm__xlate_patch(),
                                                adsm__kernel_k_big_links(), adsm__kernel_k_fill_slowly(),
-                                               adsm__kernel_k_bump()};
-    cr_assert_eq(cuda_double_attach(kernels, 8), 0, "attach: %s", adsm_last_error());
+                                               adsm__kernel_k_bump(), adsm__kernel_k_far_links(),
+                                               adsm__kernel_k_far_swap()};
+    cr_assert_eq(cuda_double_attach(kernels, 10), 0, "attach: %s", adsm_last_error());
 }
 #define DIFFERENT_ADDRESSES "ADSM_CUDA_SAME_ADDRESS"
 #elif defined(TEST_ON_REAL_CUDA)
@@ -530,8 +576,45 @@ Test(translate, typing_refuses_what_does_not_fit) {
     cr_assert_null(adsm_alloc_typed(NULL, 4));
     cr_assert_null(ADSM_ALLOC(node, 0));
     cr_assert_null(adsm_alloc_typed(ADSM_TYPE_OF(node), SIZE_MAX / 8));
+    cr_assert_null(ADSM_ALLOC(packed_node, 1000), "a packed struct of %zu bytes", sizeof(packed_node));
+    cr_assert(strstr(adsm_last_error(), "packed"), "%s", adsm_last_error());
+    cr_assert_null(ADSM_ALLOC(cell, 10), "a union's two members");
+    cr_assert(strstr(adsm_last_error(), "overlap"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_set_type(ok, ADSM_TYPE_OF(cell)), ADSM_ERROR_INVALID_VALUE);
     adsm_shutdown();
 }
+
+/* Fields further apart than the staging buffer: each struct's field span goes through it in
+ * pieces (it went whole, 6 MiB into 4 MiB, and crashed) where a pass reads the device's copy: a
+ * launch's translation after a kernel wrote the structs and, with two devices, the walk for what
+ * a kernel reaches (even where addresses agree). */
+static void far_fields(adsm_protocol_kind protocol, int same_address, unsigned devices) {
+    start_on(protocol, 4096, same_address, devices);
+    far_node *far = ADSM_ALLOC(far_node, 2);
+    uint64_t *seen = adsm_alloc(4 * sizeof *seen);
+    cr_assert(far && seen, "%s", adsm_last_error());
+    far[0].first = &far[0], far[0].second = &far[1];
+    far[1].first = &far[1], far[1].second = NULL;
+    int other = devices > 1; /* the swap runs on the other device: only it holds the structs then */
+    cr_assert_eq(ADSM_CALL_ON(other, k_far_swap, adsm_grid_1d(1, 32), far, (size_t)2), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL_ON(0, k_far_links, adsm_grid_1d(1, 32), far, seen, (size_t)2), ADSM_OK, "%s",
+                 adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(seen[0], dev_of(&far[1]), "far[0].first: the kernel saw %#llx", (unsigned long long)seen[0]);
+    cr_assert_eq(seen[1], dev_of(&far[0]), "far[0].second: the kernel saw %#llx", (unsigned long long)seen[1]);
+    cr_assert_eq(seen[2], 0);
+    cr_assert_eq(seen[3], dev_of(&far[1]));
+    cr_assert_eq(far[0].second, &far[0], "the host keeps host addresses");
+    cr_assert_eq(far[1].first, NULL);
+    adsm_shutdown();
+}
+
+Test(translate, fields_further_apart_than_the_stage_lazy) { far_fields(ADSM_PROTOCOL_LAZY, 0, 1); }
+Test(translate, fields_further_apart_than_the_stage_rolling) { far_fields(ADSM_PROTOCOL_ROLLING, 0, 1); }
+#ifndef TEST_ON_CUDA_DOUBLE /* two emulated devices */
+Test(translate, fields_further_apart_than_the_stage_on_two_devices) { far_fields(ADSM_PROTOCOL_LAZY, 1, 2); }
+#endif
 
 /* Safe objects sit at device addresses of their own whatever the placement: a field pointing
  * into one holds that address on the device, and the host's at home. */
