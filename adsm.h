@@ -101,7 +101,8 @@
    ADSM_FOR_EACH_THREAD(g, i) stmt runs stmt for every flattened global thread index i of the part
    of the grid this invocation was given (bodies run split over a pool of worker threads).
    Kernels must only touch their arguments and shared memory: on emu they run in another process
-   and see the program's globals as they were at adsm_init().
+   and see the program's globals as they were at adsm_init(); a kernel whose body is in a library
+   loaded (dlopen) after adsm_init() is refused there (ADSM_ERROR_UNSUPPORTED, naming it).
 
    WRITE A KERNEL ONCE: ADSM_KERNEL_DEF(name, (params...), g, { body }); declares the kernel and
    defines its body; on cuda the same text is compiled by NVRTC at the first launch (a loaded

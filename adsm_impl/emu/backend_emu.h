@@ -39,6 +39,8 @@
 #include "../kernel.h"
 #include "emu_device.h"
 
+#include <dlfcn.h>
+#include <link.h>
 #include <poll.h>
 
 ADSM__PRIVATE int adsm__emu_wait(void *ctx, uint64_t seq);
@@ -395,6 +397,37 @@ ADSM__PRIVATE void adsm__emu_await_exit(adsm__emu *e) {
     }
 }
 
+/* ---- kernels the device process has ----------------------------------------------------------
+ * The device process is a copy of the program made at adsm_init: a kernel whose code a library
+ * loaded later (dlopen) holds is not in it, and its launch made the device process fault and die
+ * (every later launch then failed, saying only that the device was lost). So the executable
+ * segments of the program and its libraries are noted before the fork, and a kernel whose entry
+ * lies in none of them is refused at its launch (adsm_kernel_prepare too), saying why. Normal
+ * thread context. */
+ADSM__PRIVATE int adsm__emu_note_code(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    adsm__emu *e = (adsm__emu *)arg;
+    for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+        struct adsm__emu_code c = {info->dlpi_addr + ph->p_vaddr, info->dlpi_addr + ph->p_vaddr + ph->p_memsz};
+        stbds_arrput(e->code, c);
+    }
+    return 0;
+}
+
+ADSM__PRIVATE adsm_result adsm__emu_prepare(void *ctx, const adsm_kernel_desc *k) {
+    adsm__emu *e = (adsm__emu *)ctx;
+    uintptr_t entry = (uintptr_t)k->entry;
+    for (ptrdiff_t i = 0; i < stbds_arrlen(e->code); i++) /* a few segments: no cache needed */
+        if (entry >= e->code[i].lo && entry < e->code[i].hi) return ADSM_OK;
+    Dl_info where;
+    const char *library = dladdr((void *)entry, &where) && where.dli_fname ? where.dli_fname : "code";
+    return adsm__fail(ADSM_ERROR_UNSUPPORTED, "kernel '%s': its body is in %s, loaded after adsm_init; the emulated "
+                      "device, a process made at adsm_init, does not have it (load the library before adsm_init)",
+                      k->name, library);
+}
+
 ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
     ADSM__STORE(&e->quitting, 1);
@@ -412,6 +445,7 @@ ADSM__PRIVATE void adsm__emu_shutdown(void *ctx) {
     adsm__own_fd_close(&e->devfd);
     free(e->backed);
     free(e->completion_msg);
+    stbds_arrfree(e->code);
     adsm__device_error_destroy(&e->errors);
     free(e);
 }
@@ -548,6 +582,8 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: socketpair failed: %s", strerror(errno));
     }
     rt->be_ctx = e; /* the device process finds its state here */
+    stbds_arrsetcap(e->code, 64); /* one allocation for the usual program (fewer sizes churned) */
+    dl_iterate_phdr(adsm__emu_note_code, e); /* what the device process will have */
     pid_t pid = adsm__emu_spawn(e, sv);
     close(sv[1]);
     adsm__own_fd_set(&e->sock, sv[0]);
@@ -596,6 +632,7 @@ static const adsm__backend_vtbl adsm__backend_emu = {
     .from_device = adsm__emu_from_device,
     .drain = adsm__emu_drain,
     .launch = adsm__emu_launch,
+    .prepare = adsm__emu_prepare,
     .wait = adsm__emu_wait,
     .idle = adsm__emu_idle,
     .synchronize = adsm__emu_synchronize,

@@ -102,6 +102,8 @@ typedef struct adsm__emu {
     adsm__emu_sched sched;     /* kernels in flight, on streams (emu_streams.h) */
     unsigned streams;
     adsm__emu_msg msg;         /* the main thread's receive buffer */
+    struct adsm__emu_code { uintptr_t lo, hi; } *code; /* stb_ds: the program's code when the device
+                                  process was forked (backend_emu.h: a kernel elsewhere it lacks) */
 } adsm__emu;
 
 /* ---- device process ---------------------------------------------------------------------- */
