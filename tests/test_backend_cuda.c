@@ -1294,6 +1294,38 @@ Test(cuda_double, page_locked_objects_move_without_staging_on_every_gpu) {
     adsm_shutdown();
 }
 
+/* Launch numbers count every device's launches: a GPU that sat idle through more launches on
+ * the other than it has event slots (256) must still launch (its engine waited for its completion
+ * thread to come within 256 numbers of the new launch, which it never does past the GPU's own
+ * last launch: a hang), and its launches must still be waited for. */
+Test(cuda_double, a_gpu_idle_through_many_launches_elsewhere_still_launches, .timeout = 120) {
+    clear_env();
+    cuda_double_use();
+    setenv("CUDADOUBLE_DEVICES", "2", 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_CUDA;
+    cfg.devices = "all";
+    cfg.protocol = ADSM_PROTOCOL_LAZY;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_device_count(), 2);
+    attach();
+    size_t n = 1024;
+    float *a = adsm_alloc(n * sizeof *a), *b = adsm_alloc(n * sizeof *b), *c = adsm_alloc(n * sizeof *c);
+    float *d = adsm_alloc(n * sizeof *d);
+    cr_assert(a && b && c && d, "%s", adsm_last_error());
+    for (size_t i = 0; i < n; i++) a[i] = (float)i, b[i] = 1.0f;
+    adsm_grid g = adsm_grid_1d((uint32_t)((n + 255) / 256), 256);
+    for (int round = 0; round < 2; round++) {
+        for (int l = 0; l < 300; l++) cr_assert_eq(ADSM_CALL_ON(0, vadd, g, c, a, b, n), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(ADSM_CALL_ON(1, vadd, g, d, c, b, n), ADSM_OK, "round %d: %s", round, adsm_last_error());
+        cr_assert_eq(adsm_sync(), ADSM_OK, "round %d: %s", round, adsm_last_error());
+        for (size_t i = 0; i < n; i += 100) cr_assert_eq(d[i], (float)i + 2.0f, "round %d: d[%zu] = %f", round, i, (double)d[i]);
+    }
+    adsm_free(a), adsm_free(b), adsm_free(c), adsm_free(d);
+    adsm_shutdown();
+}
+
 /* A safe object's host pages (the safe half: device address space where the host reservation
  * moved onto a device range) are not in the alias: that object is staged, never registered, and
  * the shared objects allocated after it are still page-locked. */

@@ -171,7 +171,7 @@ ADSM__PRIVATE void adsm__cuda_host_unlock(void *ctx, uintptr_t host, size_t n) {
  * than the launch itself. Not when its event slot is still held by a launch in flight: the engine
  * waits for that one, not the caller (who holds the runtime lock). Returns whether it ran here. */
 ADSM__PRIVATE int adsm__cuda_launch_here(adsm__cuda *c, adsm__cuda_cmd *cmd) {
-    if (cmd->op.seq - ADSM__LOAD(&c->completed_seq) > ADSM__CUDA_EVENTS) return 0;
+    if (!adsm__cuda_slot_free(c, cmd->op.seq)) return 0;
     adsm__cu_context mine = adsm__cuda_enter(c);
     int unused, ran = adsm__queue_run_if_idle(&c->queue, cmd, &unused);
     adsm__cuda_leave(c, mine);

@@ -262,12 +262,20 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_settle(adsm__cuda *c) {
     return r;
 }
 
-/* Engine thread: launch `seq` may take its event slot once the completion thread is past the
- * launch that held it (or the device is lost). */
+/* Whether launch `seq` may take its event slot: the completion thread is past the launch that
+ * held it (or none did, or the device is lost). Launch numbers count every device's launches,
+ * and the completion thread goes only as far as this device's last: asking for it to be within
+ * ADSM__CUDA_EVENTS numbers of `seq` made a device that sat idle through 256 launches elsewhere
+ * wait for ever. */
+ADSM__PRIVATE int adsm__cuda_slot_free(adsm__cuda *c, uint64_t seq) {
+    return ADSM__LOAD(&c->kev_seq[seq % ADSM__CUDA_EVENTS]) <= ADSM__LOAD(&c->completed_seq) || ADSM__LOAD(&c->lost);
+}
+
+/* Engine thread: waits until launch `seq` may take its event slot. */
 ADSM__PRIVATE void adsm__cuda_await_event_slot(adsm__cuda *c, uint64_t seq) {
     for (;;) {
         int gen = ADSM__LOAD(&c->completion_gen);
-        if (seq - ADSM__LOAD(&c->completed_seq) <= ADSM__CUDA_EVENTS || ADSM__LOAD(&c->lost)) return;
+        if (adsm__cuda_slot_free(c, seq)) return;
         adsm__futex_wait(&c->completion_gen, gen);
     }
 }
@@ -292,7 +300,7 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_launch(adsm__cuda *c, adsm__cuda_c
         r = 0;
     }
     c->kev_kernel[slot] = op->kernel;
-    c->kev_seq[slot] = seq;
+    ADSM__STORE(&c->kev_seq[slot], seq);
     c->kev_stream[slot] = (unsigned char)stream;
     if (c->kev_access) c->kev_access[slot] = cmd->access;
     c->kev_issued_ns[slot] = adsm__now_ns();
@@ -435,6 +443,10 @@ ADSM__PRIVATE void *adsm__cuda_completion_main(void *arg) {
         }
         uint64_t seq = done + 1;
         unsigned slot = (unsigned)(seq % ADSM__CUDA_EVENTS);
+        if (ADSM__LOAD(&c->kev_seq[slot]) != seq) { /* a number another device's launch took */
+            ADSM__STORE(&c->completed_seq, seq);
+            continue;
+        }
         adsm__cu_result r = ADSM__LOAD(&c->lost) ? 0 : c->cu.cuEventSynchronize(c->kev[slot]);
         if (r != 0) {
             char what[160], text[400];
