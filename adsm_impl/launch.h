@@ -52,11 +52,14 @@ ADSM__PRIVATE adsm_result adsm__bind_pointer(adsm__runtime *rt, const adsm_kerne
     if (o && o->safe) {
         void *dev = (void *)(o->dev + (a - o->host));
         memcpy(args + p->offset, &dev, sizeof dev);
-    } else if (!o) {
-        adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, adsm__dev_in(rt, a)); /* already a device address */
-        if (n) {
-            o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
-            void *dev = (void *)adsm__dev_in(rt, a); /* the backend translates it back */
+    } else if (!o) { /* already a device address (adsm_safe's, a device buffer's) */
+        uintptr_t d = adsm__dev_in(rt, a);
+        adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, d);
+        adsm__object *plain = n || !rt->dev_delta ? NULL : adsm__object_of(adsm__tree_find(&rt->objects, d));
+        if (n) o = ADSM__CONTAINER_OF(n, adsm__object, dev_node);
+        else if (plain && !plain->safe && plain->dev == plain->host) o = plain; /* adsm_safe of an ordinary object */
+        if (o) {
+            void *dev = (void *)d; /* the backend translates it back */
             memcpy(args + p->offset, &dev, sizeof dev);
         }
     }
@@ -159,7 +162,7 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
     if (dev != ADSM_ANY_DEVICE && (dev < 0 || (unsigned)dev >= rt->ndev))
         return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': device %d; adsm drives %u (0..%u)",
                           k ? k->name : "?", dev, rt->ndev, rt->ndev - 1);
-    if ((r = adsm__check_kernel_desc(k)) != ADSM_OK) return r;
+    if ((r = adsm__check_kernel_desc(k, "adsm_launch")) != ADSM_OK) return r;
     if (!k->body && !rt->be->module_load) /* cuda finds kernels in modules instead */
         return adsm__fail(ADSM_ERROR_NO_KERNEL_BODY, "kernel '%s' has no body: define void %s(adsm_grid, ...)",
                           k->name, k->name);

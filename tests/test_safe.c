@@ -206,6 +206,28 @@ Test(safe, call_with_explicit_device_pointers) {
     adsm_shutdown();
 }
 
+/* Where the device's addresses differ (ADSM_EMU_SAME_ADDRESS=0), adsm_safe of an ordinary object
+ * is a device address too: as an argument it is the object, as a safe object's is (it was refused
+ * as "not inside a shared object"), and an output named that way is still invalidated. */
+Test(safe, device_addresses_of_ordinary_objects_as_arguments) {
+    setenv("ADSM_EMU_SAME_ADDRESS", "0", 1);
+    start();
+    const size_t n = 50000;
+    unsigned char *src = adsm_alloc(n), *dst = adsm_alloc(n);
+    cr_assert(src && dst);
+    cr_assert_neq((uintptr_t)adsm_safe(src), (uintptr_t)src, "the addresses should differ in this test");
+    fill(src, n, 11);
+    cr_assert_eq(ADSM_CALL(copy_bytes, adsm_grid_1d((uint32_t)blocks_for(n), 256), adsm_safe(dst), adsm_safe(src), n),
+                 ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_state(dst), 'I');
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    expect(dst, n, 11);
+    adsm_free(src);
+    adsm_free(dst);
+    adsm_shutdown();
+    unsetenv("ADSM_EMU_SAME_ADDRESS");
+}
+
 Test(safe, safe_and_normal_objects_mix) {
     start();
     const size_t n = 20000;
