@@ -179,9 +179,9 @@ ADSM__PRIVATE void adsm__args_to_device(adsm__runtime *rt, const adsm_kernel_des
 }
 ADSM__PRIVATE int adsm__access_writes(adsm_access a) { return a == ADSM_ACCESS_OUT || a == ADSM_ACCESS_INOUT; }
 
-ADSM__PRIVATE adsm_result adsm__check_kernel_desc(const adsm_kernel_desc *k) {
+ADSM__PRIVATE adsm_result adsm__check_kernel_desc(const adsm_kernel_desc *k, const char *fn) {
     if (!k || !k->name || !k->entry || (k->nparams > 0 && !k->params))
-        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "adsm_launch: malformed kernel descriptor");
+        return adsm__fail(ADSM_ERROR_INVALID_VALUE, "%s: malformed kernel descriptor", fn);
     if (k->nparams == 0 || k->nparams > ADSM__MAX_PARAMS)
         return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': %u parameters, expected 1..%d", k->name,
                           k->nparams, ADSM__MAX_PARAMS);

@@ -38,22 +38,34 @@ ADSM__PRIVATE adsm_result adsm__module_load_source_unguarded(const char *cuda_so
 }
 
 /* Reads a whole file into a NUL-terminated buffer (PTX is text). */
+/* The whole file, read to its end (not sized with fseek and ftell, which tell nothing true of a
+ * directory, a pipe or a /proc file): a malloc'd buffer with a 0 after it. */
 ADSM__PRIVATE adsm_result adsm__read_file(const char *path, char **out, size_t *size) {
     FILE *f = fopen(path, "rb");
     char *buf = NULL;
-    long len = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0) buf = (char *)malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
+    size_t len = 0, cap = 0;
+    int e = f ? 0 : errno;
+    while (f && !e) {
+        if (len + 1 >= cap) {
+            char *grown = (char *)realloc(buf, cap = cap ? 2 * cap : (size_t)1 << 16);
+            if (!grown) {
+                e = ENOMEM;
+                break;
+            }
+            buf = grown;
+        }
+        len += fread(buf + len, 1, cap - 1 - len, f);
+        if (ferror(f)) e = errno ? errno : EIO;
+        else if (feof(f)) break;
     }
-    int e = errno;
     if (f) fclose(f);
-    if (!buf) return adsm__fail(ADSM_ERROR_SYSTEM, "adsm_module_load_file: cannot read '%s': %s", path, strerror(e));
+    if (e) {
+        free(buf);
+        return adsm__fail(ADSM_ERROR_SYSTEM, "adsm_module_load_file: cannot read '%s': %s", path, strerror(e));
+    }
     buf[len] = 0;
     *out = buf;
-    *size = (size_t)len;
+    *size = len;
     return ADSM_OK;
 }
 
@@ -83,7 +95,7 @@ ADSM__PRIVATE adsm_result adsm__prepare_everywhere(adsm__runtime *rt, const adsm
 ADSM__PRIVATE adsm_result adsm__kernel_prepare_unguarded(const adsm_kernel_desc *k) {
     adsm__runtime *rt = &adsm__rt;
     adsm_result r;
-    if ((r = adsm__ensure()) != ADSM_OK || (r = adsm__check_kernel_desc(k)) != ADSM_OK) return r;
+    if ((r = adsm__ensure()) != ADSM_OK || (r = adsm__check_kernel_desc(k, "adsm_kernel_prepare")) != ADSM_OK) return r;
     return adsm__prepare_everywhere(rt, k);
 }
 

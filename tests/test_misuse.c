@@ -505,8 +505,24 @@ Test(misuse, launch_descriptor_messages) {
     cr_assert_eq(adsm_launch(&malformed[5].desc, adsm_grid_1d(1, 1), &args), ADSM_ERROR_INVALID_VALUE);
     expect_failure(ADSM_ERROR_INVALID_VALUE, "parameter 1 has a malformed descriptor", "offset past args_size");
     cr_assert_eq(adsm_launch(NULL, adsm_grid_1d(1, 1), &args), ADSM_ERROR_INVALID_VALUE);
-    expect_failure(ADSM_ERROR_INVALID_VALUE, "malformed kernel descriptor", "NULL descriptor");
+    expect_failure(ADSM_ERROR_INVALID_VALUE, "adsm_launch: malformed kernel descriptor", "NULL descriptor");
+    cr_assert_eq(adsm_kernel_prepare(NULL), ADSM_ERROR_INVALID_VALUE);
+    expect_failure(ADSM_ERROR_INVALID_VALUE, "adsm_kernel_prepare: malformed kernel descriptor", "prepare, NULL");
     cr_assert_eq(adsm_free(out), ADSM_OK);
+    check_usable();
+    adsm_shutdown();
+}
+
+/* adsm_module_load_file reads a file to its end: a /proc file (size 0 to stat, ftell's guess) is
+ * read whole (emu takes any readable file), a directory says it is one (it said "Cannot allocate
+ * memory", ftell's size of a directory being huge). */
+Test(misuse, module_files_read_to_their_end) {
+    start();
+    cr_assert_eq(adsm_module_load_file("/proc/self/status"), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_module_load_file("/"), ADSM_ERROR_SYSTEM);
+    expect_failure(ADSM_ERROR_SYSTEM, "Is a directory", "a directory");
+    cr_assert_eq(adsm_module_load_file("/nonexistent/module.ptx"), ADSM_ERROR_SYSTEM);
+    expect_failure(ADSM_ERROR_SYSTEM, "No such file", "a missing file");
     check_usable();
     adsm_shutdown();
 }
