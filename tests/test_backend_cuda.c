@@ -420,6 +420,31 @@ ParameterizedTest(sticky_case *sc, cuda_double, a_sticky_error_at_sync_then_devi
     adsm_shutdown();
 }
 
+/* After the device is lost, a launch says so under every protocol, also one whose objects the CPU
+ * wrote (its flush met the lost device first and came back ADSM_ERROR_SYSTEM, "flushing dirty
+ * blocks ... failed" with whatever errno was left; batch's every time). */
+ParameterizedTestParameters(cuda_double, a_launch_after_the_device_is_lost_says_so) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_BATCH, ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof *kinds);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, cuda_double, a_launch_after_the_device_is_lost_says_so) {
+    static sticky_case illegal = {700, "CUDA_ERROR_ILLEGAL_ADDRESS"};
+    init_ok(*protocol, 0, 0);
+    const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd(), adsm__kernel_faulty()};
+    cr_assert_eq(cuda_double_attach(kernels, 2), 0, "%s", adsm_last_error());
+    cr_assert_eq(cuda_double.register_kernel("faulty", fault_kernel, &illegal), 0);
+    int *x = adsm_alloc(4096), *y = adsm_alloc(4096);
+    y[0] = 5;
+    cr_assert_eq(ADSM_CALL(faulty, adsm_grid_1d(1, 1), x, (size_t)1), ADSM_OK);
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_KERNEL_CRASHED, "%s", adsm_last_error());
+    y[0] = 6; /* Dirty (its only copy is the host's): the next launch would send it */
+    cr_assert_eq(ADSM_CALL(faulty, adsm_grid_1d(1, 1), y, (size_t)1), ADSM_ERROR_DEVICE_LOST, "%s", adsm_last_error());
+    expect_message("lost");
+    cr_assert_eq(y[0], 6, "the host's data stays");
+    adsm_shutdown();
+}
+
 /* ---- small signal stacks ----------------------------------------------------------------------------- */
 /* Faults handled on an 8 KiB alternate signal stack, the classic SIGSTKSZ, which Rust gives every
  * thread: the fault path's copy commands used to carry a launch's 4 KiB argument block, twice, on
