@@ -109,6 +109,7 @@ typedef struct adsm__emu {
 /* ---- device process ---------------------------------------------------------------------- */
 static __thread sigjmp_buf *adsm__tls_kernel_jmp;
 static __thread int adsm__tls_kernel_signal, adsm__tls_kernel_write;
+static __thread int adsm__tls_kernel_addressed; /* the signal carries a fault's address (not abort's, kill's) */
 static __thread uintptr_t adsm__tls_kernel_addr;
 
 static void adsm__emu_kernel_signal(int sig, siginfo_t *si, void *context) {
@@ -119,6 +120,7 @@ static void adsm__emu_kernel_signal(int sig, siginfo_t *si, void *context) {
     }
     adsm__tls_kernel_signal = sig;
     adsm__tls_kernel_addr = (uintptr_t)si->si_addr;
+    adsm__tls_kernel_addressed = si->si_code > 0 && sig != SIGABRT; /* sent by the kernel for a fault */
     adsm__tls_kernel_write = adsm__fault_is_write(context);
     siglongjmp(*adsm__tls_kernel_jmp, 1);
 }
@@ -246,8 +248,11 @@ ADSM__PRIVATE int adsm__emu_classify(adsm__emu *e, const adsm__emu_msg *m, char 
     if (e->check_bounds && adsm__tls_kernel_signal == SIGSEGV && !shared &&
         adsm__emu_out_of_bounds(e, m, a, adsm__tls_kernel_write, msg, size) == 0)
         return ADSM_ERROR_KERNEL_CRASHED;
-    snprintf(msg, size, "kernel '%s' crashed: %s at address %p", kname, strsignal(adsm__tls_kernel_signal),
-             (void *)a);
+    if (adsm__tls_kernel_addressed)
+        snprintf(msg, size, "kernel '%s' crashed: %s at address %p", kname, strsignal(adsm__tls_kernel_signal),
+                 (void *)a);
+    else /* abort(), raise(): si_addr holds no address (the sender's pid) */
+        snprintf(msg, size, "kernel '%s' crashed: %s", kname, strsignal(adsm__tls_kernel_signal));
     return ADSM_ERROR_KERNEL_CRASHED;
 }
 
