@@ -392,7 +392,9 @@
    static program (-static) must define it: without, adsm_init refuses, saying so. A fault adsm
    cannot resolve (memory no live object holds, a device buffer, a failed protection change or
    copy) is explained on stderr before the process dies with SIGSEGV; the first kind is left
-   silent when the program has its own handler.
+   silent when the program has its own handler. The threads adsm starts (copy engines, completion
+   and kernel workers, preparers) block every signal but SIGSEGV and SIGBUS, so a signal sent to
+   the process (a SIGTERM read from a signalfd, a timer's) reaches the program's threads only.
    Debugging with gdb: `handle SIGSEGV nostop noprint pass` lets adsm's faults through, and
    `break adsm__fault_unresolved` stops at a real crash (backtrace down to the faulting line).
    Do not touch shared memory from your own signal handlers (adsm reports it and crashes instead

@@ -152,7 +152,7 @@ ADSM__PRIVATE int adsm__queue_start(adsm__queue *q, size_t slot_size, unsigned c
     q->ctx = ctx;
     q->slots = (unsigned char *)calloc(capacity, slot_size);
     q->results = (int **)calloc(capacity, sizeof *q->results);
-    if (q->slots && q->results) q->started = pthread_create(&q->worker, NULL, adsm__queue_main, q) == 0;
+    if (q->slots && q->results) q->started = adsm__thread_start(&q->worker, adsm__queue_main, q) == 0;
     if (q->started) return 0;
     adsm__queue_stop(q);
     return -1;

@@ -191,7 +191,7 @@ ADSM__PRIVATE void adsm__preparer_start(adsm__runtime *rt) {
     for (unsigned i = 0; i < ADSM__PREPARERS; i++) {
         adsm__preparer *p = &rt->preparers[rt->preparers_running];
         *p = (adsm__preparer){.rt = rt};
-        if (adsm__start_quiet_thread(&p->thread, adsm__preparer_main, p)) rt->preparers_running++;
+        if (adsm__thread_start(&p->thread, adsm__preparer_main, p) == 0) rt->preparers_running++;
     }
     adsm__log(ADSM_LOG_INFO, "host pages: %s", rt->preparers_running
                                                    ? "objects' host pages are made and page-locked when the CPU or a "

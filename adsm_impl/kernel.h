@@ -94,7 +94,7 @@ ADSM__PRIVATE int adsm__pool_start(adsm__pool *p, unsigned nthreads, adsm__chunk
         if (!wa) return -1;
         wa->pool = p;
         wa->index = i;
-        if (pthread_create(&p->threads[i], NULL, adsm__pool_worker, wa) != 0) {
+        if (adsm__thread_start(&p->threads[i], adsm__pool_worker, wa) != 0) {
             free(wa);
             p->nthreads = i; /* run with the workers we got */
             return i > 0 ? 0 : -1;

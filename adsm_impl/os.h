@@ -152,6 +152,22 @@ ADSM__PRIVATE void *adsm__map_aligned(size_t n, size_t align, int prot, int flag
     return (void *)at;
 }
 
+/* Starts a thread of adsm's own with every signal blocked but the faults (SIGSEGV, SIGBUS: a fault
+ * on one is explained before the process dies, and the host backend's kernels fault on shared
+ * memory as the program's threads do): a signal meant for the program (a timer's, a SIGTERM it
+ * reads from a signalfd, one its handler serves) must never land on it, and the kernel gives a
+ * process-directed signal to any thread that does not block it. pthread_create's result. */
+ADSM__PRIVATE int adsm__thread_start(pthread_t *t, void *(*fn)(void *), void *arg) {
+    sigset_t quiet, old;
+    sigfillset(&quiet);
+    sigdelset(&quiet, SIGSEGV);
+    sigdelset(&quiet, SIGBUS);
+    pthread_sigmask(SIG_SETMASK, &quiet, &old);
+    int r = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
 /* Whether the program locks its future mappings (mlockall with MCL_FUTURE): a fresh page is then
  * locked, and filled at once (or refused, over the locked-memory limit). */
 ADSM__PRIVATE int adsm__future_mappings_locked(void) {

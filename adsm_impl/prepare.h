@@ -56,17 +56,6 @@ ADSM__PRIVATE unsigned adsm__prepare_split_count(unsigned threads, size_t n) {
     return most < 2 ? 1 : (unsigned)ADSM__MIN((size_t)threads, most);
 }
 
-/* Starts a thread of adsm's own with every signal blocked: it touches no protected page, and a
- * signal for the program must not land on it. 1 when started. */
-ADSM__PRIVATE int adsm__start_quiet_thread(pthread_t *t, void *(*fn)(void *), void *arg) {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int started = pthread_create(t, NULL, fn, arg) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return started;
-}
-
 /* Runs `work` over [at, at + n) in up to `threads` runs of whole 2 MiB pages, the caller taking
  * the first and a thread each of the others (started with every signal blocked: they touch no
  * protected page, and a signal for the program must not land on them). A thread that cannot be
@@ -85,7 +74,7 @@ ADSM__PRIVATE unsigned adsm__prepare_split(unsigned threads, uintptr_t at, size_
         runs[i] = (adsm__prepare_run){work, at + from, i + 1 == count ? n - from : to - from, 0};
     }
     for (unsigned i = 1; i < count; i++)
-        if (adsm__start_quiet_thread(&tids[i], adsm__prepare_main, &runs[i])) started[i] = 1, helpers++;
+        if (adsm__thread_start(&tids[i], adsm__prepare_main, &runs[i]) == 0) started[i] = 1, helpers++;
     *result = 0;
     for (unsigned i = 0; i < count; i++) {
         if (i > 0 && started[i]) pthread_join(tids[i], NULL);

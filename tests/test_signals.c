@@ -16,7 +16,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -194,6 +196,34 @@ Test(signals, io_and_copies_in_a_handler_allocate_nothing, .timeout = 120) {
     adsm_shutdown();
 }
 #endif
+
+/* A daemon's habit: block SIGTERM and read it from a signalfd, after adsm_init (and a launch)
+ * started adsm's threads. A process-directed signal goes to any thread that does not block it:
+ * adsm's DMA and completion threads took it, and its default action killed the process. Every
+ * thread adsm starts blocks all signals but the faults. */
+Test(signals, a_blocked_signal_read_from_a_signalfd_never_lands_on_adsm_threads, .timeout = 120) {
+    init();
+    int *x = adsm_alloc(4096);
+    cr_assert_eq(ADSM_CALL(fill, adsm_grid_1d(1, 64), x, 1, (size_t)64), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    cr_assert_eq(pthread_sigmask(SIG_BLOCK, &term, NULL), 0);
+    int fd = signalfd(-1, &term, SFD_CLOEXEC);
+    cr_assert_geq(fd, 0, "signalfd: %s", strerror(errno));
+    for (int round = 0; round < 20; round++) {
+        cr_assert_eq(kill(getpid(), SIGTERM), 0);
+        struct pollfd pfd = {fd, POLLIN, 0};
+        cr_assert_eq(poll(&pfd, 1, 30000), 1, "round %d: the signal never reached the signalfd", round);
+        struct signalfd_siginfo info;
+        cr_assert_eq(read(fd, &info, sizeof info), (ssize_t)sizeof info);
+        cr_assert_eq(info.ssi_signo, SIGTERM);
+    }
+    close(fd);
+    cr_assert_eq(x[63], 64, "shared memory still works");
+    adsm_shutdown();
+}
 
 Test(signals, kill_sigsegv_is_passed_on, .signal = SIGSEGV) {
     init();

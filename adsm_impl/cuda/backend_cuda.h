@@ -383,7 +383,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_init(adsm__runtime *rt, void **ctx) {
         goto fail;
     adsm__queue_start(&c->queue, sizeof(adsm__cuda_cmd), ADSM__CUDA_RING, adsm__cuda_engine_step,
                       adsm__cuda_engine_begin, c);
-    c->completion_started = pthread_create(&c->completion, NULL, adsm__cuda_completion_main, c) == 0;
+    c->completion_started = adsm__thread_start(&c->completion, adsm__cuda_completion_main, c) == 0;
     if (!c->queue.started || !c->completion_started) {
         r = adsm__fail(ADSM_ERROR_SYSTEM, "cuda backend: cannot start its threads");
         goto fail;

@@ -611,7 +611,7 @@ ADSM__PRIVATE adsm_result adsm__emu_start(void *ctx) {
                       e);
     e->completion_msg = (adsm__emu_msg *)malloc(sizeof *e->completion_msg);
     e->completion_started =
-        e->completion_msg && pthread_create(&e->completion_thread, NULL, adsm__emu_completion_main, e) == 0;
+        e->completion_msg && adsm__thread_start(&e->completion_thread, adsm__emu_completion_main, e) == 0;
     if (!e->completion_started) return adsm__fail(ADSM_ERROR_SYSTEM, "emu backend: cannot start its threads");
     return ADSM_OK;
 }

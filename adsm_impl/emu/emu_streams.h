@@ -142,7 +142,7 @@ ADSM__PRIVATE int adsm__emu_sched_start(adsm__emu_sched *s) {
             if (adsm__pool_start(&st->pool, s->workers, s->runner) != 0) return -1;
             st->pool_started = 1;
         }
-        if (pthread_create(&st->thread, NULL, adsm__emu_stream_main, st) != 0) {
+        if (adsm__thread_start(&st->thread, adsm__emu_stream_main, st) != 0) {
             s->nstreams = i; /* run with the streams we got */
             return i > 0 ? 0 : -1;
         }
