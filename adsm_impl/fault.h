@@ -200,7 +200,11 @@ ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const a
                                       "bringing to the CPU (a copy or first use it was in when the signal "
                                       "came); that copy cannot end before the handler returns, so neither "
                                       "can go on. Do not touch adsm objects in signal handlers\n");
-    } else if (info->err == ENOMEM)
+    } else if (adsm__page_unmapped(a, adsm__rt.page))
+        adsm__append(msg, sizeof msg, ": the program unmapped this shared memory (munmap, or a MAP_FIXED "
+                                      "mapping over it), so adsm cannot bring its data there; give objects back "
+                                      "with adsm_free only\n");
+    else if (info->err == ENOMEM)
         adsm__append(msg, sizeof msg, ": adsm could not change the page protection (ENOMEM): the process has "
                                       "reached vm.max_map_count mappings; raise it (sysctl vm.max_map_count) "
                                       "or use larger blocks (ADSM_BLOCK_SIZE)\n");

@@ -110,6 +110,8 @@ typedef struct adsm__object {
     uint8_t io_filling;       /* lazy: a read from a file claimed this Invalid unit whole and fills
                                  it piece by piece; Dirty outside the FIFO until it ends (protocol.h,
                                  adsm__fill_claimed) */
+    uint8_t range_lost;       /* the program unmapped it and it could not be mapped again at its
+                                 free: its range stays out of the arena (object_life.h) */
     uint32_t launch_held;     /* held by a launch letting the lock go before its kernel is issued
                                  (protocol.h): others' accesses and frees wait */
     uint32_t busy_units;      /* units with a copy running outside the runtime lock: a launch that

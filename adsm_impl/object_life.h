@@ -111,6 +111,24 @@ ADSM__PRIVATE void adsm__host_buffer_release(adsm__runtime *rt, adsm__host_buffe
     free(b);
 }
 
+/* The program unmapped part of an object (or mapped over it): the protection change at its free
+ * fails, and the range, back in the arena, failed every later allocation there. Maps the range
+ * again as the reservation holds it: plain, or a second view of the alias's pages (mremap of a
+ * shared mapping with old size 0 makes one). 1 when done. */
+ADSM__PRIVATE int adsm__remap_range(const adsm__runtime *rt, uintptr_t host, size_t n) {
+    uintptr_t alias = adsm__host_dma(rt, host);
+    void *p = alias == host
+                  ? mmap((void *)host, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0)
+                  : mremap((void *)alias, 0, n, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)host);
+    if (p == MAP_FAILED || adsm__protect(host, n, PROT_NONE) != 0) {
+        adsm__log(ADSM_LOG_WARN, "adsm_free: the object at %p was unmapped by the program and cannot be mapped "
+                  "again (%s): its %zu bytes of address range stay unused", (void *)host, strerror(errno), n);
+        return 0;
+    }
+    if (alias != host) madvise((void *)host, n, MADV_DONTFORK);
+    return 1;
+}
+
 /* Gives back what only this object uses (stage 2: device memory; 1: host pages; managed or hmm
  * memory at any stage): no lock needed. */
 ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, int stage) {
@@ -128,7 +146,7 @@ ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, in
         if (o->locked) rt->be->host_unlock(rt->be_ctx, adsm__host_dma(rt, o->host), o->span); /* before the pages go */
         adsm__host_pages_release(rt, o->host, o->span); /* the next object here starts zeroed */
         adsm__trace(&rt->trace, ADSM__TR_PAGE_UNLOCK, t0, o->host, o->span);
-        adsm__protect(o->host, o->span, PROT_NONE);
+        if (adsm__protect(o->host, o->span, PROT_NONE) != 0) o->range_lost = !adsm__remap_range(rt, o->host, o->span);
     }
 }
 
@@ -150,7 +168,7 @@ ADSM__PRIVATE void adsm__object_unreserve(adsm__runtime *rt, adsm__object *o, in
         adsm__arena_free(&rt->va_shared, o->dev, o->span);
     } else if (stage >= 1) {
         if (!o->safe) adsm__alias_release_regions(rt, o->host, o->span); /* before others may take them */
-        adsm__arena_free(o->safe ? &rt->va_safe : &rt->va_shared, o->host, o->span);
+        if (!o->range_lost) adsm__arena_free(o->safe ? &rt->va_safe : &rt->va_shared, o->host, o->span);
         if (o->safe) adsm__arena_free(&rt->va_shared, o->dev, o->span);
     }
     adsm__object_destroy(o);

@@ -168,6 +168,15 @@ ADSM__PRIVATE int adsm__thread_start(pthread_t *t, void *(*fn)(void *), void *ar
     return r;
 }
 
+/* Whether nothing is mapped at the page holding a (the program unmapped it): msync says ENOMEM
+ * there. Signal-safe; errno kept. */
+ADSM__PRIVATE int adsm__page_unmapped(uintptr_t a, size_t page) {
+    int saved = errno;
+    int gone = msync((void *)(a & ~(uintptr_t)(page - 1)), page, MS_ASYNC) != 0 && errno == ENOMEM;
+    errno = saved;
+    return gone;
+}
+
 /* Whether the program locks its future mappings (mlockall with MCL_FUTURE): a fresh page is then
  * locked, and filled at once (or refused, over the locked-memory limit). */
 ADSM__PRIVATE int adsm__future_mappings_locked(void) {

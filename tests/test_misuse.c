@@ -527,6 +527,32 @@ Test(misuse, module_files_read_to_their_end) {
     adsm_shutdown();
 }
 
+/* The program unmaps part of a live object (a mistake): adsm_free maps the range again, so the
+ * objects later made there work (every allocation of that size failed, the arena handing out the
+ * broken range again: "mprotect of a new object failed"). */
+Test(misuse, an_object_the_program_unmapped_gives_its_range_back_whole) {
+    start();
+    const size_t n = 256 << 10;
+    unsigned char *p = adsm_alloc(n);
+    cr_assert(p, "%s", adsm_last_error());
+    memset(p, 1, n);
+    cr_assert_eq(munmap(p + (64 << 10), 64 << 10), 0);
+    cr_assert_eq(adsm_free(p), ADSM_OK, "%s", adsm_last_error());
+    int reused = 0;
+    for (int k = 0; k < 4; k++) {
+        unsigned char *q = adsm_alloc(n);
+        cr_assert(q, "round %d: %s", k, adsm_last_error());
+        reused += q == p;
+        for (size_t i = 0; i < n; i += 4096) cr_assert_eq(q[i], 0, "round %d: q[%zu] = %d", k, i, q[i]);
+        memset(q, 2, n);
+        cr_assert_eq(q[(64 << 10) + 5], 2);
+        cr_assert_eq(adsm_free(q), ADSM_OK);
+    }
+    cr_assert_gt(reused, 0, "the range was never handed out again");
+    check_usable();
+    adsm_shutdown();
+}
+
 /* The emu backend carries at most 4 KiB of packed arguments; the host backend has no limit. */
 Test(misuse, by_value_arguments_over_4k_emu) {
     start();

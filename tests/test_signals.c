@@ -457,6 +457,20 @@ Test(signals, touch_after_free_says_why_before_dying, .timeout = 120) {
     expect_death_message(touch_after_free, "no live object holds");
 }
 
+/* The program unmaps part of a live object (a mistake) and touches it: adsm says so (it blamed
+ * vm.max_map_count, or a lost device under userfaultfd). */
+static void touch_unmapped(void) {
+    init();
+    char *p = adsm_alloc(64 << 10);
+    p[0] = 1;
+    munmap(p + (16 << 10), 16 << 10);
+    p[(16 << 10) + 5] = 2;
+}
+
+Test(signals, touch_of_shared_memory_the_program_unmapped_says_why, .timeout = 120) {
+    expect_death_message(touch_unmapped, "the program unmapped this shared memory");
+}
+
 Test(signals, touch_of_a_device_buffer_says_why_before_dying, .timeout = 120) {
     expect_death_message(touch_device_buffer, "adsm_dev_alloc");
 }
