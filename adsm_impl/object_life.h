@@ -283,6 +283,10 @@ ADSM__PRIVATE adsm_result adsm__object_publish(adsm__runtime *rt, adsm__object *
     if (rt->proto->on_alloc(rt, o) != 0) {
         int e = errno;
         adsm__object_unwind(rt, o, 4);
+        if (e == ENOMEM) /* the usual cause: each protected run is a mapping */
+            return adsm__fail(ADSM_ERROR_SYSTEM, "protecting a new object failed (ENOMEM): the process has "
+                              "reached vm.max_map_count mappings; raise it (sysctl vm.max_map_count) or use "
+                              "larger blocks (ADSM_BLOCK_SIZE)");
         return adsm__fail(ADSM_ERROR_SYSTEM, "mprotect of a new object failed: %s", strerror(e));
     }
     return ADSM_OK;

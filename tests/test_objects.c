@@ -7,6 +7,10 @@
 #include "adsm.h"
 
 #include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
 
 ADSM_KERNEL(bump, ADSM_INOUT(unsigned char, p), ADSM_VALUE(size_t, n));
 
@@ -157,4 +161,50 @@ Test(objects, alternating_kernel_outputs_past_the_mapping_limit, .timeout = 120)
     cr_assert_gt(s.map_limit_merges, 0, "the limit was never reached: the test proves nothing");
     for (size_t i = 0; i < N; i++) cr_assert_eq(adsm_free(p[i]), ADSM_OK);
     adsm_shutdown();
+}
+
+/* The program's own mappings take nearly all of vm.max_map_count: an allocation is either made,
+ * or refused naming the limit and the remedy (under userfaultfd it said only "mprotect of a new
+ * object failed: Cannot allocate memory"). Both fault engines. */
+static int count_maps(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    int c = 0, ch;
+    while (f && (ch = fgetc(f)) != EOF) c += ch == '\n';
+    if (f) fclose(f);
+    return c;
+}
+
+static void allocation_at_the_mapping_limit(const char *engine) {
+    setenv("ADSM_FAULT_ENGINE", engine, 1);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.block_size = 4096;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    int limit = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f && fscanf(f, "%d", &limit) != 1) limit = 65530;
+    if (f) fclose(f);
+    size_t need = (size_t)(limit - count_maps()) * 2, page = 4096;
+    char *m = mmap(NULL, (need + 4) * page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    cr_assert_neq(m, MAP_FAILED);
+    for (size_t i = 1; i < need; i += 2)
+        if (mprotect(m + i * page, page, PROT_NONE) != 0) break;
+    int refused = 0;
+    for (int k = 0; k < 8; k++) {
+        char *o = adsm_alloc(3 * page);
+        if (o) continue;
+        refused++;
+        cr_assert(strstr(adsm_last_error(), "vm.max_map_count"), "%s: %s", engine, adsm_last_error());
+    }
+    munmap(m, (need + 4) * page);
+    cr_log_info("%s: %d of 8 allocations refused at the limit", engine, refused);
+    adsm_shutdown();
+    unsetenv("ADSM_FAULT_ENGINE");
+}
+
+Test(objects, an_allocation_at_the_mapping_limit_names_it_mprotect, .timeout = 120) {
+    allocation_at_the_mapping_limit("mprotect");
+}
+Test(objects, an_allocation_at_the_mapping_limit_names_it_userfaultfd, .timeout = 120) {
+    allocation_at_the_mapping_limit("userfaultfd");
 }
