@@ -388,7 +388,11 @@
    thread-pool habit) still gets its faults on shared memory resolved (the kernel would kill a
    thread that faults with SIGSEGV blocked, without a word). Define ADSM_NO_INTERPOSE_SIGNALS to
    opt out of all of this (then install your handler before adsm_init, and never block SIGSEGV
-   in a thread that touches shared memory). libc's own calls are found with dlsym, so a fully
+   in a thread that touches shared memory). Two masks escape it: a thread libc starts itself
+   with every signal blocked (a timer_create or mq_notify SIGEV_THREAD callback) must unblock
+   SIGSEGV and SIGBUS (pthread_sigmask(SIG_UNBLOCK, ...)) before it touches shared memory, and a
+   SIGSEGV handler of yours that leaves by longjmp leaves SIGSEGV blocked (as it would without
+   adsm): leave it with siglongjmp to a sigsetjmp(env, 1) instead, which restores the mask. libc's own calls are found with dlsym, so a fully
    static program (-static) must define it: without, adsm_init refuses, saying so. A fault adsm
    cannot resolve (memory no live object holds, a device buffer, a failed protection change or
    copy) is explained on stderr before the process dies with SIGSEGV; the first kind is left
