@@ -197,9 +197,12 @@ ADSM__PRIVATE void adsm__xlate_error(adsm__xlate_pass *x, const adsm__object *o,
     if (x->r != ADSM_OK) return;
     if (f->count > 1) snprintf(field, sizeof field, "%s[%zu]", f->name, k);
     else snprintf(field, sizeof field, "%s", f->name);
-    if (!v)
+    if (!v && x->to_device)
         x->r = adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': field '%s' of '%s' %zu in the object at %p is NULL, "
                           "declared ADSM_PTR_NONNULL", x->kernel, field, o->type->name, elem, (void *)o->host);
+    else if (!v) /* on the way back: the kernel wrote it */
+        x->r = adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s' left field '%s' of '%s' %zu in the object at %p "
+                          "NULL, declared ADSM_PTR_NONNULL", x->kernel, field, o->type->name, elem, (void *)o->host);
     else if (x->to_device)
         x->r = adsm__fail(ADSM_ERROR_NOT_SHARED, "kernel '%s': field '%s' of '%s' %zu in the object at %p holds %p, "
                           "which is inside no shared object (a declared pointer field holds NULL or a pointer into "

@@ -137,6 +137,13 @@ ADSM_KERNEL_DEF(k_far_links, (ADSM_IN(far_node, far), ADSM_OUT(uint64_t, seen), 
     }
 });
 
+/* s[at].peer = NULL, in a field declared ADSM_PTR_NONNULL */
+ADSM_KERNEL_DEF(k_unlink, (ADSM_INOUT(strict_node, s), ADSM_VALUE(size_t, at)), g, {
+    ADSM_FOR_EACH_THREAD(g, t) {
+        if (t == 0) s[at].peer = 0;
+    }
+});
+
 /* far[i].first and .second change places */
 ADSM_KERNEL_DEF(k_far_swap, (ADSM_INOUT(far_node, far), ADSM_VALUE(size_t, n)), g, {
     ADSM_FOR_EACH_THREAD(g, i) {
@@ -189,8 +196,8 @@ static void attach(void) {
                                                adsm__kernel_k_rewire(), adsm__kernel_adsm__xlate_patch(),
                                                adsm__kernel_k_big_links(), adsm__kernel_k_fill_slowly(),
                                                adsm__kernel_k_bump(), adsm__kernel_k_far_links(),
-                                               adsm__kernel_k_far_swap()};
-    cr_assert_eq(cuda_double_attach(kernels, 10), 0, "attach: %s", adsm_last_error());
+                                               adsm__kernel_k_far_swap(), adsm__kernel_k_unlink()};
+    cr_assert_eq(cuda_double_attach(kernels, 11), 0, "attach: %s", adsm_last_error());
 }
 #define DIFFERENT_ADDRESSES "ADSM_CUDA_SAME_ADDRESS"
 #elif defined(TEST_ON_REAL_CUDA)
@@ -555,6 +562,20 @@ Test(translate, null_in_a_nonnull_field_fails_the_launch) {
     cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 32), (node *)(void *)s, seen, (size_t)0),
                  ADSM_ERROR_INVALID_VALUE);
     cr_assert(strstr(adsm_last_error(), "'peer'") && strstr(adsm_last_error(), "NONNULL"), "%s", adsm_last_error());
+    adsm_shutdown();
+}
+
+/* A kernel that leaves NULL in a field declared ADSM_PTR_NONNULL: the error says the kernel left
+ * it (it read as if the launch had been refused for it). */
+Test(translate, a_kernel_leaving_null_in_a_nonnull_field_is_told_so) {
+    start(ADSM_PROTOCOL_LAZY, 4096, 0);
+    strict_node *s = ADSM_ALLOC(strict_node, 4);
+    for (int i = 0; i < 4; i++) s[i].peer = &s[(i + 1) % 4];
+    adsm_result r = ADSM_CALL(k_unlink, adsm_grid_1d(1, 32), s, (size_t)2);
+    if (r == ADSM_OK) r = adsm_sync();
+    cr_assert_eq(r, ADSM_ERROR_INVALID_VALUE, "%s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "kernel 'k_unlink' left field 'peer'") && strstr(adsm_last_error(), "NONNULL"),
+              "%s", adsm_last_error());
     adsm_shutdown();
 }
 
