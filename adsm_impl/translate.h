@@ -191,6 +191,12 @@ ADSM__PRIVATE uintptr_t adsm__xlate_value(adsm__xlate_pass *x, uintptr_t v) {
     return v + x->hit.shift;
 }
 
+/* Whether v lies in a buffer from adsm_dev_alloc (for the message: no field may point there). */
+ADSM__PRIVATE int adsm__is_device_buffer(const adsm__runtime *rt, uintptr_t v) {
+    adsm__tree_node *n = adsm__tree_find(&rt->safe_dev, adsm__dev_in(rt, v));
+    return n && ADSM__CONTAINER_OF(n, adsm__object, dev_node)->device_only;
+}
+
 ADSM__PRIVATE void adsm__xlate_error(adsm__xlate_pass *x, const adsm__object *o, size_t elem, const adsm_field_desc *f,
                                      size_t k, uintptr_t v) {
     char field[96];
@@ -203,6 +209,11 @@ ADSM__PRIVATE void adsm__xlate_error(adsm__xlate_pass *x, const adsm__object *o,
     else if (!v) /* on the way back: the kernel wrote it */
         x->r = adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s' left field '%s' of '%s' %zu in the object at %p "
                           "NULL, declared ADSM_PTR_NONNULL", x->kernel, field, o->type->name, elem, (void *)o->host);
+    else if (x->to_device && adsm__is_device_buffer(x->rt, v))
+        x->r = adsm__fail(ADSM_ERROR_NOT_SHARED, "kernel '%s': field '%s' of '%s' %zu in the object at %p holds %p, "
+                          "a device buffer from adsm_dev_alloc (a declared pointer field holds NULL or a pointer into "
+                          "a shared object; pass device buffers as arguments)", x->kernel, field, o->type->name, elem,
+                          (void *)o->host, (void *)v);
     else if (x->to_device)
         x->r = adsm__fail(ADSM_ERROR_NOT_SHARED, "kernel '%s': field '%s' of '%s' %zu in the object at %p holds %p, "
                           "which is inside no shared object (a declared pointer field holds NULL or a pointer into "

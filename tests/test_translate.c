@@ -492,9 +492,15 @@ Test(translate, a_field_pointing_outside_shared_memory_fails_the_launch) {
     cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 64), list, seen, n), ADSM_ERROR_NOT_SHARED);
     const char *e = adsm_last_error();
     cr_assert(strstr(e, "k_links") && strstr(e, "'next'") && strstr(e, "'node' 5"), "%s", e);
+    float *buffer = adsm_dev_alloc(64); /* a device buffer: the message names it */
+    cr_assert_not_null(buffer, "%s", adsm_last_error());
+    list[5].next = (node *)(void *)buffer;
+    cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 64), list, seen, n), ADSM_ERROR_NOT_SHARED);
+    cr_assert(strstr(adsm_last_error(), "a device buffer from adsm_dev_alloc"), "%s", adsm_last_error());
     list[5].next = &list[6];
     cr_assert_eq(ADSM_CALL(k_links, adsm_grid_1d(1, 64), list, seen, n), ADSM_OK, "%s", adsm_last_error());
     cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_dev_free(buffer), ADSM_OK);
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(seen[2 * i], dev_of(&list[(i + 1) % n]), "node %zu", i);
         cr_assert_eq(list[i].next, &list[(i + 1) % n], "node %zu came back untranslated", i);
