@@ -217,7 +217,9 @@ ADSM__PRIVATE void adsm__xlate_error(adsm__xlate_pass *x, const adsm__object *o,
     else if (x->to_device)
         x->r = adsm__fail(ADSM_ERROR_NOT_SHARED, "kernel '%s': field '%s' of '%s' %zu in the object at %p holds %p, "
                           "which is inside no shared object (a declared pointer field holds NULL or a pointer into "
-                          "a shared object)", x->kernel, field, o->type->name, elem, (void *)o->host, (void *)v);
+                          "a shared object%s)", x->kernel, field, o->type->name, elem, (void *)o->host, (void *)v,
+                          x->rt->ndev == 1 ? "; with one device every typed object goes to it translated at each "
+                                             "launch, also those the kernel does not name" : "");
     else
         x->r = adsm__fail(ADSM_ERROR_NOT_SHARED, "kernel '%s' left field '%s' of '%s' %zu in the object at %p "
                           "holding %p, which is inside no shared object of device %u", x->kernel, field,
