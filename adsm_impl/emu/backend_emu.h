@@ -410,7 +410,7 @@ ADSM__PRIVATE int adsm__emu_note_code(struct dl_phdr_info *info, size_t size, vo
     for (unsigned i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-        struct adsm__emu_code c = {info->dlpi_addr + ph->p_vaddr, info->dlpi_addr + ph->p_vaddr + ph->p_memsz};
+        adsm__emu_code c = {info->dlpi_addr + ph->p_vaddr, info->dlpi_addr + ph->p_vaddr + ph->p_memsz};
         stbds_arrput(e->code, c);
     }
     return 0;
@@ -632,12 +632,12 @@ static const adsm__backend_vtbl adsm__backend_emu = {
     .from_device = adsm__emu_from_device,
     .drain = adsm__emu_drain,
     .launch = adsm__emu_launch,
-    .prepare = adsm__emu_prepare,
     .wait = adsm__emu_wait,
     .idle = adsm__emu_idle,
     .synchronize = adsm__emu_synchronize,
     .dev_memset = adsm__emu_dev_memset,
     .dev_copy = adsm__emu_dev_copy,
+    .prepare = adsm__emu_prepare,
     .device_view = adsm__emu_device_view,
     .device_window = adsm__emu_device_window,
     .address_delta = adsm__emu_address_delta,

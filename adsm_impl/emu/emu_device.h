@@ -63,6 +63,11 @@ typedef struct adsm__dma_job {
     struct adsm__emu_msg *launch; /* a launch message (malloc'd, the DMA thread frees it), or NULL */
 } adsm__dma_job;
 
+/* A range of executable code (backend_emu.h, "kernels the device process has"). */
+typedef struct adsm__emu_code {
+    uintptr_t lo, hi;
+} adsm__emu_code;
+
 typedef struct adsm__emu {
     adsm__runtime *rt;
     uintptr_t base;        /* device addresses: the shared half's (the device process's: its own) */
@@ -102,8 +107,8 @@ typedef struct adsm__emu {
     adsm__emu_sched sched;     /* kernels in flight, on streams (emu_streams.h) */
     unsigned streams;
     adsm__emu_msg msg;         /* the main thread's receive buffer */
-    struct adsm__emu_code { uintptr_t lo, hi; } *code; /* stb_ds: the program's code when the device
-                                  process was forked (backend_emu.h: a kernel elsewhere it lacks) */
+    adsm__emu_code *code;      /* stb_ds: the program's code when the device process was forked
+                                  (backend_emu.h: a kernel elsewhere it lacks) */
 } adsm__emu;
 
 /* ---- device process ---------------------------------------------------------------------- */
