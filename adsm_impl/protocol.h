@@ -74,13 +74,6 @@ static __thread unsigned adsm__tls_busy_depth;
 static __thread adsm__object *const *adsm__tls_settling;
 static __thread size_t adsm__tls_settling_n;
 
-/* Whether o is among the objects this thread holds (adsm__hold). */
-ADSM__PRIVATE int adsm__held_here(const adsm__object *o) {
-    for (size_t i = 0; i < adsm__tls_settling_n; i++)
-        if (adsm__tls_settling[i] == o) return 1;
-    return 0;
-}
-
 ADSM__PRIVATE void adsm__busy_push(const adsm__block *head, size_t marks) {
     if (adsm__tls_busy_depth < ADSM__TLS_BUSY_MAX) {
         adsm__tls_busy_head[adsm__tls_busy_depth] = head;
@@ -97,7 +90,9 @@ ADSM__PRIVATE int adsm__busy_mine(const adsm__object *o, const adsm__block *unit
         if (unit ? unit >= h && unit < h + adsm__tls_busy_marks[i] : h >= o->blocks && h < o->blocks + o->nblocks)
             return 1;
     }
-    return adsm__held_here(o);
+    for (size_t i = 0; i < adsm__tls_settling_n; i++)
+        if (adsm__tls_settling[i] == o) return 1;
+    return 0;
 }
 
 /* Marks busy the units heading `marks` blocks from `head` (one for a whole-object unit, every
@@ -786,32 +781,12 @@ ADSM__PRIVATE int adsm__tracked_access(adsm__runtime *rt, adsm__object *o, size_
     return done;
 }
 
-/* A launch's objects held busy whole by this thread, which lets the runtime lock go (adsm_launch
- * holds rt->launch_mutex, so no other launch interleaves; the objects cannot be freed meanwhile):
- * another thread's fault on one waits, and finds it Invalid afterwards, this launch its writer and
- * issued, so its fetch waits for the kernel. Nobody else may be copying any of them (the marks
- * cleared by adsm__let_go are then all ours). */
-ADSM__PRIVATE void adsm__hold(adsm__object **objs, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        objs[i]->busy_units++;
-        for (size_t b = 0; b < objs[i]->nblocks; b++) objs[i]->blocks[b].busy = 1;
-    }
-    adsm__tls_settling = objs, adsm__tls_settling_n = n; /* launches do not nest on a thread */
-}
-
-ADSM__PRIVATE void adsm__let_go(adsm__runtime *rt, adsm__object **objs, size_t n) {
-    adsm__tls_settling_n = 0;
-    for (size_t i = 0; i < n; i++) {
-        objs[i]->busy_units--;
-        for (size_t b = 0; b < objs[i]->nblocks; b++) objs[i]->blocks[b].busy = 0;
-    }
-    adsm__copies_done(rt);
-}
-
 /* The pages of these objects are about to be protected (PROT_NONE: a kernel writes them) or
  * released (a free), so a queued copy still reading them (a flush just queued, an eviction) must
  * be done first: the copy engine reads host pages through the CPU's protection. The wait runs
- * with them held (above), after any other thread's copy of them ended. */
+ * with every unit of them busy and the lock let go (adsm_launch holds rt->launch_mutex, so no
+ * other launch interleaves; the objects cannot be freed meanwhile), after any other thread's copy
+ * of them ended, so that the marks it clears after are its own. */
 ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **objs, size_t n) {
     for (;;) { /* nothing pending, or nobody else copying any of them (the marks below are all ours) */
         size_t pending = 0, busy = 0;
@@ -826,13 +801,22 @@ ADSM__PRIVATE void adsm__settle_copies(adsm__runtime *rt, adsm__object **objs, s
     /* every unit busy while the lock is let go, not only those being flushed: a read that fetched
      * meanwhile brought home the bytes from before this kernel, and left them ReadOnly over what it
      * writes, even after adsm_sync */
-    adsm__hold(objs, n);
+    for (size_t i = 0; i < n; i++) {
+        objs[i]->busy_units++;
+        for (size_t b = 0; b < objs[i]->nblocks; b++) objs[i]->blocks[b].busy = 1;
+    }
     uint64_t queued = rt->flushes_queued;
+    adsm__tls_settling = objs, adsm__tls_settling_n = n; /* launches do not nest on a thread */
     adsm__unlock(&rt->lock);
     adsm__drain_all(rt);
     adsm__lock(&rt->lock);
+    adsm__tls_settling_n = 0;
     adsm__flushes_settled(rt, queued);
-    adsm__let_go(rt, objs, n);
+    for (size_t i = 0; i < n; i++) {
+        objs[i]->busy_units--;
+        for (size_t b = 0; b < objs[i]->nblocks; b++) objs[i]->blocks[b].busy = 0;
+    }
+    adsm__copies_done(rt);
 }
 
 /* A flush at a call of an object the kernel writes, no larger than this, runs on the calling
