@@ -214,7 +214,9 @@
                           evictions, kernels, I/O pieces, protection changes, calls, syncs and
                           objects made and freed in Chrome's trace-event JSON (opens in
                           Perfetto or chrome://tracing; bench/trace_timeline.py draws it). Up to
-                          1M events; later ones are dropped and counted.  (none; adsm_config.trace)
+                          1M events; later ones are dropped and counted. A path that cannot
+                          be written is warned about at adsm_init and when writing fails.
+                                                                       (none; adsm_config.trace)
 
    4. PROTOCOLS
    ============

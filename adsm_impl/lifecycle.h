@@ -231,6 +231,10 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
         adsm__release_memory(rt);
         return r;
     }
+    int trace_err = rt->trace.events ? adsm__trace_writable(rt->trace.path) : 0;
+    if (trace_err) /* the run goes on: the trace is a diagnosis, not the program's work */
+        adsm__log(ADSM_LOG_WARN, "ADSM_TRACE: %s cannot be written (%s): the trace will be lost unless that changes "
+                  "before the run ends", rt->trace.path, strerror(trace_err));
     if (rt->trace.events && !rt->trace_exit_registered) rt->trace_exit_registered = atexit(adsm__trace_at_exit) == 0;
     adsm__tree_init(&rt->objects);
     adsm__tree_init(&rt->safe_dev);

@@ -178,8 +178,25 @@ ADSM__PRIVATE int adsm__trace_write(const adsm__tracer *t, uint64_t *dropped) {
     /* origin_ns: CLOCK_MONOTONIC at ts 0, so a program's own timestamps can be set beside the events */
     fprintf(f, "\n],\"otherData\":{\"dropped_events\":%llu,\"origin_ns\":%llu}}\n", (unsigned long long)*dropped,
             (unsigned long long)(n ? origin : 0));
-    fclose(f);
-    return 0;
+    /* a full disk fails the writes or the last flush: the file is cut short, so say so */
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
+    if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
+    return err;
+}
+
+/* Whether the trace file can be written later (0, or why not): the file itself where it exists,
+ * else its directory. Checked at initialisation so a mistyped path is said at once, not only
+ * when the run is over. Normal context. */
+ADSM__PRIVATE int adsm__trace_writable(const char *path) {
+    if (access(path, W_OK) == 0) return 0;
+    if (errno != ENOENT) return errno;
+    char dir[sizeof ((adsm__tracer *)0)->path];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0; /* a file at the root */
+    else *slash = 0;
+    return access(dir, W_OK | X_OK) == 0 ? 0 : errno;
 }
 
 /* At shutdown, every recording thread stopped: writes the file and lets the buffer go. Returns 0,

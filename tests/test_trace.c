@@ -1,7 +1,7 @@
 /* tests/test_trace.c -- ADSM_TRACE / adsm_config.trace: the file written at adsm_shutdown holds
  * one event per fault the runtime resolved (read and write apart), one per kernel, one per object
  * made and freed, copies whose bytes add up to adsm_stats' counts, named tracks, and no dropped events; without a path no file
- * is written, and one that cannot be written is reported at shutdown. */
+ * is written, and one that cannot be written or whose writes fail is reported. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
@@ -131,9 +131,9 @@ Test(trace, no_path_no_file) {
     cr_assert_null(adsm__rt.trace.events);
 }
 
-/* A trace file that cannot be written (its directory is missing) costs nothing but a warning at
- * adsm_shutdown naming the path and the reason. */
-Test(trace, an_unwritable_path_is_reported_at_shutdown, .init = cr_redirect_stderr) {
+/* A trace file that cannot be written (its directory is missing) costs nothing but warnings, at
+ * adsm_init and at adsm_shutdown, naming the path and the reason. */
+Test(trace, an_unwritable_path_is_reported_at_init_and_shutdown, .init = cr_redirect_stderr) {
     const char *path = "/nonexistent-adsm-dir/trace.json";
     adsm_config cfg = {0};
     cfg.backend = ADSM_BACKEND_EMU;
@@ -147,9 +147,30 @@ Test(trace, an_unwritable_path_is_reported_at_shutdown, .init = cr_redirect_stde
     char said[1024] = {0};
     size_t got = fread(said, 1, sizeof said - 1, cr_get_redirected_stderr());
     said[got] = 0;
+    cr_assert(strstr(said, "ADSM_TRACE: /nonexistent-adsm-dir/trace.json cannot be written (No such file or directory)"),
+              "init said: %s", said);
     cr_assert(strstr(said, "ADSM_TRACE: cannot write /nonexistent-adsm-dir/trace.json: No such file or directory"),
               "shutdown said: %s", said);
     cr_assert_null(adsm__rt.trace.events, "the event buffer was not given back");
+}
+
+/* A file whose writes fail (a full disk: /dev/full) is cut short: adsm_shutdown says so rather
+ * than leave a broken trace behind in silence. */
+Test(trace, a_write_that_fails_is_reported, .init = cr_redirect_stderr) {
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.trace = "/dev/full";
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    int *x = adsm_alloc(4096);
+    x[0] = 1;
+    adsm_free(x);
+    adsm_shutdown();
+    fflush(stderr);
+    char said[1024] = {0};
+    size_t got = fread(said, 1, sizeof said - 1, cr_get_redirected_stderr());
+    said[got] = 0;
+    cr_assert(strstr(said, "ADSM_TRACE: cannot write /dev/full: No space left on device"), "shutdown said: %s", said);
+    cr_assert_null(strstr(said, "cannot be written"), "/dev/full can be opened: init said: %s", said);
 }
 
 /* ---- tracks, labels and ending without adsm_shutdown (issue 34, point 9) ---------------------- */
