@@ -283,8 +283,10 @@ ADSM__PRIVATE adsm_result adsm__devices_synchronize(adsm__runtime *rt) {
     adsm_result first = ADSM_OK;
     char text[512] = "";
     for (unsigned d = 0; d < rt->ndev; d++) {
-        if (adsm__lost_devices(rt) & adsm__dev_bit(d)) continue; /* reported already */
+        if (ADSM__LOAD(&rt->dev_loss_reported) & adsm__dev_bit(d)) continue; /* reported already */
         adsm_result r = rt->be->synchronize(rt->dev_ctx[d]);
+        if (r == ADSM_OK && (adsm__lost_devices(rt) & adsm__dev_bit(d))) /* found lost elsewhere */
+            r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "device %u is lost", d);
         if (r == ADSM_OK) continue;
         if (first == ADSM_OK) {
             first = r;
@@ -293,6 +295,7 @@ ADSM__PRIVATE adsm_result adsm__devices_synchronize(adsm__runtime *rt) {
         }
         /* lost, or a crash its device does not recover from (a CUDA context's; wait says lost) */
         if (r == ADSM_ERROR_DEVICE_LOST || rt->be->wait(rt->dev_ctx[d], 0) != 0) adsm__mark_lost(rt, d);
+        if (adsm__lost_devices(rt) & adsm__dev_bit(d)) __atomic_fetch_or(&rt->dev_loss_reported, adsm__dev_bit(d), __ATOMIC_RELAXED);
     }
     if (first == ADSM_OK && rt->ndev > 1 && adsm__live_devices(rt) == 0) {
         first = ADSM_ERROR_DEVICE_LOST;

@@ -136,7 +136,7 @@ ADSM__PRIVATE adsm_result adsm__devices_start(adsm__runtime *rt) {
     rt->ndev = 1;
     rt->dev_ctx[0] = rt->be_ctx;
     rt->release_dev = -1;
-    rt->dev_lost = 0;
+    rt->dev_lost = rt->dev_loss_reported = 0;
     memset(rt->dev_stats, 0, sizeof rt->dev_stats);
     memset(rt->dev_bytes, 0, sizeof rt->dev_bytes);
     memset(rt->dev_done_seq, 0, sizeof rt->dev_done_seq);

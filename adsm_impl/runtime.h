@@ -152,6 +152,8 @@ typedef struct adsm__runtime {
     uint64_t objects_dealt; /* shared objects given an affinity by ADSM_AFFINITY_BLOCK so far */
     uint8_t dev_lost; /* devices found lost, when there are several (atomic): reported once at a
                          sync, then left alone; the others keep working (directory.h) */
+    uint8_t dev_loss_reported; /* those of them a sync has reported (atomic): a loss found by an
+                                  allocation or a launch is still the next sync's to report */
     int release_dev; /* during a launch's release: its device, where flushes go (-1 otherwise:
                         rolling's evictions go to each object's home device) */
     const struct adsm__protocol_vtbl *proto;

@@ -297,6 +297,26 @@ Test(devices, one_device_lost_of_two) {
     cr_assert_eq(adsm_free(fresh), ADSM_OK);
     adsm_shutdown();
 }
+
+/* A loss the runtime finds outside a sync (here an allocation meets the dead device first) is
+ * still the next sync's to report, once: it was skipped as "reported already", so a program
+ * whose kernel died there with the device never heard of it. */
+Test(devices, a_loss_found_by_an_allocation_is_reported_at_the_next_sync) {
+    init_devices(2, ADSM_PROTOCOL_ROLLING);
+    int32_t *x = alloc(SIZE);
+    CALL_ON_OK(1, k_fill, grid_for(N), x, N, 40);
+    sync_ok();
+    kill_device(1);
+    int32_t *fresh = alloc(SIZE); /* meets device 1 lost, lives on device 0 */
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_DEVICE_LOST, "the loss went unreported: %s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "device 1"), "%s", adsm_last_error());
+    sync_ok(); /* once */
+    CALL_OK(k_fill, grid_for(N), fresh, N, 60);
+    sync_ok();
+    expect_ramp(fresh, 60);
+    expect_ramp(x, 40);
+    adsm_shutdown();
+}
 #endif
 
 /* ---- policies (the multi-GPU paper's versions) ------------------------------------------------ */
