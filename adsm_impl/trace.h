@@ -191,9 +191,11 @@ ADSM__PRIVATE int adsm__trace_writable(const char *path) {
     if (access(path, W_OK) == 0) return 0;
     if (errno != ENOENT) return errno;
     char dir[sizeof ((adsm__tracer *)0)->path];
-    snprintf(dir, sizeof dir, "%s", path);
+    size_t n = strnlen(path, sizeof dir - 1); /* fits: adsm__trace_open refused longer paths */
+    memcpy(dir, path, n);
+    dir[n] = 0;
     char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
+    if (!slash) memcpy(dir, ".", 2);
     else if (slash == dir) dir[1] = 0; /* a file at the root */
     else *slash = 0;
     return access(dir, W_OK | X_OK) == 0 ? 0 : errno;
