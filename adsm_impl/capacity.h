@@ -162,8 +162,8 @@ ADSM__PRIVATE size_t adsm__invalid_bytes(const adsm__runtime *rt, const adsm__ob
     return n;
 }
 
-/* Brings home the units of o whose only copy is on device d (the host's Invalid, no other device
- * holds them): a CPU read's fetch, which leaves them ReadOnly (and may take its neighbours in the
+/* Brings home the units of o whose only copy is on device d (the host's Invalid, no other live
+ * device holds them; a lost one's copy may be unreadable: a crashed CUDA context): a CPU read's fetch, which leaves them ReadOnly (and may take its neighbours in the
  * same huge page along: the bytes that came home around the unit are counted). 0, ADSM__AGAIN
  * (the lock was let go), or -1. */
 ADSM__PRIVATE int adsm__write_back(adsm__runtime *rt, adsm__object *o, unsigned d) {
@@ -171,7 +171,7 @@ ADSM__PRIVATE int adsm__write_back(adsm__runtime *rt, adsm__object *o, unsigned 
     size_t reach = ADSM__MAX((size_t)1, ADSM__HUGE_PAGE >> rt->cfg.block_shift); /* a fetch's run */
     for (size_t b = 0; b < o->nblocks; b += unit) {
         adsm__block *head = &o->blocks[b];
-        if (head->state != ADSM__INVALID || head->dev_valid != adsm__dev_bit(d)) continue;
+        if (head->state != ADSM__INVALID || (head->dev_valid & adsm__live_devices(rt)) != adsm__dev_bit(d)) continue;
         uintptr_t host = o->host;
         size_t first = b > reach ? b - reach : 0, count = ADSM__MIN(o->nblocks - first, 2 * reach);
         size_t invalid = adsm__invalid_bytes(rt, o, first, count);

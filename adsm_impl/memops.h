@@ -45,8 +45,21 @@ ADSM__PRIVATE size_t adsm__piece(adsm__runtime *rt, adsm__object *o, uintptr_t a
     return len;
 }
 
-ADSM__PRIVATE adsm_result adsm__access_failed(void) {
-    return adsm__fail(ADSM_ERROR_SYSTEM, "making shared memory accessible failed: %s", strerror(errno));
+/* Why an access to o's unit holding `block` failed (err: errno after it, 0 if none was set), said
+ * as a CPU fault adsm cannot resolve says it: which object, and the lost device that held its only
+ * current copy. Under the runtime lock (o may go once it is let go). */
+ADSM__PRIVATE adsm_result adsm__access_failed(adsm__runtime *rt, const adsm__object *o, size_t block, int err) {
+    if (o) {
+        size_t head = rt->proto->whole_object ? 0 : block;
+        unsigned from = adsm__dev_source(rt, &o->blocks[head]);
+        if ((adsm__lost_devices(rt) & adsm__dev_bit(from)) || rt->be->wait(rt->dev_ctx[from], 0) != 0)
+            return adsm__fail(ADSM_ERROR_DEVICE_LOST, "object %p (%zu bytes): its only current copy is on device %u, "
+                              "which is lost", (void *)o->host, o->size, from);
+        if (err == 0) /* a copy failed: the backends set no errno */
+            return adsm__fail(ADSM_ERROR_SYSTEM, "object %p (%zu bytes): copying it from device %u failed",
+                              (void *)o->host, o->size, from);
+    }
+    return adsm__fail(ADSM_ERROR_SYSTEM, "making shared memory accessible failed: %s", strerror(err ? err : EIO));
 }
 
 /* What a piece does after the protocol heard of it (access: 0, ADSM__AGAIN or < 0; done < 0: its
@@ -112,12 +125,14 @@ ADSM__PRIVATE adsm_result adsm__walk_units(adsm__runtime *rt, uintptr_t a, size_
         adsm__lock(&rt->lock);
         adsm__object *o = adsm__object_of(adsm__tree_find(&rt->objects, a));
         size_t len = adsm__piece(rt, o, a, n, &block, &whole);
+        errno = 0;
         if (o && adsm__unit_busy(rt, o, block)) access = adsm__await_copies(rt); /* not while it is copied */
         else if (o && whole && w->in_place) done = w->in_place(rt, o, a, len, w->arg);
         if (o && done == 0 && access == 0) access = adsm__runtime_access(rt, o, block, w->write, whole && w->overwrites);
+        adsm_result why = access < 0 || done < 0 ? adsm__access_failed(rt, o, block, errno) : ADSM_OK;
         int next = adsm__after_access(rt, access, done);
         if (next > 0) continue; /* the lock was let go: look the unit up again */
-        if (next < 0) return adsm__access_failed();
+        if (next < 0) return why;
         if (o && done == 0 && w->cpu) w->cpu(a, len, w->arg);
         adsm__unlock(&rt->lock);
         if (!o && w->cpu) w->cpu(a, len, w->arg); /* program memory: outside the lock */
@@ -252,12 +267,16 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
         size_t len = done ? dlen : adsm__piece(rt, os, s, dlen, &sblock, &swhole);
         if (od && done == 0 && dwhole && dlen < dunit && od->blocks[dblock].state == ADSM__INVALID && unfinished_end)
             *unfinished_end = ADSM__MIN(d + dunit, od->host + od->size);
-        int access = 0;
-        if (done == 0 && os) access = adsm__runtime_access(rt, os, sblock, 0, 0);
+        int access = 0, source_failed = 0;
+        errno = 0;
+        if (done == 0 && os) source_failed = (access = adsm__runtime_access(rt, os, sblock, 0, 0)) < 0;
         if (done == 0 && od && access == 0) access = adsm__runtime_access(rt, od, dblock, 1, dwhole);
+        adsm_result why = access < 0 || done < 0 ? adsm__access_failed(rt, source_failed ? os : od,
+                                                                       source_failed ? sblock : dblock, errno)
+                                                 : ADSM_OK;
         int next = adsm__after_access(rt, access, done);
         if (next > 0) continue;
-        if (next < 0) return adsm__access_failed();
+        if (next < 0) return why;
         int shared = od || os;
         int claimed = od && done == 0 && unfinished_end && *unfinished_end > d;
         if (claimed) adsm__fill_claimed(rt, od, dblock); /* no flush until it is filled */

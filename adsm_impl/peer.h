@@ -69,6 +69,7 @@ ADSM__PRIVATE adsm_result adsm__peer_copies(adsm__runtime *rt, adsm__object *con
         int rc = adsm__copy_units_peer(rt, o, heads, n, unit, d);
         adsm__tls_passthrough--;
         adsm__lock(&rt->lock);
+        unsigned from = adsm__dev_source(rt, &o->blocks[heads[0]]);
         for (size_t k = 0; k < n; k++) {
             o->blocks[heads[k]].busy = 0;
             if (rc == 0) o->blocks[heads[k]].dev_valid |= adsm__dev_bit(d);
@@ -77,6 +78,9 @@ ADSM__PRIVATE adsm_result adsm__peer_copies(adsm__runtime *rt, adsm__object *con
         adsm__copies_done(rt);
         stbds_arrfree(heads);
         *again = 1;
+        if (rc != 0 && (adsm__lost_devices(rt) & adsm__dev_bit(from)))
+            return adsm__fail(ADSM_ERROR_DEVICE_LOST, "copying a %zu-byte object at %p to device %u failed: its only "
+                              "current copy is on device %u, which is lost", o->size, (void *)o->host, d, from);
         if (rc != 0)
             return adsm__fail(ADSM_ERROR_SYSTEM, "copying a %zu-byte object at %p to device %u failed (its only "
                               "current copy is on a device that cannot be read)", o->size, (void *)o->host, d);

@@ -415,9 +415,12 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     size_t heads = rt->proto->whole_object ? 1 : count;
     /* at a call, to the launch's device; an eviction, to the object's home device (directory.h) */
     unsigned d = rt->release_dev >= 0 ? (unsigned)rt->release_dev : o->home_dev;
-    /* a call's device has room (capacity.h); an eviction to a device with none leaves the unit
-     * ReadOnly, current on the host only, for the next launch there to send (several devices) */
-    if (adsm__charge(rt, o, d) != 0) return rt->release_dev >= 0 ? -1 : 0;
+    int eviction = rt->release_dev < 0;
+    /* a call's device has room (capacity.h); an eviction to a device with none, or to a lost one,
+     * leaves the unit ReadOnly, current on the host only, for the next launch to send (several
+     * devices) */
+    if (eviction && (adsm__lost_devices(rt) & adsm__dev_bit(d))) return 0;
+    if (adsm__charge(rt, o, d) != 0) return eviction ? 0 : -1;
     adsm__twin_end(rt, o);
     if (o->flush_by_xlate && rt->release_dev >= 0) { /* the launch's translation sends these bytes */
         o->flush_skipped = 1;
@@ -426,8 +429,11 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     }
     if (async) adsm__stamp_copy(rt, o, first, count);
     if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, adsm__host_dma(rt, o->host + off), len, async,
-                          adsm__copy_after(rt, o, d)) != 0)
-        return -1;
+                          adsm__copy_after(rt, o, d)) != 0) {
+        if (!eviction || rt->ndev == 1 || rt->be->wait(rt->dev_ctx[d], 0) == 0) return -1;
+        adsm__mark_lost(rt, d); /* found lost here: the next sync reports it; the host keeps the unit */
+        return 0;
+    }
     for (size_t k = 0; k < heads; k++) o->blocks[first + k].dev_valid |= adsm__dev_bit(d);
     adsm__stats_h2d(&rt->stats, len);
     ADSM__ADD(&rt->dev_stats[d].h2d_bytes, len);

@@ -16,6 +16,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -989,8 +990,8 @@ Test(devices, cuda_one_gpu_lost_of_two) {
     CALL_OK(k_fill, grid_for(N), fresh, N, 60);
     int32_t *z = alloc(SIZE);
     CALL_ON_OK(0, k_add, grid_for(N), z, host, w, N);
-    cr_assert_neq(ADSM_CALL_ON(0, k_incr, grid_for(N), x, N), ADSM_OK, "x's only copy was on the lost GPU");
-    cr_assert(strstr(adsm_last_error(), "cannot be read"), "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL_ON(0, k_incr, grid_for(N), x, N), ADSM_ERROR_DEVICE_LOST, "x's only copy was on the lost GPU");
+    cr_assert(strstr(adsm_last_error(), "device 1, which is lost"), "%s", adsm_last_error());
     sync_ok();
     expect_ramp(w, 51);
     expect_ramp(fresh, 60);
@@ -1017,6 +1018,82 @@ static void read_what_only_a_lost_gpu_held(void) {
 
 Test(devices, cuda_reading_what_only_a_lost_gpu_held_says_why_before_dying) {
     expect_death_message(read_what_only_a_lost_gpu_held, "device 1, which is lost");
+}
+
+/* Loses GPU `lost` with a kernel that faults (y: its output, not otherwise used). */
+static void lose_gpu(int lost, int32_t *y) {
+    CALL_ON_OK(lost, k_crash, grid_for(1), y, 1);
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_KERNEL_CRASHED, "%s", adsm_last_error());
+    sync_ok();
+}
+
+/* The memory calls on what only the lost GPU held fail as a CPU read of it would: DEVICE_LOST,
+ * naming the object and the device (they said "making shared memory accessible failed" and
+ * whatever errno a call before had left: "File exists"). */
+Test(devices, cuda_memory_calls_on_what_only_a_lost_gpu_held_say_so) {
+    init_devices(2, ADSM_PROTOCOL_LAZY);
+    attach_crash_kernel();
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE), *mine = malloc(4096);
+    CALL_ON_OK(1, k_fill, grid_for(N), x, N, 40); /* x's only current copy: GPU 1 */
+    lose_gpu(1, y);
+    errno = EEXIST;
+    cr_assert_eq(adsm_memcpy(mine, x, 4096), ADSM_ERROR_DEVICE_LOST, "%s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "device 1, which is lost"), "%s", adsm_last_error());
+    errno = EEXIST;
+    cr_assert_eq(adsm_memset(x + 1, 0, 8), ADSM_ERROR_DEVICE_LOST, "%s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "device 1, which is lost"), "%s", adsm_last_error());
+    cr_assert_eq(adsm_memset(x, 7, SIZE), ADSM_OK, "a whole overwrite needs nothing from GPU 1: %s", adsm_last_error());
+    cr_assert_eq(rd(&x[N - 1]), 0x07070707);
+    free(mine);
+    adsm_shutdown();
+}
+
+ParameterizedTestParameters(devices, cuda_an_eviction_writes_back_what_a_lost_gpu_also_held) {
+    static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
+    return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+}
+
+/* x, written on GPU 0 and read on GPU 1 (a replica there), is evicted from a full GPU 0 after GPU 1
+ * is lost: the lost replica cannot be read, so x is written back first. It was not (GPU 1 counted
+ * as a second holder), and the CPU's read of x then died: "its only current copy is on device 1". */
+ParameterizedTest(adsm_protocol_kind *protocol, devices, cuda_an_eviction_writes_back_what_a_lost_gpu_also_held) {
+    test_emu_memory = 4 * SIZE;
+    init_devices(2, *protocol);
+    attach_crash_kernel();
+    int32_t *x = alloc(SIZE), *y = alloc(SIZE), *crash = alloc(SIZE), *more[4];
+    CALL_ON_OK(0, k_fill, grid_for(N), x, N, 40);
+    CALL_ON_OK(1, k_add, grid_for(N), y, x, x, N); /* a replica of x on GPU 1 */
+    lose_gpu(1, crash);
+    for (int i = 0; i < 4; i++) {
+        more[i] = alloc(SIZE);
+        CALL_ON_OK(0, k_fill, grid_for(N), more[i], N, 100 * i); /* the last one evicts x from GPU 0 */
+    }
+    sync_ok();
+    cr_assert_geq(dev_stats(0).evictions, 1);
+    expect_ramp(x, 40);
+    for (int i = 0; i < 4; i++) expect_ramp(more[i], 100 * i);
+    adsm_shutdown();
+}
+
+/* Rolling sends the blocks the CPU wrote past its window to their object's home GPU; when that GPU
+ * is lost, they stay on the host (as when it has no room), and the other GPU takes them at its
+ * launch. The eviction failed instead, and with it the CPU's write: the program died. */
+Test(devices, cuda_rolling_evictions_to_a_lost_gpu_stay_on_the_host) {
+    const size_t n = 64 * KIB / sizeof(int32_t), step = 4 * KIB / sizeof(int32_t);
+    test_devices = 2;
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4 * KIB, 2);
+    attach_crash_kernel();
+    int32_t *x = alloc(n * sizeof *x), *crash = alloc(4096);
+    CALL_ON_OK(1, k_fill, grid_for(n), x, n, 10); /* x's home: GPU 1 */
+    sync_ok();
+    for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&x[i]), 10 + (int32_t)i); /* current on the host too */
+    lose_gpu(1, crash);
+    for (size_t i = 0; i < n; i += step) x[i] = -1; /* past the window of 2: evictions to GPU 1 */
+    CALL_ON_OK(0, k_incr, grid_for(n), x, n);
+    sync_ok();
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(rd(&x[i]), i % step == 0 ? 0 : 11 + (int32_t)i, "x[%zu]", i);
+    adsm_shutdown();
 }
 
 ParameterizedTestParameters(devices, cuda_peer_copies) {
