@@ -141,7 +141,7 @@
        ADSM_BACKEND       auto | emu | host | cuda                     (auto: cuda if a GPU answers, else emu)
        ADSM_PROTOCOL      batch | lazy | rolling | um | um-prefetch | hmm  (rolling)
        ADSM_BLOCK_SIZE    power of two, multiple of the page size, 4K..1G; K/M/G suffixes (2M)
-       ADSM_ROLLING_SIZE  dirty blocks kept before eager eviction, 2..16M; 0 = adaptive (0)
+       ADSM_ROLLING_SIZE  dirty blocks kept before eager eviction, 2..16777216; 0 = adaptive (0)
        ADSM_ROLLING_STEP  adaptive: the smallest rolling size, per live object (2)
        ADSM_BLOCK_EXACT   1: rolling takes one block per fault (no huge-page fetch, no
                           write-ahead; section 4)                      (0)
@@ -785,8 +785,8 @@ ADSM_API void *adsm_dev_alloc_on(int dev, size_t size);
 ADSM_API adsm_result adsm_dev_free(void *dev);
 ADSM_API adsm_result adsm_copy_to_device(void *dev, const void *host, size_t n);
 ADSM_API adsm_result adsm_copy_from_device(void *host, const void *dev, size_t n);
-/* Host memory for explicit copies: 2 MiB aligned, on transparent huge pages, page-locked with the
- * driver on cuda (copies to and from it are direct DMA). Plain memory otherwise: the CPU uses it
+/* Host memory for explicit copies: page aligned, and from 2 MiB up 2 MiB aligned on transparent
+ * huge pages; page-locked with the driver on cuda (copies to and from it are direct DMA). Plain memory otherwise: the CPU uses it
  * freely, adsm does not track it. NULL (adsm_last_error) when it cannot be mapped. */
 ADSM_API void *adsm_host_alloc(size_t size);
 ADSM_API adsm_result adsm_host_free(void *host);

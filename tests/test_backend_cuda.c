@@ -420,6 +420,30 @@ ParameterizedTest(sticky_case *sc, cuda_double, a_sticky_error_at_sync_then_devi
     adsm_shutdown();
 }
 
+/* A kernel that faults after one that ran fine: the fault is sticky, so the completion thread,
+ * lagging behind, may meet it at the earlier kernel's event; the message names the kernel that
+ * faulted all the same (as the earlier one's, or as the last of a range). It named the earlier
+ * kernel alone in most runs, with "(or device work queued before it)", which rules out the
+ * culprit. Several rounds: which event meets the fault first is timing. */
+Test(cuda_double, a_fault_names_the_last_kernel_launched_before_it_surfaced) {
+    static sticky_case illegal = {700, "CUDA_ERROR_ILLEGAL_ADDRESS"};
+    for (int round = 0; round < 8; round++) {
+        init_ok(ADSM_PROTOCOL_ROLLING, 0, 0);
+        const adsm_kernel_desc *const kernels[] = {adsm__kernel_vadd(), adsm__kernel_faulty()};
+        cr_assert_eq(cuda_double_attach(kernels, 2), 0, "%s", adsm_last_error());
+        cr_assert_eq(cuda_double.register_kernel("faulty", fault_kernel, &illegal), 0);
+        size_t n = 1 << 16;
+        float *a = adsm_alloc(n * sizeof *a), *c = adsm_alloc(n * sizeof *c);
+        int *x = adsm_alloc(4096);
+        cr_assert_eq(ADSM_CALL(vadd, adsm_grid_1d((uint32_t)(n / 256), 256), c, a, a, n), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(ADSM_CALL(faulty, adsm_grid_1d(1, 1), x, (size_t)1), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(adsm_sync(), ADSM_ERROR_KERNEL_CRASHED, "%s", adsm_last_error());
+        cr_assert(strstr(adsm_last_error(), "'faulty'"), "round %d: the faulting kernel is not named: %s", round,
+                  adsm_last_error());
+        adsm_shutdown();
+    }
+}
+
 /* After the device is lost, a launch says so under every protocol, also one whose objects the CPU
  * wrote (its flush met the lost device first and came back ADSM_ERROR_SYSTEM, "flushing dirty
  * blocks ... failed" with whatever errno was left; batch's every time). */

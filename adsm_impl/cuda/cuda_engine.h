@@ -290,6 +290,8 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_launch(adsm__cuda *c, adsm__cuda_c
     unsigned slot = (unsigned)(seq % ADSM__CUDA_EVENTS), stream = 0;
     char text[400];
     adsm__cuda_await_event_slot(c, seq);
+    c->kev_kernel[slot] = op->kernel;
+    ADSM__STORE(&c->launching_seq, seq); /* a fault may surface before issued_seq says it ran */
     adsm__cu_result r = adsm__cuda_launch_stream(c, cmd, &stream);
     if (r == 0)
         r = adsm__cuda_do_launch(c, cmd, stream, text, sizeof text);
@@ -299,7 +301,6 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_launch(adsm__cuda *c, adsm__cuda_c
         adsm__cuda_record_error(c, ADSM_ERROR_LAUNCH_FAILED, text, 0);
         r = 0;
     }
-    c->kev_kernel[slot] = op->kernel;
     ADSM__STORE(&c->kev_seq[slot], seq);
     c->kev_stream[slot] = (unsigned char)stream;
     if (c->kev_access) c->kev_access[slot] = cmd->access;
@@ -430,6 +431,26 @@ ADSM__PRIVATE void adsm__cuda_trace_kernel(adsm__cuda *c, unsigned slot, uint64_
     c->last_kernel_done_ns[stream] = now;
 }
 
+/* Completion thread: the error the event of launch `seq` (in `slot`) gave. CUDA errors are
+ * sticky: once the context faulted, waiting on any event says so, also on one whose kernel had
+ * finished before the fault. This thread may lag behind, so the fault may come from this kernel,
+ * from a later one handed to the driver meanwhile (named: the newest, launching_seq, maybe not yet
+ * in issued_seq), or from work queued before it. The newest's slot is not taken again before this
+ * thread passes it (adsm__cuda_slot_free), so its kev_kernel stays. */
+ADSM__PRIVATE void adsm__cuda_kernel_failed(adsm__cuda *c, adsm__cu_result r, unsigned slot, uint64_t seq) {
+    char what[240], text[480];
+    const char *name = c->kev_kernel[slot] ? c->kev_kernel[slot]->name : "?";
+    uint64_t newest = ADSM__LOAD(&c->launching_seq);
+    unsigned last = (unsigned)(newest % ADSM__CUDA_EVENTS);
+    if (newest > seq && c->kev_kernel[last])
+        snprintf(what, sizeof what, "kernel '%s' or one launched after it on this device (the last: '%s'), or "
+                 "device work queued before them, failed", name, c->kev_kernel[last]->name);
+    else
+        snprintf(what, sizeof what, "kernel '%s' (or device work queued before it) failed", name);
+    adsm__cu_describe(c, r, what, text, sizeof text);
+    adsm__cuda_record_error(c, adsm__cu_code(r), text, 1);
+}
+
 ADSM__PRIVATE void *adsm__cuda_completion_main(void *arg) {
     adsm__cuda *c = (adsm__cuda *)arg;
     c->cu.cuCtxSetCurrent(c->ctx);
@@ -448,14 +469,7 @@ ADSM__PRIVATE void *adsm__cuda_completion_main(void *arg) {
             continue;
         }
         adsm__cu_result r = ADSM__LOAD(&c->lost) ? 0 : c->cu.cuEventSynchronize(c->kev[slot]);
-        if (r != 0) {
-            char what[160], text[400];
-            /* CUDA errors are sticky: the fault may come from this kernel or from work before it */
-            snprintf(what, sizeof what, "kernel '%s' (or device work queued before it) failed",
-                     c->kev_kernel[slot] ? c->kev_kernel[slot]->name : "?");
-            adsm__cu_describe(c, r, what, text, sizeof text);
-            adsm__cuda_record_error(c, adsm__cu_code(r), text, 1);
-        }
+        if (r != 0) adsm__cuda_kernel_failed(c, r, slot, seq);
         adsm__cuda_trace_kernel(c, slot, seq);
         ADSM__STORE(&c->completed_seq, seq);
         ADSM__ADD(&c->completion_gen, 1);
