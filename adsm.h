@@ -406,9 +406,11 @@
    Do not touch shared memory from your own signal handlers (adsm reports it and crashes instead
    of deadlocking when the interrupted thread was inside adsm). A forked child of an adsm program
    may only exec or _exit: adsm's threads and devices stay with the parent, so in the child every
-   adsm call fails (ADSM_ERROR_UNSUPPORTED) and a touch of shared memory that needs adsm is
-   explained on stderr before the child dies (a fork made while adsm is not running may start
-   its own). The emu backend's device process (forked by adsm_init) keeps only
+   call that needs them (allocations, frees, launches, explicit copies, modules, adsm_init)
+   fails with ADSM_ERROR_UNSUPPORTED; adsm_memcpy, adsm_memset and I/O act as the child's CPU
+   would (plain memory works, so interposed calls before an exec do), adsm_sync has nothing to
+   wait for, and a touch of shared memory that needs adsm is explained on stderr before the
+   child dies (a fork made while adsm is not running may start its own). The emu backend's device process (forked by adsm_init) keeps only
    descriptors 0, 1 and 2 of the program's, so pipes, sockets and file locks behave as without
    adsm; what a kernel body prints to stdout/stderr is flushed when the kernel ends (ps shows it
    as adsm-emu-device). It is not a child of the program (adsm_init forks it through a process
