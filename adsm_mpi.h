@@ -106,7 +106,8 @@
    the MPI call and adsm's reason goes to stderr and to adsm_mpi_last_error(), and the error class
    (MPI_ERR_OTHER, MPI_ERR_NO_MEM, or the refusals' classes above) is raised on the call's
    communicator (completion calls: MPI_COMM_WORLD) as MPI does: MPI_ERRORS_ARE_FATAL ends the job
-   with MPI's own report, MPI_ERRORS_RETURN returns the code.
+   with MPI's own report, MPI_ERRORS_RETURN returns the code. A receive into shared memory that
+   fails with MPI_ERR_TRUNCATE leaves what fit, as in plain memory.
 */
 #ifndef ADSM_MPI_H_INCLUDED
 #define ADSM_MPI_H_INCLUDED
@@ -204,7 +205,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__raise(MPI_Comm comm, int code) {
 /* ---- datatypes as byte runs ---------------------------------------------------------------- */
 /* What a (count, datatype) buffer covers, as runs of bytes in the datatype's own order (the order
  * the data travels in), offsets from the buffer's base. Built from MPI_Type_get_envelope and
- * MPI_Type_get_contents; a type with no gaps is one run whatever its construction. */
+ * MPI_Type_get_contents; elements whose data lies in address order without a gap are one run. */
 typedef struct adsm_mpi__run {
     MPI_Aint off, len;
 } adsm_mpi__run;
@@ -259,18 +260,30 @@ ADSM_MPI__PRIVATE adsm_mpi__shape adsm_mpi__shape_of(MPI_Datatype t) {
 
 ADSM_MPI__PRIVATE int adsm_mpi__element_runs(MPI_Datatype t, adsm_mpi__runs *out, int depth);
 
+ADSM_MPI__PRIVATE int adsm_mpi__predefined(MPI_Datatype t) {
+    int ni, na, nt, comb = MPI_COMBINER_NAMED;
+    PMPI_Type_get_envelope(t, &ni, &na, &nt, &comb);
+    return comb == MPI_COMBINER_NAMED;
+}
+
 /* count elements of t at disp, extent apart. */
 ADSM_MPI__PRIVATE int adsm_mpi__type_runs(adsm_mpi__runs *rs, MPI_Datatype t, MPI_Aint disp, MPI_Aint count,
                                           int depth) {
     adsm_mpi__shape s = adsm_mpi__shape_of(t);
     if (count <= 0 || s.size <= 0) return 0;
-    /* no gap anywhere: one run, in data order too (a negative extent lays the data downwards, and
-     * a short message's bytes would be cut from the wrong end: adsm_mpi__deliver) */
-    if (s.size == s.textent && (count == 1 || s.extent == s.textent))
+    /* a predefined type without a gap: one run */
+    if (s.size == s.textent && (count == 1 || s.extent == s.textent) && adsm_mpi__predefined(t))
         return adsm_mpi__run_add(rs, disp + s.tlb, count * s.size);
     adsm_mpi__runs sub = {NULL, 0, 0, 0};
     int rc = adsm_mpi__element_runs(t, &sub, depth + 1);
-    if (rc == 0) rc = adsm_mpi__place(rs, &sub, s.extent, disp, count);
+    /* an element whose data lies in one run in address order, elements side by side: the count
+     * of them too. Not otherwise, though no gap is left: a struct listing its second half first
+     * sends that first, and a short message's bytes are cut in data order (adsm_mpi__deliver);
+     * nor with a negative extent, which lays the elements downwards */
+    if (rc == 0 && sub.n == 1 && sub.r[0].len == s.size && !sub.inexact && (count == 1 || s.extent == s.size))
+        rc = adsm_mpi__run_add(rs, disp + sub.r[0].off, count * s.size);
+    else if (rc == 0)
+        rc = adsm_mpi__place(rs, &sub, s.extent, disp, count);
     free(sub.r);
     return rc;
 }
@@ -327,7 +340,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__combiner_runs(adsm_mpi__runs *out, int comb, con
         for (int j = 0; j < n && rc == 0; j++)
             rc = adsm_mpi__type_runs(out, types[0], (MPI_Aint)ints[2 + j] * ext, ints[1], depth);
         return rc;
-#ifdef MPI_COMBINER_HINDEXED_BLOCK
+#if MPI_VERSION >= 3 /* MPI 3.0's; an enumerator in Open MPI, so #ifdef never saw it */
     case MPI_COMBINER_HINDEXED_BLOCK:
         for (int j = 0; j < n && rc == 0; j++) rc = adsm_mpi__type_runs(out, types[0], addrs[j], ints[1], depth);
         return rc;
@@ -612,13 +625,21 @@ ADSM_MPI__PRIVATE int adsm_mpi__deliver(adsm_mpi__buf *b, const MPI_Status *st, 
     return rc;
 }
 
-/* After a blocking call: delivers what arrived (rc MPI_SUCCESS), frees the mirrors, raises an
- * adsm failure on comm. */
+/* Whether an error is MPI_ERR_TRUNCATE: the receive buffer holds what fit, as MPI leaves plain
+ * memory, so the mirror's bytes go to the program as after a success. */
+ADSM_MPI__PRIVATE int adsm_mpi__truncated(int err) {
+    int cls = MPI_SUCCESS;
+    if (err == MPI_SUCCESS || PMPI_Error_class(err, &cls) != MPI_SUCCESS) return 0;
+    return cls == MPI_ERR_TRUNCATE;
+}
+
+/* After a blocking call: delivers what arrived (rc MPI_SUCCESS or a truncation), frees the
+ * mirrors, raises an adsm failure on comm. */
 ADSM_MPI__PRIVATE int adsm_mpi__finish(adsm_mpi__buf *bufs, int n, int rc, const MPI_Status *st, const char *fn,
                                        MPI_Comm comm) {
-    int mine = MPI_SUCCESS;
+    int mine = MPI_SUCCESS, arrived = rc == MPI_SUCCESS || adsm_mpi__truncated(rc);
     for (int i = 0; i < n; i++) {
-        if (rc == MPI_SUCCESS && mine == MPI_SUCCESS) mine = adsm_mpi__deliver(&bufs[i], st, fn);
+        if (arrived && mine == MPI_SUCCESS) mine = adsm_mpi__deliver(&bufs[i], st, fn);
         adsm_mpi__release(&bufs[i]);
     }
     return rc != MPI_SUCCESS ? rc : adsm_mpi__raise(comm, mine);
@@ -882,6 +903,35 @@ ADSM_MPI__PRIVATE int adsm_mpi__request_done(adsm_mpi__pending *p, const MPI_Sta
     return rc;
 }
 
+/* Entry p, taken out of the table, whose request MPI completed with error err and freed (its
+ * handle came back MPI_REQUEST_NULL, and MPI may hand it out again at once: the entry must not
+ * stay, or a later request given the same handle would meet it). A truncated receive delivers
+ * what fit (st, when known, says how much); other errors deliver nothing. */
+ADSM_MPI__PRIVATE void adsm_mpi__failed_done(adsm_mpi__pending *p, const MPI_Status *st, int err, const char *fn) {
+    if (!(st && adsm_mpi__truncated(err))) p->active = 0;
+    (void)adsm_mpi__completed(p, st, fn);
+}
+
+/* After a completion call on a snapshot that returned rc: the entries whose non-persistent
+ * requests MPI completed with an error (their handles are MPI_REQUEST_NULL now). status_of(i)
+ * gives request i's status where the call reported one. */
+ADSM_MPI__PRIVATE void adsm_mpi__snap_failed(adsm_mpi__snap *s, int n, const MPI_Request reqs[], int rc,
+                                             const MPI_Status *statuses, const int *indices, int nindices,
+                                             const char *fn) {
+    if (rc == MPI_SUCCESS || !s->any) return;
+    for (int i = 0; i < n; i++) {
+        adsm_mpi__pending *p = s->p[i];
+        if (!p || p->persistent || reqs[i] != MPI_REQUEST_NULL) continue;
+        const MPI_Status *st = NULL;
+        if (statuses && !indices) st = &statuses[i];
+        for (int j = 0; indices && j < nindices; j++)
+            if (indices[j] == i) st = &statuses[j];
+        int err = st && rc == MPI_ERR_IN_STATUS ? st->MPI_ERROR : rc;
+        s->p[i] = NULL;
+        adsm_mpi__failed_done(p, st, err, fn);
+    }
+}
+
 /* Request i of a snapshot completed with status st. */
 ADSM_MPI__PRIVATE int adsm_mpi__snap_done(adsm_mpi__snap *s, int i, const MPI_Status *st, const char *fn) {
     adsm_mpi__pending *p = s->p ? s->p[i] : NULL;
@@ -912,6 +962,10 @@ ADSM_MPI__PRIVATE int adsm_mpi__wait_or_test(MPI_Request *req, int *flag, MPI_St
     MPI_Status own, *st = status == MPI_STATUS_IGNORE ? &own : status;
     int done = 1, rc = flag ? PMPI_Test(req, &done, st) : PMPI_Wait(req, st);
     if (flag) *flag = done;
+    if (rc != MPI_SUCCESS && !p->persistent && *req == MPI_REQUEST_NULL) { /* completed with an error */
+        adsm_mpi__failed_done(p, st, rc, fn);
+        return rc;
+    }
     if (rc != MPI_SUCCESS || !done) {
         adsm_mpi__put_back(p);
         return rc;
@@ -942,6 +996,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__all(int n, MPI_Request reqs[], int *flag, MPI_St
             int r = adsm_mpi__snap_done(&s, i, &st[i], fn);
             if (mine == MPI_SUCCESS) mine = r;
         }
+    adsm_mpi__snap_failed(&s, n, reqs, rc, st, NULL, 0, fn);
     adsm_mpi__snap_put_back(&s, n);
     adsm_mpi__snap_free(&s);
     return rc != MPI_SUCCESS ? rc : adsm_mpi__raise(MPI_COMM_WORLD, mine);
@@ -968,6 +1023,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__any(int n, MPI_Request reqs[], int *index, int *
     if (flag) *flag = done;
     int mine = MPI_SUCCESS;
     if (rc == MPI_SUCCESS && s.any && done && *index != MPI_UNDEFINED) mine = adsm_mpi__snap_done(&s, *index, st, fn);
+    adsm_mpi__snap_failed(&s, n, reqs, rc, st, index, *index != MPI_UNDEFINED, fn);
     adsm_mpi__snap_put_back(&s, n);
     adsm_mpi__snap_free(&s);
     return rc != MPI_SUCCESS ? rc : adsm_mpi__raise(MPI_COMM_WORLD, mine);
@@ -998,6 +1054,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__some(int n, MPI_Request reqs[], int *outcount, i
             int r = adsm_mpi__snap_done(&s, indices[j], &st[j], fn);
             if (mine == MPI_SUCCESS) mine = r;
         }
+    adsm_mpi__snap_failed(&s, n, reqs, rc, st, indices, *outcount == MPI_UNDEFINED ? 0 : *outcount, fn);
     adsm_mpi__snap_put_back(&s, n);
     adsm_mpi__snap_free(&s);
     return rc != MPI_SUCCESS ? rc : adsm_mpi__raise(MPI_COMM_WORLD, mine);
