@@ -76,9 +76,14 @@ static void expect_ramp(const int32_t *x, int32_t base) {
         if (rd(&x[i]) != base + (int32_t)i) cr_assert_fail("[%zu] = %d, expected %d", i, rd(&x[i]), base + (int32_t)i);
 }
 
-ParameterizedTestParameters(devices, replicas_are_invalidated_by_a_write_elsewhere) {
+/* The parameters of the tests run under both protocols that track several devices' copies. */
+static struct criterion_test_params lazy_and_rolling(void) {
     static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
     return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+}
+
+ParameterizedTestParameters(devices, replicas_are_invalidated_by_a_write_elsewhere) {
+    return lazy_and_rolling();
 }
 
 /* x goes to device 0 (the kernel's), device 1 takes a replica from device 0 (device to device,
@@ -324,8 +329,7 @@ Test(devices, a_loss_found_by_an_allocation_is_reported_at_the_next_sync) {
 /* Write-through: a kernel's output comes home before the next call (or at sync) without the CPU
  * touching it, and a device that reads it later takes it from the host, not device to device. */
 ParameterizedTestParameters(devices, write_through_brings_outputs_home) {
-    static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
-    return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+    return lazy_and_rolling();
 }
 
 ParameterizedTest(adsm_protocol_kind *protocol, devices, write_through_brings_outputs_home) {
@@ -382,8 +386,7 @@ ParameterizedTest(int *drop, devices, dropped_replicas_are_taken_again) {
     } while (0)
 
 ParameterizedTestParameters(devices, a_full_device_evicts_its_least_recently_used_objects) {
-    static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
-    return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+    return lazy_and_rolling();
 }
 
 /* Six objects through a device that holds four: each launch past the fourth evicts the object
@@ -1049,8 +1052,7 @@ Test(devices, cuda_memory_calls_on_what_only_a_lost_gpu_held_say_so) {
 }
 
 ParameterizedTestParameters(devices, cuda_an_eviction_writes_back_what_a_lost_gpu_also_held) {
-    static adsm_protocol_kind protocols[] = {ADSM_PROTOCOL_LAZY, ADSM_PROTOCOL_ROLLING};
-    return cr_make_param_array(adsm_protocol_kind, protocols, 2);
+    return lazy_and_rolling();
 }
 
 /* x, written on GPU 0 and read on GPU 1 (a replica there), is evicted from a full GPU 0 after GPU 1

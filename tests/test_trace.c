@@ -133,8 +133,8 @@ Test(trace, no_path_no_file) {
 
 /* A trace file that cannot be written (its directory is missing) costs nothing but warnings, at
  * adsm_init and at adsm_shutdown, naming the path and the reason. */
-Test(trace, an_unwritable_path_is_reported_at_init_and_shutdown, .init = cr_redirect_stderr) {
-    const char *path = "/nonexistent-adsm-dir/trace.json";
+/* A short run traced to `path`: what adsm said on stderr (redirected) from adsm_init to adsm_shutdown. */
+static void run_traced_to(const char *path, char *said, size_t cap) {
     adsm_config cfg = {0};
     cfg.backend = ADSM_BACKEND_EMU;
     cfg.trace = path;
@@ -144,9 +144,13 @@ Test(trace, an_unwritable_path_is_reported_at_init_and_shutdown, .init = cr_redi
     adsm_free(x);
     adsm_shutdown();
     fflush(stderr);
-    char said[1024] = {0};
-    size_t got = fread(said, 1, sizeof said - 1, cr_get_redirected_stderr());
+    size_t got = fread(said, 1, cap - 1, cr_get_redirected_stderr());
     said[got] = 0;
+}
+
+Test(trace, an_unwritable_path_is_reported_at_init_and_shutdown, .init = cr_redirect_stderr) {
+    char said[1024];
+    run_traced_to("/nonexistent-adsm-dir/trace.json", said, sizeof said);
     cr_assert(strstr(said, "ADSM_TRACE: /nonexistent-adsm-dir/trace.json cannot be written (No such file or directory)"),
               "init said: %s", said);
     cr_assert(strstr(said, "ADSM_TRACE: cannot write /nonexistent-adsm-dir/trace.json: No such file or directory"),
@@ -157,18 +161,8 @@ Test(trace, an_unwritable_path_is_reported_at_init_and_shutdown, .init = cr_redi
 /* A file whose writes fail (a full disk: /dev/full) is cut short: adsm_shutdown says so rather
  * than leave a broken trace behind in silence. */
 Test(trace, a_write_that_fails_is_reported, .init = cr_redirect_stderr) {
-    adsm_config cfg = {0};
-    cfg.backend = ADSM_BACKEND_EMU;
-    cfg.trace = "/dev/full";
-    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
-    int *x = adsm_alloc(4096);
-    x[0] = 1;
-    adsm_free(x);
-    adsm_shutdown();
-    fflush(stderr);
-    char said[1024] = {0};
-    size_t got = fread(said, 1, sizeof said - 1, cr_get_redirected_stderr());
-    said[got] = 0;
+    char said[1024];
+    run_traced_to("/dev/full", said, sizeof said);
     cr_assert(strstr(said, "ADSM_TRACE: cannot write /dev/full: No space left on device"), "shutdown said: %s", said);
     cr_assert_null(strstr(said, "cannot be written"), "/dev/full can be opened: init said: %s", said);
 }
