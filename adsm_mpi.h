@@ -260,40 +260,52 @@ ADSM_MPI__PRIVATE adsm_mpi__shape adsm_mpi__shape_of(MPI_Datatype t) {
 
 ADSM_MPI__PRIVATE int adsm_mpi__element_runs(MPI_Datatype t, adsm_mpi__runs *out, int depth);
 
-ADSM_MPI__PRIVATE int adsm_mpi__predefined(MPI_Datatype t) {
-    int ni, na, nt, comb = MPI_COMBINER_NAMED;
-    PMPI_Type_get_envelope(t, &ni, &na, &nt, &comb);
-    return comb == MPI_COMBINER_NAMED;
+/* An element type taken apart once, to be placed any number of times (a vector's blocks, a
+ * subarray's rows): taking it apart costs MPI_Type_get_contents calls and allocations, so it is
+ * not done per block. `one`: its data lies in one run in address order, so elements side by side
+ * are one run too. Not otherwise, though no gap is left: a struct listing its second half first
+ * sends that first, and a short message's bytes are cut in data order (adsm_mpi__deliver); nor
+ * with a negative extent, which lays the elements downwards. */
+typedef struct adsm_mpi__elem {
+    adsm_mpi__runs sub;
+    adsm_mpi__shape s;
+    int one;
+} adsm_mpi__elem;
+
+ADSM_MPI__PRIVATE int adsm_mpi__elem_of(adsm_mpi__elem *e, MPI_Datatype t, int depth) {
+    memset(e, 0, sizeof *e);
+    e->s = adsm_mpi__shape_of(t);
+    if (e->s.size <= 0) return 0;
+    int rc = adsm_mpi__element_runs(t, &e->sub, depth + 1);
+    e->one = rc == 0 && e->sub.n == 1 && e->sub.r[0].len == e->s.size && !e->sub.inexact;
+    return rc;
+}
+
+/* count elements e at disp, extent apart. */
+ADSM_MPI__PRIVATE int adsm_mpi__elem_place(adsm_mpi__runs *rs, const adsm_mpi__elem *e, MPI_Aint disp, MPI_Aint count) {
+    if (count <= 0 || e->s.size <= 0) return 0;
+    if (e->one && (count == 1 || e->s.extent == e->s.size))
+        return adsm_mpi__run_add(rs, disp + e->sub.r[0].off, count * e->s.size);
+    return adsm_mpi__place(rs, &e->sub, e->s.extent, disp, count);
 }
 
 /* count elements of t at disp, extent apart. */
 ADSM_MPI__PRIVATE int adsm_mpi__type_runs(adsm_mpi__runs *rs, MPI_Datatype t, MPI_Aint disp, MPI_Aint count,
                                           int depth) {
-    adsm_mpi__shape s = adsm_mpi__shape_of(t);
-    if (count <= 0 || s.size <= 0) return 0;
-    /* a predefined type without a gap: one run */
-    if (s.size == s.textent && (count == 1 || s.extent == s.textent) && adsm_mpi__predefined(t))
-        return adsm_mpi__run_add(rs, disp + s.tlb, count * s.size);
-    adsm_mpi__runs sub = {NULL, 0, 0, 0};
-    int rc = adsm_mpi__element_runs(t, &sub, depth + 1);
-    /* an element whose data lies in one run in address order, elements side by side: the count
-     * of them too. Not otherwise, though no gap is left: a struct listing its second half first
-     * sends that first, and a short message's bytes are cut in data order (adsm_mpi__deliver);
-     * nor with a negative extent, which lays the elements downwards */
-    if (rc == 0 && sub.n == 1 && sub.r[0].len == s.size && !sub.inexact && (count == 1 || s.extent == s.size))
-        rc = adsm_mpi__run_add(rs, disp + sub.r[0].off, count * s.size);
-    else if (rc == 0)
-        rc = adsm_mpi__place(rs, &sub, s.extent, disp, count);
-    free(sub.r);
+    if (count <= 0) return 0;
+    adsm_mpi__elem e;
+    int rc = adsm_mpi__elem_of(&e, t, depth);
+    if (rc == 0) rc = adsm_mpi__elem_place(rs, &e, disp, count);
+    free(e.sub.r);
     return rc;
 }
 
-/* A subarray's runs: every row of its fastest dimension, in the array's order. */
-ADSM_MPI__PRIVATE int adsm_mpi__subarray_runs(adsm_mpi__runs *out, const int *ints, MPI_Datatype old, int depth) {
+/* A subarray's runs: every row of its fastest dimension, in the array's order (e: its element). */
+ADSM_MPI__PRIVATE int adsm_mpi__subarray_runs(adsm_mpi__runs *out, const int *ints, const adsm_mpi__elem *e) {
     int nd = ints[0];
     const int *sizes = ints + 1, *subs = ints + 1 + nd, *starts = ints + 1 + 2 * nd;
     int c_order = ints[1 + 3 * nd] == MPI_ORDER_C;
-    MPI_Aint ext = adsm_mpi__shape_of(old).extent, stride[32], idx[32] = {0};
+    MPI_Aint ext = e->s.extent, stride[32], idx[32] = {0};
     if (nd < 1 || nd > 32) return -1;
     for (int k = 0; k < nd; k++) { /* elements between neighbours along dimension d (d = k, fastest first) */
         int d = c_order ? nd - 1 - k : k, faster = c_order ? d + 1 : d - 1;
@@ -303,7 +315,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__subarray_runs(adsm_mpi__runs *out, const int *in
     for (;;) {
         MPI_Aint at = 0;
         for (int d = 0; d < nd; d++) at += (starts[d] + idx[d]) * stride[d];
-        if (adsm_mpi__type_runs(out, old, at * ext, subs[fast], depth) != 0) return -1;
+        if (adsm_mpi__elem_place(out, e, at * ext, subs[fast]) != 0) return -1;
         int k = 1; /* the next row: count in the slower dimensions */
         for (; k < nd; k++) {
             int d = c_order ? nd - 1 - k : k;
@@ -314,43 +326,57 @@ ADSM_MPI__PRIVATE int adsm_mpi__subarray_runs(adsm_mpi__runs *out, const int *in
     }
 }
 
+/* The runs of the blocks of a (h)vector, (h)indexed (block) or subarray whose element is e. */
+ADSM_MPI__PRIVATE int adsm_mpi__blocks_runs(adsm_mpi__runs *out, int comb, const int *ints, const MPI_Aint *addrs,
+                                            const adsm_mpi__elem *e) {
+    MPI_Aint ext = e->s.extent;
+    int n = ints[0], rc = 0;
+    /* a (h)vector whose blocks touch, upwards: its elements side by side, one run at once */
+    MPI_Aint stride = comb == MPI_COMBINER_VECTOR ? (MPI_Aint)ints[2] * ext : comb == MPI_COMBINER_HVECTOR ? addrs[0] : -1;
+    if (e->one && ext == e->s.size && stride == (MPI_Aint)ints[1] * ext && n > 0)
+        return adsm_mpi__elem_place(out, e, 0, (MPI_Aint)n * ints[1]);
+    for (int j = 0; j < n && rc == 0; j++) {
+        switch (comb) {
+        case MPI_COMBINER_VECTOR: rc = adsm_mpi__elem_place(out, e, (MPI_Aint)j * ints[2] * ext, ints[1]); break;
+        case MPI_COMBINER_HVECTOR: rc = adsm_mpi__elem_place(out, e, j * addrs[0], ints[1]); break;
+        case MPI_COMBINER_INDEXED: rc = adsm_mpi__elem_place(out, e, (MPI_Aint)ints[1 + n + j] * ext, ints[1 + j]); break;
+        case MPI_COMBINER_HINDEXED: rc = adsm_mpi__elem_place(out, e, addrs[j], ints[1 + j]); break;
+        case MPI_COMBINER_INDEXED_BLOCK: rc = adsm_mpi__elem_place(out, e, (MPI_Aint)ints[2 + j] * ext, ints[1]); break;
+        default: rc = adsm_mpi__elem_place(out, e, addrs[j], ints[1]); break; /* hindexed block */
+        }
+    }
+    return rc;
+}
+
 /* The runs of one element of t given its construction (ints, addrs, types). */
 ADSM_MPI__PRIVATE int adsm_mpi__combiner_runs(adsm_mpi__runs *out, int comb, const int *ints, const MPI_Aint *addrs,
                                               const MPI_Datatype *types, int depth) {
-    MPI_Aint ext = adsm_mpi__shape_of(types[0]).extent;
     int n = ints ? ints[0] : 0, rc = 0;
     switch (comb) {
     case MPI_COMBINER_DUP:
     case MPI_COMBINER_RESIZED: return adsm_mpi__type_runs(out, types[0], 0, 1, depth); /* same typemap */
     case MPI_COMBINER_CONTIGUOUS: return adsm_mpi__type_runs(out, types[0], 0, n, depth);
     case MPI_COMBINER_VECTOR:
-        for (int j = 0; j < n && rc == 0; j++) rc = adsm_mpi__type_runs(out, types[0], (MPI_Aint)j * ints[2] * ext, ints[1], depth);
-        return rc;
     case MPI_COMBINER_HVECTOR:
-        for (int j = 0; j < n && rc == 0; j++) rc = adsm_mpi__type_runs(out, types[0], j * addrs[0], ints[1], depth);
-        return rc;
     case MPI_COMBINER_INDEXED:
-        for (int j = 0; j < n && rc == 0; j++)
-            rc = adsm_mpi__type_runs(out, types[0], (MPI_Aint)ints[1 + n + j] * ext, ints[1 + j], depth);
-        return rc;
     case MPI_COMBINER_HINDEXED:
-        for (int j = 0; j < n && rc == 0; j++) rc = adsm_mpi__type_runs(out, types[0], addrs[j], ints[1 + j], depth);
-        return rc;
     case MPI_COMBINER_INDEXED_BLOCK:
-        for (int j = 0; j < n && rc == 0; j++)
-            rc = adsm_mpi__type_runs(out, types[0], (MPI_Aint)ints[2 + j] * ext, ints[1], depth);
-        return rc;
 #if MPI_VERSION >= 3 /* MPI 3.0's; an enumerator in Open MPI, so #ifdef never saw it */
     case MPI_COMBINER_HINDEXED_BLOCK:
-        for (int j = 0; j < n && rc == 0; j++) rc = adsm_mpi__type_runs(out, types[0], addrs[j], ints[1], depth);
-        return rc;
 #endif
+    case MPI_COMBINER_SUBARRAY: break; /* below */
     case MPI_COMBINER_STRUCT:
         for (int j = 0; j < n && rc == 0; j++) rc = adsm_mpi__type_runs(out, types[j], addrs[j], ints[1 + j], depth);
         return rc;
-    case MPI_COMBINER_SUBARRAY: return adsm_mpi__subarray_runs(out, ints, types[0], depth);
     default: return 1; /* darray, Fortran-made types: not taken apart */
     }
+    adsm_mpi__elem e; /* blocks of one element type: taken apart once */
+    rc = adsm_mpi__elem_of(&e, types[0], depth);
+    if (rc == 0) rc = comb == MPI_COMBINER_SUBARRAY ? adsm_mpi__subarray_runs(out, ints, &e)
+                                                    : adsm_mpi__blocks_runs(out, comb, ints, addrs, &e);
+    out->inexact |= e.sub.inexact;
+    free(e.sub.r);
+    return rc;
 }
 
 /* The runs of one element of t, from its base. Types not taken apart (predefined ones with
@@ -637,7 +663,9 @@ ADSM_MPI__PRIVATE int adsm_mpi__truncated(int err) {
  * mirrors, raises an adsm failure on comm. */
 ADSM_MPI__PRIVATE int adsm_mpi__finish(adsm_mpi__buf *bufs, int n, int rc, const MPI_Status *st, const char *fn,
                                        MPI_Comm comm) {
-    int mine = MPI_SUCCESS, arrived = rc == MPI_SUCCESS || adsm_mpi__truncated(rc);
+    /* a truncation says how much arrived only in a point-to-point status: a collective's mirror
+     * (not filled first, where taken apart exactly) would give back bytes MPI never wrote */
+    int mine = MPI_SUCCESS, arrived = rc == MPI_SUCCESS || (st && adsm_mpi__truncated(rc));
     for (int i = 0; i < n; i++) {
         if (arrived && mine == MPI_SUCCESS) mine = adsm_mpi__deliver(&bufs[i], st, fn);
         adsm_mpi__release(&bufs[i]);
@@ -908,7 +936,7 @@ ADSM_MPI__PRIVATE int adsm_mpi__request_done(adsm_mpi__pending *p, const MPI_Sta
  * stay, or a later request given the same handle would meet it). A truncated receive delivers
  * what fit (st, when known, says how much); other errors deliver nothing. */
 ADSM_MPI__PRIVATE void adsm_mpi__failed_done(adsm_mpi__pending *p, const MPI_Status *st, int err, const char *fn) {
-    if (!(st && adsm_mpi__truncated(err))) p->active = 0;
+    if (!(p->by_status && st && adsm_mpi__truncated(err))) p->active = 0; /* collectives: as adsm_mpi__finish */
     (void)adsm_mpi__completed(p, st, fn);
 }
 

@@ -50,9 +50,10 @@ ADSM__PRIVATE size_t adsm__piece(adsm__runtime *rt, adsm__object *o, uintptr_t a
  * current copy. Under the runtime lock (o may go once it is let go). */
 ADSM__PRIVATE adsm_result adsm__access_failed(adsm__runtime *rt, const adsm__object *o, size_t block, int err) {
     if (o) {
-        size_t head = rt->proto->whole_object ? 0 : block;
-        unsigned from = adsm__dev_source(rt, &o->blocks[head]);
-        if ((adsm__lost_devices(rt) & adsm__dev_bit(from)) || rt->be->wait(rt->dev_ctx[from], 0) != 0)
+        const adsm__block *h = &o->blocks[rt->proto->whole_object ? 0 : block];
+        unsigned from = adsm__dev_source(rt, h);
+        int only_on_devices = h->state == ADSM__INVALID; /* what the host holds needs no device */
+        if (only_on_devices && (!(h->dev_valid & adsm__live_devices(rt)) || rt->be->wait(rt->dev_ctx[from], 0) != 0))
             return adsm__fail(ADSM_ERROR_DEVICE_LOST, "object %p (%zu bytes): its only current copy is on device %u, "
                               "which is lost", (void *)o->host, o->size, from);
         if (err == 0) /* a copy failed: the backends set no errno */
@@ -119,6 +120,7 @@ typedef struct adsm__unit_walk {
 } adsm__unit_walk;
 
 ADSM__PRIVATE adsm_result adsm__walk_units(adsm__runtime *rt, uintptr_t a, size_t n, const adsm__unit_walk *w) {
+    int program_errno = errno; /* cleared below to see a failure's own; the program's comes back */
     while (n > 0) {
         size_t block;
         int whole, done = 0, access = 0;
@@ -132,13 +134,17 @@ ADSM__PRIVATE adsm_result adsm__walk_units(adsm__runtime *rt, uintptr_t a, size_
         adsm_result why = access < 0 || done < 0 ? adsm__access_failed(rt, o, block, errno) : ADSM_OK;
         int next = adsm__after_access(rt, access, done);
         if (next > 0) continue; /* the lock was let go: look the unit up again */
-        if (next < 0) return why;
+        if (next < 0) {
+            errno = program_errno;
+            return why;
+        }
         if (o && done == 0 && w->cpu) w->cpu(a, len, w->arg);
         adsm__unlock(&rt->lock);
         if (!o && w->cpu) w->cpu(a, len, w->arg); /* program memory: outside the lock */
         a += len;
         n -= len;
     }
+    errno = program_errno;
     return ADSM_OK;
 }
 
@@ -246,6 +252,7 @@ ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, ui
  * so a transfer that stops early can fetch the rest (adsm__repair_tail). */
 ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintptr_t s, size_t n, uintptr_t cover_end,
                                            uintptr_t *unfinished_end) {
+    int program_errno = errno; /* as in adsm__walk_units */
     while (n > 0) {
         size_t dblock, sblock;
         int dwhole, swhole, done = 0;
@@ -276,7 +283,10 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
                                                  : ADSM_OK;
         int next = adsm__after_access(rt, access, done);
         if (next > 0) continue;
-        if (next < 0) return why;
+        if (next < 0) {
+            errno = program_errno;
+            return why;
+        }
         int shared = od || os;
         int claimed = od && done == 0 && unfinished_end && *unfinished_end > d;
         if (claimed) adsm__fill_claimed(rt, od, dblock); /* no flush until it is filled */
@@ -291,6 +301,7 @@ ADSM__PRIVATE adsm_result adsm__copy_range(adsm__runtime *rt, uintptr_t d, uintp
         s += len;
         n -= len;
     }
+    errno = program_errno;
     return ADSM_OK;
 }
 

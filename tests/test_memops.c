@@ -667,3 +667,29 @@ Test(memops, host_backend_moves_nothing) {
     free(mb);
     adsm_shutdown();
 }
+
+/* adsm_memcpy, adsm_memset and adsm_touch that succeed leave errno as the program had it (C: no
+ * library call sets it to 0), also when they fetch, flush or wait for a unit: the walks clear it
+ * to see a failure's own cause, and under ADSM_INTERPOSE_MEM every memcpy into shared memory
+ * went through them, so a perror after a failed write printed "Success". */
+Test(memops, calls_that_succeed_leave_errno_alone) {
+    setup(ADSM_PROTOCOL_ROLLING, 4096);
+    size_t osize = 3 * 4096;
+    unsigned char *a = alloc(osize), *b = alloc(osize), *mine = xmalloc(osize);
+    CALL_OK(k_fill, grid_for(osize / 4), (int32_t *)a, osize / 4, 3); /* a: Invalid, fetched below */
+    sync_ok();
+    errno = EEXIST;
+    cr_assert_eq(adsm_memcpy(mine, a, osize), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(errno, EEXIST, "adsm_memcpy from an object set errno to %d", errno);
+    cr_assert_eq(adsm_memcpy(b, mine, osize), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(errno, EEXIST, "adsm_memcpy into an object set errno to %d", errno);
+    cr_assert_eq(adsm_memset(b + 10, 1, 100), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(errno, EEXIST, "adsm_memset set errno to %d", errno);
+    CALL_OK(k_fill, grid_for(osize / 4), (int32_t *)a, osize / 4, 4);
+    cr_assert_eq(adsm_touch(a, osize, 1), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(errno, EEXIST, "adsm_touch set errno to %d", errno);
+    free(mine);
+    adsm_free(a);
+    adsm_free(b);
+    adsm_shutdown();
+}
