@@ -941,8 +941,9 @@ ADSM_MPI__PRIVATE void adsm_mpi__failed_done(adsm_mpi__pending *p, const MPI_Sta
 }
 
 /* After a completion call on a snapshot that returned rc: the entries whose non-persistent
- * requests MPI completed with an error (their handles are MPI_REQUEST_NULL now). status_of(i)
- * gives request i's status where the call reported one. */
+ * requests MPI completed with an error (their handles are MPI_REQUEST_NULL now). Request i's
+ * status is statuses[i], or, where indices is given (Waitany, Waitsome), statuses[j] for the j with
+ * indices[j] == i; none where the call reported none. */
 ADSM_MPI__PRIVATE void adsm_mpi__snap_failed(adsm_mpi__snap *s, int n, const MPI_Request reqs[], int rc,
                                              const MPI_Status *statuses, const int *indices, int nindices,
                                              const char *fn) {

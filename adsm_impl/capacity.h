@@ -163,9 +163,9 @@ ADSM__PRIVATE size_t adsm__invalid_bytes(const adsm__runtime *rt, const adsm__ob
 }
 
 /* Brings home the units of o whose only copy is on device d (the host's Invalid, no other live
- * device holds them; a lost one's copy may be unreadable: a crashed CUDA context): a CPU read's fetch, which leaves them ReadOnly (and may take its neighbours in the
- * same huge page along: the bytes that came home around the unit are counted). 0, ADSM__AGAIN
- * (the lock was let go), or -1. */
+ * device holds them; a lost one's copy may be unreadable: a crashed CUDA context): a CPU read's
+ * fetch, which leaves them ReadOnly (and may take its neighbours in the same huge page along: the
+ * bytes that came home around the unit are counted). 0, ADSM__AGAIN (the lock was let go), or -1. */
 ADSM__PRIVATE int adsm__write_back(adsm__runtime *rt, adsm__object *o, unsigned d) {
     size_t unit = rt->proto->whole_object ? o->nblocks : 1;
     size_t reach = ADSM__MAX((size_t)1, ADSM__HUGE_PAGE >> rt->cfg.block_shift); /* a fetch's run */

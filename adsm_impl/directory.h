@@ -55,6 +55,12 @@ ADSM__PRIVATE void adsm__mark_lost(adsm__runtime *rt, unsigned d) {
     if (rt->ndev > 1) __atomic_fetch_or(&rt->dev_lost, adsm__dev_bit(d), __ATOMIC_RELAXED);
 }
 
+/* Signal-safe. Whether device d is lost: marked (several devices), or its backend says so (a lone
+ * device's loss is the backend's to know, and a loss not marked yet is the backend's too). */
+ADSM__PRIVATE int adsm__dev_is_lost(const adsm__runtime *rt, unsigned d) {
+    return (adsm__lost_devices(rt) & adsm__dev_bit(d)) || rt->be->wait(rt->dev_ctx[d], 0) != 0;
+}
+
 /* Signal-safe. The device to read a unit from: the lowest live one that holds a current copy,
  * else the lowest lost one (its memory is taken as it stands, as after a lost device's last
  * kernel), else device 0 (only a unit the host holds current has no holder). */

@@ -209,7 +209,7 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
         d = dev == ADSM_ANY_DEVICE ? adsm__place(rt, writes, nwrites, used, nused) : (unsigned)dev;
         /* lost: known with several devices; with one, the backend knows (a copy meeting it first
          * failed with whatever errno was left) */
-        if ((adsm__lost_devices(rt) & adsm__dev_bit(d)) || rt->be->wait(rt->dev_ctx[d], 0) != 0) {
+        if (adsm__dev_is_lost(rt, d)) {
             r = adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': device %u is lost", k->name, d);
             break;
         }

@@ -51,9 +51,8 @@ ADSM__PRIVATE size_t adsm__piece(adsm__runtime *rt, adsm__object *o, uintptr_t a
 ADSM__PRIVATE adsm_result adsm__access_failed(adsm__runtime *rt, const adsm__object *o, size_t block, int err) {
     if (o) {
         const adsm__block *h = &o->blocks[rt->proto->whole_object ? 0 : block];
-        unsigned from = adsm__dev_source(rt, h);
-        int only_on_devices = h->state == ADSM__INVALID; /* what the host holds needs no device */
-        if (only_on_devices && (!(h->dev_valid & adsm__live_devices(rt)) || rt->be->wait(rt->dev_ctx[from], 0) != 0))
+        unsigned from = adsm__dev_source(rt, h); /* a live holder if there is one */
+        if (h->state == ADSM__INVALID && adsm__dev_is_lost(rt, from)) /* what the host holds needs no device */
             return adsm__fail(ADSM_ERROR_DEVICE_LOST, "object %p (%zu bytes): its only current copy is on device %u, "
                               "which is lost", (void *)o->host, o->size, from);
         if (err == 0) /* a copy failed: the backends set no errno */

@@ -78,7 +78,7 @@ ADSM__PRIVATE adsm_result adsm__peer_copies(adsm__runtime *rt, adsm__object *con
         adsm__copies_done(rt);
         stbds_arrfree(heads);
         *again = 1;
-        if (rc != 0 && ((adsm__lost_devices(rt) & adsm__dev_bit(from)) || rt->be->wait(rt->dev_ctx[from], 0) != 0))
+        if (rc != 0 && adsm__dev_is_lost(rt, from))
             return adsm__fail(ADSM_ERROR_DEVICE_LOST, "copying a %zu-byte object at %p to device %u failed: its only "
                               "current copy is on device %u, which is lost", o->size, (void *)o->host, d, from);
         if (rc != 0)

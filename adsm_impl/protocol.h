@@ -430,7 +430,7 @@ ADSM__PRIVATE int adsm__flush(adsm__runtime *rt, adsm__object *o, size_t first, 
     if (async) adsm__stamp_copy(rt, o, first, count);
     if (rt->be->to_device(rt->dev_ctx[d], o->dev + off, adsm__host_dma(rt, o->host + off), len, async,
                           adsm__copy_after(rt, o, d)) != 0) {
-        if (!eviction || rt->ndev == 1 || rt->be->wait(rt->dev_ctx[d], 0) == 0) return -1;
+        if (!eviction || rt->ndev == 1 || !adsm__dev_is_lost(rt, d)) return -1;
         adsm__mark_lost(rt, d); /* found lost here: the next sync reports it; the host keeps the unit */
         return 0;
     }

@@ -163,10 +163,9 @@ struct adsm__cuda {
     uint64_t kev_issued_ns[ADSM__CUDA_EVENTS]; /* ADSM_TRACE: when each launch was issued */
     /* ADSM_TRACE: when the completion thread saw the last kernel of each stream end */
     uint64_t last_kernel_done_ns[ADSM__CUDA_MAX_STREAMS];
-    const adsm_kernel_desc *last_kernel; /* engine thread: the newest launch, to name in faults */
     uint64_t issued_seq, completed_seq;
     uint64_t launching_seq; /* the newest launch handed to the driver (atomic; set before issued_seq,
-                               its kev_kernel already written): named when a fault surfaces early */
+                               its kev_kernel already written): the kernel faults name */
     uint64_t sent_seq; /* the last launch the runtime sent this device (several devices: a subsequence) */
     int issued_gen, completion_gen, lost, quitting;
     adsm__device_error errors; /* the first device error since the last adsm_sync */

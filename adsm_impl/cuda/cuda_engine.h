@@ -305,7 +305,6 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_launch(adsm__cuda *c, adsm__cuda_c
     c->kev_stream[slot] = (unsigned char)stream;
     if (c->kev_access) c->kev_access[slot] = cmd->access;
     c->kev_issued_ns[slot] = adsm__now_ns();
-    c->last_kernel = op->kernel;
     if (r == 0) r = c->cu.cuEventRecord(c->kev[slot], c->ks[stream]);
     if (r == 0) r = c->cu.cuEventRecord(c->ks_last[stream], c->ks[stream]);
     ADSM__STORE(&c->issued_seq, seq);
@@ -314,15 +313,24 @@ ADSM__PRIVATE adsm__cu_result adsm__cuda_exec_launch(adsm__cuda *c, adsm__cuda_c
     return r;
 }
 
+/* The newest kernel handed to the driver (NULL before the first): its slot is not taken again
+ * before the completion thread passes it (adsm__cuda_slot_free). Engine or completion thread. */
+ADSM__PRIVATE const adsm_kernel_desc *adsm__cuda_newest_kernel(const adsm__cuda *c, uint64_t *seq) {
+    *seq = ADSM__LOAD(&c->launching_seq);
+    return *seq ? c->kev_kernel[*seq % ADSM__CUDA_EVENTS] : NULL;
+}
+
 /* Engine thread: records a command's failure (r from the driver, or -1: a host copy failed with
  * errno) as the device's error, which loses the device. */
 ADSM__PRIVATE void adsm__cuda_record_failure(adsm__cuda *c, adsm__cu_result r, const char *what) {
     char text[400];
-    if (r != (adsm__cu_result)-1 && adsm__cu_code(r) == ADSM_ERROR_KERNEL_CRASHED && c->last_kernel) {
+    uint64_t newest;
+    const adsm_kernel_desc *k = adsm__cuda_newest_kernel(c, &newest);
+    if (r != (adsm__cu_result)-1 && adsm__cu_code(r) == ADSM_ERROR_KERNEL_CRASHED && k) {
         /* a sticky fault surfaces at whatever call comes next: name the kernel, not the call */
         char where[200];
-        snprintf(where, sizeof where, "kernel '%s' (or device work queued before it) failed, seen at %s",
-                 c->last_kernel->name, what);
+        snprintf(where, sizeof where, "kernel '%s' (or device work queued before it) failed, seen at %s", k->name,
+                 what);
         adsm__cu_describe(c, r, where, text, sizeof text);
     } else if (r != (adsm__cu_result)-1) {
         adsm__cu_describe(c, r, what, text, sizeof text);
@@ -435,16 +443,15 @@ ADSM__PRIVATE void adsm__cuda_trace_kernel(adsm__cuda *c, unsigned slot, uint64_
  * sticky: once the context faulted, waiting on any event says so, also on one whose kernel had
  * finished before the fault. This thread may lag behind, so the fault may come from this kernel,
  * from a later one handed to the driver meanwhile (named: the newest, launching_seq, maybe not yet
- * in issued_seq), or from work queued before it. The newest's slot is not taken again before this
- * thread passes it (adsm__cuda_slot_free), so its kev_kernel stays. */
+ * in issued_seq), or from work queued before it. */
 ADSM__PRIVATE void adsm__cuda_kernel_failed(adsm__cuda *c, adsm__cu_result r, unsigned slot, uint64_t seq) {
     char what[240], text[480];
     const char *name = c->kev_kernel[slot] ? c->kev_kernel[slot]->name : "?";
-    uint64_t newest = ADSM__LOAD(&c->launching_seq);
-    unsigned last = (unsigned)(newest % ADSM__CUDA_EVENTS);
-    if (newest > seq && c->kev_kernel[last])
+    uint64_t newest;
+    const adsm_kernel_desc *last = adsm__cuda_newest_kernel(c, &newest);
+    if (newest > seq && last)
         snprintf(what, sizeof what, "kernel '%s' or one launched after it on this device (the last: '%s'), or "
-                 "device work queued before them, failed", name, c->kev_kernel[last]->name);
+                 "device work queued before them, failed", name, last->name);
     else
         snprintf(what, sizeof what, "kernel '%s' (or device work queued before it) failed", name);
     adsm__cu_describe(c, r, what, text, sizeof text);
