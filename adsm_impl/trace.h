@@ -3,11 +3,11 @@
  *
  * Events: CPU faults, fetches into host pages, copies to and from the device and between devices,
  * evictions, kernel runs on the devices, I/O pieces, making and freeing objects, each with its
- * address and bytes (a kernel: its launch number), one track per thread (the program's threads,
- * the copy engines) and one per device and kernel stream, so that the spans on a track nest, as
- * Perfetto requires. Recording runs in any context, the SIGSEGV handler included: one atomic add
- * claims a slot in a buffer mapped at initialisation, nothing allocates or locks; when the buffer
- * is full, events are dropped and counted. The file is written at adsm_shutdown, or at exit for a
+ * address and bytes (a kernel: its launch number), one named track per thread (the program's
+ * threads, the copy engines, the host-page preparers) and one per device and kernel stream, so
+ * that the spans on a track nest, as Perfetto requires. Recording runs in any context, the
+ * SIGSEGV handler included: one atomic add claims a slot in a buffer mapped at initialisation,
+ * nothing allocates or locks; when the buffer is full, events are dropped and counted. The file is written at adsm_shutdown, or at exit for a
  * program that ends without it (lifecycle.h), in normal context. */
 #ifndef ADSM__TRACE_INCLUDED
 #define ADSM__TRACE_INCLUDED
@@ -159,6 +159,25 @@ ADSM__PRIVATE void adsm__trace_write_event(FILE *f, const adsm__trace_event *e, 
                 (unsigned long long)e->bytes);
 }
 
+/* Names the tracks of the threads that recorded events without naming themselves: the program's
+ * threads past the first (adsm's own threads name themselves as they start). Normal context. */
+ADSM__PRIVATE void adsm__trace_name_program_tracks(FILE *f, const adsm__trace_event *ev, uint64_t n) {
+    typedef struct { int32_t key; char value; } adsm__trace_track; /* value: named */
+    adsm__trace_track *tracks = NULL; /* stb_ds map: tid -> whether named */
+    for (uint64_t i = 0; i < n; i++) {
+        if (adsm__trace_is_kernel_track(ev[i].tid)) continue;
+        ptrdiff_t at = stbds_hmgeti(tracks, ev[i].tid);
+        if (at < 0) stbds_hmput(tracks, ev[i].tid, ev[i].kind == ADSM__TR_NAME);
+        else if (ev[i].kind == ADSM__TR_NAME) tracks[at].value = 1;
+    }
+    for (ptrdiff_t i = 0; i < stbds_hmlen(tracks); i++)
+        if (!tracks[i].value)
+            fprintf(f, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":"
+                       "\"program thread %d\"}}",
+                    tracks[i].key, tracks[i].key);
+    stbds_hmfree(tracks);
+}
+
 /* Writes the file from the events recorded so far. Returns 0, or the errno of a file that could
  * not be opened; *dropped says how many events did not fit. Normal context. */
 ADSM__PRIVATE int adsm__trace_write(const adsm__tracer *t, uint64_t *dropped) {
@@ -175,6 +194,7 @@ ADSM__PRIVATE int adsm__trace_write(const adsm__tracer *t, uint64_t *dropped) {
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
     for (uint64_t i = 0; i < n; i++) adsm__trace_write_event(f, &t->events[i], origin, i == 0);
     adsm__trace_name_kernel_tracks(f, seen);
+    adsm__trace_name_program_tracks(f, t->events, n);
     /* origin_ns: CLOCK_MONOTONIC at ts 0, so a program's own timestamps can be set beside the events */
     fprintf(f, "\n],\"otherData\":{\"dropped_events\":%llu,\"origin_ns\":%llu}}\n", (unsigned long long)*dropped,
             (unsigned long long)(n ? origin : 0));

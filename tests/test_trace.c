@@ -1,12 +1,13 @@
 /* tests/test_trace.c -- ADSM_TRACE / adsm_config.trace: the file written at adsm_shutdown holds
  * one event per fault the runtime resolved (read and write apart), one per kernel, one per object
- * made and freed, copies whose bytes add up to adsm_stats' counts, named tracks, and no dropped events; without a path no file
+ * made and freed, copies whose bytes add up to adsm_stats' counts, every track named once, and no dropped events; without a path no file
  * is written, and one that cannot be written or whose writes fail is reported. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,6 +282,74 @@ Test(trace, written_at_exit_without_shutdown) {
     cr_assert(strstr(text, "\"dropped_events\":0"), "the file was not finished");
     cr_assert_eq(count_events(text, "alloc"), 1);
     cr_assert_eq(count_events(text, "kernel"), 1);
+    free(text);
+    unlink(path);
+}
+
+/* A second program thread's work, traced: an object made, written and freed on it. */
+static void *work_on_another_thread(void *arg) {
+    (void)arg;
+    int *y = adsm_alloc(1 << 20);
+    if (y) y[3] = 3;
+    adsm_free(y);
+    return y;
+}
+
+/* The tids of a trace's events (events) and of its track names (names), each at most once in
+ * events, once per name in names. Each entry is on a line of its own. Returns how many of each. */
+static void tracks_of(const char *text, int *events, size_t *nevents, int *names, size_t *nnames, size_t cap) {
+    *nevents = *nnames = 0;
+    for (const char *line = text; line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        const char *t = strstr(line, "\"tid\":"), *end = strchr(line, '\n');
+        if (!t || (end && t > end)) continue;
+        int tid = atoi(t + 6);
+        const char *meta = strstr(line, "\"thread_name\"");
+        if (meta && (!end || meta < end)) {
+            cr_assert_lt(*nnames, cap);
+            names[(*nnames)++] = tid;
+            continue;
+        }
+        size_t i = 0;
+        while (i < *nevents && events[i] != tid) i++;
+        if (i == *nevents) {
+            cr_assert_lt(*nevents, cap);
+            events[(*nevents)++] = tid;
+        }
+    }
+}
+
+/* Every track with an event carries exactly one name: the first program thread's, a second
+ * program thread's (it names no track itself), the copy engine's, the kernels'. */
+Test(trace, every_track_is_named_once) {
+    char *path = trace_path();
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.trace = path;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    int *x = adsm_alloc(1 << 20);
+    cr_assert_not_null(x, "%s", adsm_last_error());
+    x[0] = 1;
+    cr_assert_eq(ADSM_CALL(twice, adsm_grid_1d(1, 256), x, 256), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(x[0], 2);
+    pthread_t other;
+    cr_assert_eq(pthread_create(&other, NULL, work_on_another_thread, NULL), 0);
+    void *made = NULL;
+    pthread_join(other, &made);
+    cr_assert_not_null(made, "the second thread could not make its object");
+    adsm_free(x);
+    adsm_shutdown();
+    char *text = slurp(path);
+    int events[64], names[64];
+    size_t nevents, nnames;
+    tracks_of(text, events, &nevents, names, &nnames, 64);
+    cr_assert_geq(nevents, 4, "expected tracks for two program threads, the copy engine and the kernels");
+    for (size_t i = 0; i < nevents; i++) {
+        size_t named = 0;
+        for (size_t j = 0; j < nnames; j++) named += names[j] == events[i];
+        cr_assert_eq(named, 1, "track %d has %zu names", events[i], named);
+    }
+    cr_assert(strstr(text, "\"program thread "), "the second program thread's track is not named");
     free(text);
     unlink(path);
 }
