@@ -63,7 +63,7 @@ typedef struct adsm__object {
     const adsm_type_desc *type; /* its structs' declared pointer fields (translate.h), or NULL */
     uint64_t writer_seq;      /* the last launch that may write it: fetches wait for it */
     unsigned writer_dev;      /* the device that launch ran on */
-    uint64_t writer_waited;   /* um, hmm: the last writer adsm_memcpy/memset/I/O waited for */
+    uint64_t um_waited;       /* um, hmm: the last launch adsm_memcpy/memset/I/O waited for */
     unsigned home_dev;        /* the device that last ran a kernel on it: rolling evicts there */
     int affinity;             /* several devices: the device it belongs to (adsm_set_affinity,
                                  ADSM_AFFINITY_BLOCK), -1: none (placement goes by its bytes) */

@@ -8,8 +8,8 @@
  * every object in plain host memory (anonymous pages) that the device reaches through its
  * pageable memory access (HMM), the driver and the kernel keeping it coherent. Nothing is
  * protected, so no fault reaches adsm; adsm_memcpy, adsm_memset and the I/O calls work on the
- * memory in place, after the kernel that may write it. Prefetched bytes count in adsm_stats (h2d_bytes, d2h_bytes); what the driver
- * moves on faults is not seen.
+ * memory in place, after the kernels they must follow. A prefetch counts as a copy in adsm_stats
+ * and device 0's stats (h2d, d2h); what the driver moves on faults is not seen.
  *
  * Only where the backend has managed memory (cuda), hmm only where the device reports pageable
  * memory access: lifecycle.h refuses them elsewhere, saying so. Normal thread context, runtime lock held. */
@@ -25,20 +25,24 @@
 #include "protocol_batch.h"
 #include "directory.h"
 
-/* adsm_memcpy, adsm_memset and the I/O calls on an object a kernel may write wait for that kernel
- * first, with the object busy and the runtime lock let go, as batch brings it home first: the
- * same program sees the same bytes under every protocol (they read and wrote managed memory
- * while the kernel ran). The CPU's own loads and stores are the program's to order (adsm_sync),
- * as with managed memory anywhere. */
+/* adsm_memcpy, adsm_memset and the I/O calls wait first, with the object busy and the runtime
+ * lock let go, as batch brings an object home first: reading an object, for the last kernel that
+ * may write it; writing one, for every kernel sent so far, since one queued may still read it
+ * (the one device's kernels may follow pointers stored in any object, so any of them may).
+ * Under batch, lazy and rolling the kernels read their own copy, so the same program sees the
+ * same bytes under every protocol (these calls read and wrote managed memory while the kernels
+ * ran). The CPU's own loads and stores are the program's to order (adsm_sync), as with managed
+ * memory anywhere. */
 ADSM__PRIVATE int adsm__um_access(adsm__runtime *rt, adsm__object *o, size_t block, int is_write, int overwrite) {
-    (void)block, (void)is_write, (void)overwrite;
+    (void)block, (void)overwrite;
     if (o->blocks[0].busy) return adsm__await_unit(rt, o, &o->blocks[0]); /* another thread waits for it */
-    uint64_t writer = o->writer_seq;
-    if (writer <= o->writer_waited) return 0;
+    uint64_t last = is_write ? ADSM__MAX(o->writer_seq, ADSM__LOAD(&rt->launch_seq)) : o->writer_seq;
+    if (last <= o->um_waited) return 0;
     adsm__busy_begin(rt, o, &o->blocks[0], 1);
-    (void)adsm__dev_wait_writer(rt, o); /* a lost device: the memory as it stands (adsm_sync says so) */
+    /* a lost device: the memory as it stands (adsm_sync says so); managed memory is one GPU's */
+    (void)rt->be->wait(rt->dev_ctx[0], last);
     adsm__busy_end(rt, o, &o->blocks[0], 1);
-    if (o->writer_waited < writer) o->writer_waited = writer;
+    if (o->um_waited < last) o->um_waited = last;
     return ADSM__AGAIN;
 }
 
@@ -76,7 +80,7 @@ ADSM__PRIVATE adsm_result adsm__um_prefetch_release(adsm__runtime *rt, adsm__obj
     adsm__um_note_writers(rt, writes, nwrites, seq);
     for (size_t i = 0; i < nused; i++)
         if (rt->be->managed_prefetch(rt->be_ctx, used[i]->host, used[i]->size, 1) == 0)
-            ADSM__ADD(&rt->stats.h2d_bytes, used[i]->size);
+            adsm__count_to_device(rt, 0, 0, used[i]->size);
     for (size_t i = 0; i < nwrites; i++) writes[i]->device_newer = 1;
     return ADSM_OK;
 }
@@ -89,7 +93,7 @@ ADSM__PRIVATE adsm_result adsm__um_prefetch_acquire(adsm__runtime *rt) {
         if (!o->device_newer) continue;
         o->device_newer = 0;
         if (rt->be->managed_prefetch(rt->be_ctx, o->host, o->size, 0) != 0) continue;
-        ADSM__ADD(&rt->stats.d2h_bytes, o->size);
+        adsm__count_from_device(rt, 0, o->size);
         asked = 1;
     }
     if (asked && rt->be->managed_settle(rt->be_ctx) != 0)

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "tests/protocol_common.h"
 
@@ -126,6 +127,11 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, prefetches_follow_the_annota
     adsm_stats s = stats();
     cr_assert_eq(s.h2d_bytes, to_device);
     cr_assert_eq(s.d2h_bytes, to_host);
+    cr_assert_eq(s.h2d_copies, prefetch ? 3 : 0, "%llu copies: one prefetch per object named", (unsigned long long)s.h2d_copies);
+    adsm_device_stats dev;
+    cr_assert_eq(adsm_get_device_stats(0, &dev), ADSM_OK);
+    cr_assert_eq(dev.h2d_bytes, to_device, "device 0 counts %llu bytes to it", (unsigned long long)dev.h2d_bytes);
+    cr_assert_eq(dev.d2h_bytes, to_host, "device 0 counts %llu bytes from it", (unsigned long long)dev.d2h_bytes);
     sync_ok(); /* nothing ran since: nothing more comes home */
     cr_assert_eq(counters().prefetch_host_bytes, after.prefetch_host_bytes);
     cr_assert_eq(counters().managed_allocs - before.managed_allocs, 0);
@@ -261,6 +267,44 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, memops_on_an_output_come_aft
     cr_assert_eq(rd(&c[N - 1]), 0x07070707 + 1, "c[N - 1] = %#x: the memset came before the kernel it followed", rd(&c[N - 1]));
     cr_assert_eq(adsm_free(a), ADSM_OK);
     cr_assert_eq(adsm_free(c), ADSM_OK);
+    free(plain);
+    adsm_shutdown();
+    unsetenv("CUDADOUBLE_DELAY_US");
+}
+
+/* adsm_memcpy, adsm_memset and the I/O calls into a kernel's input, between the call and
+ * adsm_sync, come after the kernel too: under batch, lazy and rolling it reads its own copy of
+ * what the object held at the call, so it must here. 50 ms per stream operation, as above. */
+ParameterizedTestParameters(um, memops_on_an_input_come_after_its_kernel) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, memops_on_an_input_come_after_its_kernel) {
+    setenv("CUDADOUBLE_DELAY_US", "50000", 1);
+    if (!um_init(*protocol)) return;
+    int32_t *a = alloc(S), *c = alloc(S), *d = alloc(S), *e = alloc(S), *plain = malloc(S);
+    cr_assert_not_null(plain);
+    memset(plain, 0x09, S);
+    char file[] = "/tmp/adsm_um_input_XXXXXX";
+    int fd = mkstemp(file);
+    cr_assert_geq(fd, 0);
+    unlink(file);
+    cr_assert_eq(write(fd, plain, 4096), 4096);
+    cr_assert_eq(adsm_memset(a, 0x01, S), ADSM_OK, "%s", adsm_last_error());
+    CALL_OK(k_add, grid_for(N), c, a, a, N);
+    cr_assert_eq(adsm_memcpy(a, plain, S), ADSM_OK, "%s", adsm_last_error()); /* over the input */
+    CALL_OK(k_add, grid_for(N), d, a, a, N);
+    cr_assert_eq(adsm_memset(a, 0, S), ADSM_OK, "%s", adsm_last_error());
+    CALL_OK(k_add, grid_for(N), e, a, a, N);
+    cr_assert_eq(adsm_pread(fd, a, 4096, 0), 4096, "%s", strerror(errno));
+    close(fd);
+    sync_ok();
+    cr_assert_eq(rd(&c[0]), 2 * 0x01010101, "c[0] = %#x: the kernel read the adsm_memcpy that followed it", rd(&c[0]));
+    cr_assert_eq(rd(&d[N - 1]), 2 * 0x09090909, "d[N - 1] = %#x: the kernel read the adsm_memset that followed it",
+                 rd(&d[N - 1]));
+    cr_assert_eq(rd(&e[0]), 0, "e[0] = %#x: the kernel read the adsm_pread that followed it", rd(&e[0]));
+    cr_assert_eq(rd(&a[0]), 0x09090909);
     free(plain);
     adsm_shutdown();
     unsetenv("CUDADOUBLE_DELAY_US");
