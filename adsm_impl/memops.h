@@ -86,11 +86,14 @@ ADSM__PRIVATE int adsm__memset_unit_in_place(adsm__runtime *rt, adsm__object *o,
     if (state == ADSM__DIRTY) return 0;
     adsm__unit_of(rt, o, block, &first, &count);
     adsm__block *head = &o->blocks[first];
-    int rc = 1;
+    int rc = 1, drain = adsm__flushing(rt, head);
+    uint64_t queued = rt->flushes_queued;
     adsm__busy_begin(rt, o, head, 1);
+    if (drain) adsm__drain_all(rt); /* see adsm__memcpy_on_device */
     if (rt->be->wait(rt->be_ctx, o->writer_seq) != 0) rc = 0; /* device lost: the CPU path still works */
     else if (rt->be->dev_memset(rt->be_ctx, dev, v, data) != 0) rc = -1;
     adsm__busy_end(rt, o, head, 1);
+    if (drain) adsm__flushes_settled(rt, queued);
     if (rc == 1 && state == ADSM__READONLY && adsm__set_state(rt, o, first, count, ADSM__INVALID) != 0) rc = -1;
     return rc;
 }
@@ -228,16 +231,19 @@ ADSM__PRIVATE int adsm__memcpy_on_device(adsm__runtime *rt, adsm__object *od, ui
     adsm__unit_of(rt, od, dblock, &first, &count);
     /* the wait and the copy run with the destination unit busy and the lock let go; the source
      * object is pinned against a free meanwhile */
-    int rc = 1;
+    /* the destination, Invalid afterwards, may be overwritten by the CPU with no wait but for the
+     * kernel that writes it (protocol.h: adsm__prepare_unit), so a flush of it that may still be
+     * reading its host pages (a ReadOnly unit released at a call) lands first too */
+    int rc = 1, drain = sent || adsm__flushing(rt, &od->blocks[first]);
     uint64_t queued = rt->flushes_queued;
     os->busy_units++;
     adsm__busy_begin(rt, od, &od->blocks[first], 1);
-    if (sent) adsm__drain_all(rt); /* the source's flushes land first */
+    if (drain) adsm__drain_all(rt); /* the source's flushes land first */
     if (rt->be->wait(rt->be_ctx, ADSM__MAX(od->writer_seq, os->writer_seq)) != 0) rc = 0; /* device lost */
     else if (rt->be->dev_copy(rt->be_ctx, od->dev + (d - od->host), os->dev + (s - os->host), data) != 0) rc = -1;
     adsm__busy_end(rt, od, &od->blocks[first], 1);
     os->busy_units--;
-    if (sent) adsm__flushes_settled(rt, queued);
+    if (drain) adsm__flushes_settled(rt, queued);
     if (rc != 1) return rc;
     ADSM__ADD(&rt->stats.d2d_bytes, data);
     ADSM__ADD(&rt->stats.d2d_copies, 1);

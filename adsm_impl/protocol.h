@@ -706,7 +706,8 @@ ADSM__PRIVATE int adsm__prepare_unit(adsm__runtime *rt, adsm__object *o, size_t 
                                      int is_write, int overwrite, int *let_go) {
     adsm__block *head = &o->blocks[first];
     /* an Invalid unit's flush, if any, ran before the kernel that made it Invalid, which both the
-     * fetch and an overwrite wait for: no drain (its flush may be unsettled: adsm__tracked_release) */
+     * fetch and an overwrite wait for, or landed before a memset or memcpy on the device made it
+     * Invalid (memops.h): no drain (its flush may be unsettled: adsm__tracked_release) */
     /* an output whose flush a launch's translation took over (translate.h) has its current bytes
      * in its host pages, not on the device, until that launch's pass sent them: a thread touching
      * it meanwhile (racing the launch) takes them as they are */

@@ -516,3 +516,46 @@ ParameterizedTest(adsm_protocol_kind *protocol, copy, inout_object_flushed_befor
     cr_assert_eq(adsm_free(x), ADSM_OK);
     adsm_shutdown();
 }
+
+/* ---- device-side writes after a call --------------------------------------------------------- */
+/* A call queues the flush of an input the CPU wrote; adsm_memset (or adsm_memcpy from an object
+ * valid on the device) of that whole input then runs on the device and leaves it Invalid, and a
+ * CPU write over it next waits for nothing but the kernel that writes it, which no kernel does.
+ * So the flush, which may still be reading the host pages, must have read them by then: the
+ * kernel sees what the object held at its call, never the bytes written after. On the cuda double
+ * every stream operation waits 50 ms (the flush is still queued when the CPU writes); on emu the
+ * device's memset waits for everything itself. */
+typedef struct device_write_case {
+    adsm_protocol_kind protocol;
+    int by_memcpy; /* the device-side write: 0 adsm_memset, 1 adsm_memcpy from another object */
+} device_write_case;
+
+ParameterizedTestParameters(copy, a_device_side_write_lets_the_flush_read_first) {
+    static device_write_case cases[] = {
+        {ADSM_PROTOCOL_LAZY, 0}, {ADSM_PROTOCOL_LAZY, 1}, {ADSM_PROTOCOL_ROLLING, 0}, {ADSM_PROTOCOL_ROLLING, 1}};
+    return cr_make_param_array(device_write_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(device_write_case *dc, copy, a_device_side_write_lets_the_flush_read_first) {
+    setenv("CUDADOUBLE_DELAY_US", "50000", 1);
+    init(TEST_DEVICE_BACKEND, dc->protocol, 64 * KIB, 0);
+    size_t size = 64 * KIB, n = size / sizeof(int32_t); /* one block: one unit under both */
+    int32_t *a = alloc(size), *b = alloc(size), *c = alloc(size), *plain = malloc(size);
+    cr_assert_not_null(plain);
+    for (size_t i = 0; i < n; i++) plain[i] = 9;
+    CALL_OK(k_fill, grid_for(n), c, n, 5); /* c: valid on the device, the memcpy's source */
+    sync_ok();
+    for (size_t i = 0; i < n; i++) wr(&a[i], 1);
+    CALL_OK(k_add, grid_for(n), b, a, a, n); /* queues a's flush */
+    if (dc->by_memcpy) cr_assert_eq(adsm_memcpy(a, c, size), ADSM_OK, "%s", adsm_last_error());
+    else cr_assert_eq(adsm_memset(a, 0x07, size), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_block_state(a), 'I', "the %s did not run on the device", dc->by_memcpy ? "memcpy" : "memset");
+    cr_assert_eq(adsm_memcpy(a, plain, size), ADSM_OK, "%s", adsm_last_error()); /* the CPU over it */
+    sync_ok();
+    cr_assert_eq(rd(&b[0]), 2, "b[0] = %d: the kernel read bytes written after its call", rd(&b[0]));
+    cr_assert_eq(rd(&b[n - 1]), 2, "b[n - 1] = %d", rd(&b[n - 1]));
+    cr_assert_eq(rd(&a[n / 2]), 9);
+    free(plain);
+    adsm_shutdown();
+    unsetenv("CUDADOUBLE_DELAY_US");
+}
