@@ -310,6 +310,35 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, memops_on_an_input_come_afte
     unsetenv("CUDADOUBLE_DELAY_US");
 }
 
+/* Objects start zero-filled under every protocol, here too, though cuMemAllocManaged documents
+ * its memory as not cleared: adsm leaves the clearing to the driver, which populates managed
+ * pages fresh (zeroed) on first touch, on either side. Checked where it matters, on a real GPU
+ * (bench/gpu_check.sh runs this suite), as objects come and go over memory a freed object dirtied
+ * on the device and on the CPU: a kernel's first read of a new object sees zeros, and so does
+ * the CPU's. */
+ParameterizedTestParameters(um, new_objects_hold_zeros_after_freed_ones_were_written) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, new_objects_hold_zeros_after_freed_ones_were_written) {
+    if (!um_init(*protocol)) return;
+    for (int round = 0; round < 8; round++) {
+        int32_t *x = alloc(S), *y = alloc(S);
+        CALL_OK(k_incr, grid_for(N), x, N); /* the device's first read of x */
+        sync_ok();
+        for (size_t i = 0; i < N; i++)
+            cr_assert_eq(rd(&x[i]), 1, "round %d: a kernel read %d at x[%zu] of a new object", round, rd(&x[i]) - 1, i);
+        for (size_t i = 0; i < N; i++) cr_assert_eq(rd(&y[i]), 0, "round %d: the CPU read %d at y[%zu] of a new object", round, rd(&y[i]), i);
+        CALL_OK(k_fill, grid_for(N), x, N, -7); /* both dirtied, then given back */
+        sync_ok();
+        for (size_t i = 0; i < N; i++) wr(&y[i], -5);
+        cr_assert_eq(adsm_free(x), ADSM_OK, "%s", adsm_last_error());
+        cr_assert_eq(adsm_free(y), ADSM_OK, "%s", adsm_last_error());
+    }
+    adsm_shutdown();
+}
+
 /* Objects come and go: each free gives its managed memory back; a second free of the same
  * pointer, or one inside an object, is refused as with the other protocols. */
 ParameterizedTestParameters(um, objects_come_and_go) {
