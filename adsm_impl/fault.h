@@ -292,6 +292,8 @@ static void adsm__fault_handler(int sig, siginfo_t *si, void *context) {
     } else if (si->si_code > 0 && sig == SIGSEGV && !adsm__outside_reservation(rt, a, 1)) {
         /* this handler still installed, the runtime not ready: adsm_shutdown or adsm_init runs */
         adsm__explain_fault(sig, a, ADSM__FAULT_STOPPING, NULL);
+    } else if (si->si_code > 0 && sig == SIGSEGV && adsm__ready() && adsm__freed_outside(rt, a)) {
+        adsm__explain_fault(sig, a, ADSM__FAULT_NO_OBJECT, NULL); /* a um or hmm object, given back */
     }
     if (rc != 0) adsm__chain(sig, si, context);
     errno = saved_errno;

@@ -132,6 +132,7 @@ ADSM__PRIVATE int adsm__remap_range(const adsm__runtime *rt, uintptr_t host, siz
 /* Gives back what only this object uses (stage 2: device memory; 1: host pages; managed or hmm
  * memory at any stage): no lock needed. */
 ADSM__PRIVATE void adsm__object_give_back(adsm__runtime *rt, adsm__object *o, int stage) {
+    if (o->managed) adsm__note_freed_outside(rt, o->host, o->span);
     if (o->managed && rt->proto->system_memory) {
         munmap((void *)o->host, o->span);
         return;

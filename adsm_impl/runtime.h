@@ -46,6 +46,7 @@ typedef struct adsm__source_image {
 /* Threads that make objects' host pages on first use (host_pages.h): several, so that a small
  * object's first use does not wait behind a large one's page-locking (seconds in the driver). */
 #define ADSM__PREPARERS 4
+#define ADSM__FREED_OUTSIDE 64 /* um and hmm objects given back that the fault handler remembers */
 
 /* One of them. It takes one request at a time: an asker claims an idle one (state 0 -> 1,
  * waiting on the runtime's preparer_freed while none is), hands it the object and waits; asked
@@ -106,6 +107,10 @@ typedef struct adsm__runtime {
     adsm__tree objects;  /* host ranges of live objects */
     adsm__tree safe_dev; /* device ranges of objects not at their host address (safe, device-only) */
     adsm__tree host_buffers; /* adsm_host_alloc memory (adsm__host_buffer nodes) */
+    /* the last objects um and hmm gave back, outside the reservation: the fault handler says that a
+     * fault there touched a freed object (adsm__note_freed_outside); atomics, a ring */
+    struct { uintptr_t start, end; } freed_outside[ADSM__FREED_OUTSIDE];
+    unsigned freed_outside_next;
     adsm__object *first_object, *last_object;
     size_t nobjects, object_bytes, device_used;
     size_t tracked_blocks; /* blocks of live shared objects: the most that can ever be Dirty */
@@ -272,6 +277,25 @@ ADSM__PRIVATE void adsm__await_no_users(void) {
  * Signal-safe. */
 ADSM__PRIVATE int adsm__outside_reservation(const adsm__runtime *rt, uintptr_t a, size_t n) {
     return rt->base == 0 || a >= rt->base + 2 * rt->half || a + n <= rt->base;
+}
+
+/* um and hmm objects lie outside the reservation, in the driver's or the kernel's memory: once
+ * given back, a fault there is the program's use after adsm_free, which the fault handler can name
+ * only if it knows the range. The last ADSM__FREED_OUTSIDE are kept; an older one dies as any
+ * fault outside adsm's memory does. Normal context, with or without the runtime lock (a free
+ * gives memory back without it): each call claims its slot atomically. */
+ADSM__PRIVATE void adsm__note_freed_outside(adsm__runtime *rt, uintptr_t start, size_t span) {
+    unsigned i = __atomic_fetch_add(&rt->freed_outside_next, 1, __ATOMIC_RELAXED) % ADSM__FREED_OUTSIDE;
+    ADSM__STORE(&rt->freed_outside[i].end, (uintptr_t)0); /* a reader meanwhile matches nothing */
+    ADSM__STORE(&rt->freed_outside[i].start, start);
+    ADSM__STORE(&rt->freed_outside[i].end, start + span);
+}
+
+/* Whether a lies in one of those ranges. Signal-safe. */
+ADSM__PRIVATE int adsm__freed_outside(const adsm__runtime *rt, uintptr_t a) {
+    for (unsigned i = 0; i < ADSM__FREED_OUTSIDE; i++)
+        if (a >= ADSM__LOAD(&rt->freed_outside[i].start) && a < ADSM__LOAD(&rt->freed_outside[i].end)) return 1;
+    return 0;
 }
 
 /* Whether messages of this level are shown (ADSM_LOG; warnings and errors before it is read).

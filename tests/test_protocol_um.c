@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "tests/protocol_common.h"
+#include "tests/death.h"
 
 TestSuite(um, .timeout = 120);
 
@@ -360,6 +361,29 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, objects_come_and_go) {
     }
     cr_assert_eq(stats().objects, 0);
     adsm_shutdown();
+}
+
+/* The CPU touching an object after adsm_free dies, as without adsm, but saying why, as under the
+ * other protocols (docs/misuse.md), though um and hmm objects lie outside adsm's reservation. */
+static adsm_protocol_kind death_protocol;
+
+static void touch_after_free(void) {
+    init(TEST_DEVICE_BACKEND, death_protocol, 2 * MIB, 0);
+    int32_t *x = alloc(S);
+    wr(&x[5], 5);
+    if (adsm_free(x) != ADSM_OK) _exit(3);
+    ((volatile int32_t *)x)[5] = 6;
+}
+
+ParameterizedTestParameters(um, touch_after_free_says_why_before_dying) {
+    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
+    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
+}
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, touch_after_free_says_why_before_dying) {
+    if (gpu_refuses_hmm(*protocol)) return;
+    death_protocol = *protocol;
+    expect_death_message(touch_after_free, "no live object holds");
 }
 
 /* Unified memory is the CUDA driver's: the emulated device refuses the protocols at adsm_init,
