@@ -62,7 +62,8 @@
    MPI_Recv_init make the mirror once; MPI_Start / MPI_Startall copy the data to send, each
    completion copies what arrived. MPI_Request_free of an active request: adsm_mpi keeps the
    request and completes it itself, at the next MPI call of this header that finds it done, at
-   the latest in MPI_Finalize (a freed receive's bytes arrive then). Cancelled requests deliver
+   the latest in MPI_Finalize (a freed receive's bytes arrive then); as with plain memory, an
+   error of a freed request (a truncation) reaches no error handler. Cancelled requests deliver
    nothing.
 
    CALLS INTERCEPTED
@@ -853,6 +854,24 @@ ADSM_MPI__PRIVATE void adsm_mpi__detach(adsm_mpi__pending *p) {
     }
 }
 
+/* Whether the request of a detached entry p completed, with its status in *st (wait: until it
+ * does). MPI_Request_get_status, not Test or Wait: those hand an error of the request (a
+ * truncation) to its communicator's error handler, which plain memory's freed requests never
+ * reach, and free the request themselves (a persistent one too, in Open MPI, after an error).
+ * Where even that call fails, the entry is kept out of every list and its mirrors are never given
+ * back, since MPI may still write them: a leak, said once, rather than freed memory written. */
+ADSM_MPI__PRIVATE int adsm_mpi__detached_done(adsm_mpi__pending *p, int wait, MPI_Status *st) {
+    for (;;) {
+        int flag = 0;
+        if (PMPI_Request_get_status(p->req, &flag, st) != MPI_SUCCESS) {
+            adsm_mpi__fail(MPI_SUCCESS, "MPI_Request_free", "the state of a freed request on shared memory "
+                           "cannot be had; its mirror is kept for ever");
+            return -1;
+        }
+        if (flag || !wait) return flag;
+    }
+}
+
 /* Completes the detached requests that are done (wait: all of them). Each is taken off the list
  * while it is tested, so two threads never finish the same one. */
 ADSM_MPI__PRIVATE void adsm_mpi__poll_detached(int wait) {
@@ -869,14 +888,10 @@ ADSM_MPI__PRIVATE void adsm_mpi__poll_detached(int wait) {
         for (size_t i = 0; i < n; i++) {
             adsm_mpi__pending *p = list[i];
             MPI_Status st;
-            int flag = 1;
-            if (wait) PMPI_Wait(&p->req, &st);
-            else PMPI_Test(&p->req, &flag, &st);
-            if (!flag) {
-                adsm_mpi__detach(p); /* not yet: back on the list */
-                continue;
-            }
-            if (p->persistent) PMPI_Request_free(&p->req);
+            int done = adsm_mpi__detached_done(p, wait, &st);
+            if (done == 0) adsm_mpi__detach(p); /* not yet: back on the list */
+            if (done <= 0) continue;
+            PMPI_Request_free(&p->req); /* complete: MPI lets it go now */
             adsm_mpi__completed(p, &st, "MPI_Request_free");
         }
         free(list);
@@ -931,33 +946,43 @@ ADSM_MPI__PRIVATE int adsm_mpi__request_done(adsm_mpi__pending *p, const MPI_Sta
     return rc;
 }
 
-/* Entry p, taken out of the table, whose request MPI completed with error err and freed (its
- * handle came back MPI_REQUEST_NULL, and MPI may hand it out again at once: the entry must not
- * stay, or a later request given the same handle would meet it). A truncated receive delivers
- * what fit (st, when known, says how much); other errors deliver nothing. */
-ADSM_MPI__PRIVATE void adsm_mpi__failed_done(adsm_mpi__pending *p, const MPI_Status *st, int err, const char *fn) {
+/* Entry p, taken out of the table, whose request MPI completed with error err. A truncated
+ * receive delivers what fit (st, when known, says how much); other errors deliver nothing. gone:
+ * MPI freed the request (its handle came back MPI_REQUEST_NULL; Open MPI does so after an error
+ * to a persistent request too) and may hand the handle out again at once, so the entry must not
+ * stay, or a later request given the same handle would meet it; else a persistent request stays,
+ * inactive, as after a success. */
+ADSM_MPI__PRIVATE void adsm_mpi__failed_done(adsm_mpi__pending *p, const MPI_Status *st, int err, int gone,
+                                             const char *fn) {
     if (!(p->by_status && st && adsm_mpi__truncated(err))) p->active = 0; /* collectives: as adsm_mpi__finish */
+    int kept = p->persistent && !p->detached; /* adsm_mpi__completed keeps these */
     (void)adsm_mpi__completed(p, st, fn);
+    if (kept && gone) adsm_mpi__discard(p);
+    else if (kept) adsm_mpi__put_back(p);
 }
 
-/* After a completion call on a snapshot that returned rc: the entries whose non-persistent
- * requests MPI completed with an error (their handles are MPI_REQUEST_NULL now). Request i's
- * status is statuses[i], or, where indices is given (Waitany, Waitsome), statuses[j] for the j with
- * indices[j] == i; none where the call reported none. */
+/* After a completion call on a snapshot that returned rc: the entries whose requests MPI
+ * completed with an error. Request i's status is statuses[i], or, where indices is given
+ * (Waitany, Waitsome), statuses[j] for the j with indices[j] == i; none where the call reported
+ * none. A handle MPI_REQUEST_NULL now was freed by MPI; a persistent request still there
+ * completed only where its status says so (a Waitall's MPI_ERR_IN_STATUS, an index given). */
 ADSM_MPI__PRIVATE void adsm_mpi__snap_failed(adsm_mpi__snap *s, int n, const MPI_Request reqs[], int rc,
                                              const MPI_Status *statuses, const int *indices, int nindices,
                                              const char *fn) {
     if (rc == MPI_SUCCESS || !s->any) return;
     for (int i = 0; i < n; i++) {
         adsm_mpi__pending *p = s->p[i];
-        if (!p || p->persistent || reqs[i] != MPI_REQUEST_NULL) continue;
+        int gone = reqs[i] == MPI_REQUEST_NULL;
+        if (!p || (!gone && !p->persistent)) continue;
         const MPI_Status *st = NULL;
         if (statuses && !indices) st = &statuses[i];
         for (int j = 0; indices && j < nindices; j++)
             if (indices[j] == i) st = &statuses[j];
         int err = st && rc == MPI_ERR_IN_STATUS ? st->MPI_ERROR : rc;
+        if (!gone && (!st || (!indices && rc != MPI_ERR_IN_STATUS) || err == MPI_SUCCESS || err == MPI_ERR_PENDING))
+            continue; /* not known to have completed: back into the table */
         s->p[i] = NULL;
-        adsm_mpi__failed_done(p, st, err, fn);
+        adsm_mpi__failed_done(p, st, err, gone, fn);
     }
 }
 
@@ -991,8 +1016,9 @@ ADSM_MPI__PRIVATE int adsm_mpi__wait_or_test(MPI_Request *req, int *flag, MPI_St
     MPI_Status own, *st = status == MPI_STATUS_IGNORE ? &own : status;
     int done = 1, rc = flag ? PMPI_Test(req, &done, st) : PMPI_Wait(req, st);
     if (flag) *flag = done;
-    if (rc != MPI_SUCCESS && !p->persistent && *req == MPI_REQUEST_NULL) { /* completed with an error */
-        adsm_mpi__failed_done(p, st, rc, fn);
+    /* completed with an error: freed by MPI, or a persistent request made inactive */
+    if (rc != MPI_SUCCESS && (*req == MPI_REQUEST_NULL || (p->persistent && done))) {
+        adsm_mpi__failed_done(p, st, rc, *req == MPI_REQUEST_NULL, fn);
         return rc;
     }
     if (rc != MPI_SUCCESS || !done) {
@@ -1284,19 +1310,37 @@ ADSM_MPI__PRIVATE int adsm_mpi__start_one(MPI_Request req) {
     return rc;
 }
 
+/* A start that failed (adsm_mpi's fill, or MPI's): the requests stay inactive, so that no
+ * completion delivers a mirror MPI never wrote over what the program wrote meanwhile, and a free
+ * lets them go at once. Open MPI starts none of an array it refuses. */
+ADSM_MPI__PRIVATE void adsm_mpi__unstart(const MPI_Request *reqs, int n) {
+    for (int i = 0; i < n; i++) {
+        adsm_mpi__pending *p = adsm_mpi__lookup(reqs[i], 0);
+        if (p) p->active = 0;
+    }
+}
+
 int MPI_Start(MPI_Request *request) {
     adsm_mpi__poll_detached(0);
     int rc = request ? adsm_mpi__start_one(*request) : MPI_SUCCESS;
-    return rc != MPI_SUCCESS ? adsm_mpi__raise(MPI_COMM_WORLD, rc) : PMPI_Start(request);
+    if (rc != MPI_SUCCESS) return adsm_mpi__raise(MPI_COMM_WORLD, rc);
+    rc = PMPI_Start(request);
+    if (rc != MPI_SUCCESS && request) adsm_mpi__unstart(request, 1);
+    return rc;
 }
 
 int MPI_Startall(int count, MPI_Request array_of_requests[]) {
     adsm_mpi__poll_detached(0);
     for (int i = 0; i < count; i++) {
         int rc = adsm_mpi__start_one(array_of_requests[i]);
-        if (rc != MPI_SUCCESS) return adsm_mpi__raise(MPI_COMM_WORLD, rc);
+        if (rc != MPI_SUCCESS) {
+            adsm_mpi__unstart(array_of_requests, i); /* none was handed to MPI */
+            return adsm_mpi__raise(MPI_COMM_WORLD, rc);
+        }
     }
-    return PMPI_Startall(count, array_of_requests);
+    int rc = PMPI_Startall(count, array_of_requests);
+    if (rc != MPI_SUCCESS) adsm_mpi__unstart(array_of_requests, count);
+    return rc;
 }
 
 int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf,
