@@ -79,7 +79,7 @@
        ADSM_IN(T, p)     const T *p, read only
        ADSM_OUT(T, p)    T *p, written (bytes the kernel does not write keep their values)
        ADSM_INOUT(T, p)  T *p, read and written
-       ADSM_VALUE(T, p)  T p, passed by value
+       ADSM_VALUE(T, p)  T p, passed by value (its bytes: in C++ a trivially copyable type)
    It declares the CPU body `void name(adsm_grid g, <params>)` used by the emu and host backends;
    define it as ordinary C. A mismatching definition is a compile error; a missing one is the
    error ADSM_ERROR_NO_KERNEL_BODY at launch (the body is a weak symbol).
@@ -937,6 +937,32 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 #define ADSM__BODY_LINKAGE extern
 #endif
 
+/* C++: a kernel's arguments travel as bytes (to the emulated device, into a CUDA launch), so an
+   ADSM_VALUE type must be trivially copyable and of standard layout (offsetof); said at compile
+   time rather than as a warning. A CPU body that throws fails its launch (ADSM_ERROR_KERNEL_
+   CRASHED, at adsm_sync) instead of unwinding through adsm, which holds locks around it. */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#include <type_traits>
+#define ADSM__VALUE_TYPES_CHECK(args)                                                              \
+    static_assert(std::is_trivially_copyable<args>::value && std::is_standard_layout<args>::value, \
+                  "adsm: an ADSM_VALUE parameter's type must be trivially copyable and of standard " \
+                  "layout (its bytes are the kernel's argument)")
+#else
+#define ADSM__VALUE_TYPES_CHECK(args) typedef int adsm__value_types_unchecked
+#endif
+#if defined(__cplusplus) && (defined(__cpp_exceptions) || defined(__EXCEPTIONS))
+#define ADSM__GUARD_BODY(call)                                                                     \
+    try {                                                                                          \
+        call;                                                                                      \
+    } catch (...) {                                                                                \
+        adsm__kernel_threw();                                                                      \
+    }
+#else
+#define ADSM__GUARD_BODY(call) call
+#endif
+/* Called by a kernel's entry when its CPU body threw (C++): the launch fails. */
+ADSM_API void adsm__kernel_threw(void);
+
 /* Declares the kernel `kname`, its body prototype, its descriptor and its typed launcher. */
 #define ADSM_KERNEL(kname, ...)                                                                    \
     ADSM__BODY_LINKAGE ADSM__WEAK void kname(adsm_grid adsm__g,                                    \
@@ -949,9 +975,10 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
     typedef struct adsm__args_##kname {                                                           \
         ADSM__FE(ADSM__FIELD, ADSM__SEP_NONE, __VA_ARGS__)                                         \
     } adsm__args_##kname;                                                                          \
+    ADSM__VALUE_TYPES_CHECK(adsm__args_##kname);                                                   \
     static inline void adsm__entry_##kname(adsm_grid adsm__g, const void *adsm__p) {              \
         const adsm__args_##kname *adsm__a = (const adsm__args_##kname *)adsm__p;                  \
-        body(adsm__g, ADSM__FE(ADSM__UNPACK, ADSM__SEP_COMMA, __VA_ARGS__));                      \
+        ADSM__GUARD_BODY(body(adsm__g, ADSM__FE(ADSM__UNPACK, ADSM__SEP_COMMA, __VA_ARGS__)));    \
     }                                                                                              \
     static inline const adsm_kernel_desc *adsm__kernel_##kname(void) {                            \
         typedef adsm__args_##kname adsm__args_alias;                                               \
@@ -968,7 +995,7 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
     static inline adsm_result adsm__launch_##kname(                                                \
         int adsm__dev, adsm_grid adsm__g, ADSM__FE(ADSM__PDECL, ADSM__SEP_COMMA, __VA_ARGS__)) {   \
         adsm__args_##kname adsm__a;                                                                \
-        memset(&adsm__a, 0, sizeof adsm__a);                                                       \
+        memset((void *)&adsm__a, 0, sizeof adsm__a);                                               \
         ADSM__FE(ADSM__PACK, ADSM__SEP_NONE, __VA_ARGS__)                                          \
         return adsm_launch_on(adsm__dev, adsm__kernel_##kname(), adsm__g, &adsm__a);               \
     }                                                                                              \
@@ -1061,7 +1088,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
         "adsm_grid " #g " = adsm__device_grid();\n" ADSM__STR(__VA_ARGS__) "\n}\n";                \
     ADSM__KERNEL_WITH(kname, adsm__body_##kname, adsm__source_##kname, &adsm__tu_shared,           \
                       ADSM__UNPAREN params);                                                       \
-    static void adsm__body_##kname(adsm_grid g, ADSM__PARAM_LIST params) __VA_ARGS__               \
+    static void adsm__body_##kname(adsm_grid g ADSM__MAYBE_UNUSED, ADSM__PARAM_LIST params) __VA_ARGS__ \
     typedef int adsm__kernel_defined_##kname
 
 /* Declarations (types, static inline helper functions, no variables) for the CPU bodies and for
@@ -1135,6 +1162,9 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #pragma GCC diagnostic ignored "-Wpedantic"
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 /* g++ 12 names it apart from -Wpedantic */
+#pragma GCC diagnostic ignored "-Wc++20-extensions"
+#endif
 #ifdef __clang__
 #pragma clang diagnostic ignored "-Wc++20-designator"
 #pragma clang diagnostic ignored "-Wc99-designator"

@@ -39,11 +39,26 @@ typedef struct adsm__worker_arg {
     unsigned index;
 } adsm__worker_arg;
 
+/* A C++ CPU body that throws: the entry trampoline (adsm.h) catches the exception, which must not
+ * unwind through the pool and the backend's locks, and says so here, on the thread that ran it;
+ * the chunk's runner then fails the launch. */
+static __thread int adsm__tls_kernel_threw;
+
+ADSM_API void adsm__kernel_threw(void) { adsm__tls_kernel_threw = 1; }
+
+/* After a chunk ran: 0, or ADSM_ERROR_KERNEL_CRASHED with its message if the body threw. */
+ADSM__PRIVATE int adsm__chunk_threw(const adsm_kernel_desc *k, char *msg, size_t msg_size) {
+    if (!adsm__tls_kernel_threw) return 0;
+    adsm__tls_kernel_threw = 0;
+    snprintf(msg, msg_size, "kernel '%s' crashed: its CPU body threw a C++ exception", k->name);
+    return ADSM_ERROR_KERNEL_CRASHED;
+}
+
 ADSM__PRIVATE int adsm__run_chunk_plain(adsm__pool *p, unsigned worker, adsm_grid chunk, char *msg,
                                         size_t msg_size) {
-    (void)worker; (void)msg; (void)msg_size;
+    (void)worker;
     p->kernel->entry(chunk, p->args);
-    return 0;
+    return adsm__chunk_threw(p->kernel, msg, msg_size);
 }
 
 ADSM__PRIVATE adsm_grid adsm__chunk_of(adsm_grid g, unsigned worker, unsigned n) {

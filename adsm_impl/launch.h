@@ -164,7 +164,8 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
                           k ? k->name : "?", dev, rt->ndev, rt->ndev - 1);
     if ((r = adsm__check_kernel_desc(k, "adsm_launch")) != ADSM_OK) return r;
     if (!k->body && !rt->be->module_load) /* cuda finds kernels in modules instead */
-        return adsm__fail(ADSM_ERROR_NO_KERNEL_BODY, "kernel '%s' has no body: define void %s(adsm_grid, ...)",
+        return adsm__fail(ADSM_ERROR_NO_KERNEL_BODY, "kernel '%s' has no body: define void %s(adsm_grid, ...) "
+                          "(in C++, where its ADSM_KERNEL declaration is seen: the body has C linkage)",
                           k->name, k->name);
     if (!args) return adsm__fail(ADSM_ERROR_INVALID_VALUE, "kernel '%s': NULL argument block", k->name);
     if (rt->be->max_args && k->args_size > rt->be->max_args) /* refused before anything moves */

@@ -4,7 +4,11 @@
 #       exits 0 on emu and host;
 #   (b) a program of two translation units, a C one with the implementation and a C kernel
 #       body and a C++ one that launches it and a single-source kernel (tests/cplusplus/), runs;
-#   (c) with nvcc installed ($CUDA_HOME/bin/nvcc, default /usr/local/cuda): a .cu file with the
+#   (c) tests/cplusplus/cxx_users.cpp, what a C++ programmer writes (an ADSM_VALUE struct with
+#       default member initialisers, an ADSM_KERNEL_DEF body that ignores its grid, a CPU body
+#       that throws), built with -pedantic -Wall -Wextra -Werror by g++ (C++11 compiled, C++17
+#       and C++20 run) and clang++ (C++17), runs on emu and host;
+#   (d) with nvcc installed ($CUDA_HOME/bin/nvcc, default /usr/local/cuda): a .cu file with the
 #       implementation and ADSM_CALL compiles and links with nvcc -std=c++17 and runs on emu.
 # Runs under `bazel test` (sources from the runfiles tree) or by hand from the repository root.
 set -euo pipefail
@@ -47,7 +51,7 @@ for cxx in /usr/bin/g++ /usr/bin/clang++; do
     cxx_found=$((cxx_found + 1))
     name=$(basename "$cxx")
     step "$name -x c++ examples/vecadd.c" \
-        "$cxx" -std=c++17 -Wall -Wextra -Werror -x c++ -I. examples/vecadd.c -pthread -ldl -o "$tmp/vecadd_$name"
+        "$cxx" -std=c++17 -pedantic -Wall -Wextra -Werror -x c++ -I. examples/vecadd.c -pthread -ldl -o "$tmp/vecadd_$name"
     for backend in emu host; do
         step "run vecadd ($name) on $backend" env ADSM_BACKEND=$backend "$tmp/vecadd_$name"
     done
@@ -64,13 +68,28 @@ step "C++ TU that launches" \
 step "link" "$CXX" "$tmp/impl.o" "$tmp/mixed.o" -pthread -ldl -o "$tmp/mixed"
 step "run the mixed program on emu" env ADSM_BACKEND=emu "$tmp/mixed"
 
-# (c) nvcc
+# (c) a C++ programmer's program: pedantic warnings as errors, a throwing kernel body
+step "g++ -std=c++11 -pedantic tests/cplusplus/cxx_users.cpp (compiles)" \
+    /usr/bin/g++ -std=c++11 -pedantic -Wall -Wextra -Werror -I. -fsyntax-only tests/cplusplus/cxx_users.cpp
+users=("/usr/bin/g++ -std=c++17" "/usr/bin/g++ -std=c++20")
+[[ -x /usr/bin/clang++ ]] && users+=("/usr/bin/clang++ -std=c++17")
+for u in "${users[@]}"; do
+    read -r cxx std <<< "$u"
+    bin="$tmp/cxx_users_$(basename "$cxx")_${std#-std=}"
+    step "$(basename "$cxx") $std -pedantic tests/cplusplus/cxx_users.cpp" \
+        "$cxx" "$std" -pedantic -Wall -Wextra -Werror -I. tests/cplusplus/cxx_users.cpp -pthread -ldl -o "$bin"
+    for backend in emu host; do
+        step "run cxx_users ($(basename "$cxx") $std) on $backend" env ADSM_BACKEND=$backend "$bin"
+    done
+done
+
+# (d) nvcc
 nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
 if [[ -x "$nvcc" ]]; then
     step "nvcc -std=c++17 tests/cplusplus/launch.cu" \
         "$nvcc" -std=c++17 -Werror all-warnings -I. tests/cplusplus/launch.cu -o "$tmp/launch_cu" -ldl
     step "run the nvcc-built program on emu" env ADSM_BACKEND=emu "$tmp/launch_cu"
 else
-    echo "== nvcc not installed at $nvcc: skipped (c)"
+    echo "== nvcc not installed at $nvcc: skipped (d)"
 fi
 echo "PASS: cplusplus_test"

@@ -269,7 +269,7 @@ ADSM__PRIVATE int adsm__emu_run_chunk(adsm__pool *p, unsigned worker, adsm_grid 
         adsm__tls_kernel_jmp = &jb;
         p->kernel->entry(chunk, p->args);
         adsm__tls_kernel_jmp = NULL;
-        return 0;
+        return adsm__chunk_threw(p->kernel, msg, size);
     }
     adsm__tls_kernel_jmp = NULL;
     return adsm__emu_classify(e, (const adsm__emu_msg *)adsm__emu_pool_launch(p), msg, size);
