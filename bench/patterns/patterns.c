@@ -29,7 +29,7 @@
  * the same moments of a shared machine's load;
  * bytes are h2d + d2h from adsm_stats (the explicit copies are counted there too). After each
  * run the object is compared, element by element and untimed, with the same program run on plain
- * memory; a difference exits 1.
+ * memory, and seqinit's sum with that program's; a difference exits 1.
  *
  *   gcc -std=c11 -O2 -Wall -Wextra -Werror -I. bench/patterns/patterns.c -pthread -ldl -o /tmp/bpat
  *   /tmp/bpat [--quick | --full] [--runs N] [--epochs N] [--only PATTERN] [--csv FILE] [--protect-delay US]
@@ -231,14 +231,28 @@ static void cpu_phase(pattern p, unsigned *x, size_t n, int epoch) {
     }
 }
 
-/* The whole program on plain memory: what the object must hold afterwards. */
+/* seqinit's kernels read the object and add it up into the sum object, epoch after epoch: what
+ * the sum must be afterwards (the object's own check cannot see whether the device ever had its
+ * bytes, the kernel only reading them). */
+static unsigned long long want_sum;
+
+/* The whole program on plain memory: what the object must hold afterwards (and want_sum). */
 static void reference(pattern p, unsigned *x, size_t n) {
+    want_sum = 0;
     for (size_t i = 0; i < n; i++) x[i] = p == P_SEQINIT ? 0 : (unsigned)i ^ 0xabcd1234u;
     for (int e = 0; e < epochs; e++) {
         cpu_phase(p, x, n, e);
         if (p != P_SEQINIT)
             for (size_t i = 0; i < n; i++) x[i] += 1;
+        else
+            for (size_t i = 0; i < n; i++) want_sum += x[i];
     }
+}
+
+static void check_sum(const char *where, pattern p, const unsigned long long *sum) {
+    if (p != P_SEQINIT || *sum == want_sum) return;
+    fprintf(stderr, "patterns: WRONG RESULT in %s: the kernels' sum is %llu, expected %llu\n", where, *sum, want_sum);
+    exit(1);
 }
 
 static void check(const char *where, const unsigned *got, const unsigned *want, size_t n) {
@@ -306,6 +320,7 @@ static sample run_adsm(pattern p, variant v, size_t block, const unsigned *want,
     double t1 = now_ns();
     adsm_stats s1 = stats(where);
     check(where, x, want, n);
+    check_sum(where, p, sum);
     if (adsm_free(x) != ADSM_OK || adsm_free(sum) != ADSM_OK) die("adsm_free", where);
     adsm_shutdown();
     return measure(&s0, &s1, t1 - t0);
@@ -349,6 +364,7 @@ static sample run_explicit(pattern p, unsigned *host, const unsigned *want, cons
     adsm_stats s1 = stats(where);
     if (adsm_copy_from_device(host, dev, size) != ADSM_OK) die("adsm_copy_from_device", where);
     check(where, host, want, n);
+    check_sum(where, p, sum);
     if (adsm_dev_free(dev) != ADSM_OK || adsm_free(sum) != ADSM_OK) die("adsm_dev_free", where);
     adsm_shutdown();
     return measure(&s0, &s1, t1 - t0);
