@@ -1,13 +1,35 @@
 /* bench/common.h -- what the benchmarks share: a monotonic clock, the median each table reports
  * (ratios of medians of variants measured in one run), and a fixed-seed random order of distinct
- * indices for the fault benchmarks. Header-only, main thread; include as "bench/common.h" (build with -I.). */
+ * indices for the fault benchmarks, and a strict reading of numeric options. Header-only, main thread; include as "bench/common.h" (build with -I.). */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The value of option `opt` (text), a whole number in [lo, hi]; anything else (junk after the
+ * digits, out of range, missing) ends the program with a message naming the option, status 2. */
+static inline long bench_long_arg(const char *prog, const char *opt, const char *text, long lo, long hi) {
+    char *end = NULL;
+    errno = 0;
+    long v = text ? strtol(text, &end, 10) : 0;
+    if (!text || end == text || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s %s: expected a whole number from %ld to %ld\n", prog, opt, text ? text : "(missing)",
+                lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
+/* An option this program does not know: said, status 2 (a typo must not run a full measurement). */
+static inline void bench_unknown_arg(const char *prog, const char *arg, const char *usage) {
+    fprintf(stderr, "%s: unknown option %s\nusage: %s %s\n", prog, arg, prog, usage);
+    exit(2);
+}
 
 /* Seconds on the monotonic clock. */
 static inline double bench_now_s(void) {

@@ -14,8 +14,11 @@ ADSM_SHARED(typedef struct node {
     long value;
 } node;);
 
-/* The kernel only gets the head; it reaches the other nodes through pointers. At the call adsm
- * makes every CPU change visible to the device, so nodes not passed as arguments are current.
+/* The kernel only gets the head; it reaches the other nodes through pointers. With one device,
+ * adsm makes every CPU change visible to it at the call, so nodes not passed as arguments are
+ * current. With several (ADSM_EMU_DEVICES=2), a pointer stored in an untyped object is followed
+ * only into objects the kernel names: declare the node type with ADSM_TYPE and allocate the
+ * nodes with ADSM_ALLOC for adsm to follow `next` (docs/usage.md, "Pointer structures").
  * One body for every backend: the CPU runs it on emu and host; on cuda NVRTC compiles the same
  * text at the first launch. */
 ADSM_KERNEL_DEF(sum_list, (ADSM_OUT(long, total), ADSM_IN(node, head)), g, {

@@ -3,7 +3,8 @@
 # application, its explicit version generates the inputs and the reference output, then the
 # explicit version and the adsm version under lazy and rolling each run once on the emu backend
 # and must print a CSV row with ok=1 (they compare their output with the reference and
-# exit non-zero on a mismatch), and adsm's runs must move no more bytes than the explicit one. Quick sizes; about half a minute. Binaries come as arguments
+# exit non-zero on a mismatch), and adsm's runs must move no more bytes than the explicit one;
+# the first adsm program fails, saying so, when its output goes to a full disk (/dev/full). Quick sizes; about half a minute. Binaries come as arguments
 # (Bazel passes them in pairs: explicit, adsm). The first adsm program runs once more traced: the
 # study's report (bench/apps/report.py) counts only the spans inside the run's timed part, so the
 # objects it frees after that part (as every program does) are no part of Figure 10; and
@@ -49,6 +50,17 @@ while (($#)); do
             { echo "FAIL: $(basename "$adsm") ($run) moves $moved bytes, the explicit program $by_hand" >&2; exit 1; }
     done
     [[ -n ${traced:-} ]] && continue
+    # An output that cannot be written (a full disk) fails the run: the check reads memory, so a
+    # lost file went unseen. Once, on the first application, its outputs sent to /dev/full.
+    outs=("$data"/*/*.out) # DIR/APP-quick/NAME.out
+    [[ -e ${outs[0]} ]] || { echo "FAIL: $(basename "$adsm") wrote no .out file in $data" >&2; exit 1; }
+    for o in "${outs[@]}"; do ln -sf /dev/full "$o"; done
+    if env "${adsm_env[@]}" ADSM_PROTOCOL=lazy "$adsm" --data "$data" > /dev/null 2> "$data/log"; then
+        echo "FAIL: $(basename "$adsm") succeeded though its output went to a full disk" >&2; exit 1
+    fi
+    grep -q "writing the output failed" "$data/log" ||
+        { echo "FAIL: $(basename "$adsm") on a full disk did not say so: $(cat "$data/log")" >&2; exit 1; }
+    rm -f "${outs[@]}"
     traced=$(env "${adsm_env[@]}" ADSM_PROTOCOL=rolling ADSM_TRACE="$data/trace.json" "$adsm" --data "$data")
     python3 - "$data/trace.json" "$traced" <<'EOF_PY'
 import sys

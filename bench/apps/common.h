@@ -107,6 +107,16 @@ static inline FILE *app_open(const app_run *r, const char *file, const char *mod
 }
 
 /* Writes a whole file (input generation and reference outputs: plain memory). */
+/* The output: a short write or a failed close (a full disk) fails the run, as a wrong result
+ * does (the check reads memory, not the file). */
+static inline void app_fwrite(const void *buf, size_t size, size_t n, FILE *out) {
+    if (fwrite(buf, size, n, out) != n) app_die("writing the output failed");
+}
+
+static inline void app_fclose(FILE *out) {
+    if (fclose(out) != 0) app_die("writing the output failed (at its close)");
+}
+
 static inline void app_write_file(const app_run *r, const char *file, const void *buf, size_t n) {
     FILE *f = app_open(r, file, "wb");
     if (fwrite(buf, 1, n, f) != n || fclose(f) != 0) app_die("writing a data file failed");

@@ -349,8 +349,8 @@ int main(int argc, char **argv) {
     } traces[4];
     int ntraces = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = (size_t)atoi(argv[++i]);
+        if (strcmp(argv[i], "--runs") == 0) runs = (int)bench_long_arg("deepcopy", "--runs", argv[++i], 1, 256);
+        else if (strcmp(argv[i], "--mib") == 0) mib = (size_t)bench_long_arg("deepcopy", "--mib", argv[++i], 1, 4096);
         else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--trace") == 0 && i + 2 < argc && ntraces < 4) {
@@ -369,8 +369,19 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (runs < 1 || runs > 256 || mib < 1) return 2;
+    if (strcmp(backend, "emu") != 0 && strcmp(backend, "cuda") != 0) {
+        fprintf(stderr, "deepcopy: --backend %s: emu or cuda\n", backend);
+        return 2;
+    }
     static const size_t node_sizes[] = {128, 1024, (size_t)1 << 20};
+    int any = 0;
+    for (int sh = LIST; sh <= DENSE_TREE; sh++)
+        for (size_t z = 0; z < sizeof node_sizes / sizeof *node_sizes; z++) any |= wanted(only, shape_names[sh], node_sizes[z]);
+    if (!any) {
+        fprintf(stderr, "deepcopy: --only %s names no structure (List, SplitList, Tree, dense 4-level tree; node sizes 128, "
+                        "1024, 1048576)\n", only);
+        return 2;
+    }
     printf("## deepcopy: pointer structures where device addresses differ (%s backend), %zu MiB of payload, "
            "median of %d runs\n\n", backend, mib, runs);
     printf("ms per repetition: CPU writes every payload, a kernel walks the structure (payload += 1), the CPU "

@@ -147,9 +147,10 @@ static void row(const engine *e, size_t npages, size_t most, int runs) {
 
 int main(int argc, char **argv) {
     int runs = 5;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
-    if (runs < 1 || runs > MAX_RUNS) runs = 5;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--runs")) runs = (int)bench_long_arg("fault_engines", "--runs", argv[++i], 1, MAX_RUNS);
+        else bench_unknown_arg("fault_engines", argv[i], "[--runs N]");
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_flags = SA_SIGINFO;

@@ -160,11 +160,11 @@ static void print_row(size_t nblocks, size_t most, int runs, double us[VARIANTS]
 int main(int argc, char **argv) {
     int runs = 5;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--runs")) runs = (int)bench_long_arg("fault_path", "--runs", argv[++i], 1, MAX_RUNS);
         else if (!strcmp(argv[i], "--quick")) runs = 3;
         else if (!strcmp(argv[i], "--full")) runs = 7;
+        else bench_unknown_arg("fault_path", argv[i], "[--quick | --full] [--runs N]");
     }
-    if (runs < 1 || runs > MAX_RUNS) runs = 5;
     enum { ROWS = 4 };
     static const size_t counts[ROWS] = {1, 1024, 65536, 1048576};
     if (adsm_start(ADSM_FAULT_ENGINE_MPROTECT) != 0) {

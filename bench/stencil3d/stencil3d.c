@@ -336,7 +336,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--quick")) full = 0;
         else if (!strcmp(a, "--full")) full = 1;
-        else if (!strcmp(a, "--runs")) runs = (int)parse_positive(i + 1 < argc ? argv[++i] : NULL, a);
+        else if (!strcmp(a, "--runs")) runs = (int)bench_long_arg("stencil3d", a, i + 1 < argc ? argv[++i] : NULL, 1, 64);
         else if (!strcmp(a, "--steps")) steps = (int)parse_positive(i + 1 < argc ? argv[++i] : NULL, a);
         else if (!strcmp(a, "--dump-every")) dump_every = (int)parse_positive(i + 1 < argc ? argv[++i] : NULL, a);
         else if (!strcmp(a, "--csv") && i + 1 < argc) csv_path = argv[++i];
@@ -378,7 +378,6 @@ int main(int argc, char **argv) {
 
     hmm_runs = bench_hmm_runs("stencil3d");
     /* results[e][v][r] */
-    if (runs > 64) runs = 64;
     measure(*results)[NVARIANTS][64] = calloc(nedges, sizeof *results);
     if (!results) return 1;
 

@@ -166,9 +166,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1, runs = 3;
         else if (!strcmp(argv[i], "--full")) quick = 0, runs = 5;
-        else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--runs")) runs = (int)bench_long_arg("threads", "--runs", argv[++i], 1, MAX_RUNS);
+        else bench_unknown_arg("threads", argv[i], "[--quick | --full] [--runs N]");
     }
-    if (runs < 1 || runs > MAX_RUNS) runs = 5;
     size_t large = quick ? 256 * MiB : 1024 * MiB, blocks = quick ? 256 : 1024, block = 64 * KiB;
 
     start(ADSM_PROTOCOL_ROLLING, block, 4 * MAX_THREADS * blocks, (size_t)MAX_THREADS * blocks * block + 64 * MiB, 1);

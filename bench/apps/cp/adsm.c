@@ -36,8 +36,8 @@ int main(int argc, char **argv) {
 
     app_phase(&run, APP_IO);
     FILE *out = app_open(&run, "energy.out", "wb");
-    fwrite(energy, 1, grid_bytes, out);
-    fclose(out);
+    app_fwrite(energy, 1, grid_bytes, out);
+    app_fclose(out);
     app_stop(&run);
 
     int rc = app_report(&run, cp_check(&run, energy));

@@ -54,8 +54,8 @@ int main(int argc, char **argv) {
 
     app_phase(&run, APP_IO);
     FILE *out = app_open(&run, "histo.out", "wb");
-    fwrite(histo, 1, bins, out);
-    fclose(out);
+    app_fwrite(histo, 1, bins, out);
+    app_fclose(out);
     app_stop(&run);
 
     int rc = app_report(&run, histo_check(&run, histo));

@@ -65,8 +65,8 @@ int main(int argc, char **argv) {
 
     app_phase(&run, APP_IO);
     FILE *out = app_open(&run, "q.out", "wb");
-    fwrite(q, 1, 2 * xbytes, out);
-    fclose(out);
+    app_fwrite(q, 1, 2 * xbytes, out);
+    app_fclose(out);
     app_stop(&run);
 
     int rc = app_report(&run, mriq_check(&run, q, q + s.numx));

@@ -48,8 +48,8 @@ int main(int argc, char **argv) {
     app_phase(&run, APP_IO);
     FILE *out = app_open(&run, "sads.out", "wb");
     for (int k = 0; k < 6; k++)
-        for (int t = 1; t <= 7; t++) fwrite(sads + sad_out_start(s, k, t), 2, sad_out_len(s, t), out);
-    fclose(out);
+        for (int t = 1; t <= 7; t++) app_fwrite(sads + sad_out_start(s, k, t), 2, sad_out_len(s, t), out);
+    app_fclose(out);
     app_stop(&run);
 
     int rc = app_report(&run, sad_check(&run, sads));

@@ -42,8 +42,8 @@ int main(int argc, char **argv) {
 
     app_phase(&run, APP_IO);
     FILE *out = app_open(&run, "c.out", "wb");
-    fwrite(c, 1, c_bytes, out);
-    fclose(out);
+    app_fwrite(c, 1, c_bytes, out);
+    app_fclose(out);
     app_stop(&run);
 
     int rc = app_report(&run, sgemm_check(&run, c));

@@ -45,8 +45,8 @@ int main(int argc, char **argv) {
 
     app_phase(&run, APP_IO);
     FILE *out = app_open(&run, "ax.out", "wb");
-    fwrite(ax, 1, vec_bytes, out);
-    fclose(out);
+    app_fwrite(ax, 1, vec_bytes, out);
+    app_fclose(out);
     app_stop(&run);
 
     int rc = app_report(&run, spmv_check(&run, ax));

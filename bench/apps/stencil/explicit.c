@@ -45,8 +45,8 @@ int main(int argc, char **argv) {
 
     app_phase(&run, APP_IO);
     FILE *out = app_open(&run, "grid.out", "wb");
-    fwrite(anext, 1, grid_bytes, out);
-    fclose(out);
+    app_fwrite(anext, 1, grid_bytes, out);
+    app_fclose(out);
     app_stop(&run);
 
     int rc = app_report(&run, stencil_check(&run, anext));

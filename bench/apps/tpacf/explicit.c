@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
     app_phase(&run, APP_IO);
     FILE *out = app_open(&run, "tpacf.out", "w");
     for (int i = 0; i < 3 * TPACF_BINS; i++) fprintf(out, "%u\n", result[i]);
-    fclose(out);
+    app_fclose(out);
     app_stop(&run);
 
     int rc = app_report(&run, tpacf_check(&run, result));
