@@ -879,7 +879,14 @@ Test(misuse, init_shutdown_rounds_leak_nothing) {
     cr_assert_eq(mallinfo2().uordblks, heap, "heap grew by %zu bytes", mallinfo2().uordblks - heap);
     cr_assert_eq(count_fds(), fds, "file descriptors leaked");
     cr_assert_eq(count_threads(), threads, "threads leaked");
-    cr_assert_eq(count_mappings(), maps, "mappings leaked");
+    /* a thread that just ended may still hold its stack (and, under ASan, its own mappings) a
+     * moment, more so on a loaded machine: a leak stays, so wait for the count to settle first */
+    int now = count_mappings();
+    for (int tries = 0; tries < 200 && now > maps; tries++) {
+        usleep(10000);
+        now = count_mappings();
+    }
+    cr_assert_leq(now, maps, "%d mappings leaked over 10 rounds", now - maps);
     errno = 0; /* nor a child: the go-betweens that start device processes are reaped */
     cr_assert_eq(waitpid(-1, NULL, WNOHANG), -1, "a child process was left behind");
     cr_assert_eq(errno, ECHILD);
