@@ -62,7 +62,7 @@
        ADSM_PREPARE(name)  ADSM_CUDA_SOURCE(...)  adsm_module_load_source/_image/_file   [5]
        adsm_device_count()  adsm_set_affinity(p, dev)  adsm_get_device_stats(dev, &s)    [5]
        adsm_memset  adsm_memcpy                           bulk memory where the data is    [8]
-       adsm_read  adsm_write  adsm_pread  adsm_pwrite  adsm_fread  adsm_fwrite   I/O   [8]
+       adsm_read  adsm_write  adsm_pread  adsm_pwrite  adsm_fread  adsm_fwrite  _readv _writev  [8]
        adsm_is_shared(p, n)  adsm_touch(p, n, write)      for wrappers (adsm_mpi.h)        [8]
        adsm_dev_alloc(_on)  adsm_dev_free  adsm_copy_to_device  adsm_copy_from_device
        adsm_host_alloc  adsm_host_free                    the explicit path                [8]
@@ -426,7 +426,7 @@
    The kernel does not fault on a protected page inside a system call; it returns EFAULT, and a
    half-done read cannot be restarted. So use these on shared memory (they are the plain libc
    calls when no shared object is involved, and never initialise adsm):
-       adsm_read  adsm_write  adsm_pread  adsm_pwrite  adsm_fread  adsm_fwrite
+       adsm_read  adsm_write  adsm_pread  adsm_pwrite  adsm_fread  adsm_fwrite  adsm_readv  adsm_writev
    Same arguments, return values and errno as libc. Data moves through a bounce buffer in pieces
    of about one block (1..8 MiB): a large read into a rolling object evicts the blocks already
    read while the next piece is read. Bytes read from a file are Dirty on the host; writing a
@@ -438,7 +438,8 @@
    cuda under shared addresses a regular file needs no bounce buffer: its bytes go straight
    between the file and the objects' always-writable second view (the host alias).
        #define ADSM_INTERPOSE_IO    before ADSM_IMPLEMENTATION: that translation unit also defines
-                                    read, write, pread, pwrite, fread, fwrite (pread64 and
+                                    read, write, pread, pwrite, fread, fwrite, readv, writev
+                                    (C++ streams write through writev; pread64 and
                                     pwrite64 too, what _FILE_OFFSET_BITS=64 calls, and the
                                     checked __read_chk, __pread_chk, __pread64_chk and
                                     __fread_chk that _FORTIFY_SOURCE calls where the compiler
@@ -446,7 +447,7 @@
                                     memory. Fortify's checks stay: an overflowing call ends the
                                     process as libc's would. Builds with gcc and clang, C and
                                     C++, at every _FORTIFY_SOURCE level. Other I/O calls
-                                    (readv, fgets, ...) are not covered. Also in a static
+                                    (preadv, fgets, ...) are not covered. Also in a static
                                     program (-static, glibc), where libc's own are reached
                                     without dlsym.
    adsm_memset / adsm_memcpy act where the valid copy is: memset of a whole Invalid or ReadOnly
@@ -509,6 +510,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/uio.h> /* struct iovec: adsm_readv, adsm_writev */
 
 #define ADSM_VERSION_MAJOR 0
 #define ADSM_VERSION_MINOR 1
@@ -763,6 +765,11 @@ ADSM_API ssize_t adsm_pread(int fd, void *buf, size_t count, off_t offset);
 ADSM_API ssize_t adsm_pwrite(int fd, const void *buf, size_t count, off_t offset);
 ADSM_API size_t adsm_fread(void *ptr, size_t size, size_t nmemb, FILE *stream);
 ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *stream);
+/* readv/writev: buffer after buffer where one of them is shared (libstdc++'s std::ofstream::write
+   calls writev), so not one system call there: a short transfer ends the call, as it may end a
+   writev, and on a pipe or socket a read moves on to the next buffer only while data waits. */
+ADSM_API ssize_t adsm_readv(int fd, const struct iovec *iov, int iovcnt);
+ADSM_API ssize_t adsm_writev(int fd, const struct iovec *iov, int iovcnt);
 
 /* For code that hands shared memory to something adsm cannot see (another process reading the
    pages, as MPI's transports do; a library that takes a buffer apart itself). adsm_is_shared: 1

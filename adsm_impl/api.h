@@ -409,6 +409,14 @@ ADSM_API size_t adsm_fwrite(const void *ptr, size_t size, size_t nmemb, FILE *st
     ADSM__GUARDED(size_t, adsm__fwrite_unguarded(ptr, size, nmemb, stream));
 }
 
+ADSM_API ssize_t adsm_readv(int fd, const struct iovec *iov, int iovcnt) {
+    ADSM__GUARDED(ssize_t, adsm__readv_unguarded(fd, iov, iovcnt));
+}
+
+ADSM_API ssize_t adsm_writev(int fd, const struct iovec *iov, int iovcnt) {
+    ADSM__GUARDED(ssize_t, adsm__writev_unguarded(fd, iov, iovcnt));
+}
+
 #undef ADSM__GUARDED
 
 #endif /* ADSM__API_INCLUDED */

@@ -23,6 +23,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -89,6 +90,8 @@ ADSM__PRIVATE ssize_t adsm__sys_pread(int fd, void *b, size_t n, off_t at) { ret
 ADSM__PRIVATE ssize_t adsm__sys_pwrite(int fd, const void *b, size_t n, off_t at) {
     return syscall(SYS_pwrite64, fd, b, n, at);
 }
+ADSM__PRIVATE ssize_t adsm__sys_readv(int fd, const struct iovec *v, int n) { return syscall(SYS_readv, fd, v, n); }
+ADSM__PRIVATE ssize_t adsm__sys_writev(int fd, const struct iovec *v, int n) { return syscall(SYS_writev, fd, v, n); }
 /* glibc's own names for stdio's functions and its overflow report (exported since 2.2.5 / 2.3.4;
  * no header declares the first two any more) */
 #ifdef __cplusplus
@@ -117,6 +120,10 @@ ADSM__REAL(adsm__pread_fn, pread, ADSM__STATIC_FALLBACK(adsm__sys_pread))
 ADSM__REAL(adsm__pwrite_fn, pwrite, ADSM__STATIC_FALLBACK(adsm__sys_pwrite))
 ADSM__REAL(adsm__fread_fn, fread, ADSM__STATIC_FALLBACK(_IO_fread))
 ADSM__REAL(adsm__fwrite_fn, fwrite, ADSM__STATIC_FALLBACK(_IO_fwrite))
+typedef ssize_t (*adsm__readv_fn)(int, const struct iovec *, int);
+typedef ssize_t (*adsm__writev_fn)(int, const struct iovec *, int);
+ADSM__REAL(adsm__readv_fn, readv, ADSM__STATIC_FALLBACK(adsm__sys_readv))
+ADSM__REAL(adsm__writev_fn, writev, ADSM__STATIC_FALLBACK(adsm__sys_writev))
 
 /* Ends a piece on a block boundary when that still leaves a block's worth, so pieces cover
  * whole blocks (which then need no fetch) instead of splitting them. */
@@ -454,6 +461,58 @@ ADSM__PRIVATE ssize_t adsm__pwrite_unguarded(int fd, const void *buf, size_t cou
     return adsm__fd_transfer(fd, (uintptr_t)buf, count, 0, offset, adsm__piece_pwrite);
 }
 
+/* readv/writev where a buffer is shared: buffer after buffer through adsm_read/adsm_write, as a
+ * call the kernel ended short would: a short piece ends it. Reading a pipe or socket, the next
+ * buffer is read only while data waits (what readv would have taken at once), so the call never
+ * blocks once it has bytes. Not one system call any more: a writer beside it on the same pipe
+ * may land between two buffers. */
+#define ADSM__IOV_MAX 1024 /* Linux's UIO_MAXIOV: more buffers are EINVAL */
+
+ADSM__PRIVATE int adsm__iov_touches_shared(const struct iovec *iov, int n) {
+    for (int i = 0; i < n; i++)
+        if (iov[i].iov_len > 0 && adsm__touches_shared(iov[i].iov_base, iov[i].iov_len)) return 1;
+    return 0;
+}
+
+ADSM__PRIVATE int adsm__data_waiting(int fd) {
+    struct pollfd p = {fd, POLLIN, 0};
+    int saved = errno, ready = poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+    errno = saved;
+    return ready;
+}
+
+ADSM__PRIVATE ssize_t adsm__vector_transfer(int fd, const struct iovec *iov, int n, int reading) {
+    size_t total = 0, sum = 0;
+    int invalid = n < 0 || n > ADSM__IOV_MAX;
+    for (int i = 0; !invalid && i < n; i++) invalid = __builtin_add_overflow(sum, iov[i].iov_len, &sum) || sum > (size_t)SSIZE_MAX;
+    if (invalid) { /* the kernel's own refusals */
+        errno = EINVAL;
+        return -1;
+    }
+    int stream = reading && adsm__is_stream_like(fd);
+    for (int i = 0; i < n; i++) {
+        size_t len = iov[i].iov_len;
+        if (len == 0) continue;
+        if (total > 0 && stream && !adsm__data_waiting(fd)) break;
+        ssize_t got = reading ? adsm__read_unguarded(fd, iov[i].iov_base, len)
+                              : adsm__write_unguarded(fd, iov[i].iov_base, len);
+        if (got < 0) return total > 0 ? (ssize_t)total : -1;
+        total += (size_t)got;
+        if ((size_t)got < len) break;
+    }
+    return (ssize_t)total;
+}
+
+ADSM__PRIVATE ssize_t adsm__readv_unguarded(int fd, const struct iovec *iov, int n) {
+    if (n < 0 || n > ADSM__IOV_MAX || !adsm__iov_touches_shared(iov, n)) return adsm__real_readv()(fd, iov, n);
+    return adsm__vector_transfer(fd, iov, n, 1);
+}
+
+ADSM__PRIVATE ssize_t adsm__writev_unguarded(int fd, const struct iovec *iov, int n) {
+    if (n < 0 || n > ADSM__IOV_MAX || !adsm__iov_touches_shared(iov, n)) return adsm__real_writev()(fd, iov, n);
+    return adsm__vector_transfer(fd, iov, n, 0);
+}
+
 /* fread/fwrite hold the stream's lock across the pieces, so another thread's I/O on the same
  * stream cannot land in the middle of one call. */
 ADSM__PRIVATE size_t adsm__stream_transfer(void *ptr, size_t size, size_t nmemb, FILE *stream, int reading) {
@@ -549,6 +608,14 @@ ADSM__EXPORT_AS(pread, adsm__libc_pread)
 ADSM__EXPORT_AS(pwrite, adsm__libc_pwrite)
 ADSM__EXPORT_AS(fread, adsm__libc_fread)
 ADSM__EXPORT_AS(fwrite, adsm__libc_fwrite)
+ADSM__INTERPOSER ssize_t adsm__libc_readv(int fd, const struct iovec *iov, int iovcnt) {
+    return adsm_readv(fd, iov, iovcnt);
+}
+ADSM__INTERPOSER ssize_t adsm__libc_writev(int fd, const struct iovec *iov, int iovcnt) {
+    return adsm_writev(fd, iov, iovcnt);
+}
+ADSM__EXPORT_AS(readv, adsm__libc_readv)
+ADSM__EXPORT_AS(writev, adsm__libc_writev)
 
 /* _FORTIFY_SOURCE builds call the checked entry points instead of the plain names wherever the
  * compiler knows the buffer's size (at level 3 also sizes known only at run time), so a

@@ -1,5 +1,6 @@
 /* tests/test_io_interpose.c -- ADSM_INTERPOSE_IO and ADSM_INTERPOSE_MEM: the plain libc names
- * read, write, pread, pwrite, fread, fwrite, memset and memcpy work on shared memory.
+ * read, write, pread, pwrite, fread, fwrite, readv, writev, memset and memcpy work on shared
+ * memory.
  *
  * This translation unit defines the two macros, so the program's read, write, ... are adsm's:
  * calls written here, calls through pointers, and calls other modules make (found with
@@ -337,6 +338,64 @@ static void mem_names(void) {
     free(plain);
 }
 
+/* writev and readv (what libstdc++'s streams call) with a shared buffer among plain ones: a
+ * kernel's output written to a file after a plain header, the file read back into a plain
+ * header and the (protected) object; on a pipe holding less than the buffers ask for, readv
+ * returns what waits instead of blocking for the rest. Through the plain names and the global
+ * symbols. */
+static void vectors(void) {
+    size_t osize = 200 * KIB + TAIL, n = osize / 4;
+    int32_t *a = alloc(osize), *c = alloc(osize);
+    for (size_t i = 0; i < n; i++) wr(&a[i], 5 * (int32_t)i);
+    ssize_t (*global_writev)(int, const struct iovec *, int) = (ssize_t(*)(int, const struct iovec *, int))sym(RTLD_DEFAULT, "writev");
+    ssize_t (*global_readv)(int, const struct iovec *, int) = (ssize_t(*)(int, const struct iovec *, int))sym(RTLD_DEFAULT, "readv");
+    cr_assert_eq((void *)global_writev, (void *)writev);
+    for (int k = 0; k < 2; k++) {
+        CTX("%s writev/readv through %s", adsm_protocol_name(), k ? "the global symbols" : "the plain names");
+        CALL_OK(k_add, grid_for(n), c, a, a, n); /* c: a kernel's output, not on the host yet */
+        sync_ok();
+        char head[100] = "a header in plain memory";
+        struct iovec out[2] = {{head, sizeof head}, {c, osize}};
+        int fd = temp_file(NULL, 0);
+        cr_assert_eq((k ? global_writev : writev)(fd, out, 2), (ssize_t)(sizeof head + osize), "%s: %s", io_ctx,
+                     strerror(errno));
+        size_t len;
+        unsigned char *got = file_contents(fd, &len);
+        cr_assert_eq(len, sizeof head + osize);
+        cr_assert_eq(memcmp(got, head, sizeof head), 0);
+        for (size_t i = 0; i < n; i++) {
+            int32_t v;
+            memcpy(&v, got + sizeof head + 4 * i, 4);
+            cr_assert_eq(v, 10 * (int32_t)i, "%s: element %zu written", io_ctx, i);
+        }
+        free(got);
+        CALL_OK(k_add, grid_for(n), c, a, a, n); /* protected again */
+        sync_ok();
+        for (size_t i = 0; i < n; i++) wr(&a[i], -1); /* a: Dirty, about to be read over */
+        char head_back[100] = "";
+        struct iovec in[3] = {{head_back, sizeof head_back}, {a, osize / 2}, {(char *)a + osize / 2, osize - osize / 2}};
+        cr_assert_eq(lseek(fd, 0, SEEK_SET), 0);
+        cr_assert_eq((k ? global_readv : readv)(fd, in, 3), (ssize_t)(sizeof head + osize), "%s: %s", io_ctx,
+                     strerror(errno));
+        cr_assert_eq(memcmp(head_back, head, sizeof head), 0);
+        for (size_t i = 0; i < n; i++) cr_assert_eq(rd(&a[i]), 10 * (int32_t)i, "%s: element %zu read", io_ctx, i);
+        close(fd);
+        for (size_t i = 0; i < n; i++) wr(&a[i], 5 * (int32_t)i);
+    }
+    CTX("%s readv from a pipe with less waiting", adsm_protocol_name());
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    write_all_fd(p[1], "twelve bytes", 12);
+    struct iovec in[2] = {{c, 8}, {(char *)c + 4096, 4096}};
+    cr_assert_eq(readv(p[0], in, 2), 12, "%s", strerror(errno));
+    cr_assert_eq(memcmp(c, "twelve b", 8), 0);
+    cr_assert_eq(memcmp((char *)c + 4096, "ytes", 4), 0);
+    close(p[0]);
+    close(p[1]);
+    adsm_free(a);
+    adsm_free(c);
+}
+
 #define PER_PROTOCOL(fn)                                                                               \
     Test(interpose, fn##_batch) { start(ADSM_PROTOCOL_BATCH, 4096); fn(); adsm_shutdown(); }           \
     Test(interpose, fn##_lazy) { start(ADSM_PROTOCOL_LAZY, 4096); fn(); adsm_shutdown(); }             \
@@ -345,6 +404,7 @@ static void mem_names(void) {
 
 PER_PROTOCOL(core)
 PER_PROTOCOL(kernel_output)
+PER_PROTOCOL(vectors)
 PER_PROTOCOL(errors)
 PER_PROTOCOL(plain_memory)
 PER_PROTOCOL(mem_names)
