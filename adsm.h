@@ -949,7 +949,9 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
    time rather than as a warning. A CPU body that throws fails its launch (ADSM_ERROR_KERNEL_
    CRASHED, at adsm_sync) instead of unwinding through adsm, which holds locks around it. */
 #if defined(__cplusplus) && __cplusplus >= 201103L
+extern "C++" { /* a program may include adsm.h inside extern "C" { } */
 #include <type_traits>
+}
 #define ADSM__VALUE_TYPES_CHECK(args)                                                              \
     static_assert(std::is_trivially_copyable<args>::value && std::is_standard_layout<args>::value, \
                   "adsm: an ADSM_VALUE parameter's type must be trivially copyable and of standard " \

@@ -321,6 +321,7 @@ ADSM__PRIVATE adsm_result adsm__object_create_managed(adsm__runtime *rt, size_t 
     }
     o->host = o->dev = addr;
     o->managed = 1;
+    adsm__forget_freed_outside(rt, addr, o->span);
     adsm__lock(&rt->lock);
     r = adsm__object_publish(rt, o);
     adsm__unlock(&rt->lock);

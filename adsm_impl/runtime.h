@@ -291,6 +291,14 @@ ADSM__PRIVATE void adsm__note_freed_outside(adsm__runtime *rt, uintptr_t start, 
     ADSM__STORE(&rt->freed_outside[i].end, start + span);
 }
 
+/* A new um or hmm object at [start, start + span): what it covers of freed ones is live again
+ * (the driver or the kernel hands the addresses out anew). Normal context. */
+ADSM__PRIVATE void adsm__forget_freed_outside(adsm__runtime *rt, uintptr_t start, size_t span) {
+    for (unsigned i = 0; i < ADSM__FREED_OUTSIDE; i++)
+        if (ADSM__LOAD(&rt->freed_outside[i].start) < start + span && ADSM__LOAD(&rt->freed_outside[i].end) > start)
+            ADSM__STORE(&rt->freed_outside[i].end, (uintptr_t)0);
+}
+
 /* Whether a lies in one of those ranges. Signal-safe. */
 ADSM__PRIVATE int adsm__freed_outside(const adsm__runtime *rt, uintptr_t a) {
     for (unsigned i = 0; i < ADSM__FREED_OUTSIDE; i++)

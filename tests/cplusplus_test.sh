@@ -7,7 +7,8 @@
 #   (c) tests/cplusplus/cxx_users.cpp, what a C++ programmer writes (an ADSM_VALUE struct with
 #       default member initialisers, an ADSM_KERNEL_DEF body that ignores its grid, a CPU body
 #       that throws), built with -pedantic -Wall -Wextra -Werror by g++ (C++11 compiled, C++17
-#       and C++20 run) and clang++ (C++17), runs on emu and host;
+#       and C++20 run) and clang++ (C++17), runs on emu and host; and adsm.h included inside
+#       extern "C" { } compiles (tests/cplusplus/extern_c.cpp);
 #   (d) with nvcc installed ($CUDA_HOME/bin/nvcc, default /usr/local/cuda): a .cu file with the
 #       implementation and ADSM_CALL compiles and links with nvcc -std=c++17 and runs on emu.
 # Runs under `bazel test` (sources from the runfiles tree) or by hand from the repository root.
@@ -69,6 +70,11 @@ step "link" "$CXX" "$tmp/impl.o" "$tmp/mixed.o" -pthread -ldl -o "$tmp/mixed"
 step "run the mixed program on emu" env ADSM_BACKEND=emu "$tmp/mixed"
 
 # (c) a C++ programmer's program: pedantic warnings as errors, a throwing kernel body
+for cxx in /usr/bin/g++ /usr/bin/clang++; do
+    [[ -x "$cxx" ]] || continue
+    step "$(basename "$cxx") adsm.h inside extern \"C\" (compiles)" \
+        "$cxx" -std=c++17 -pedantic -Wall -Wextra -Werror -I. -fsyntax-only tests/cplusplus/extern_c.cpp
+done
 step "g++ -std=c++11 -pedantic tests/cplusplus/cxx_users.cpp (compiles)" \
     /usr/bin/g++ -std=c++11 -pedantic -Wall -Wextra -Werror -I. -fsyntax-only tests/cplusplus/cxx_users.cpp
 users=("/usr/bin/g++ -std=c++17" "/usr/bin/g++ -std=c++20")

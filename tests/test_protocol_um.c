@@ -386,6 +386,21 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, touch_after_free_says_why_be
     expect_death_message(touch_after_free, "no live object holds");
 }
 
+/* The freed ranges the fault handler names are forgotten where a new object takes the addresses
+ * (white-box: hmm's munmap and mmap of one size give the same range back, so the new object lies
+ * where the old one was; a fault there must not be called a use after adsm_free). */
+Test(um, a_new_object_over_a_freed_one_is_not_called_freed) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_HMM, 2 * MIB, 0);
+    int32_t *x = alloc(S);
+    uintptr_t old = (uintptr_t)x;
+    cr_assert_eq(adsm_free(x), ADSM_OK);
+    cr_assert(adsm__freed_outside(&adsm__rt, old + 8), "the freed object's range is not remembered");
+    int32_t *y = alloc(S);
+    cr_assert_eq((uintptr_t)y, old, "the kernel put the new object elsewhere: nothing to check");
+    cr_assert(!adsm__freed_outside(&adsm__rt, old + 8), "the new object's memory is still called freed");
+    adsm_shutdown();
+}
+
 /* Unified memory is the CUDA driver's: the emulated device refuses the protocols at adsm_init,
  * naming the setting, rather than running something else under their name. */
 ParameterizedTestParameters(um, refused_on_the_emulated_device) {

@@ -106,7 +106,6 @@ static inline FILE *app_open(const app_run *r, const char *file, const char *mod
     return f;
 }
 
-/* Writes a whole file (input generation and reference outputs: plain memory). */
 /* The output: a short write or a failed close (a full disk) fails the run, as a wrong result
  * does (the check reads memory, not the file). */
 static inline void app_fwrite(const void *buf, size_t size, size_t n, FILE *out) {
@@ -117,6 +116,7 @@ static inline void app_fclose(FILE *out) {
     if (fclose(out) != 0) app_die("writing the output failed (at its close)");
 }
 
+/* Writes a whole file (input generation and reference outputs: plain memory). */
 static inline void app_write_file(const app_run *r, const char *file, const void *buf, size_t n) {
     FILE *f = app_open(r, file, "wb");
     if (fwrite(buf, 1, n, f) != n || fclose(f) != 0) app_die("writing a data file failed");
