@@ -23,13 +23,16 @@
 
 TestSuite(um, .timeout = 120);
 
-#define N ((size_t)300000) /* not a multiple of a page or a block */
-#define S (N * sizeof(int32_t))
-
-ParameterizedTestParameters(um, every_protocol) {
+/* The parameters of a test that runs under um, um-prefetch and hmm. */
+static struct criterion_test_params all_three(void) {
     static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
     return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
 }
+
+#define N ((size_t)300000) /* not a multiple of a page or a block */
+#define S (N * sizeof(int32_t))
+
+ParameterizedTestParameters(um, every_protocol) { return all_three(); }
 
 #ifndef TEST_ON_CUDA_DOUBLE
 /* A real GPU runs hmm only if it reports pageable memory access; one that does not must refuse
@@ -218,10 +221,7 @@ Test(um, no_managed_memory_fails_the_allocation) {
 
 /* adsm_memset, adsm_memcpy and adsm_read/adsm_write work on managed memory in place, and what
  * they write is what a kernel reads. */
-ParameterizedTestParameters(um, memops_work_in_place) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
-    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
-}
+ParameterizedTestParameters(um, memops_work_in_place) { return all_three(); }
 
 ParameterizedTest(adsm_protocol_kind *protocol, um, memops_work_in_place) {
     if (!um_init(*protocol)) return;
@@ -240,10 +240,7 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, memops_work_in_place) {
  * adsm_sync, come after the kernel, as under batch, lazy and rolling: they read and wrote managed
  * memory while the kernel ran. On the double every stream operation waits 50 ms first
  * (CUDADOUBLE_DELAY_US), so that a call that does not wait runs well before the kernel. */
-ParameterizedTestParameters(um, memops_on_an_output_come_after_its_kernel) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
-    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
-}
+ParameterizedTestParameters(um, memops_on_an_output_come_after_its_kernel) { return all_three(); }
 
 ParameterizedTest(adsm_protocol_kind *protocol, um, memops_on_an_output_come_after_its_kernel) {
     setenv("CUDADOUBLE_DELAY_US", "50000", 1);
@@ -276,10 +273,7 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, memops_on_an_output_come_aft
 /* adsm_memcpy, adsm_memset and the I/O calls into a kernel's input, between the call and
  * adsm_sync, come after the kernel too: under batch, lazy and rolling it reads its own copy of
  * what the object held at the call, so it must here. 50 ms per stream operation, as above. */
-ParameterizedTestParameters(um, memops_on_an_input_come_after_its_kernel) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
-    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
-}
+ParameterizedTestParameters(um, memops_on_an_input_come_after_its_kernel) { return all_three(); }
 
 ParameterizedTest(adsm_protocol_kind *protocol, um, memops_on_an_input_come_after_its_kernel) {
     setenv("CUDADOUBLE_DELAY_US", "50000", 1);
@@ -317,10 +311,7 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, memops_on_an_input_come_afte
  * (bench/gpu_check.sh runs this suite), as objects come and go over memory a freed object dirtied
  * on the device and on the CPU: a kernel's first read of a new object sees zeros, and so does
  * the CPU's. */
-ParameterizedTestParameters(um, new_objects_hold_zeros_after_freed_ones_were_written) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
-    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
-}
+ParameterizedTestParameters(um, new_objects_hold_zeros_after_freed_ones_were_written) { return all_three(); }
 
 ParameterizedTest(adsm_protocol_kind *protocol, um, new_objects_hold_zeros_after_freed_ones_were_written) {
     if (!um_init(*protocol)) return;
@@ -342,10 +333,7 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, new_objects_hold_zeros_after
 
 /* Objects come and go: each free gives its managed memory back; a second free of the same
  * pointer, or one inside an object, is refused as with the other protocols. */
-ParameterizedTestParameters(um, objects_come_and_go) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
-    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
-}
+ParameterizedTestParameters(um, objects_come_and_go) { return all_three(); }
 
 ParameterizedTest(adsm_protocol_kind *protocol, um, objects_come_and_go) {
     if (!um_init(*protocol)) return;
@@ -375,10 +363,7 @@ static void touch_after_free(void) {
     ((volatile int32_t *)x)[5] = 6;
 }
 
-ParameterizedTestParameters(um, touch_after_free_says_why_before_dying) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
-    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
-}
+ParameterizedTestParameters(um, touch_after_free_says_why_before_dying) { return all_three(); }
 
 ParameterizedTest(adsm_protocol_kind *protocol, um, touch_after_free_says_why_before_dying) {
     if (gpu_refuses_hmm(*protocol)) return;
@@ -403,10 +388,7 @@ Test(um, a_new_object_over_a_freed_one_is_not_called_freed) {
 
 /* Unified memory is the CUDA driver's: the emulated device refuses the protocols at adsm_init,
  * naming the setting, rather than running something else under their name. */
-ParameterizedTestParameters(um, refused_on_the_emulated_device) {
-    static adsm_protocol_kind kinds[] = {ADSM_PROTOCOL_UM, ADSM_PROTOCOL_UM_PREFETCH, ADSM_PROTOCOL_HMM};
-    return cr_make_param_array(adsm_protocol_kind, kinds, sizeof kinds / sizeof kinds[0]);
-}
+ParameterizedTestParameters(um, refused_on_the_emulated_device) { return all_three(); }
 
 ParameterizedTest(adsm_protocol_kind *protocol, um, refused_on_the_emulated_device) {
     clear_adsm_env();
