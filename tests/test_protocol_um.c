@@ -375,7 +375,7 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, touch_after_free_says_why_be
  * (white-box: hmm's munmap and mmap of one size give the same range back, so the new object lies
  * where the old one was; a fault there must not be called a use after adsm_free). */
 Test(um, a_new_object_over_a_freed_one_is_not_called_freed) {
-    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_HMM, 2 * MIB, 0);
+    if (!um_init(ADSM_PROTOCOL_HMM)) return; /* a GPU without pageable memory access refused it */
     int32_t *x = alloc(S);
     uintptr_t old = (uintptr_t)x;
     cr_assert_eq(adsm_free(x), ADSM_OK);
