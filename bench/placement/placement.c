@@ -7,8 +7,9 @@
  * explicit copies' rate.
  *
  * The program is vecadd's timed part (bench/vecadd): allocate three vectors of --elements floats,
- * the CPU writes two, one kernel adds them, the CPU reads the result (each element checked). Phases, each timed: alloc, init
- * (the CPU's writes), call, sync (explicit: the copy back too), read, free. Variants, every one in
+ * the CPU writes two, one kernel adds them, the CPU reads the result (each element checked).
+ * Phases, each timed: alloc, init (the CPU's writes), call, sync (explicit: the copy back too),
+ * read, free. Variants, every one in
  * one process, run after run in turn (so drift hits all alike), median of --runs per phase:
  *   explicit     adsm_host_alloc + adsm_dev_alloc, copies by hand (the care adsm takes)
  *   batch        adsm_alloc objects under batch, in the backend's default placement
