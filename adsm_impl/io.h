@@ -23,7 +23,6 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -142,6 +141,13 @@ ADSM__PRIVATE int adsm__keeps_message_boundaries(int fd) {
                   (type == SOCK_SEQPACKET || type == SOCK_DGRAM || type == SOCK_RDM);
     errno = saved;
     return message;
+}
+
+/* Bytes waiting to be read on a pipe or socket (FIONREAD), or -1 where the descriptor cannot say
+ * (a device like /dev/zero, whose reads never wait). */
+ADSM__PRIVATE int adsm__bytes_waiting(int fd) {
+    int waiting = 0;
+    return ioctl(fd, FIONREAD, &waiting) != 0 ? -1 : waiting;
 }
 
 /* One transfer in pieces through a bounce buffer. `syscall_piece` moves up to `want` bytes
@@ -293,9 +299,9 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         unsigned char *bounce = b.base + (buf + done) % rt->page; /* the program's alignment */
         size_t want = ADSM__MIN(n - done, piece);
         if (x->reading && done > 0 && x->stream_like) {
-            int waiting = 0;
-            if (ioctl(x->fd, FIONREAD, &waiting) != 0) x->stream_like = 0; /* a device like /dev/zero */
-            else if (waiting <= 0) break;
+            int waiting = adsm__bytes_waiting(x->fd);
+            if (waiting < 0) x->stream_like = 0;
+            else if (waiting == 0) break;
             else want = ADSM__MIN(want, (size_t)waiting);
         }
         if (!x->whole) want = adsm__align_piece(rt, buf + done, want, n - done);
@@ -468,32 +474,26 @@ ADSM__PRIVATE ssize_t adsm__pwrite_unguarded(int fd, const void *buf, size_t cou
  * may land between two buffers. */
 #define ADSM__IOV_MAX 1024 /* Linux's UIO_MAXIOV: more buffers are EINVAL */
 
+/* Whether a valid count of buffers holds a shared one (a count the kernel refuses goes to libc,
+ * which says so). */
 ADSM__PRIVATE int adsm__iov_touches_shared(const struct iovec *iov, int n) {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; n <= ADSM__IOV_MAX && i < n; i++)
         if (iov[i].iov_len > 0 && adsm__touches_shared(iov[i].iov_base, iov[i].iov_len)) return 1;
     return 0;
 }
 
-ADSM__PRIVATE int adsm__data_waiting(int fd) {
-    struct pollfd p = {fd, POLLIN, 0};
-    int saved = errno, ready = poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
-    errno = saved;
-    return ready;
-}
-
 ADSM__PRIVATE ssize_t adsm__vector_transfer(int fd, const struct iovec *iov, int n, int reading) {
     size_t total = 0, sum = 0;
-    int invalid = n < 0 || n > ADSM__IOV_MAX;
-    for (int i = 0; !invalid && i < n; i++) invalid = __builtin_add_overflow(sum, iov[i].iov_len, &sum) || sum > (size_t)SSIZE_MAX;
-    if (invalid) { /* the kernel's own refusals */
-        errno = EINVAL;
-        return -1;
-    }
+    for (int i = 0; i < n; i++)
+        if (__builtin_add_overflow(sum, iov[i].iov_len, &sum) || sum > (size_t)SSIZE_MAX) {
+            errno = EINVAL; /* as the kernel refuses it */
+            return -1;
+        }
     int stream = reading && adsm__is_stream_like(fd);
     for (int i = 0; i < n; i++) {
         size_t len = iov[i].iov_len;
         if (len == 0) continue;
-        if (total > 0 && stream && !adsm__data_waiting(fd)) break;
+        if (total > 0 && stream && adsm__bytes_waiting(fd) == 0) break;
         ssize_t got = reading ? adsm__read_unguarded(fd, iov[i].iov_base, len)
                               : adsm__write_unguarded(fd, iov[i].iov_base, len);
         if (got < 0) return total > 0 ? (ssize_t)total : -1;
@@ -504,12 +504,12 @@ ADSM__PRIVATE ssize_t adsm__vector_transfer(int fd, const struct iovec *iov, int
 }
 
 ADSM__PRIVATE ssize_t adsm__readv_unguarded(int fd, const struct iovec *iov, int n) {
-    if (n < 0 || n > ADSM__IOV_MAX || !adsm__iov_touches_shared(iov, n)) return adsm__real_readv()(fd, iov, n);
+    if (!adsm__iov_touches_shared(iov, n)) return adsm__real_readv()(fd, iov, n);
     return adsm__vector_transfer(fd, iov, n, 1);
 }
 
 ADSM__PRIVATE ssize_t adsm__writev_unguarded(int fd, const struct iovec *iov, int n) {
-    if (n < 0 || n > ADSM__IOV_MAX || !adsm__iov_touches_shared(iov, n)) return adsm__real_writev()(fd, iov, n);
+    if (!adsm__iov_touches_shared(iov, n)) return adsm__real_writev()(fd, iov, n);
     return adsm__vector_transfer(fd, iov, n, 0);
 }
 
