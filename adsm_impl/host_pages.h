@@ -163,7 +163,7 @@ ADSM__PRIVATE void adsm__host_pages_first_use(adsm__runtime *rt, adsm__object *o
 /* A preparer: one request at a time, an object to make ready, or NULL to end. */
 ADSM__PRIVATE void *adsm__preparer_main(void *arg) {
     adsm__preparer *p = (adsm__preparer *)arg;
-    adsm__trace_on(&p->rt->trace, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "host-page preparer", 0);
+    adsm__trace_name_track(&p->rt->trace, "host-page preparer");
     for (int done = 0;;) {
         int asked = ADSM__LOAD(&p->asked);
         if (asked == done) {

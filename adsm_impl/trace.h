@@ -7,8 +7,9 @@
  * threads, the copy engines, the host-page preparers) and one per device and kernel stream, so
  * that the spans on a track nest, as Perfetto requires. Recording runs in any context, the
  * SIGSEGV handler included: one atomic add claims a slot in a buffer mapped at initialisation,
- * nothing allocates or locks; when the buffer is full, events are dropped and counted. The file is written at adsm_shutdown, or at exit for a
- * program that ends without it (lifecycle.h), in normal context. */
+ * nothing allocates or locks; when the buffer is full, events are dropped and counted. The file
+ * is written at adsm_shutdown, or at exit for a program that ends without it (lifecycle.h), in
+ * normal context. */
 #ifndef ADSM__TRACE_INCLUDED
 #define ADSM__TRACE_INCLUDED
 
@@ -107,6 +108,11 @@ ADSM__PRIVATE void adsm__trace_on(adsm__tracer *t, int32_t tid, unsigned kind, u
     e->kind = kind;
 }
 
+/* Names the calling thread's track (name: a string literal). Signal-safe. */
+ADSM__PRIVATE void adsm__trace_name_track(adsm__tracer *t, const char *name) {
+    adsm__trace_on(t, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t)name, 0);
+}
+
 ADSM__PRIVATE void adsm__trace(adsm__tracer *t, unsigned kind, uint64_t t0, uintptr_t addr, uint64_t bytes) {
     if (t->events) adsm__trace_on(t, 0, kind, t0, adsm__now_ns(), addr, bytes);
 }
@@ -122,7 +128,7 @@ ADSM__PRIVATE int adsm__trace_open(adsm__tracer *t, const char *path) {
     memcpy(t->path, path, strlen(path) + 1);
     t->events = (adsm__trace_event *)p;
     t->pid = getpid();
-    adsm__trace_on(t, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "program (first adsm call)", 0);
+    adsm__trace_name_track(t, "program (first adsm call)");
     return 0;
 }
 

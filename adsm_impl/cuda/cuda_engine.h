@@ -404,7 +404,7 @@ ADSM__PRIVATE int adsm__cuda_engine_step(void *ctx, void *slot) {
 
 ADSM__PRIVATE void adsm__cuda_engine_begin(void *ctx) {
     adsm__cuda *c = (adsm__cuda *)ctx;
-    adsm__trace_on(&c->rt->trace, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "cuda engine", 0);
+    adsm__trace_name_track(&c->rt->trace, "cuda engine");
     c->cu.cuCtxSetCurrent(c->ctx);
 }
 

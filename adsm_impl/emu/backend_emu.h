@@ -110,7 +110,7 @@ ADSM__PRIVATE int adsm__emu_dma_job_run(void *ctx, void *slot) {
 
 ADSM__PRIVATE void adsm__emu_dma_begin(void *ctx) {
     adsm__emu *e = (adsm__emu *)ctx;
-    adsm__trace_on(&e->rt->trace, 0, ADSM__TR_NAME, adsm__now_ns(), 0, (uintptr_t) "emu copy engine", 0);
+    adsm__trace_name_track(&e->rt->trace, "emu copy engine");
 }
 
 /* Signal-safe: every queued job ran (copies landed, launches sent). */
