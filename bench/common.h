@@ -1,6 +1,7 @@
 /* bench/common.h -- what the benchmarks share: a monotonic clock, the median each table reports
  * (ratios of medians of variants measured in one run), and a fixed-seed random order of distinct
- * indices for the fault benchmarks, and a strict reading of numeric options. Header-only, main thread; include as "bench/common.h" (build with -I.). */
+ * indices for the fault benchmarks, and a strict reading of numeric options. Header-only, main
+ * thread; include as "bench/common.h" (build with -I.). */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
