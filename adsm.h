@@ -854,6 +854,20 @@ ADSM_API const char *adsm_fault_engine_name(void);
 ADSM_API size_t adsm_block_size(void);
 ADSM_API char adsm_block_state(const void *ptr);
 
+/* The casts of the macros and inline functions below, which C++ programs compile too: named casts
+   there, so that -Wold-style-cast (C++ code bases that forbid C casts) stays quiet. */
+#ifdef __cplusplus
+#define ADSM__CAST(T, e) static_cast<T>(e)
+#define ADSM__PUN(T, e) reinterpret_cast<T>(e) /* a pointer (to object or function) as another */
+#define ADSM__FIELD_SIZE(S, f) sizeof(static_cast<S *>(nullptr)->f)
+#define ADSM__NULL nullptr
+#else
+#define ADSM__CAST(T, e) ((T)(e))
+#define ADSM__PUN(T, e) ((T)(e))
+#define ADSM__FIELD_SIZE(S, f) sizeof(((S *)0)->f)
+#define ADSM__NULL 0
+#endif
+
 static inline adsm_dim3 adsm_dim3_make(uint32_t x, uint32_t y, uint32_t z) {
     adsm_dim3 d;
     d.x = x; d.y = y; d.z = z;
@@ -861,7 +875,7 @@ static inline adsm_dim3 adsm_dim3_make(uint32_t x, uint32_t y, uint32_t z) {
 }
 
 static inline size_t adsm_grid_threads(adsm_grid g) {
-    return (size_t)g.grid.x * g.block.x * g.grid.y * g.block.y * g.grid.z * g.block.z;
+    return ADSM__CAST(size_t, g.grid.x) * g.block.x * g.grid.y * g.block.y * g.grid.z * g.block.z;
 }
 
 static inline adsm_grid adsm_grid_3d(adsm_dim3 grid, adsm_dim3 block) {
@@ -930,7 +944,7 @@ static inline adsm_grid adsm_grid_1d(uint32_t blocks, uint32_t threads_per_block
 #define ADSM__PDESC(p) ADSM__PDESC_ p
 #define ADSM__PDESC_(acc, T, name) ADSM__PDESC__(acc, name)
 #define ADSM__PDESC__(acc, name) \
-    {#name, ADSM_ACCESS_##acc, offsetof(struct adsm__args_t, name), sizeof(((struct adsm__args_t *)0)->name)}
+    {#name, ADSM_ACCESS_##acc, offsetof(struct adsm__args_t, name), ADSM__FIELD_SIZE(struct adsm__args_t, name)}
 
 #if defined(__GNUC__) || defined(__clang__)
 #define ADSM__WEAK __attribute__((weak))
@@ -986,7 +1000,7 @@ ADSM_API void adsm__kernel_threw(void);
     } adsm__args_##kname;                                                                          \
     ADSM__VALUE_TYPES_CHECK(adsm__args_##kname);                                                   \
     static inline void adsm__entry_##kname(adsm_grid adsm__g, const void *adsm__p) {              \
-        const adsm__args_##kname *adsm__a = (const adsm__args_##kname *)adsm__p;                  \
+        const adsm__args_##kname *adsm__a = ADSM__CAST(const adsm__args_##kname *, adsm__p);    \
         ADSM__GUARD_BODY(body(adsm__g, ADSM__FE(ADSM__UNPACK, ADSM__SEP_COMMA, __VA_ARGS__)));    \
     }                                                                                              \
     static inline const adsm_kernel_desc *adsm__kernel_##kname(void) {                            \
@@ -998,13 +1012,13 @@ ADSM_API void adsm__kernel_threw(void);
             ADSM__FE(ADSM__PDESC, ADSM__SEP_COMMA, __VA_ARGS__)};                                  \
         static const adsm_kernel_desc adsm__desc = {                                               \
             #kname, ADSM__NARGS(__VA_ARGS__), sizeof(adsm__args_alias), adsm__params,              \
-            adsm__entry_##kname, (void (*)(void))body, source, shared_head};                       \
+            adsm__entry_##kname, ADSM__PUN(void (*)(void), body), source, shared_head};                       \
         return &adsm__desc;                                                                        \
     }                                                                                              \
     static inline adsm_result adsm__launch_##kname(                                                \
         int adsm__dev, adsm_grid adsm__g, ADSM__FE(ADSM__PDECL, ADSM__SEP_COMMA, __VA_ARGS__)) {   \
         adsm__args_##kname adsm__a;                                                                \
-        memset((void *)&adsm__a, 0, sizeof adsm__a);                                               \
+        memset(ADSM__CAST(void *, &adsm__a), 0, sizeof adsm__a);                                     \
         ADSM__FE(ADSM__PACK, ADSM__SEP_NONE, __VA_ARGS__)                                          \
         return adsm_launch_on(adsm__dev, adsm__kernel_##kname(), adsm__g, &adsm__a);               \
     }                                                                                              \
@@ -1040,7 +1054,7 @@ static inline unsigned long long adsm_atomic_add_ull(unsigned long long *p, unsi
 }
 static inline int32_t adsm_atomic_add_i32(int32_t *p, int32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline float adsm_atomic_add_f32(float *p, float v) {
-    uint32_t *bits = (uint32_t *)(void *)p, seen = __atomic_load_n(bits, __ATOMIC_RELAXED), next;
+    uint32_t *bits = ADSM__PUN(uint32_t *, p), seen = __atomic_load_n(bits, __ATOMIC_RELAXED), next;
     float old;
     do {
         memcpy(&old, &seen, sizeof old);
@@ -1125,11 +1139,11 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
     ADSM_DECLARE_TYPE(T);                                                                          \
     static const adsm_field_desc adsm__fields_##T[] = {ADSM__FEA(ADSM__TYPE_FIELD, T, __VA_ARGS__)};    \
     const adsm_type_desc adsm_type_##T = { /* external: declared so just above */                  \
-        #T, sizeof(T), (unsigned)(sizeof adsm__fields_##T / sizeof adsm__fields_##T[0]), adsm__fields_##T}
+        #T, sizeof(T), ADSM__CAST(unsigned, sizeof adsm__fields_##T / sizeof adsm__fields_##T[0]), adsm__fields_##T}
 #define ADSM_PTR(field, U) (field, &adsm_type_##U, 1)
 #define ADSM_PTR_NONNULL(field, U) (field, &adsm_type_##U, 0)
-#define ADSM_PTR_DATA(field) (field, (const adsm_type_desc *)0, 1)
-#define ADSM_ALLOC(T, count) ((T *)adsm_alloc_typed(ADSM_TYPE_OF(T), (count)))
+#define ADSM_PTR_DATA(field) (field, ADSM__CAST(const adsm_type_desc *, ADSM__NULL), 1)
+#define ADSM_ALLOC(T, count) ADSM__CAST(T *, adsm_alloc_typed(ADSM_TYPE_OF(T), (count)))
 
 #ifdef __cplusplus
 #define ADSM__TYPE_LINKAGE extern "C"
@@ -1139,7 +1153,7 @@ static inline void adsm__shared_link(adsm__shared **head, adsm__shared *s) {
 #define ADSM__TYPE_FIELD(T, x) ADSM__TYPE_FIELD_(T, ADSM__UNPAREN x)
 #define ADSM__TYPE_FIELD_(T, ...) ADSM__TYPE_FIELD__(T, __VA_ARGS__)
 #define ADSM__TYPE_FIELD__(T, f, target, nullable) \
-    {#f, offsetof(T, f), sizeof(((T *)0)->f) / sizeof(void *), target, nullable}
+    {#f, offsetof(T, f), ADSM__FIELD_SIZE(T, f) / sizeof(void *), target, nullable}
 /* ADSM__FE with one more argument, passed to m before each element */
 #define ADSM__FEA(m, a, ...) ADSM__CAT(ADSM__FEA_, ADSM__NARGS(__VA_ARGS__))(m, a, __VA_ARGS__)
 #define ADSM__FEA_1(m, a, x) m(a, x)

@@ -8,7 +8,9 @@
 #       default member initialisers, an ADSM_KERNEL_DEF body that ignores its grid, a CPU body
 #       that throws), built with -pedantic -Wall -Wextra -Werror by g++ (C++11 compiled, C++17
 #       and C++20 run) and clang++ (C++17), runs on emu and host; and adsm.h included inside
-#       extern "C" { } compiles (tests/cplusplus/extern_c.cpp);
+#       extern "C" { } compiles (tests/cplusplus/extern_c.cpp); every public macro compiles with
+#       no warning under -Wold-style-cast -Wzero-as-null-pointer-constant -Wcast-qual
+#       (tests/cplusplus/strict_user.cpp, g++ C++11 and clang++ C++20);
 #   (d) with nvcc installed ($CUDA_HOME/bin/nvcc, default /usr/local/cuda): a .cu file with the
 #       implementation and ADSM_CALL compiles and links with nvcc -std=c++17 and runs on emu.
 # Runs under `bazel test` (sources from the runfiles tree) or by hand from the repository root.
@@ -75,6 +77,14 @@ for cxx in /usr/bin/g++ /usr/bin/clang++; do
     step "$(basename "$cxx") adsm.h inside extern \"C\" (compiles)" \
         "$cxx" -std=c++17 -pedantic -Wall -Wextra -Werror -I. -fsyntax-only tests/cplusplus/extern_c.cpp
 done
+# every public macro under the warnings strict C++ code bases turn on (C casts, 0 as NULL)
+strict=(-pedantic -Wall -Wextra -Werror -Wold-style-cast -Wzero-as-null-pointer-constant -Wcast-qual)
+step "g++ -std=c++11 strict warnings: tests/cplusplus/strict_user.cpp (compiles)" \
+    /usr/bin/g++ -std=c++11 "${strict[@]}" -Wuseless-cast -I. -fsyntax-only tests/cplusplus/strict_user.cpp
+if [[ -x /usr/bin/clang++ ]]; then
+    step "clang++ -std=c++20 strict warnings: tests/cplusplus/strict_user.cpp (compiles)" \
+        /usr/bin/clang++ -std=c++20 "${strict[@]}" -I. -fsyntax-only tests/cplusplus/strict_user.cpp
+fi
 step "g++ -std=c++11 -pedantic tests/cplusplus/cxx_users.cpp (compiles)" \
     /usr/bin/g++ -std=c++11 -pedantic -Wall -Wextra -Werror -I. -fsyntax-only tests/cplusplus/cxx_users.cpp
 users=("/usr/bin/g++ -std=c++17" "/usr/bin/g++ -std=c++20")
