@@ -107,8 +107,10 @@
    the MPI call and adsm's reason goes to stderr and to adsm_mpi_last_error(), and the error class
    (MPI_ERR_OTHER, MPI_ERR_NO_MEM, or the refusals' classes above) is raised on the call's
    communicator (completion calls: MPI_COMM_WORLD) as MPI does: MPI_ERRORS_ARE_FATAL ends the job
-   with MPI's own report, MPI_ERRORS_RETURN returns the code. A receive into shared memory that
-   fails with MPI_ERR_TRUNCATE leaves what fit, as in plain memory.
+   with MPI's own report, MPI_ERRORS_RETURN returns the code. A point-to-point receive into shared
+   memory that fails with MPI_ERR_TRUNCATE leaves what fit, as in plain memory. A collective that
+   fails so leaves the object as it was: it reports no count, and MPI may have left parts of the
+   buffer unwritten (MPI calls it undefined after an error), so adsm_mpi delivers nothing.
 */
 #ifndef ADSM_MPI_H_INCLUDED
 #define ADSM_MPI_H_INCLUDED

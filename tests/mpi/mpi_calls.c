@@ -1081,6 +1081,70 @@ static void check_truncation(void) {
     MPI_Comm_free(&c);
 }
 
+/* Collectives whose receive is too short (root sends 8 ints where the other takes 4; a Gather's
+ * root takes 2 of the 8 its partner sends), in the pair of this rank: an error as in plain memory
+ * (the same class), and the object keeps the bytes it held before. A collective reports no count,
+ * so adsm_mpi cannot tell what fit and delivers nothing (MPI calls the buffer undefined after an
+ * error; garbage from a mirror never filled would be worse). Nothing is left pending, and the
+ * next collective into the object delivers. */
+static void check_truncated_collectives(void) {
+    MPI_Comm pair;
+    mpi_ok(MPI_Comm_split(MPI_COMM_WORLD, rank / 2, rank, &pair), "MPI_Comm_split");
+    MPI_Comm_set_errhandler(pair, MPI_ERRORS_RETURN);
+    int me = rank % 2, *x = (int *)(obj + REGION_OFF), sent[8], plain[16];
+    for (int i = 0; i < 8; i++) sent[i] = 300 + i;
+    for (int how = 0; how < 3; how++) {
+        static const char *const names[] = {"MPI_Bcast", "MPI_Gather", "MPI_Ibcast + MPI_Wait"};
+        CONTEXT("a truncated %s", names[how]);
+        adsm_mpi_stats before, after;
+        adsm_mpi_get_stats(&before);
+        int rc[2], cls[2], truncated_side = how == 1 ? 0 : 1; /* the rank whose receive is short */
+        for (int pass = 0; pass < 2; pass++) {
+            int *buf = pass ? x : plain;
+            for (int i = 0; i < 16; i++) buf[i] = -1 - i;
+            if (how == 1) {
+                rc[pass] = MPI_Gather(sent, me ? 8 : 2, MPI_INT, buf, 2, MPI_INT, 0, pair);
+            } else {
+                int *b = me == 0 ? sent : buf, count = me == 0 ? 8 : 4;
+                if (how == 0) {
+                    rc[pass] = MPI_Bcast(b, count, MPI_INT, 0, pair);
+                } else {
+                    MPI_Request r;
+                    MPI_Errhandler world; /* Open MPI reports a collective request's error there */
+                    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
+                    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+                    rc[pass] = MPI_Ibcast(b, count, MPI_INT, 0, pair, &r);
+                    if (rc[pass] == MPI_SUCCESS) rc[pass] = MPI_Wait(&r, MPI_STATUS_IGNORE);
+                    MPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
+                    MPI_Errhandler_free(&world);
+                }
+            }
+            cls[pass] = MPI_SUCCESS;
+            if (rc[pass] != MPI_SUCCESS) MPI_Error_class(rc[pass], &cls[pass]);
+            mpi_ok(MPI_Barrier(pair), "MPI_Barrier");
+        }
+        checks++;
+        if (cls[1] != cls[0]) FAIL("error class %d, in plain memory %d", cls[1], cls[0]);
+        if (me == truncated_side) {
+            checks++;
+            if (cls[0] != MPI_ERR_TRUNCATE) FAIL("plain memory: class %d, not a truncation", cls[0]);
+            int changed = 0;
+            for (int i = 0; i < 16; i++) changed += x[i] != -1 - i;
+            checks++;
+            if (changed) FAIL("%d of the object's ints changed (first: %d)", changed, x[0]);
+        }
+        adsm_mpi_get_stats(&after);
+        checks++;
+        if (after.pending != before.pending) FAIL("%llu requests left pending", (unsigned long long)(after.pending - before.pending));
+        mpi_ok(MPI_Bcast(me == 0 ? sent : x, 8, MPI_INT, 0, pair), "MPI_Bcast (fitting)");
+        int wrong = 0;
+        for (int i = 0; me == 1 && i < 8; i++) wrong += x[i] != 300 + i;
+        checks++;
+        if (wrong) FAIL("the next MPI_Bcast into the object: %d ints wrong", wrong);
+    }
+    MPI_Comm_free(&pair);
+}
+
 /* Receives freed while active whose messages are too long (an Irecv, a started Recv_init): as
  * with plain memory, their error reaches no error handler (adsm_mpi once tested them with
  * MPI_Test, which called the handler, and freed a persistent one MPI had freed already: the job
@@ -1221,6 +1285,7 @@ int main(int argc, char **argv) {
     check_downward_and_large();
     check_odd_types();
     check_truncation();
+    check_truncated_collectives();
     check_freed_truncation();
     check_failed_start();
     check_matched();
