@@ -196,7 +196,8 @@
                           first made there covering half of it); 0: 4 KiB pages there   (1)
        ADSM_CUDA_MAP_AHEAD bytes of device memory mapped at adsm_init for the first objects and
                           adsm_dev_alloc buffers (one GPU): they map nothing at allocation;
-                          0: each maps its own    (256M, at most 1/64 of the GPU's memory)
+                          0: each maps its own    (256M, at most 1/64 of the GPU's memory;
+                          0 under um, um-prefetch and hmm, whose objects need none)
        ADSM_PREPARE_THREADS cuda: threads, the caller's included, that allocate and zero a large
                           new object's host pages (and an adsm_host_alloc buffer's) before the
                           driver page-locks them, in runs of 2 MiB pages, 1..16; 0: half the

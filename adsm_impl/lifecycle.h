@@ -242,6 +242,10 @@ ADSM__PRIVATE adsm_result adsm__start(const adsm_config *cfg) {
     rt->dev_delta = 0; /* a backend whose device addresses differ sets it */
     rt->ndev = 0;      /* the index of the device whose context starts next (cuda reads it) */
     rt->dev_granule = 0;
+    /* under um and hmm objects live in managed or host memory: device memory mapped ahead for
+     * them would sit unused (adsm_dev_alloc buffers map their own); asked for, it is still mapped */
+    if (adsm__protocol_for(rt->cfg.protocol)->managed && rt->cfg.cuda_map_ahead == ADSM__CUDA_MAP_AHEAD_AUTO)
+        rt->cfg.cuda_map_ahead = 0;
     if ((r = adsm__backend_start(rt)) != ADSM_OK) {
         adsm__release_memory(rt);
         return r;

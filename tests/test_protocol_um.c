@@ -142,6 +142,28 @@ ParameterizedTest(adsm_protocol_kind *protocol, um, prefetches_follow_the_annota
     adsm_shutdown();
 }
 
+/* Objects live in managed (or host) memory here, so adsm_init maps no device memory ahead for
+ * them (cuda_memory.h), unless the program asks for it (ADSM_CUDA_MAP_AHEAD). */
+ParameterizedTestParameters(um, no_device_memory_is_mapped_ahead) { return all_three(); }
+
+ParameterizedTest(adsm_protocol_kind *protocol, um, no_device_memory_is_mapped_ahead) {
+    for (int asked = 0; asked < 2; asked++) { /* the counter: device memory mapped now */
+        if (asked) setenv("ADSM_CUDA_MAP_AHEAD", "4M", 1);
+        init(TEST_DEVICE_BACKEND, *protocol, 2 * MIB, 0);
+        unsetenv("ADSM_CUDA_MAP_AHEAD");
+        cr_assert_eq(cuda_double_open(), 0);
+        unsigned long long mapped = counters().device_bytes_mapped;
+        cr_assert_eq(mapped, asked ? 4 * MIB : 0, "%s: %llu bytes mapped at start", asked ? "asked for 4 MiB" : "by default",
+                     mapped);
+        int32_t *a = alloc(S);
+        for (size_t i = 0; i < N; i++) a[i] = (int32_t)i;
+        CALL_OK(k_incr, grid_for(N), a, N);
+        sync_ok();
+        for (size_t i = 0; i < N; i += 997) cr_assert_eq(a[i], (int32_t)i + 1, "a[%zu]", i);
+        adsm_shutdown();
+    }
+}
+
 /* hmm's objects are plain host memory: the driver makes no managed allocation, adsm moves and
  * prefetches nothing, and what the CPU writes in place is what the kernel reads (the double's GPU
  * reaches the pages themselves, as HMM does). The object is an anonymous private mapping of the

@@ -188,7 +188,8 @@ ADSM__PRIVATE void adsm__cuda_unmap(adsm__cuda *c, uintptr_t dev, size_t n);
  * 0.5-1 ms of the short applications' 3-12 ms), which CUDA's managed memory does not pay at
  * allocation. An object there only has its bytes zeroed (as every new object has). Default:
  * 256 MiB, at most 1/64 of the device's free memory; ADSM_CUDA_MAP_AHEAD=0 maps every object's
- * granules at its allocation, as before. One device only: with several, an object's memory is
+ * granules at its allocation, as before; unset, 0 under um/um-prefetch/hmm (lifecycle.h: their
+ * objects are managed or host memory). One device only: with several, an object's memory is
  * mapped on the devices that hold it (directory.h). The memory is taken off the capacity adsm
  * fills with objects (capacity.h), which then counts objects there twice: a margin of at most the
  * run. */
