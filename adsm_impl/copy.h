@@ -44,6 +44,8 @@
 typedef struct adsm__fill_pair {
     adsm__lock_t lock;
     unsigned char *slot[2];
+    int stage_protected; /* slot[0] kept a moved block's protection (the kernel refused to make it
+                            writable again, at vm.max_map_count): retried before the next fetch */
 } adsm__fill_pair;
 
 typedef struct adsm__filler {
@@ -163,10 +165,20 @@ ADSM__PRIVATE int adsm__filler_move(adsm__filler *f, adsm__fill_pair *p, uintptr
         mprotect(stage, n, PROT_READ | PROT_WRITE);
         return -1;
     }
-    mprotect(spare, ADSM__FILL_SLOT, PROT_READ | PROT_WRITE);
     p->slot[0] = spare;
     p->slot[1] = stage;
+    /* the block's old pages came with their protection: writable again before the next fetch
+     * lands there (adsm__filler_stage_ready), or a copy into it would fault inside adsm */
+    p->stage_protected = mprotect(spare, ADSM__FILL_SLOT, PROT_READ | PROT_WRITE) != 0;
     return 0;
+}
+
+/* Whether the staging slot can take a fetch: mapped, and writable (a refused mprotect after the
+ * last move is tried again). */
+ADSM__PRIVATE int adsm__filler_stage_ready(adsm__fill_pair *p) {
+    if (!p->slot[0]) return 0; /* it could not be mapped again (adsm__slot_refill) */
+    if (p->stage_protected) p->stage_protected = mprotect(p->slot[0], ADSM__FILL_SLOT, PROT_READ | PROT_WRITE) != 0;
+    return !p->stage_protected;
 }
 
 /* Fills a protected piece through /proc/self/mem from plain memory. 0 or -1. */
@@ -191,8 +203,7 @@ ADSM__PRIVATE int adsm__filler_piece(adsm__filler *f, adsm__fill_pair *p, const 
         count->forced += n;
         return 0;
     }
-    if (ops->fetch(ops->ctx, (uintptr_t)p->slot[0], dev, n) != 0) return -1;
-    if (!p->slot[0]) return -1; /* its slot could not be mapped again (adsm__slot_refill) */
+    if (!adsm__filler_stage_ready(p) || ops->fetch(ops->ctx, (uintptr_t)p->slot[0], dev, n) != 0) return -1;
     if (huge && adsm__filler_move(f, p, dst, n, prot) == 0) {
         count->moved += n;
         return 0;

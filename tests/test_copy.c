@@ -21,10 +21,13 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <time.h>
 
 #include "tests/protocol_common.h"
+#include "tests/death.h"
+#include "tests/seccomp.h"
 
 TestSuite(copy, .timeout = 60);
 
@@ -167,6 +170,65 @@ ParameterizedTest(path_case *pc, copy, huge_pages_are_moved_and_the_rest_forced)
                  (unsigned long long)s.d2h_forced_bytes, pc->forced);
     cr_assert_eq(adsm_free(c), ADSM_OK);
     adsm_shutdown();
+}
+
+/* After a move the staging slot holds the moved block's old pages, with their protection, until
+ * it is made writable again; at vm.max_map_count the kernel may refuse that. The next fetch
+ * through the slot then fails, and the fault says why (the mapping limit) before the process
+ * dies. It used to copy into the protected slot: a fault inside adsm, and the process died
+ * without a word. Here seccomp refuses mprotect to read-write on the slots only; lazy fetches
+ * the 8 MiB object in four moves. Where fetches land in place (page-locked objects, the host
+ * alias) no slot is used: the reads simply work. */
+#define STAGE_SIZE (8 * MIB)
+
+static int32_t *filled_object(void) {
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_LAZY, 2 * MIB, 0);
+    int32_t *c = (int32_t *)alloc(STAGE_SIZE);
+    CALL_OK(k_fill, grid_for(STAGE_SIZE / 4), c, STAGE_SIZE / 4, 5);
+    sync_ok();
+    return c;
+}
+
+static void read_through_protected_slots(void) {
+    int32_t *c = filled_object();
+    uintptr_t slots[2 * ADSM__FILL_PAIRS];
+    for (unsigned i = 0; i < 2 * ADSM__FILL_PAIRS; i++) slots[i] = (uintptr_t)adsm__rt.fill.pair[i / 2].slot[i % 2];
+    refuse_system_call_at(SYS_mprotect, 2, PROT_READ | PROT_WRITE, slots, 2 * ADSM__FILL_PAIRS, ENOMEM);
+    for (size_t i = 0; i < STAGE_SIZE / 4; i += 4096)
+        if (rd(&c[i]) != 5 + (int32_t)i) _exit(3); /* wrong bytes: not the death expected */
+}
+
+/* Whether this variant fetches the object in place, asked in a child: this process must not
+ * start the driver double before expect_death_message forks (the child would find it started
+ * and without its stream threads). */
+static int fetches_in_place(void) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int32_t *c = filled_object();
+        char answer = fetched_in_place(c, STAGE_SIZE) ? 'y' : 'n';
+        _exit(write(fds[1], &answer, 1) == 1 ? 0 : 1);
+    }
+    close(fds[1]);
+    char answer = 0;
+    ssize_t got = read(fds[0], &answer, 1);
+    close(fds[0]);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(got == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "the probe failed (status %d)", status);
+    return answer == 'y';
+}
+
+Test(copy, a_staging_slot_left_protected_fails_the_next_fetch_with_a_reason) {
+    if (fetches_in_place()) {
+        read_through_protected_slots();
+        cr_assert_eq(stats().d2h_moved_bytes, 0, "fetched in place, yet moved through a slot");
+        adsm_shutdown();
+        return;
+    }
+    expect_death_message(read_through_protected_slots, "could not change the page protection (ENOMEM)");
 }
 
 /* An object that starts inside a huge page (64 KiB blocks): the head up to the first huge-page
