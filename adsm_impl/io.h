@@ -162,8 +162,8 @@ typedef struct adsm__xfer {
     int whole;       /* one system call for the whole count (message sockets) */
     int regular;     /* a regular file (or block device): its calls never wait on another party */
     int positioned;  /* pread, pwrite: at offset, the file position untouched */
+    FILE *stream;    /* fread, fwrite: the stream (its position is the one to move back) */
     ssize_t (*syscall_piece)(struct adsm__xfer *x, void *bounce, size_t want, size_t done);
-    void *ctx;
     off_t offset;
 } adsm__xfer;
 
@@ -208,7 +208,7 @@ ADSM__PRIVATE ssize_t adsm__blocking_piece(adsm__xfer *x, void *bounce, size_t w
  * unit before its bytes come, and a read past the end must leave the blocks it did not fill as
  * they were, as the bounce buffer's copy after the call does. */
 ADSM__PRIVATE size_t adsm__file_remaining(const adsm__xfer *x) {
-    FILE *stream = (FILE *)x->ctx;
+    FILE *stream = x->stream;
     int fd = stream ? fileno(stream) : x->fd, saved = errno;
     struct stat st;
     off_t at = -1;
@@ -278,6 +278,18 @@ ADSM__PRIVATE size_t adsm__transfer_direct(adsm__xfer *x, uintptr_t buf, size_t 
     return done;
 }
 
+/* A piece read that the object could not take (adsm__copy_range failed: the kernel refused a
+ * protection change, at vm.max_map_count): a regular file's position goes back over it, so the
+ * next read returns those bytes again. A pipe or socket cannot take bytes back: they are lost, as
+ * bytes read into a buffer that then faults are (misuse.md). */
+ADSM__PRIVATE void adsm__unread(adsm__xfer *x, size_t got) {
+    if (x->positioned || !x->regular) return;
+    int saved = errno;
+    if (x->stream) (void)fseeko(x->stream, -(off_t)got, SEEK_CUR);
+    else (void)lseek(x->fd, -(off_t)got, SEEK_CUR);
+    errno = saved;
+}
+
 ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
     adsm__runtime *rt = &adsm__rt;
     int saved_errno = errno, final_errno = errno;
@@ -330,6 +342,7 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         if (x->reading && got > 0 &&
             adsm__copy_range(rt, buf + done, (uintptr_t)bounce, (size_t)got, buf + n, &unfinished) != ADSM_OK) {
             if (unfinished > buf + done) adsm__repair_tail(rt, buf + done, unfinished);
+            adsm__unread(x, (size_t)got);
             adsm__bounce_give(rt, &b);
             errno = EFAULT;
             return done > 0 ? (ssize_t)done : -1;
@@ -367,11 +380,11 @@ ADSM__PRIVATE ssize_t adsm__piece_pwrite(adsm__xfer *x, void *b, size_t want, si
 }
 ADSM__PRIVATE ssize_t adsm__piece_fread(adsm__xfer *x, void *b, size_t want, size_t done) {
     (void)done;
-    return (ssize_t)adsm__real_fread()(b, 1, want, (FILE *)x->ctx);
+    return (ssize_t)adsm__real_fread()(b, 1, want, x->stream);
 }
 ADSM__PRIVATE ssize_t adsm__piece_fwrite(adsm__xfer *x, void *b, size_t want, size_t done) {
     (void)done;
-    return (ssize_t)adsm__real_fwrite()(b, 1, want, (FILE *)x->ctx);
+    return (ssize_t)adsm__real_fwrite()(b, 1, want, x->stream);
 }
 
 /* Whether the page at `a` can be read, asked of the kernel (no fault): the program may have
@@ -527,7 +540,7 @@ ADSM__PRIVATE size_t adsm__stream_transfer(void *ptr, size_t size, size_t nmemb,
     x.fd = -1;
     x.reading = reading;
     x.syscall_piece = reading ? adsm__piece_fread : adsm__piece_fwrite;
-    x.ctx = stream;
+    x.stream = stream;
     x.regular = fileno(stream) >= 0 && !adsm__is_stream_like(fileno(stream)); /* not fmemopen's */
     flockfile(stream);
     ssize_t done = adsm__transfer(&x, (uintptr_t)ptr, bytes);

@@ -551,6 +551,49 @@ Test(io, a_write_adsm_cannot_serve_fails_with_efault) {
     close(fd);
 }
 
+/* A read whose bytes the object cannot take (the kernel refuses to make a kernel's output
+ * writable, as at vm.max_map_count: here seccomp) fails with EFAULT, and the file's position
+ * (the descriptor's for adsm_read, the stream's for adsm_fread) goes back where it was: the bytes
+ * the call read are read again by the next call, not lost. */
+ParameterizedTestParameters(io, a_read_adsm_cannot_serve_leaves_the_file_position) {
+    static int by_stream[] = {0, 1};
+    return cr_make_param_array(int, by_stream, 2);
+}
+
+ParameterizedTest(int *by_stream, io, a_read_adsm_cannot_serve_leaves_the_file_position) {
+    setenv("ADSM_FAULT_ENGINE", "mprotect", 1);
+    init(TEST_DEVICE_BACKEND, ADSM_PROTOCOL_ROLLING, 4096, 0);
+    const size_t size = 64 * KIB, n = size / sizeof(int32_t);
+    int32_t *c = alloc(size), *want = malloc(size), *again = malloc(size);
+    cr_assert(want && again);
+    for (size_t i = 0; i < n; i++) want[i] = (int32_t)(i * 7 + 1);
+    CALL_OK(k_fill, grid_for(n), c, n, 3);
+    sync_ok();
+    EXPECT_STATE(c, 'I');
+    int fd = temp_file(want, size);
+    FILE *f = *by_stream ? fdopen(fd, "rb") : NULL;
+    cr_assert(!*by_stream || f, "fdopen: %s", strerror(errno));
+    refuse_system_call_with(SYS_mprotect, 2, PROT_READ | PROT_WRITE, ENOMEM);
+    errno = 0;
+    if (*by_stream) {
+        cr_assert_eq(adsm_fread(c, 1, size, f), 0);
+        cr_assert(ferror(f) || errno == EFAULT, "errno %d (%s)", errno, strerror(errno));
+        cr_assert_eq(ftello(f), 0, "the stream's position moved to %lld", (long long)ftello(f));
+        clearerr(f);
+        cr_assert_eq(fread(again, 1, size, f), size, "plain fread after it: %s", strerror(errno));
+        fclose(f);
+    } else {
+        cr_assert_eq(adsm_read(fd, c, size), -1);
+        cr_assert_eq(errno, EFAULT, "errno %d (%s)", errno, strerror(errno));
+        cr_assert_eq(lseek(fd, 0, SEEK_CUR), 0, "the file position moved to %lld", (long long)lseek(fd, 0, SEEK_CUR));
+        cr_assert_eq(read(fd, again, size), (ssize_t)size, "plain read after it: %s", strerror(errno));
+        close(fd);
+    }
+    cr_assert_eq(memcmp(again, want, size), 0, "the next read got other bytes");
+    free(want);
+    free(again);
+}
+
 /* A stream (fopencookie) giving `len` bytes of 0x5a; once it has given a piece's worth, the next
  * time it is asked it first runs a kernel on another object, as another thread could while
  * adsm_fread waits for its next piece. */
