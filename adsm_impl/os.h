@@ -216,7 +216,15 @@ ADSM__PRIVATE void *adsm__map_shared_unlocked(size_t n, int prot, int fd) {
     return MAP_FAILED;
 }
 
+/* A memory file of `size` bytes (sparse), or -1 with errno: EFBIG where the file-size limit
+ * (ulimit -f, RLIMIT_FSIZE) is lower, checked first, since growing a file past it sends SIGXFSZ,
+ * which ends the process without a word. */
 ADSM__PRIVATE int adsm__memfd(const char *name, size_t size) {
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && size > limit.rlim_cur) {
+        errno = EFBIG;
+        return -1;
+    }
     int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC);
     if (fd < 0) return -1;
     if (ftruncate(fd, (off_t)size) != 0) {

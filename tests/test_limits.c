@@ -8,7 +8,8 @@
  * kernels and I/O on descriptors already open; without /proc/self/mem the fetch path falls back
  * to opening the pages; RLIMIT_MEMLOCK 0 changes nothing; a program that locks its future
  * mappings (mlockall) gets no emulated device memory filled, or under a locked-memory limit a
- * clear refusal. Each Test is its own process. */
+ * clear refusal; a file-size limit (ulimit -f) below the emulated device's memory file is named.
+ * Each Test is its own process. */
 #define ADSM_IMPLEMENTATION
 #include "adsm.h"
 
@@ -370,4 +371,22 @@ Test(limits, sized_device_beyond_the_address_limit_says_what_to_lower, .timeout 
     cr_assert_eq(rc, 1, "exit %d", rc);
     cr_assert(strstr(msg, "ulimit -v"), "%s", msg);
     if (!UNDER_ASAN) cr_assert(strstr(msg, "lower ADSM_EMU_MEMORY"), "%s", msg);
+}
+
+/* ---- the file-size limit -------------------------------------------------------------------- */
+static int lower_file_size_limit(const void *arg) {
+    struct rlimit rl = {*(const size_t *)arg, *(const size_t *)arg};
+    return setrlimit(RLIMIT_FSIZE, &rl);
+}
+
+/* The emulated device's memory is a sparse memory file spanning its address range. Under a
+ * file-size limit (ulimit -f) below that, adsm_init says which limit to raise. Growing the file
+ * past the limit sends SIGXFSZ, which used to end the process inside adsm_init without a word. */
+Test(limits, a_file_size_limit_below_the_device_file_names_it, .timeout = 60) {
+    size_t limit = (size_t)1 << 30;
+    child_plan plan = {lower_file_size_limit, &limit, emu_config(), NULL};
+    char msg[600];
+    int rc = run_in_child(&plan, msg, sizeof msg);
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, msg);
+    cr_assert(strstr(msg, "ulimit -f"), "%s", msg);
 }
