@@ -111,18 +111,28 @@ ADSM__PRIVATE void adsm__host_buffer_release(adsm__runtime *rt, adsm__host_buffe
     free(b);
 }
 
-/* The program unmapped part of an object (or mapped over it): the protection change at its free
- * fails, and the range, back in the arena, failed every later allocation there. Maps the range
+/* The protection change at an object's free failed: the program unmapped part of it (or mapped
+ * over it), or the kernel refused to split a mapping at vm.max_map_count. The range, back in the
+ * arena, failed every later allocation there. Maps the range
  * again as the reservation holds it: plain, or a second view of the alias's pages (mremap of a
  * shared mapping with old size 0 makes one). 1 when done. */
 ADSM__PRIVATE int adsm__remap_range(const adsm__runtime *rt, uintptr_t host, size_t n) {
     uintptr_t alias = adsm__host_dma(rt, host);
+    int saved = errno; /* a hole: msync says ENOMEM where part of the range is not mapped */
+    int hole = msync((void *)host, n, MS_ASYNC) != 0 && errno == ENOMEM;
+    errno = saved;
     void *p = alias == host
                   ? mmap((void *)host, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0)
                   : mremap((void *)alias, 0, n, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)host);
     if (p == MAP_FAILED || adsm__protect(host, n, PROT_NONE) != 0) {
-        adsm__log(ADSM_LOG_WARN, "adsm_free: the object at %p was unmapped by the program and cannot be mapped "
-                  "again (%s): its %zu bytes of address range stay unused", (void *)host, strerror(errno), n);
+        if (hole)
+            adsm__log(ADSM_LOG_WARN, "adsm_free: the object at %p was unmapped by the program and cannot be mapped "
+                      "again (%s): its %zu bytes of address range stay unused", (void *)host, strerror(errno), n);
+        else /* all mapped, and the kernel refused the change: a split needing a mapping over the limit */
+            adsm__log(ADSM_LOG_WARN, "adsm_free: the object at %p cannot be protected again (%s)%s: its %zu bytes of "
+                      "address range stay unused", (void *)host, strerror(errno),
+                      errno == ENOMEM ? ": the process has reached vm.max_map_count mappings; raise it (sysctl "
+                                        "vm.max_map_count) or use larger blocks (ADSM_BLOCK_SIZE)" : "", n);
         return 0;
     }
     if (alias != host) madvise((void *)host, n, MADV_DONTFORK);

@@ -8,9 +8,13 @@
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <criterion/redirect.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+
+#include "tests/seccomp.h"
 
 ADSM_KERNEL(bump, ADSM_INOUT(unsigned char, p), ADSM_VALUE(size_t, n));
 
@@ -57,6 +61,33 @@ static void scattered_writes(adsm_protocol_kind protocol) {
 
 Test(objects, scattered_writes_lazy, .timeout = 120) { scattered_writes(ADSM_PROTOCOL_LAZY); }
 Test(objects, scattered_writes_rolling, .timeout = 120) { scattered_writes(ADSM_PROTOCOL_ROLLING); }
+
+/* At vm.max_map_count the kernel refuses the protection change of a freed object's range (a split
+ * needing one more mapping; here seccomp refuses every change to PROT_NONE). adsm_free still
+ * frees it, keeps the range out of use, and says why: the mapping limit, not "unmapped by the
+ * program", which it used to say. A new object then comes from elsewhere and works. */
+Test(objects, a_free_the_mapping_limit_refuses_names_the_limit, .init = cr_redirect_stderr) {
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.block_size = 4096;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    unsigned char *a = adsm_alloc(64 * 1024);
+    cr_assert_not_null(a, "%s", adsm_last_error());
+    memset(a, 1, 64 * 1024);
+    refuse_system_call_with(SYS_mprotect, 2, PROT_NONE, ENOMEM);
+    cr_assert_eq(adsm_free(a), ADSM_OK, "%s", adsm_last_error());
+    fflush(stderr);
+    char said[1024];
+    size_t got = fread(said, 1, sizeof said - 1, cr_get_redirected_stderr());
+    said[got] = 0;
+    cr_assert(strstr(said, "cannot be protected again") && strstr(said, "vm.max_map_count"), "adsm_free said: %s", said);
+    cr_assert_null(strstr(said, "unmapped by the program"), "adsm_free said: %s", said);
+    unsigned char *b = adsm_alloc(64 * 1024);
+    cr_assert_not_null(b, "%s", adsm_last_error());
+    cr_assert_neq(b, a, "the range kept out of use was handed out again");
+    for (size_t i = 0; i < 64 * 1024; i += 4096) cr_assert_eq(b[i], 0, "a new object holds %d", b[i]);
+    adsm_shutdown();
+}
 
 /* 4000 alloc/free cycles with sizes from 256 bytes to 32 MiB, a few dozen live at a time: the
  * address space and device memory are reused, nothing leaks. */
