@@ -567,11 +567,12 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     adsm__own_fd_set(&e->devfd, adsm__memfd("adsm-emu-device", e->half));
     if (e->devfd.fd < 0) {
         int why = errno;
-        adsm__emu_shutdown(e);
+        size_t gib = e->half >> 30;
+        adsm__emu_shutdown(e); /* frees e */
         if (why == EFBIG)
             return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: its device memory is a %zu GiB memory "
                               "file (sparse), above the file-size limit (ulimit -f, RLIMIT_FSIZE); raise the limit "
-                              "(ulimit -f unlimited)", e->half >> 30);
+                              "(ulimit -f unlimited)", gib);
         return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: its device memory file: %s", strerror(why));
     }
     e->window = (unsigned char *)adsm__map_shared_unlocked(e->half, PROT_READ | PROT_WRITE, e->devfd.fd);
