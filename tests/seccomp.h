@@ -45,10 +45,10 @@ static inline void refuse_system_call_with(long nr, unsigned arg, unsigned value
     cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0, "seccomp: %s", strerror(errno));
 }
 
-/* ... only where its argument `arg` is `value` and its first argument (an address: its low 32
- * bits) is one of the n in `at`: mprotect of a few ranges only. */
-static inline void refuse_system_call_at(long nr, unsigned arg, unsigned value, const uintptr_t *at, unsigned n,
-                                         int error) {
+/* ... only where its argument `arg` is `value` and its argument `at_arg` (its low 32 bits: an
+ * address, a length) is one of the n in `at`: mprotect of a few ranges only. */
+static inline void refuse_system_call_at(long nr, unsigned arg, unsigned value, unsigned at_arg, const uintptr_t *at,
+                                         unsigned n, int error) {
     enum { MAX_AT = 16 };
     cr_assert(n >= 1 && n <= MAX_AT, "refuse_system_call_at: 1 to %d addresses", MAX_AT);
     struct sock_filter code[6 + MAX_AT + 2];
@@ -58,7 +58,8 @@ static inline void refuse_system_call_at(long nr, unsigned arg, unsigned value, 
     code[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
                                              (unsigned)(offsetof(struct seccomp_data, args) + arg * sizeof(uint64_t)));
     code[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, value, 0, (unsigned char)(n + 1));
-    code[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args));
+    code[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                             (unsigned)(offsetof(struct seccomp_data, args) + at_arg * sizeof(uint64_t)));
     for (unsigned i = 0; i < n; i++) /* a match jumps to the refusal, past the remaining tests and the allow */
         code[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)at[i], (unsigned char)(n - i), 0);
     code[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);

@@ -14,8 +14,12 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "tests/seccomp.h"
 
 ADSM_KERNEL(say, ADSM_OUT(int, c), ADSM_VALUE(int, v));
 
@@ -251,4 +255,27 @@ Test(emu_process, subreaper_program_gets_its_device_reaped_at_shutdown, .timeout
                  "exit %d (20: prctl failed, 21: adsm did not take the device for its child, 22: a zombie was "
                  "left)",
                  WEXITSTATUS(status));
+}
+
+/* The device process cannot make a kernel's outputs writable (at vm.max_map_count the kernel
+ * refuses the change; here seccomp refuses mprotect to read-write of the object's exact length,
+ * installed before adsm_init so the device process inherits it). The kernel does not run, and the
+ * sync says why. It used to run anyway, die writing its own output, and be blamed for writing
+ * shared memory that is not one of its OUT/INOUT parameters. */
+Test(emu_process, outputs_the_device_cannot_make_writable_are_named, .timeout = 30) {
+    const size_t size = 7 * 4096; /* a length nothing else protects */
+    uintptr_t lengths[] = {size};
+    refuse_system_call_at(SYS_mprotect, 2, PROT_READ | PROT_WRITE, 1, lengths, 1, ENOMEM);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cfg.protocol = ADSM_PROTOCOL_ROLLING;
+    cfg.block_size = 4096;
+    cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
+    int *c = adsm_alloc(size);
+    cr_assert_not_null(c, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL(say, adsm_grid_1d(1, 64), c, 5), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(adsm_sync(), ADSM_ERROR_SYSTEM, "%s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "could not make its outputs writable") &&
+                  strstr(adsm_last_error(), "vm.max_map_count"), "%s", adsm_last_error());
+    adsm_shutdown();
 }

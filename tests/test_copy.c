@@ -193,7 +193,7 @@ static void read_through_protected_slots(void) {
     int32_t *c = filled_object();
     uintptr_t slots[2 * ADSM__FILL_PAIRS];
     for (unsigned i = 0; i < 2 * ADSM__FILL_PAIRS; i++) slots[i] = (uintptr_t)adsm__rt.fill.pair[i / 2].slot[i % 2];
-    refuse_system_call_at(SYS_mprotect, 2, PROT_READ | PROT_WRITE, slots, 2 * ADSM__FILL_PAIRS, ENOMEM);
+    refuse_system_call_at(SYS_mprotect, 2, PROT_READ | PROT_WRITE, 0, slots, 2 * ADSM__FILL_PAIRS, ENOMEM);
     for (size_t i = 0; i < STAGE_SIZE / 4; i += 4096)
         if (rd(&c[i]) != 5 + (int32_t)i) _exit(3); /* wrong bytes: not the death expected */
 }

@@ -297,8 +297,9 @@ ADSM__PRIVATE int adsm__emu_run_chunk_guarded(adsm__pool *p, unsigned worker, ad
 
 /* The pages of ranges r[0..n) get `prot`. Ranges that touch (the next starts on or before the
  * page after the last one ends) change in one call: a kernel's objects are mostly allocated side
- * by side, and each change of a mapping costs a TLB flush, a few microseconds on a VM. */
-ADSM__PRIVATE void adsm__emu_set_ranges(const adsm__range *r, uint32_t n, int prot, size_t page) {
+ * by side, and each change of a mapping costs a TLB flush, a few microseconds on a VM. 0, or the
+ * errno of the first change the kernel refused (the rest are still made). */
+ADSM__PRIVATE int adsm__emu_set_ranges(const adsm__range *r, uint32_t n, int prot, size_t page) {
     adsm__range sorted[ADSM__MAX_PARAMS];
     uint32_t k = 0;
     for (uint32_t i = 0; i < n && i < ADSM__MAX_PARAMS; i++) { /* by address, insertion */
@@ -306,12 +307,14 @@ ADSM__PRIVATE void adsm__emu_set_ranges(const adsm__range *r, uint32_t n, int pr
         for (; j > 0 && sorted[j - 1].addr > r[i].addr; j--) sorted[j] = sorted[j - 1];
         sorted[j] = r[i];
     }
+    int refused = 0;
     for (uint32_t i = 0; i < k;) {
         uintptr_t lo = sorted[i].addr, hi = lo + sorted[i].len;
         for (i++; i < k && sorted[i].addr <= ADSM__ALIGN_UP(hi, page); i++)
             hi = ADSM__MAX(hi, sorted[i].addr + sorted[i].len);
-        adsm__protect(lo, hi - lo, prot);
+        if (adsm__protect(lo, hi - lo, prot) != 0 && !refused) refused = errno;
     }
+    return refused;
 }
 
 /* What kernel bodies print is flushed when the kernel ends, so it is out before adsm_sync
@@ -326,7 +329,16 @@ ADSM__PRIVATE void adsm__emu_flush_kernel_output(void) {
 ADSM__PRIVATE void adsm__emu_device_run(void *ctx, adsm__pool *pool, adsm__emu_task *t) {
     adsm__emu *e = (adsm__emu *)ctx;
     adsm__emu_msg *m = (adsm__emu_msg *)t->launch;
-    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE, e->rt->page);
+    int refused = adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE, e->rt->page);
+    if (refused) { /* the kernel would die writing its own outputs, blamed for writing an input */
+        t->status = ADSM_ERROR_SYSTEM;
+        snprintf(t->text, sizeof t->text, "kernel '%s' did not run: the device could not make its outputs writable "
+                 "(%s)%s", m->kernel->name, strerror(refused), refused == ENOMEM ? ": the device process has reached "
+                 "vm.max_map_count mappings; raise it (sysctl vm.max_map_count) or use larger blocks" : "");
+        adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ, e->rt->page);
+        t->ran_from = t->ran_to = adsm__now_ns();
+        return;
+    }
     uint32_t clean = e->check_bounds ? adsm__emu_clean_slack(m) : 0;
     t->ran_from = adsm__now_ns();
     t->status = adsm__pool_run(pool, m->kernel, m->grid, m->args, t->text, sizeof t->text);
@@ -335,7 +347,8 @@ ADSM__PRIVATE void adsm__emu_device_run(void *ctx, adsm__pool *pool, adsm__emu_t
         int status = adsm__emu_check_slack(m, clean, t->text, t->status ? 0 : sizeof t->text);
         if (t->status == 0) t->status = status;
     }
-    adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ, e->rt->page);
+    /* refused, the outputs stay writable: only the check for stray writes into them is lost */
+    (void)adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ, e->rt->page);
     adsm__emu_flush_kernel_output();
 }
 
