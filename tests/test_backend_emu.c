@@ -279,3 +279,15 @@ Test(emu_process, outputs_the_device_cannot_make_writable_are_named, .timeout = 
                   strstr(adsm_last_error(), "vm.max_map_count"), "%s", adsm_last_error());
     adsm_shutdown();
 }
+
+/* The device process cannot start its kernel threads (the thread limit, ulimit -u: here seccomp
+ * refuses new threads to this process and its children). adsm_init says why; it used to say only
+ * that the device process failed to start. */
+Test(emu_process, a_device_process_without_threads_says_why, .timeout = 30) {
+    refuse_threads();
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_BACKEND_UNAVAILABLE, "%s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "could not start its kernel threads") && strstr(adsm_last_error(), "ulimit -u"),
+              "%s", adsm_last_error());
+}

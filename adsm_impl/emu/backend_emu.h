@@ -523,7 +523,7 @@ ADSM__PRIVATE int adsm__emu_device_ready(adsm__emu *e) {
     for (;;) {
         ssize_t n = recv(e->sock.fd, &e->msg, sizeof e->msg, 0);
         if (n < 0 && errno == EINTR) continue;
-        return n > 0 && e->msg.type == ADSM__EMU_READY;
+        return n > 0 && e->msg.type == ADSM__EMU_READY && e->msg.status == 0;
     }
 }
 
@@ -599,8 +599,10 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     }
     e->child = pid;
     if (!adsm__emu_device_ready(e)) {
-        adsm__emu_shutdown(e);
-        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: the device process failed to start");
+        char why[sizeof e->msg.text + 2] = ""; /* what the device process said, if it could */
+        if (e->msg.type == ADSM__EMU_READY && e->msg.status != 0) snprintf(why, sizeof why, ": %s", e->msg.text);
+        adsm__emu_shutdown(e); /* frees e */
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: the device process failed to start%s", why);
     }
     *ctx = e;
     return ADSM_OK;

@@ -401,6 +401,17 @@ ADSM__PRIVATE void adsm__emu_device_hygiene(int sock) {
     __fpurge(stderr);
 }
 
+/* Start-up failed: the parent hears why (a READY message carrying an error and its text, which
+ * adsm__emu_init reports), then the device process ends. */
+__attribute__((noreturn)) ADSM__PRIVATE void adsm__emu_device_failed(int sock, adsm__emu_msg *m, const char *fmt,
+                                                                    const char *detail) {
+    m->type = ADSM__EMU_READY;
+    m->status = ADSM_ERROR_BACKEND_UNAVAILABLE;
+    snprintf(m->text, sizeof m->text, fmt, detail);
+    (void)send(sock, m, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL);
+    _exit(3);
+}
+
 /* The device process: owns device memory at the objects' addresses and serves commands from the
  * parent in order until told to quit or the parent goes away. Never returns. */
 ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
@@ -427,7 +438,7 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
                           -1, 0) == MAP_FAILED) ||
         mmap((void *)(e->base + e->half), e->half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
              -1, 0) == MAP_FAILED)
-        _exit(3);
+        adsm__emu_device_failed(sock, &e->msg, "it could not map device memory (%s)", strerror(errno));
     e->base = device_at; /* this process's copy: every address it is sent is a device address */
     munmap(e->window, e->half);
     adsm__emu_device_hygiene(sock);
@@ -439,7 +450,9 @@ ADSM__PRIVATE void adsm__emu_device_main(adsm__emu *e, int sock) {
     e->sched.ctx = e;
     e->sched.run = adsm__emu_device_run;
     e->sched.report = adsm__emu_device_report;
-    if (adsm__emu_sched_start(&e->sched) != 0) _exit(4);
+    if (adsm__emu_sched_start(&e->sched) != 0)
+        adsm__emu_device_failed(sock, &e->msg, "it could not start its kernel threads (%s)",
+                                "the thread limit, ulimit -u, or memory is exhausted");
     adsm__emu_msg *m = &e->msg;
     m->type = ADSM__EMU_READY;
     if (send(sock, m, offsetof(adsm__emu_msg, args), MSG_NOSIGNAL) < 0) _exit(0);
