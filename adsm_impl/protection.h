@@ -57,13 +57,26 @@ typedef struct adsm__protection {
 #define ADSM__ALL_STATES (ADSM__HAS(ADSM__INVALID) | ADSM__HAS(ADSM__READONLY) | ADSM__HAS(ADSM__DIRTY))
 
 /* The userfaultfd the engine needs, or -1 with *why saying what the kernel refused. */
+/* Why userfaultfd(2) failed with err, and the way out. */
+ADSM__PRIVATE const char *adsm__uffd_refusal(int err) {
+    switch (err) {
+    case ENOSYS: return "the kernel has no userfaultfd; leave it unset for mprotect";
+    case EMFILE:
+    case ENFILE:
+        return "userfaultfd(2) found no file descriptor free (EMFILE: raise ulimit -n, or close some); or leave it "
+               "unset for mprotect";
+    case ENOMEM: return "userfaultfd(2) ran out of kernel memory (ENOMEM); leave it unset for mprotect";
+    default:
+        return "userfaultfd(2) was refused (a container's seccomp profile refuses it by default); leave it unset "
+               "for mprotect";
+    }
+}
+
 ADSM__PRIVATE int adsm__uffd_open(const char **why) {
 #ifdef SYS_userfaultfd
     int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
     if (fd < 0) {
-        *why = errno == ENOSYS ? "the kernel has no userfaultfd; leave it unset for mprotect"
-                               : "userfaultfd(2) was refused (a container's seccomp profile refuses it by default); "
-                                 "leave it unset for mprotect";
+        *why = adsm__uffd_refusal(errno);
         return -1;
     }
     struct uffdio_api api;

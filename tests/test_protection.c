@@ -116,6 +116,18 @@ Test(protection, an_asked_for_userfaultfd_starts_or_says_why) {
     }
 }
 
+/* userfaultfd(2) failing for want of a descriptor (EMFILE) is told as such, with the limit to
+ * raise; it used to be blamed on a container's seccomp profile. */
+Test(protection, a_userfaultfd_without_descriptors_names_the_limit) {
+    refuse_system_call(__NR_userfaultfd, EMFILE);
+    adsm_config cfg = small_emu_config(2 * MIB);
+    cfg.fault_engine = ADSM_FAULT_ENGINE_USERFAULTFD;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_INVALID_CONFIG);
+    cr_assert(strstr(adsm_last_error(), "no file descriptor free") && strstr(adsm_last_error(), "ulimit -n"), "%s",
+              adsm_last_error());
+    cr_assert_null(strstr(adsm_last_error(), "seccomp"), "%s", adsm_last_error());
+}
+
 /* Container seccomp profiles refuse userfaultfd(2) (EPERM): asking for the engine there fails
  * with a message that says so and names the way out, and the default engine still runs. */
 Test(protection, a_refused_userfaultfd_says_why_and_the_default_still_runs) {
