@@ -456,7 +456,10 @@
    the CPU's next read fetches it); memcpy into whole device-valid blocks copies device to device
    (d2d_bytes), a Dirty source of 64 KiB or more sent to the device first (the next launch
    would send it anyway);
-   overlapping ranges act as memmove.
+   overlapping ranges act as memmove. They go block by block, so one that fails part way (the
+   kernel refusing a protection change at vm.max_map_count, a lost device) returns the error
+   with the blocks before the failure written and the rest as they were, as a plain memset
+   interrupted there would leave them; the error says which step failed.
        #define ADSM_INTERPOSE_MEM   also defines memset and memcpy (and the checked
                                     __memset_chk, __memcpy_chk). Calls the compiler inlines
                                     (small constant sizes) never reach it: use adsm_memset /
