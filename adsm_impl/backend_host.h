@@ -46,7 +46,8 @@ ADSM__PRIVATE size_t adsm__host_capacity(void *ctx) { (void)ctx; return adsm__ph
 ADSM__PRIVATE adsm_result adsm__host_dev_alloc(void *ctx, uintptr_t dev, size_t span) {
     (void)ctx;
     if (adsm__protect(dev, span, PROT_READ | PROT_WRITE) != 0)
-        return adsm__fail(ADSM_ERROR_SYSTEM, "host backend: mprotect failed: %s", strerror(errno));
+        return adsm__fail(ADSM_ERROR_SYSTEM, "host backend: opening a new object's memory failed (%s)%s", strerror(errno),
+                          errno == ENOMEM ? ": " ADSM__MAP_LIMIT_HINT : "");
     return ADSM_OK;
 }
 ADSM__PRIVATE void adsm__host_dev_free(void *ctx, uintptr_t dev, size_t span) {

@@ -205,9 +205,7 @@ ADSM__PRIVATE void adsm__explain_fault(int sig, uintptr_t a, int reason, const a
                                       "mapping over it), so adsm cannot bring its data there; give objects back "
                                       "with adsm_free only\n");
     else if (info->err == ENOMEM)
-        adsm__append(msg, sizeof msg, ": adsm could not change the page protection (ENOMEM): the process has "
-                                      "reached vm.max_map_count mappings; raise it (sysctl vm.max_map_count) "
-                                      "or use larger blocks (ADSM_BLOCK_SIZE)\n");
+        adsm__append(msg, sizeof msg, ": adsm could not change the page protection (ENOMEM): " ADSM__MAP_LIMIT_HINT "\n");
     else if (info->dev_lost) {
         adsm__append(msg, sizeof msg, ", in the object at ");
         adsm__append_hex(msg, sizeof msg, info->object);

@@ -131,8 +131,7 @@ ADSM__PRIVATE int adsm__remap_range(const adsm__runtime *rt, uintptr_t host, siz
         else /* all mapped, and the kernel refused the change: a split needing a mapping over the limit */
             adsm__log(ADSM_LOG_WARN, "adsm_free: the object at %p cannot be protected again (%s)%s: its %zu bytes of "
                       "address range stay unused", (void *)host, strerror(errno),
-                      errno == ENOMEM ? ": the process has reached vm.max_map_count mappings; raise it (sysctl "
-                                        "vm.max_map_count) or use larger blocks (ADSM_BLOCK_SIZE)" : "", n);
+                      errno == ENOMEM ? ": " ADSM__MAP_LIMIT_HINT : "", n);
         return 0;
     }
     if (alias != host) madvise((void *)host, n, MADV_DONTFORK);
@@ -295,9 +294,7 @@ ADSM__PRIVATE adsm_result adsm__object_publish(adsm__runtime *rt, adsm__object *
         int e = errno;
         adsm__object_unwind(rt, o, 4);
         if (e == ENOMEM) /* the usual cause: each protected run is a mapping */
-            return adsm__fail(ADSM_ERROR_SYSTEM, "protecting a new object failed (ENOMEM): the process has "
-                              "reached vm.max_map_count mappings; raise it (sysctl vm.max_map_count) or use "
-                              "larger blocks (ADSM_BLOCK_SIZE)");
+            return adsm__fail(ADSM_ERROR_SYSTEM, "protecting a new object failed (ENOMEM): " ADSM__MAP_LIMIT_HINT);
         return adsm__fail(ADSM_ERROR_SYSTEM, "mprotect of a new object failed: %s", strerror(e));
     }
     return ADSM_OK;

@@ -38,6 +38,13 @@
 #define FALLOC_FL_PUNCH_HOLE 0x02
 #endif
 
+/* What ENOMEM from mprotect means for adsm (each run of pages with its own protection is a
+ * mapping) and the way out: one text, for every message that meets it (a string literal, so the
+ * fault handler can append it). */
+#define ADSM__MAP_LIMIT_HINT                                                                       \
+    "the process has reached vm.max_map_count mappings; raise it (sysctl vm.max_map_count) or use " \
+    "larger blocks (ADSM_BLOCK_SIZE)"
+
 #define ADSM__LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define ADSM__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define ADSM__ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_RELAXED)

@@ -333,8 +333,8 @@ ADSM__PRIVATE void adsm__emu_device_run(void *ctx, adsm__pool *pool, adsm__emu_t
     if (refused) { /* the kernel would die writing its own outputs, blamed for writing an input */
         t->status = ADSM_ERROR_SYSTEM;
         snprintf(t->text, sizeof t->text, "kernel '%s' did not run: the device could not make its outputs writable "
-                 "(%s)%s", m->kernel->name, strerror(refused), refused == ENOMEM ? ": the device process has reached "
-                 "vm.max_map_count mappings; raise it (sysctl vm.max_map_count) or use larger blocks" : "");
+                 "(%s)%s", m->kernel->name, strerror(refused), refused == ENOMEM ? " in the device process: "
+                 ADSM__MAP_LIMIT_HINT : "");
         adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ, e->rt->page);
         t->ran_from = t->ran_to = adsm__now_ns();
         return;
