@@ -103,8 +103,15 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
             c->cu.cuMemAddressFree(got, 2 * c->half);
         }
     }
-    if ((r = c->cu.cuMemAddressReserve(&got, c->half, align, 0, 0)) != 0)
-        return adsm__cu_fail(c, r, "cuMemAddressReserve");
+    if ((r = c->cu.cuMemAddressReserve(&got, c->half, align, 0, 0)) != 0) {
+        size_t limit, room = adsm__address_space_room(&limit);
+        if (room == SIZE_MAX) return adsm__cu_fail(c, r, "cuMemAddressReserve");
+        /* device ranges are reserved in the process's address space too (unified addressing) */
+        return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: reserving %zu MiB of device addresses failed "
+                          "(error %d) under the address-space limit (ulimit -v, %zu MiB, %zu MiB left): the driver "
+                          "reserves device ranges in the process's address space; raise the limit (ulimit -v "
+                          "unlimited)", c->half >> 20, (int)r, limit >> 20, room >> 20);
+    }
     c->va = got;
     c->va_size = c->half;
     c->delta = (intptr_t)(got - (adsm__cu_deviceptr)c->base);
