@@ -11,27 +11,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/child.h"
+
+/* The function the child runs, its stderr sent to the pipe. */
+static void (*death_fn)(void);
+static inline void death_child(int fd) {
+    dup2(fd, STDERR_FILENO);
+    death_fn();
+}
+
 /* Runs fn in a forked child and asserts that it dies of SIGSEGV having written `expected` on
  * stderr (a child that returns exits 0, which fails the assertion). */
 static inline void expect_death_message(void (*fn)(void), const char *expected) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        dup2(fds[1], STDERR_FILENO);
-        close(fds[0]);
-        fn();
-        _exit(0);
-    }
-    close(fds[1]);
-    char text[2048] = {0};
-    size_t used = 0;
-    ssize_t n;
-    while (used < sizeof text - 1 && (n = read(fds[0], text + used, sizeof text - 1 - used)) > 0) used += (size_t)n;
-    close(fds[0]);
-    int status = 0;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    char text[2048];
+    death_fn = fn;
+    int status = run_child(death_child, text, sizeof text);
     cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV, "child status %d, stderr [%s]", status, text);
     cr_assert(strstr(text, expected) != NULL, "stderr [%s] does not say [%s]", text, expected);
 }

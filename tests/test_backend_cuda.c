@@ -18,10 +18,10 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/cuda_double_bridge.h"
+#include "tests/child.h"
 #include "tests/death.h"
 #include "tests/seccomp.h"
 #include "tests/signal_stack.h"
@@ -878,26 +878,17 @@ Test(cuda_double, large_allocation_takes_constant_driver_calls) {
  * process's address space, does not fit: adsm_init names the limit and the way out, where it
  * used to pass on the driver's bare CUDA_ERROR_OUT_OF_MEMORY. In a child: the limit is the
  * process's. */
+static void init_under_8_gib(int fd) {
+    struct rlimit rl = {(rlim_t)8 << 30, (rlim_t)8 << 30};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+    adsm_result r = init_cuda(0, 0, 0);
+    const char *said = r == ADSM_OK ? "adsm_init succeeded" : adsm_last_error();
+    _exit(write(fd, said, strlen(said)) > 0 && r != ADSM_OK ? 1 : 2);
+}
+
 Test(cuda_double, an_address_space_limit_too_small_for_the_device_range_is_named) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        struct rlimit rl = {(rlim_t)8 << 30, (rlim_t)8 << 30};
-        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
-        adsm_result r = init_cuda(0, 0, 0);
-        const char *said = r == ADSM_OK ? "adsm_init succeeded" : adsm_last_error();
-        _exit(write(fds[1], said, strlen(said)) > 0 && r != ADSM_OK ? 1 : 2);
-    }
-    close(fds[1]);
-    char said[600] = {0};
-    size_t used = 0;
-    ssize_t n;
-    while (used < sizeof said - 1 && (n = read(fds[0], said + used, sizeof said - 1 - used)) > 0) used += (size_t)n;
-    close(fds[0]);
-    int status = 0;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    char said[600];
+    int status = run_child(init_under_8_gib, said, sizeof said);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d: %s", status, said);
     cr_assert(strstr(said, "ulimit -v"), "%s", said);
 }

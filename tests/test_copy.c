@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "tests/protocol_common.h"
+#include "tests/child.h"
 #include "tests/death.h"
 #include "tests/seccomp.h"
 
@@ -201,24 +202,17 @@ static void read_through_protected_slots(void) {
 /* Whether this variant fetches the object in place, asked in a child: this process must not
  * start the driver double before expect_death_message forks (the child would find it started
  * and without its stream threads). */
+static void say_whether_in_place(int fd) {
+    int32_t *c = filled_object();
+    char answer = fetched_in_place(c, STAGE_SIZE) ? 'y' : 'n';
+    _exit(write(fd, &answer, 1) == 1 ? 0 : 1);
+}
+
 static int fetches_in_place(void) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        int32_t *c = filled_object();
-        char answer = fetched_in_place(c, STAGE_SIZE) ? 'y' : 'n';
-        _exit(write(fds[1], &answer, 1) == 1 ? 0 : 1);
-    }
-    close(fds[1]);
-    char answer = 0;
-    ssize_t got = read(fds[0], &answer, 1);
-    close(fds[0]);
-    int status = 0;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
-    cr_assert(got == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "the probe failed (status %d)", status);
-    return answer == 'y';
+    char answer[2];
+    int status = run_child(say_whether_in_place, answer, sizeof answer);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0 && answer[0], "the probe failed (status %d)", status);
+    return answer[0] == 'y';
 }
 
 Test(copy, a_staging_slot_left_protected_fails_the_next_fetch_with_a_reason) {

@@ -27,6 +27,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/child.h"
+
 ADSM_KERNEL(lim_fill, ADSM_OUT(int, c), ADSM_IN(int, a), ADSM_VALUE(size_t, n));
 void lim_fill(adsm_grid g, int *c, const int *a, size_t n) {
     ADSM_FOR_EACH_THREAD(g, i) {
@@ -60,38 +62,32 @@ typedef struct child_plan {
     int (*check)(int pipe_fd); /* 0 or failure; NULL: nothing to check */
 } child_plan;
 
+static const child_plan *plan_now; /* what the next child runs */
+
+static void run_plan(int fd) {
+    const child_plan *plan = plan_now;
+    if (plan->prepare(plan->arg) != 0) _exit(3);
+    adsm_config cfg = plan->cfg;
+    if (adsm_init(&cfg) != ADSM_OK) {
+        const char *m = adsm_last_error();
+        if (write(fd, m, strlen(m)) < 0) _exit(4);
+        _exit(1);
+    }
+    if (plan->check && plan->check(fd) != 0) _exit(2);
+    enum { N = 100000 };
+    int *a = adsm_alloc(N * sizeof(int)), *c = adsm_alloc(N * sizeof(int));
+    if (!a || !c) _exit(5);
+    for (int i = 0; i < N; i++) a[i] = i;
+    if (ADSM_CALL(lim_fill, adsm_grid_1d(N / 100, 100), c, a, (size_t)N) != ADSM_OK || adsm_sync() != ADSM_OK)
+        _exit(6);
+    _exit(c[N - 1] == 2 * (N - 1) + 1 ? 0 : 7);
+}
+
 /* Exit 0: it all worked; 1: adsm_init failed (its message on the pipe, returned in msg); 2: the
  * check failed (its text in msg); 3: prepare failed; above: the objects or the kernel failed. */
 static int run_in_child(const child_plan *plan, char *msg, size_t msg_size) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        if (plan->prepare(plan->arg) != 0) _exit(3);
-        adsm_config cfg = plan->cfg;
-        if (adsm_init(&cfg) != ADSM_OK) {
-            const char *m = adsm_last_error();
-            if (write(fds[1], m, strlen(m)) < 0) _exit(4);
-            _exit(1);
-        }
-        if (plan->check && plan->check(fds[1]) != 0) _exit(2);
-        enum { N = 100000 };
-        int *a = adsm_alloc(N * sizeof(int)), *c = adsm_alloc(N * sizeof(int));
-        if (!a || !c) _exit(5);
-        for (int i = 0; i < N; i++) a[i] = i;
-        if (ADSM_CALL(lim_fill, adsm_grid_1d(N / 100, 100), c, a, (size_t)N) != ADSM_OK || adsm_sync() != ADSM_OK)
-            _exit(6);
-        _exit(c[N - 1] == 2 * (N - 1) + 1 ? 0 : 7);
-    }
-    close(fds[1]);
-    memset(msg, 0, msg_size);
-    size_t used = 0;
-    ssize_t n;
-    while (used < msg_size - 1 && (n = read(fds[0], msg + used, msg_size - 1 - used)) > 0) used += (size_t)n;
-    close(fds[0]);
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    plan_now = plan;
+    int status = run_child(run_plan, msg, msg_size);
     cr_assert(WIFEXITED(status), "the child died: status %d", status);
     return WEXITSTATUS(status);
 }

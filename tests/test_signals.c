@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/child.h"
 #include "tests/death.h"
 #include "tests/signal_stack.h"
 
@@ -643,25 +644,19 @@ typedef struct disposition_outcome {
     char calls[64];
 } disposition_outcome;
 
+static const disposition_case *disposition_now; /* what the next child runs */
+static int disposition_with_adsm;
+
+static void disposition_in_child(int fd) {
+    report_fd = fd;
+    disposition_child(disposition_now, disposition_with_adsm);
+}
+
 static disposition_outcome run_disposition_child(const disposition_case *c, int with_adsm) {
     disposition_outcome o;
-    memset(&o, 0, sizeof o);
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        close(fds[0]);
-        report_fd = fds[1];
-        disposition_child(c, with_adsm);
-    }
-    close(fds[1]);
-    cr_assert_eq(waitpid(pid, &o.status, 0), pid);
-    size_t used = 0;
-    ssize_t n;
-    while (used < sizeof o.calls - 1 && (n = read(fds[0], o.calls + used, sizeof o.calls - 1 - used)) > 0)
-        used += (size_t)n;
-    close(fds[0]);
+    disposition_now = c;
+    disposition_with_adsm = with_adsm;
+    o.status = run_child(disposition_in_child, o.calls, sizeof o.calls);
     return o;
 }
 
