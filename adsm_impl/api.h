@@ -102,10 +102,10 @@ ADSM__PRIVATE void *adsm__alloc_typed_unguarded(const adsm_type_desc *t, size_t 
     adsm_result r = adsm__object_set_type(rt, o, t, "adsm_alloc_typed");
     adsm__unlock(&rt->lock);
     if (r == ADSM_OK) return p;
-    char text[512];
-    snprintf(text, sizeof text, "%s", adsm_last_error());
+    adsm__kept_error why;
+    adsm__keep_error(&why);
     adsm__free_traced(p);
-    adsm__fail(r, "%s", text);
+    adsm__restore_error(&why);
     return NULL;
 }
 

@@ -230,7 +230,12 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
     if (r == ADSM_OK) r = adsm__gather(rt, all, adsm__count(all), d);
     if (r == ADSM_OK) r = rt->proto->release(rt, writes, nwrites, all, adsm__count(all), l.seq);
     rt->release_dev = -1;
-    if (xlate && r != ADSM_OK) (void)adsm__xlate_give_back_flushes(rt, d, k->name, NULL, 0, 1);
+    adsm__kept_error why; /* a failure's, kept across the clean-ups below, which may fail too */
+    if (xlate && r != ADSM_OK) {
+        adsm__keep_error(&why);
+        (void)adsm__xlate_give_back_flushes(rt, d, k->name, NULL, 0, 1);
+        adsm__restore_error(&why);
+    }
     xlate = xlate && r == ADSM_OK;
     if (xlate) {
         while (adsm__xlate_busy(rt)) adsm__await_copies(rt); /* the objects stay held meanwhile */
@@ -250,7 +255,12 @@ ADSM__PRIVATE adsm_result adsm__launch_body(int dev, const adsm_kernel_desc *k, 
         if (rt->ndev == 1) rt->flushes_before_launch = flushes_before;
     }
     adsm_result after = ADSM_OK;
-    if (xlate) after = r == ADSM_OK ? adsm__xlate_after(rt, d, k->name, l.seq) : adsm__xlate_home(rt, d, k->name, NULL, 0, 0);
+    if (xlate && r == ADSM_OK) after = adsm__xlate_after(rt, d, k->name, l.seq);
+    if (xlate && r != ADSM_OK) {
+        adsm__keep_error(&why);
+        (void)adsm__xlate_home(rt, d, k->name, NULL, 0, 0);
+        adsm__restore_error(&why);
+    }
     for (size_t i = 0; i < nwrites; i++) writes[i]->host_kept = 0; /* its kernel may have run */
     if (r == ADSM_OK) {
         adsm__note_users(all, adsm__count(all), d, l.seq);

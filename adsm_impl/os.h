@@ -517,6 +517,24 @@ ADSM__PRIVATE adsm_result adsm__fail(adsm_result code, const char *fmt, ...) {
     return code;
 }
 
+/* The calling thread's error, kept across a clean-up that may fail itself: the first error is the
+ * one the program needs, so the clean-up's must not replace it. */
+typedef struct adsm__kept_error {
+    adsm_result code;
+    char text[sizeof adsm__tls_error];
+} adsm__kept_error;
+
+ADSM__PRIVATE void adsm__keep_error(adsm__kept_error *k) {
+    k->code = adsm__tls_result;
+    memcpy(k->text, adsm__tls_error, sizeof k->text);
+}
+
+ADSM__PRIVATE adsm_result adsm__restore_error(const adsm__kept_error *k) {
+    adsm__tls_result = k->code;
+    memcpy(adsm__tls_error, k->text, sizeof adsm__tls_error);
+    return k->code;
+}
+
 ADSM__PRIVATE void adsm__clear_error(void) {
     adsm__tls_result = ADSM_OK;
     adsm__tls_error[0] = 0;

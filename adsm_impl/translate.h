@@ -1087,10 +1087,11 @@ ADSM__PRIVATE adsm_result adsm__xlate_going(adsm__runtime *rt, unsigned d, const
     adsm_result r = x.r != ADSM_OK ? x.r
                                    : adsm__fail(ADSM_ERROR_DEVICE_LOST, "kernel '%s': copying pointer fields to "
                                                 "device %u failed", kernel, d);
-    char text[512];
-    snprintf(text, sizeof text, "%s", adsm_last_error());
+    adsm__kept_error why;
+    adsm__keep_error(&why);
     (void)adsm__xlate_home(rt, d, kernel, x.stop, x.stop_off, 0); /* what went translated comes back */
-    return adsm__fail(r, "%s", text);
+    adsm__restore_error(&why);
+    return r;
 }
 
 /* Before a launch on d (its flushes queued): d goes idle, then its typed objects take its
