@@ -863,8 +863,12 @@ ADSM_API char adsm_block_state(const void *ptr);
 #ifdef __cplusplus
 #define ADSM__CAST(T, e) static_cast<T>(e)
 #define ADSM__PUN(T, e) reinterpret_cast<T>(e) /* a pointer (to object or function) as another */
-#define ADSM__FIELD_SIZE(S, f) sizeof(static_cast<S *>(nullptr)->f)
+#if __cplusplus >= 201103L
 #define ADSM__NULL nullptr
+#else
+#define ADSM__NULL 0
+#endif
+#define ADSM__FIELD_SIZE(S, f) sizeof(static_cast<S *>(ADSM__NULL)->f)
 #else
 #define ADSM__CAST(T, e) ((T)(e))
 #define ADSM__PUN(T, e) ((T)(e))

@@ -10,7 +10,7 @@
 #       and C++20 run) and clang++ (C++17), runs on emu and host; and adsm.h included inside
 #       extern "C" { } compiles (tests/cplusplus/extern_c.cpp); every public macro compiles with
 #       no warning under -Wold-style-cast -Wzero-as-null-pointer-constant -Wcast-qual
-#       (tests/cplusplus/strict_user.cpp, g++ C++11 and clang++ C++20);
+#       (tests/cplusplus/strict_user.cpp, g++ C++11 and clang++ C++20; g++ C++03 without them);
 #   (d) with nvcc installed ($CUDA_HOME/bin/nvcc, default /usr/local/cuda): a .cu file with the
 #       implementation and ADSM_CALL compiles and links with nvcc -std=c++17 and runs on emu.
 # Runs under `bazel test` (sources from the runfiles tree) or by hand from the repository root.
@@ -81,6 +81,8 @@ done
 strict=(-pedantic -Wall -Wextra -Werror -Wold-style-cast -Wzero-as-null-pointer-constant -Wcast-qual)
 step "g++ -std=c++11 strict warnings: tests/cplusplus/strict_user.cpp (compiles)" \
     /usr/bin/g++ -std=c++11 "${strict[@]}" -Wuseless-cast -I. -fsyntax-only tests/cplusplus/strict_user.cpp
+step "g++ -std=c++03: tests/cplusplus/strict_user.cpp (compiles: no nullptr before C++11)" \
+    /usr/bin/g++ -std=c++03 -Wall -Wextra -Werror -Wold-style-cast -Wcast-qual -I. -fsyntax-only tests/cplusplus/strict_user.cpp
 if [[ -x /usr/bin/clang++ ]]; then
     step "clang++ -std=c++20 strict warnings: tests/cplusplus/strict_user.cpp (compiles)" \
         /usr/bin/clang++ -std=c++20 "${strict[@]}" -I. -fsyntax-only tests/cplusplus/strict_user.cpp

@@ -2,10 +2,10 @@
 // way a C++ code base with strict warnings uses them (-Wold-style-cast, -Wzero-as-null-pointer-
 // constant, -Wcast-qual, -Wuseless-cast...): their expansions must add no warning of their own.
 // Compiled only (tests/cplusplus_test.sh); kernel bodies of ADSM_KERNEL and the implementation
-// live elsewhere, as in a program's other files.
+// live elsewhere, as in a program's other files. Also compiled as C++03 (no nullptr there).
 #include "adsm.h"
 
-#include <cstdint>
+#include <stdint.h> // not <cstdint>: this file compiles as C++03 too
 
 typedef struct tree {
     struct tree *kids[2]; // an array of pointers to the declared type
