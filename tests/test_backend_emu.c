@@ -257,6 +257,12 @@ Test(emu_process, subreaper_program_gets_its_device_reaped_at_shutdown, .timeout
                  WEXITSTATUS(status));
 }
 
+/* A kernel whose name takes 64 characters: its messages must still end whole. */
+ADSM_KERNEL(fill_the_boundary_cells_of_every_block_of_the_grid_with_the_value, ADSM_OUT(int, c), ADSM_VALUE(int, v));
+void fill_the_boundary_cells_of_every_block_of_the_grid_with_the_value(adsm_grid g, int *c, int v) {
+    ADSM_FOR_EACH_THREAD(g, i) { c[i] = v; }
+}
+
 /* The device process cannot make a kernel's outputs writable (at vm.max_map_count the kernel
  * refuses the change; here seccomp refuses mprotect to read-write of the object's exact length,
  * installed before adsm_init so the device process inherits it). The kernel does not run, and the
@@ -273,10 +279,11 @@ Test(emu_process, outputs_the_device_cannot_make_writable_are_named, .timeout = 
     cr_assert_eq(adsm_init(&cfg), ADSM_OK, "%s", adsm_last_error());
     int *c = adsm_alloc(size);
     cr_assert_not_null(c, "%s", adsm_last_error());
-    cr_assert_eq(ADSM_CALL(say, adsm_grid_1d(1, 64), c, 5), ADSM_OK, "%s", adsm_last_error());
+    cr_assert_eq(ADSM_CALL(fill_the_boundary_cells_of_every_block_of_the_grid_with_the_value, adsm_grid_1d(1, 64), c, 5),
+                 ADSM_OK, "%s", adsm_last_error());
     cr_assert_eq(adsm_sync(), ADSM_ERROR_SYSTEM, "%s", adsm_last_error());
     cr_assert(strstr(adsm_last_error(), "could not make its outputs writable") &&
-                  strstr(adsm_last_error(), "vm.max_map_count"), "%s", adsm_last_error());
+                  strstr(adsm_last_error(), "(sysctl vm.max_map_count)"), "cut short? %s", adsm_last_error());
     adsm_shutdown();
 }
 

@@ -332,9 +332,10 @@ ADSM__PRIVATE void adsm__emu_device_run(void *ctx, adsm__pool *pool, adsm__emu_t
     int refused = adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ | PROT_WRITE, e->rt->page);
     if (refused) { /* the kernel would die writing its own outputs, blamed for writing an input */
         t->status = ADSM_ERROR_SYSTEM;
-        snprintf(t->text, sizeof t->text, "kernel '%s' did not run: the device could not make its outputs writable "
-                 "(%s)%s", m->kernel->name, strerror(refused), refused == ENOMEM ? " in the device process: "
-                 ADSM__MAP_LIMIT_HINT : "");
+        /* short, for t->text's 256 bytes: the name capped, the hint without the block-size way */
+        snprintf(t->text, sizeof t->text, "kernel '%.64s' did not run: the device process could not make its outputs "
+                 "writable (%s)%s", m->kernel->name, strerror(refused), refused == ENOMEM ? ": it has reached "
+                 "vm.max_map_count mappings; raise it (sysctl vm.max_map_count)" : "");
         adsm__emu_set_ranges(m->writable, m->nwritable, PROT_READ, e->rt->page);
         t->ran_from = t->ran_to = adsm__now_ns();
         return;
