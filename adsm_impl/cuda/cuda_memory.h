@@ -105,7 +105,7 @@ ADSM__PRIVATE adsm_result adsm__cuda_address_space(adsm__cuda *c, adsm__runtime 
     }
     if ((r = c->cu.cuMemAddressReserve(&got, c->half, align, 0, 0)) != 0) {
         size_t limit, room = adsm__address_space_room(&limit);
-        if (room == SIZE_MAX) return adsm__cu_fail(c, r, "cuMemAddressReserve");
+        if (r != ADSM__CUDA_ERROR_OUT_OF_MEMORY || room == SIZE_MAX) return adsm__cu_fail(c, r, "cuMemAddressReserve");
         /* device ranges are reserved in the process's address space too (unified addressing) */
         return adsm__fail(ADSM_ERROR_OUT_OF_MEMORY, "cuda backend: reserving %zu MiB of device addresses failed "
                           "(error %d) under the address-space limit (ulimit -v, %zu MiB, %zu MiB left): the driver "
