@@ -56,15 +56,15 @@ typedef struct adsm__protection {
 #define ADSM__HAS(state) (1u << (state))
 #define ADSM__ALL_STATES (ADSM__HAS(ADSM__INVALID) | ADSM__HAS(ADSM__READONLY) | ADSM__HAS(ADSM__DIRTY))
 
-/* The userfaultfd the engine needs, or -1 with *why saying what the kernel refused. */
 /* Why userfaultfd(2) failed with err, and the way out. */
 ADSM__PRIVATE const char *adsm__uffd_refusal(int err) {
     switch (err) {
     case ENOSYS: return "the kernel has no userfaultfd; leave it unset for mprotect";
     case EMFILE:
-    case ENFILE:
         return "userfaultfd(2) found no file descriptor free (EMFILE: raise ulimit -n, or close some); or leave it "
                "unset for mprotect";
+    case ENFILE:
+        return "userfaultfd(2) found the system's file table full (ENFILE: fs.file-max); leave it unset for mprotect";
     case ENOMEM: return "userfaultfd(2) ran out of kernel memory (ENOMEM); leave it unset for mprotect";
     default:
         return "userfaultfd(2) was refused (a container's seccomp profile refuses it by default); leave it unset "
@@ -72,6 +72,7 @@ ADSM__PRIVATE const char *adsm__uffd_refusal(int err) {
     }
 }
 
+/* The userfaultfd the engine needs, or -1 with *why saying what the kernel refused. */
 ADSM__PRIVATE int adsm__uffd_open(const char **why) {
 #ifdef SYS_userfaultfd
     int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
