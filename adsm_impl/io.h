@@ -163,6 +163,7 @@ typedef struct adsm__xfer {
     int regular;     /* a regular file (or block device): its calls never wait on another party */
     int positioned;  /* pread, pwrite: at offset, the file position untouched */
     FILE *stream;    /* fread, fwrite: the stream (its position is the one to move back) */
+    int failed;      /* adsm itself ended the call (not the system call): EFAULT, ENOMEM, ECANCELED */
     ssize_t (*syscall_piece)(struct adsm__xfer *x, void *bounce, size_t want, size_t done);
     off_t offset;
 } adsm__xfer;
@@ -304,6 +305,7 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
     }
     adsm__bounce b;
     if (adsm__bounce_take(rt, piece, &b) != 0) {
+        x->failed = 1;
         errno = ENOMEM;
         return -1;
     }
@@ -319,6 +321,7 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         if (!x->whole) want = adsm__align_piece(rt, buf + done, want, n - done);
         if (!x->reading && adsm__memcpy_impl(rt, (uintptr_t)bounce, buf + done, want) != ADSM_OK) {
             adsm__bounce_give(rt, &b); /* the protocol could not bring the bytes: the read's EFAULT */
+            x->failed = 1;
             errno = EFAULT;
             return done > 0 ? (ssize_t)done : -1; /* 0 made a caller's write loop spin */
         }
@@ -326,6 +329,7 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
         ssize_t got = adsm__blocking_piece(x, bounce, want, done);
         if (got == ADSM__SHUT_DOWN_MEANWHILE) {
             adsm__bounce_give(rt, &b);
+            x->failed = 1;
             errno = ECANCELED;
             return done > 0 ? (ssize_t)done : -1;
         }
@@ -344,6 +348,7 @@ ADSM__PRIVATE ssize_t adsm__transfer(adsm__xfer *x, uintptr_t buf, size_t n) {
             if (unfinished > buf + done) adsm__repair_tail(rt, buf + done, unfinished);
             adsm__unread(x, (size_t)got);
             adsm__bounce_give(rt, &b);
+            x->failed = 1;
             errno = EFAULT;
             return done > 0 ? (ssize_t)done : -1;
         }
@@ -526,6 +531,17 @@ ADSM__PRIVATE ssize_t adsm__writev_unguarded(int fd, const struct iovec *iov, in
     return adsm__vector_transfer(fd, iov, n, 0);
 }
 
+/* Sets the stream's error indicator, as libc's fread/fwrite do when their system call fails, so
+ * that a program's ferror() check sees a failure adsm found (glibc: the flag ferror reads; with
+ * another libc, errno alone tells). Stream lock held. */
+ADSM__PRIVATE void adsm__stream_mark_error(FILE *stream) {
+#if defined(__GLIBC__) && defined(_IO_ERR_SEEN)
+    stream->_flags |= _IO_ERR_SEEN;
+#else
+    (void)stream;
+#endif
+}
+
 /* fread/fwrite hold the stream's lock across the pieces, so another thread's I/O on the same
  * stream cannot land in the middle of one call. */
 ADSM__PRIVATE size_t adsm__stream_transfer(void *ptr, size_t size, size_t nmemb, FILE *stream, int reading) {
@@ -544,6 +560,7 @@ ADSM__PRIVATE size_t adsm__stream_transfer(void *ptr, size_t size, size_t nmemb,
     x.regular = fileno(stream) >= 0 && !adsm__is_stream_like(fileno(stream)); /* not fmemopen's */
     flockfile(stream);
     ssize_t done = adsm__transfer(&x, (uintptr_t)ptr, bytes);
+    if (x.failed) adsm__stream_mark_error(stream);
     funlockfile(stream);
     return done > 0 ? (size_t)done / size : 0;
 }
