@@ -298,3 +298,15 @@ Test(emu_process, a_device_process_without_threads_says_why, .timeout = 30) {
     cr_assert(strstr(adsm_last_error(), "could not start its kernel threads") && strstr(adsm_last_error(), "ulimit -u"),
               "%s", adsm_last_error());
 }
+
+/* The pipes adsm makes to start the device process find no descriptor free (EMFILE): adsm_init
+ * says so without blaming fork, which it used to name. */
+Test(emu_process, no_descriptor_for_the_start_pipes_is_not_called_a_fork_failure, .timeout = 30) {
+    refuse_system_call(SYS_pipe2, EMFILE);
+    adsm_config cfg = {0};
+    cfg.backend = ADSM_BACKEND_EMU;
+    cr_assert_eq(adsm_init(&cfg), ADSM_ERROR_BACKEND_UNAVAILABLE, "%s", adsm_last_error());
+    cr_assert(strstr(adsm_last_error(), "starting the device process") && strstr(adsm_last_error(), "Too many open files"),
+              "%s", adsm_last_error());
+    cr_assert_null(strstr(adsm_last_error(), "fork failed"), "%s", adsm_last_error());
+}

@@ -595,7 +595,8 @@ ADSM__PRIVATE adsm_result adsm__emu_init(adsm__runtime *rt, void **ctx) {
     adsm__own_fd_set(&e->sock, sv[0]);
     if (pid < 0) {
         adsm__emu_shutdown(e);
-        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: fork failed: %s", strerror(errno));
+        return adsm__fail(ADSM_ERROR_BACKEND_UNAVAILABLE, "emu backend: starting the device process (its pipes, "
+                          "then fork) failed: %s", strerror(errno)); /* EMFILE here is a pipe's */
     }
     e->child = pid;
     if (!adsm__emu_device_ready(e)) {
