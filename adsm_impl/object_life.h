@@ -118,9 +118,7 @@ ADSM__PRIVATE void adsm__host_buffer_release(adsm__runtime *rt, adsm__host_buffe
  * shared mapping with old size 0 makes one). 1 when done. */
 ADSM__PRIVATE int adsm__remap_range(const adsm__runtime *rt, uintptr_t host, size_t n) {
     uintptr_t alias = adsm__host_dma(rt, host);
-    int saved = errno; /* a hole: msync says ENOMEM where part of the range is not mapped */
-    int hole = msync((void *)host, n, MS_ASYNC) != 0 && errno == ENOMEM;
-    errno = saved;
+    int hole = adsm__range_unmapped(host, n);
     void *p = alias == host
                   ? mmap((void *)host, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0)
                   : mremap((void *)alias, 0, n, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)host);

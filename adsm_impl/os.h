@@ -175,13 +175,18 @@ ADSM__PRIVATE int adsm__thread_start(pthread_t *t, void *(*fn)(void *), void *ar
     return r;
 }
 
-/* Whether nothing is mapped at the page holding a (the program unmapped it): msync says ENOMEM
- * there. Signal-safe; errno kept. */
-ADSM__PRIVATE int adsm__page_unmapped(uintptr_t a, size_t page) {
+/* Whether part of [a, a + n) (a page-aligned) has nothing mapped (the program unmapped it):
+ * msync says ENOMEM there. Signal-safe; errno kept. */
+ADSM__PRIVATE int adsm__range_unmapped(uintptr_t a, size_t n) {
     int saved = errno;
-    int gone = msync((void *)(a & ~(uintptr_t)(page - 1)), page, MS_ASYNC) != 0 && errno == ENOMEM;
+    int gone = msync((void *)a, n, MS_ASYNC) != 0 && errno == ENOMEM;
     errno = saved;
     return gone;
+}
+
+/* Whether nothing is mapped at the page holding a. Signal-safe; errno kept. */
+ADSM__PRIVATE int adsm__page_unmapped(uintptr_t a, size_t page) {
+    return adsm__range_unmapped(a & ~(uintptr_t)(page - 1), page);
 }
 
 /* Whether the program locks its future mappings (mlockall with MCL_FUTURE): a fresh page is then
